@@ -1,0 +1,96 @@
+"""The sandbox API shared by rollouts, verifiers and the task runner.
+
+Backends (bubblewrap, podman, apptainer) implement `Sandbox`; `open_sandbox(spec, config)` picks one.
+Paths inside a sandbox follow the Harbor layout: the task workdir (default /workspace), /tests and
+/solution (uploaded only when needed), /logs/{agent,verifier,artifacts}.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import pathlib
+
+
+class SandboxError(RuntimeError):
+  """A sandbox could not be started, used or cleaned up; the message says which and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+  """Per-sandbox resource limits (bubblewrap applies them with prlimit; podman with cgroups)."""
+
+  memory_mb: int = 4096
+  max_processes: int = 512
+  max_file_mb: int = 1024
+  cpu_seconds: int | None = None
+  disk_mb: int = 2048
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentSpec:
+  """What a sandbox starts from.
+
+  image: a rootfs directory (bubblewrap), a podman image name, or an apptainer .sif/definition.
+  workdir: the writable working directory inside the sandbox.
+  files: host path -> sandbox path, copied into the sandbox at start (task seeds).
+  setup_commands: run once as root-in-sandbox after start (task-specific additions).
+  env: extra environment variables for every command.
+  """
+
+  image: str
+  workdir: str = "/workspace"
+  files: tuple[tuple[str, str], ...] = ()
+  setup_commands: tuple[str, ...] = ()
+  env: tuple[tuple[str, str], ...] = ()
+  limits: Limits = Limits()
+  allow_network: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandResult:
+  """Outcome of one command in the persistent shell.
+
+  output: stdout+stderr interleaved, decoded with errors="replace", head+tail truncated with a note.
+  exit_code: the command's status; None when it was killed (timeout / OOM / limit).
+  status: "ok", "timeout", "oom", "output_limit", "crashed" (shell died; the sandbox was reset).
+  """
+
+  output: str
+  exit_code: int | None
+  status: str = "ok"
+  duration_s: float = 0.0
+
+
+class Sandbox(abc.ABC):
+  """A started sandbox with one persistent bash session (cwd and env survive between commands)."""
+
+  @abc.abstractmethod
+  def run(self, command: str, *, timeout_s: float = 120.0, max_output_chars: int = 10_000) -> CommandResult:
+    """Runs `command` in the persistent shell; kills its whole process tree on timeout."""
+
+  @abc.abstractmethod
+  def exec(self, argv: list[str], *, timeout_s: float = 600.0, max_output_chars: int = 10_000) -> CommandResult:
+    """Runs a fresh process (not the persistent shell), e.g. a verifier `bash /tests/test.sh`."""
+
+  @abc.abstractmethod
+  def upload(self, host_path: str | pathlib.Path, sandbox_path: str) -> None:
+    """Copies a host file or directory into the sandbox."""
+
+  @abc.abstractmethod
+  def download(self, sandbox_path: str, host_path: str | pathlib.Path) -> None:
+    """Copies a sandbox file or directory to the host."""
+
+  @abc.abstractmethod
+  def reset(self) -> None:
+    """Restarts the shell session (and restores the initial filesystem state where supported)."""
+
+  @abc.abstractmethod
+  def close(self) -> None:
+    """Stops every process and removes every mount and temp dir; idempotent."""
+
+  def __enter__(self) -> "Sandbox":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

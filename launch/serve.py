@@ -1,0 +1,21 @@
+"""Serve a model through JetStream + the tmax_rl.Rollout service (loopback by default).
+
+python3 launch/serve.py --config=configs/serve_tiny.py --config.model.checkpoint=/ckpt
+"""
+
+from absl import app
+from ml_collections import config_flags
+
+from tmax_jax.inference import launch_lib
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "serving config (configs/serve_*.py)",
+                                          lock_config=True)
+
+
+def main(argv):
+  del argv
+  launch_lib.serve_forever(_CONFIG.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

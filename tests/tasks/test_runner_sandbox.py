@@ -1,0 +1,170 @@
+"""The runner in real sandboxes: for each verifier kind the oracle scores 1, doing nothing scores 0
+and a plausible wrong solution scores 0; a verifier that writes no reward is RewardMissingError;
+reward.json is preferred; a failing environment build and a sandbox failure are reward 0 with a reason."""
+
+import json
+import textwrap
+
+import pytest
+
+from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.tasks import verifiers as V
+from tmax_jax.tasks.format import Task, TaskConfig, TaskFormatError, load_task, write_task
+from tmax_jax.tasks.runner import (RewardMissingError, RunnerConfig, run_noop, run_oracle, run_script, run_trial)
+
+
+def _require_sandbox():
+  try:
+    from tmax_jax.sandbox import open_sandbox  # noqa: F401
+    from tmax_jax.sandbox.images import is_built, rootfs_path
+  except ImportError as err:
+    pytest.skip(f"sandbox backends not available: {err}")
+  if not is_built(rootfs_path()):
+    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+
+
+@pytest.fixture(scope="module")
+def cfg():
+  _require_sandbox()
+  return RunnerConfig(memory_mb=2048)
+
+
+def _task(tests, solve, seeds=None, **toml):
+  from tmax_jax.tasks.format import AgentConfig, VerifierConfig
+  config = TaskConfig(agent=AgentConfig(timeout_sec=120), verifier=VerifierConfig(timeout_sec=120))
+  env = {f"seeds/{k}": v.encode() for k, v in (seeds or {}).items()}
+  return Task("solve it", config, environment=env, tests=tests, solution={"solve.sh": ("#!/bin/bash\n" + solve).encode()})
+
+
+SALES = "region,amount\nwest,10\neast,5\nwest,7\nnorth,1\neast,2\n"
+SORT_PY = "import sys\nprint(' '.join(sorted(sys.stdin.read().split(), key=int)))\n"
+REF = "def reference(data):\n  return ' '.join(sorted(data.split(), key=int)) + '\\n'\n"
+FILTER = ("import sys\nd = sys.stdin.read().lower()\n"
+          "sys.exit(1 if any(k in d for k in ('drop table', '<script', '../')) else 0)\n")
+SERVICE = textwrap.dedent("""\
+  import http.server, json, socketserver, threading
+  class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+      b = json.dumps({"status": "ok"}).encode()
+      self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+  class T(socketserver.StreamRequestHandler):
+    def handle(self):
+      self.wfile.write(b"PONG\\n" if self.rfile.readline().strip() == b"PING" else b"ERR\\n")
+  socketserver.TCPServer.allow_reuse_address = True
+  threading.Thread(target=socketserver.TCPServer(("127.0.0.1", 9100), T).serve_forever, daemon=True).start()
+  http.server.HTTPServer(("127.0.0.1", 8180), H).serve_forever()
+""")
+
+
+def _write(name, content):
+  return f"cat > /workspace/{name} <<'PYEOF'\n{content}PYEOF\n"
+
+
+KINDS = {
+  "exact_text": (
+    V.exact_text([{"path": "totals.txt", "expected": "east 7\nnorth 1\nwest 17\n"}]),
+    "cd /workspace && tail -n +2 sales.csv | awk -F, '{s[$1]+=$2} END {for (r in s) print r, s[r]}' | sort > totals.txt\n",
+    "cd /workspace && tail -n +2 sales.csv | awk -F, '{print $1, $2}' | sort > totals.txt\n",  # no aggregation
+    {"sales.csv": SALES}),
+  "metric_threshold": (
+    V.metric_threshold("accuracy", 0.9, predictions="pred.txt", reference=["odd", "even", "odd", "even", "even"]),
+    "cd /workspace && while read n; do if [ $((n % 2)) -eq 0 ]; then echo even; else echo odd; fi; done < nums.txt > pred.txt\n",
+    "cd /workspace && while read n; do echo even; done < nums.txt > pred.txt\n",  # majority class: 0.6
+    {"nums.txt": "3\n8\n5\n2\n10\n"}),
+  "adversarial_corpus": (
+    V.adversarial_corpus("python3 filter.py", ["hello", "select 1", "a/b.txt"],
+                         ["1; DROP TABLE t", "<script>x</script>", "../../etc/passwd"]),
+    _write("filter.py", FILTER),
+    _write("filter.py", FILTER.replace(", '../'", "")),  # misses path traversal
+    None),
+  "fuzz_equivalence": (
+    V.fuzz_equivalence("python3 sort.py", {"type": "ints", "min_len": 1, "max_len": 6, "lo": -99, "hi": 99}, n=25,
+                       reference_code=REF),
+    _write("sort.py", SORT_PY),
+    _write("sort.py", SORT_PY.replace(", key=int", "")),  # lexicographic
+    None),
+  "multi_protocol": (
+    V.multi_protocol([{"protocol": "http", "port": 8180, "path": "/health", "expect_json": {"status": "ok"}},
+                      {"protocol": "tcp", "port": 9100, "send": "PING\n", "expect": "PONG\n"}], startup_timeout_s=5),
+    _write("service.py", SERVICE) + "cd /workspace && setsid nohup python3 service.py > /dev/null 2>&1 < /dev/null &\nsleep 1\n",
+    _write("service.py", SERVICE.replace('b"PONG\\n" if', 'b"pong\\n" if'))
+    + "cd /workspace && setsid nohup python3 service.py > /dev/null 2>&1 < /dev/null &\nsleep 1\n",  # wrong case
+    None),
+}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_oracle_noop_wrong(kind, cfg, tmp_path):
+  tests, good, wrong, seeds = KINDS[kind]
+  task = write_task(_task(tests, good, seeds), tmp_path / kind)
+  oracle = run_oracle(task, cfg)
+  assert (oracle.reward, oracle.reason) == (1.0, "ok"), oracle.logs
+  assert oracle.rewards["passed"] == oracle.rewards["total"]
+  noop = run_noop(task, cfg)
+  assert (noop.reward, noop.reason) == (0.0, "ok"), noop.logs
+  bad = run_script(task, "#!/bin/bash\n" + wrong, cfg)
+  assert (bad.reward, bad.reason) == (0.0, "ok"), bad.logs
+  assert "FAIL" in bad.logs["test-stdout.txt"] or "differs" in bad.logs["test-stdout.txt"] \
+    or "should be" in bad.logs["test-stdout.txt"], bad.logs
+
+
+def test_verifier_without_reward_is_an_error(cfg, tmp_path):
+  task = write_task(_task({"test.sh": b"#!/bin/bash\necho ran the tests\n"}, "true\n"), tmp_path / "t")
+  with pytest.raises(RewardMissingError, match="missing") as e:
+    run_oracle(task, cfg)
+  assert "ran the tests" in e.value.logs["test-stdout.txt"]
+  task = write_task(_task({"test.sh": b"#!/bin/bash\n: > /logs/verifier/reward.txt\n"}, "true\n"), tmp_path / "e")
+  with pytest.raises(RewardMissingError, match="empty"):
+    run_oracle(task, cfg)
+
+
+def test_reward_json_preferred_and_txt_clamped(cfg, tmp_path):
+  sh = ("#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
+        "echo '{\"reward\": 0.5, \"style\": 2}' > /logs/verifier/reward.json\n")
+  res = run_noop(write_task(_task({"test.sh": sh.encode()}, "true\n"), tmp_path / "j"), cfg)
+  assert res.reward == 0.5 and res.rewards == {"reward": 0.5, "style": 2.0}
+  res = run_noop(write_task(_task({"test.sh": b"echo 3 > /logs/verifier/reward.txt\n"}, "true\n"), tmp_path / "t"), cfg)
+  assert res.reward == 1.0 and res.rewards == {"reward": 3.0}
+
+
+def test_tests_uploaded_only_after_agent_and_solution_only_for_oracle(cfg, tmp_path):
+  sh = ("#!/bin/bash\n"
+        "if [ -e /workspace/saw_tests ] || [ -e /workspace/saw_solution ]; then echo 0; else echo 1; fi"
+        " > /logs/verifier/reward.txt\n")
+  task = write_task(_task({"test.sh": sh.encode()}, "true\n"), tmp_path / "t")
+  peek = lambda sb: sb.run("test -e /tests/test.sh && touch /workspace/saw_tests; "
+                           "test -e /solution/solve.sh && touch /workspace/saw_solution; true")
+  assert run_trial(task, peek, cfg).reward == 1.0
+
+
+def test_build_failure_is_zero_with_reason(cfg, tmp_path):
+  t = _task(V.exact_text([{"path": "x", "expected": "y"}]), "true\n")
+  t = Task(t.instruction, t.config, environment={"Dockerfile": b"FROM debian\nRUN exit 7\n"}, tests=t.tests,
+           solution=t.solution)
+  res = run_oracle(write_task(t, tmp_path / "b"), cfg)
+  assert res.reward == 0.0 and res.reason.startswith(("build_failed", "sandbox_error")), res
+
+
+def test_sandbox_failure_is_zero_with_reason(cfg, tmp_path):
+  task = write_task(_task(V.exact_text([{"path": "x", "expected": "y"}]), "true\n"), tmp_path / "s")
+
+  def agent(sb):
+    raise SandboxError("reset failed: the shell did not come back")
+  res = run_trial(task, agent, cfg)
+  assert res.reward == 0.0 and res.reason == "sandbox_error: reset failed: the shell did not come back"
+
+
+def test_tb1_converted_task_runs(cfg, tmp_path):
+  from tmax_jax.tasks import tb1
+  d = tmp_path / "tb1"
+  (d / "tests").mkdir(parents=True)
+  (d / "task.yaml").write_text("instruction: write hello\nmax_test_timeout_sec: 60\n")
+  (d / "Dockerfile").write_text("FROM ubuntu\nWORKDIR /app\n")
+  (d / "run-tests.sh").write_text("#!/bin/bash\ncurl -LsSf https://astral.sh/uv/install.sh | sh\n"
+                                  "uv run pytest $TEST_DIR/test_outputs.py -rA\n")
+  (d / "tests" / "test_outputs.py").write_text("def test_hello():\n  assert open('/app/hello.txt').read() == 'hello\\n'\n")
+  (d / "solution.sh").write_text("#!/bin/bash\necho hello > /app/hello.txt\n")
+  task = write_task(tb1.convert_tb1(d), tmp_path / "converted")
+  assert run_oracle(task, cfg).reward == 1.0
+  assert run_noop(task, cfg).reward == 0.0

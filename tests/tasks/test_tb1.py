@@ -1,0 +1,127 @@
+"""Terminal-Bench 1 -> TB2 conversion: fields, offline test script, solution.yaml, reward parsing
+with a real pytest run, and precise errors."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from tmax_jax.tasks import tb1
+from tmax_jax.tasks.format import TaskFormatError, load_task, write_task
+
+RUN_TESTS = textwrap.dedent("""\
+  #!/bin/bash
+  apt-get update
+  apt-get install -y curl
+  curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh
+  source $HOME/.local/bin/env
+  uv venv .tbench-testing
+  uv pip install pytest==8.4.1
+  uv run pytest $TEST_DIR/test_outputs.py -rA
+""")
+
+
+def _tb1_dir(root, solution="sh", **yaml_overrides):
+  d = root / "hello-world"
+  (d / "tests").mkdir(parents=True)
+  cfg = {"instruction": "Create hello.txt containing Hello, world!", "author_name": "Ada", "author_email": "a@b.c",
+         "difficulty": "easy", "category": "file-operations", "tags": ["file-operations", "bash"],
+         "parser_name": "pytest", "max_agent_timeout_sec": 180, "max_test_timeout_sec": 30,
+         "run_tests_in_same_shell": False, **yaml_overrides}
+  (d / "task.yaml").write_text(yaml.safe_dump(cfg))
+  (d / "Dockerfile").write_text("FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest\nWORKDIR /app\nCOPY data /app/data\n")
+  (d / "docker-compose.yaml").write_text("services: {client: {build: .}}\n")
+  (d / "data").mkdir()
+  (d / "data" / "seed.txt").write_text("seed\n")
+  (d / "run-tests.sh").write_text(RUN_TESTS)
+  (d / "tests" / "test_outputs.py").write_text(
+    "from pathlib import Path\n\ndef test_hello():\n  assert Path('/app/hello.txt').read_text().strip() == 'Hello, world!'\n")
+  if solution == "sh":
+    (d / "solution.sh").write_text("#!/bin/bash\necho 'Hello, world!' > hello.txt\n")
+  elif solution == "yaml":
+    (d / "solution.yaml").write_text(yaml.safe_dump([
+      {"command": "python3 -m http.server 8000", "min_timeout_sec": 2, "block": False, "append_enter": True},
+      {"command": "echo 'Hello, world!' > hello.txt", "min_timeout_sec": 0.1, "block": True, "append_enter": True}]))
+  return d
+
+
+def test_convert_fields_and_layout(tmp_path):
+  task = tb1.convert_tb1(_tb1_dir(tmp_path))
+  c = task.config
+  assert task.instruction == "Create hello.txt containing Hello, world!"
+  assert c.task.name == "hello-world" and c.task.keywords == ("file-operations", "bash")
+  assert c.task.authors == ("Ada <a@b.c>",)
+  assert c.agent.timeout_sec == 180.0 and c.verifier.timeout_sec == 30.0
+  assert c.metadata["difficulty"] == "easy" and c.metadata["source_format"] == "terminal-bench-1"
+  assert sorted(task.environment) == ["Dockerfile", "data/seed.txt", "docker-compose.yaml"]
+  assert sorted(task.tests) == ["run-tests.sh", "tb1_reward.py", "test.sh", "test_outputs.py"]
+  assert task.solution["solve.sh"].startswith(b"#!/bin/bash\necho 'Hello")
+  assert b"cd /app" in task.tests["test.sh"]
+  run = task.tests["run-tests.sh"].decode()
+  assert "python3 -m pytest $TEST_DIR/test_outputs.py -rA" in run
+  for line in ("apt-get update", "curl -LsSf", "source $HOME", "uv venv", "uv pip install"):
+    assert f"# offline: {line}" in run
+  out = write_task(task, tmp_path / "converted")
+  again = load_task(out.path)
+  assert again.config == task.config and again.tests == task.tests
+
+
+def test_defaults_and_descriptions_form(tmp_path):
+  d = _tb1_dir(tmp_path)
+  cfg = yaml.safe_load((d / "task.yaml").read_text())
+  for k in ("instruction", "max_agent_timeout_sec", "max_test_timeout_sec"):
+    cfg.pop(k)
+  cfg["descriptions"] = [{"key": "base", "description": "Old style."}]
+  (d / "task.yaml").write_text(yaml.safe_dump(cfg))
+  task = tb1.convert_tb1(d)
+  assert task.instruction == "Old style."
+  assert task.config.agent.timeout_sec == 360.0 and task.config.verifier.timeout_sec == 60.0
+
+
+def test_solution_yaml(tmp_path):
+  task = tb1.convert_tb1(_tb1_dir(tmp_path, solution="yaml"))
+  script = task.solution["solve.sh"].decode()
+  assert "nohup bash -c 'python3 -m http.server 8000' > /dev/null 2>&1 &\nsleep 2\n" in script
+  assert script.rstrip().endswith("echo 'Hello, world!' > hello.txt")
+  proc = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+  assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("mutate,file,field", [
+  (lambda d: (d / "task.yaml").unlink(), "task.yaml", "task.yaml"),
+  (lambda d: (d / "task.yaml").write_text("a: [1"), "task.yaml", "yaml"),
+  (lambda d: (d / "run-tests.sh").unlink(), "run-tests.sh", "run-tests.sh"),
+  (lambda d: (d / "task.yaml").write_text("tags: [x]\n"), "task.yaml", "instruction"),
+  (lambda d: (d / "task.yaml").write_text("instruction: x\nmax_test_timeout_sec: soon\n"), "task.yaml",
+   "max_test_timeout_sec"),
+  (lambda d: (d / "solution.yaml").write_text(yaml.safe_dump([{"command": "C-c", "append_enter": False}])),
+   "solution.yaml", "[0].append_enter"),
+])
+def test_precise_errors(tmp_path, mutate, file, field):
+  d = _tb1_dir(tmp_path, solution="yaml" if "solution" in file else "sh")
+  mutate(d)
+  with pytest.raises(TaskFormatError) as e:
+    tb1.convert_tb1(d)
+  assert e.value.file == str(d / file) and e.value.field == field, str(e.value)
+
+
+def _run_reward_script(tmp_path, test_source):
+  """Runs real pytest -rA on a test file, then the converted reward script on its output."""
+  (tmp_path / "test_x.py").write_text(test_source)
+  proc = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_x.py"), "-rA", "-p", "no:cacheprovider"],
+                        capture_output=True, text=True, cwd=tmp_path)
+  (tmp_path / "out.txt").write_text(proc.stdout)
+  (tmp_path / "tb1_reward.py").write_text(tb1.REWARD_PY)
+  subprocess.run([sys.executable, str(tmp_path / "tb1_reward.py"), str(tmp_path / "out.txt"),
+                  str(tmp_path / "reward.txt")], check=True, capture_output=True)
+  return (tmp_path / "reward.txt").read_text().strip()
+
+
+def test_reward_script_on_real_pytest_output(tmp_path):
+  assert _run_reward_script(tmp_path, "def test_a():\n  pass\ndef test_b():\n  pass\n") == "1"
+  assert _run_reward_script(tmp_path, "def test_a():\n  pass\ndef test_b():\n  assert 0\n") == "0"
+  assert _run_reward_script(tmp_path, "import pytest\ndef test_a():\n  pytest.skip('x')\n") == "0"
+  assert _run_reward_script(tmp_path, "x = 1\n") == "0"  # no tests collected is not resolved

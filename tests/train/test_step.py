@@ -1,0 +1,142 @@
+"""The train step: exact accumulation, packing invariance, loss vs a direct NumPy computation."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.train.conftest import random_trajectories
+from tmax_jax.models import logprobs as logprobs_lib
+from tmax_jax.models import registry
+from tmax_jax.train import batch as batch_lib
+from tmax_jax.train import step as step_lib
+from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
+from tmax_jax.train.topk import topk_logprobs
+
+
+def _cfg(**kw):
+  return TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-2, total_steps=10),
+                     logprob_chunk_size=8, **kw)
+
+
+def _one_step(tiny, cfg, batch, steps=1):
+  model, mcfg, params = tiny
+  trainer = step_lib.Trainer(model, mcfg, cfg)
+  state = trainer.init_state(jax.tree.map(jnp.array, params))  # copy: the step donates
+  rows = []
+  for _ in range(steps):
+    state, metrics = trainer.step(state, batch)
+    rows.append(metrics)
+  return state, rows
+
+
+def _close(a, b, tol):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("loss", [LossConfig(), LossConfig(policy_loss="grpo", aggregation="sequence"),
+                                  LossConfig(divergence="kl", kl_beta=0.1)])
+def test_four_micro_batches_equal_one_batch(tiny, loss):
+  model, mcfg, params = tiny
+  batch = batch_lib.pack(random_trajectories(0, 12, 12), 24, num_rows=8, with_ref=True)
+  dev = jax.tree.map(jnp.asarray, batch)
+  out = {}
+  for m in (1, 4):
+    grad_fn = jax.jit(step_lib.make_grad_fn(model, mcfg, _cfg(loss=loss, micro_batches=m)))
+    out[m] = grad_fn(params, dev)
+  np.testing.assert_allclose(out[4][0], out[1][0], rtol=1e-6, atol=1e-6)  # loss
+  _close(out[4][1], out[1][1], 1e-6)  # stats sums
+  _close(out[4][2], out[1][2], 1e-6)  # gradients
+  assert max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(out[1][2])) > 1e-3
+  # and through the whole step (optimizer included); lr 1e-4 keeps Adam's sign-like first
+  # update from amplifying 1e-7 gradient noise on near-zero gradients
+  opt = OptimizerConfig(learning_rate=1e-4, total_steps=10)
+  one, m1 = _one_step(tiny, _cfg(loss=loss, micro_batches=1).replace(optimizer=opt), batch, 2)
+  four, m4 = _one_step(tiny, _cfg(loss=loss, micro_batches=4).replace(optimizer=opt), batch, 2)
+  for key in ("loss", "grad_norm", "kept_frac", "tv_mean", "kl_mean", "entropy"):
+    np.testing.assert_allclose(m4[-1][key], m1[-1][key], rtol=1e-6, atol=1e-6)
+  _close(four.params, one.params, 1e-6)
+
+
+@pytest.mark.parametrize("aggregation", ["token", "sequence"])
+def test_packed_rows_equal_unpacked_rows(tiny, aggregation):
+  trajs = random_trajectories(1, 8, 12)
+  packed = batch_lib.pack(trajs, 32)
+  unpacked = batch_lib.pack(trajs, 12, pack_rows=False)
+  assert packed.tokens.shape[0] < unpacked.tokens.shape[0]
+  assert packed.segment_ids.max() >= 2  # rows really hold several trajectories
+  cfg = _cfg(loss=LossConfig(aggregation=aggregation))
+  sp, mp = _one_step(tiny, cfg, packed, steps=2)
+  su, mu = _one_step(tiny, cfg, unpacked, steps=2)
+  for key in ("loss", "grad_norm", "kept_frac", "entropy", "n_loss_tokens"):
+    np.testing.assert_allclose(mp[-1][key], mu[-1][key], rtol=2e-5, atol=1e-6)
+  _close(sp.params, su.params, 2e-5)
+
+
+def test_loss_matches_direct_numpy_dppo(tiny):
+  """metrics["loss"] equals the recipe's token-level DPPO loss computed per trajectory by hand."""
+  model, mcfg, params = tiny
+  trajs = random_trajectories(2, 6, 10)
+  batch = batch_lib.pack(trajs, 20)
+  _, rows = _one_step(tiny, _cfg(), batch)
+  total, count = 0.0, 0.0
+  for tr in trajs:
+    tok = jnp.asarray(tr.tokens, jnp.int32)[None]
+    pos = jnp.arange(tok.shape[1])[None]
+    hidden, _ = model.apply({"params": params}, tok, pos, jnp.ones_like(tok))
+    logits = np.asarray(logprobs_lib.full_logits(hidden, registry.head_weight(params, mcfg)))[0]
+    logp_all = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    logp = logp_all[np.arange(len(tr.tokens) - 1), np.asarray(tr.tokens)[1:]]
+    blp = np.asarray(tr.behaviour_logp)[1:]
+    mask = np.asarray(tr.loss_mask)[1:] > 0
+    r = np.exp(logp - blp)
+    a = tr.advantage
+    drop = (np.abs(np.exp(logp) - np.exp(blp)) > 0.1) & (((a > 0) & (r > 1)) | ((a < 0) & (r < 1)))
+    total += np.sum(np.where(mask & ~drop, -a * r, 0.0))
+    count += mask.sum()
+  np.testing.assert_allclose(rows[0]["loss"], total / count, rtol=1e-5)
+
+
+def test_sft_step_is_token_mean_cross_entropy(tiny):
+  model, mcfg, params = tiny
+  trajs = random_trajectories(3, 4, 10)
+  batch = batch_lib.pack(trajs, 10, pack_rows=False)
+  _, rows = _one_step(tiny, _cfg(loss=LossConfig(policy_loss="sft")), batch)
+  hidden, _ = model.apply({"params": params}, jnp.asarray(batch.tokens),
+                          jnp.asarray(batch.positions), jnp.asarray(batch.segment_ids))
+  logp, _ = logprobs_lib.token_logprobs(hidden, registry.head_weight(params, mcfg),
+                                        jnp.asarray(batch.targets), chunk_size=4)
+  m = batch.loss_mask
+  np.testing.assert_allclose(rows[0]["loss"], -np.sum(np.asarray(logp) * m) / m.sum(), rtol=1e-5)
+  assert rows[0]["kept_frac"] == 1.0
+
+
+def test_topk_logprobs_and_topk_step(tiny):
+  model, mcfg, params = tiny
+  rng = np.random.default_rng(4)
+  hidden = jnp.asarray(rng.normal(size=(2, 7, mcfg.hidden_size)), jnp.float32)
+  ids = jnp.asarray(rng.integers(0, mcfg.vocab_size, (2, 7, 3)), jnp.int32)
+  w = registry.head_weight(params, mcfg)
+  got = topk_logprobs(hidden, w, ids, chunk_size=3)
+  full = jax.nn.log_softmax(logprobs_lib.full_logits(hidden, w), axis=-1)
+  np.testing.assert_allclose(got, jnp.take_along_axis(full, ids, -1), rtol=1e-5, atol=1e-6)
+  batch = batch_lib.pack(random_trajectories(5, 4, 10), 20)
+  k = 4
+  topk = dataclasses.replace(
+    batch, topk_ids=rng.integers(0, mcfg.vocab_size, batch.shape + (k,)).astype(np.int32),
+    behaviour_topk_logp=np.log(rng.dirichlet(np.ones(k + 1), batch.shape)[..., :k]).astype(
+      np.float32))
+  _, rows = _one_step(tiny, _cfg(loss=LossConfig(divergence="topk_tv")), topk)
+  assert np.isfinite(rows[0]["loss"]) and 0.0 <= rows[0]["kept_frac"] <= 1.0
+
+
+def test_flops_per_token_counts_dense_and_attention():
+  from tmax_jax.models.qwen import presets
+  cfg = presets.qwen3("1.7b")
+  f = step_lib.flops_per_token(cfg, 4096)
+  # ~6 x 1.7e9 non-embedding+head params plus attention: between 1.0e10 and 1.6e10
+  assert 1.0e10 < f < 1.6e10
+  assert step_lib.flops_per_token(cfg, 8192) > f

@@ -1,0 +1,1 @@
+"""Agent harnesses and rollout workers (see formats/ for the message formats)."""

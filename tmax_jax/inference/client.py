@@ -1,0 +1,161 @@
+"""Asyncio client for rollouts against the tmax_rl.Rollout service.
+
+Each `generate` call has one deadline (`timeout_s`) covering every attempt and backoff. Transient
+failures (UNAVAILABLE: server down/restarting/shutting down; RESOURCE_EXHAUSTED; a stream cut
+mid-way) are retried from scratch with exponential backoff until the deadline or `max_attempts`;
+a partial stream is discarded, never spliced. When nothing answers, `ServerUnavailableError` says
+which address was tried, how often and for how long. A restarted server is picked up by the same
+client (gRPC channels reconnect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from typing import Any, Sequence
+
+import grpc
+
+from tmax_jax.inference import rl_proto, sampling, updates
+
+TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
+             grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL)
+
+
+class _StreamCut(Exception):
+  """The stream ended without a finish reason (treated like UNAVAILABLE)."""
+
+
+class RolloutError(RuntimeError):
+  """A request the server rejected (bad arguments, bad weights): not retried."""
+
+
+class ServerUnavailableError(RolloutError):
+  """The server could not be reached (or kept failing) within the request's deadline."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+  timeout_s: float = 600.0  # per request, all attempts included
+  max_attempts: int = 5
+  backoff_s: float = 0.2  # first retry delay; doubles, with jitter, capped at backoff_max_s
+  backoff_max_s: float = 5.0
+
+
+@dataclasses.dataclass
+class Completion:
+  """Generated tokens with their behaviour logprobs and the policy version of each token."""
+  token_ids: list[int]
+  logprobs: list[float]
+  versions: list[int]
+  finish_reason: str
+  attempts: int = 1
+
+
+class RolloutClient:
+  """`async with RolloutClient("127.0.0.1:9000") as c: out = await c.generate(ids, 64)`."""
+
+  def __init__(self, address: str, cfg: ClientConfig = ClientConfig()):
+    self.address, self.cfg = address, cfg
+    self._channel = grpc.aio.insecure_channel(address)
+    self._calls = {name: self._make_callable(name) for name in rl_proto.METHODS}
+
+  def _make_callable(self, name: str):
+    _, _, cstream, sstream = rl_proto.METHODS[name]
+    factory = {(False, True): self._channel.unary_stream,
+               (True, False): self._channel.stream_unary,
+               (False, False): self._channel.unary_unary}[(cstream, sstream)]
+    return factory(rl_proto.method_path(name),
+                   request_serializer=lambda m: m.SerializeToString(),
+                   response_deserializer=rl_proto.response_class(name).FromString)
+
+  async def __aenter__(self) -> RolloutClient:
+    return self
+
+  async def __aexit__(self, *exc) -> None:
+    await self.close()
+
+  async def close(self) -> None:
+    await self._channel.close()
+
+  async def _with_retries(self, what: str, attempt_fn, timeout_s: float | None):
+    """Runs `attempt_fn(remaining_s)` until it returns, a permanent error, or the deadline."""
+    timeout_s = self.cfg.timeout_s if timeout_s is None else timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
+    delay, last = self.cfg.backoff_s, None
+    for attempt in range(1, self.cfg.max_attempts + 1):
+      remaining = deadline - time.monotonic()
+      if remaining <= 0:
+        break
+      try:
+        return await attempt_fn(remaining), attempt
+      except grpc.aio.AioRpcError as e:
+        if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+          last = "DEADLINE_EXCEEDED"
+          break
+        if e.code() not in TRANSIENT:
+          raise RolloutError(f"{what} rejected by {self.address}: {e.code().name}: "
+                             f"{e.details()}") from e
+        last = f"{e.code().name}: {e.details()}"
+      except _StreamCut as e:
+        last = str(e)
+      sleep = min(delay, self.cfg.backoff_max_s) * (0.5 + random.random() / 2)
+      await asyncio.sleep(max(0.0, min(sleep, deadline - time.monotonic())))
+      delay *= 2
+    detail = last or "no attempt left"
+    raise ServerUnavailableError(
+        f"{what}: inference server at {self.address} unavailable after {attempt} attempt(s) "
+        f"over {time.monotonic() - start:.1f}s (timeout {timeout_s}s); last error: {detail}")
+
+  async def generate(self, prompt_token_ids: Sequence[int], max_tokens: int,
+                     params: sampling.SamplingParams = sampling.SamplingParams(),
+                     stop_token_ids: Sequence[int] = (), request_id: str = "",
+                     timeout_s: float | None = None) -> Completion:
+    """Token-id prompt (the whole conversation for multi-turn) -> Completion."""
+    req = rl_proto.GenerateRequest(
+        prompt_token_ids=list(prompt_token_ids), max_tokens=max_tokens,
+        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=params.seed,
+        stop_token_ids=list(stop_token_ids), request_id=request_id)
+
+    async def attempt(remaining: float) -> Completion:
+      out = Completion([], [], [], "")
+      async for resp in self._calls["Generate"](req, timeout=remaining, wait_for_ready=False):
+        out.token_ids.extend(resp.token_ids)
+        out.logprobs.extend(resp.logprobs)
+        out.versions.extend(resp.policy_versions)
+        out.finish_reason = resp.finish_reason or out.finish_reason
+      if not out.finish_reason:
+        raise _StreamCut("stream ended without a finish reason")
+      return out
+
+    out, attempts = await self._with_retries("generate", attempt, timeout_s)
+    out.attempts = attempts
+    return out
+
+  async def update_weights(self, params: Any = None, version: int = 0, path: str = "",
+                           timeout_s: float | None = None) -> int:
+    """Pushes a param tree (flax msgpack, chunked) or a checkpoint path; returns the new version."""
+    blob = b"" if path else updates.to_bytes(params)
+
+    def messages():
+      yield rl_proto.UpdateWeightsRequest(version=version, path=path)
+      for chunk in updates.chunks(blob):
+        yield rl_proto.UpdateWeightsRequest(version=version, chunk=chunk)
+
+    async def attempt(remaining: float) -> int:
+      return (await self._calls["UpdateWeights"](messages(), timeout=remaining)).version
+
+    return (await self._with_retries("update_weights", attempt, timeout_s))[0]
+
+  async def status(self, timeout_s: float = 5.0):
+    return await self._calls["Status"](rl_proto.StatusRequest(), timeout=timeout_s)
+
+  async def wait_until_ready(self, timeout_s: float = 120.0):
+    """Polls Status until the server answers (e.g. after a restart) -> StatusResponse."""
+    async def attempt(remaining: float):
+      return await self._calls["Status"](rl_proto.StatusRequest(), timeout=remaining,
+                                         wait_for_ready=True)
+    return (await self._with_retries("status", attempt, timeout_s))[0]

@@ -1,0 +1,92 @@
+"""Config (ml_collections) -> engine -> running server; the body of launch/serve.py.
+
+Config layout (see configs/serve_tiny.py):
+  model.checkpoint   HF checkpoint dir ("" = random init of `model.preset` + `model.overrides`)
+  model.preset       e.g. "qwen3-1.7b" / "qwen3.5-9b" (used when checkpoint is "")
+  model.overrides    ModelConfig field overrides for random init (tiny shapes)
+  model.{param,compute,head}_dtype, model.seed
+  engine.*           EngineConfig fields; engine.temperature = default for JetStream Decode calls
+  server.*           ServerConfig fields
+  ready_file         "" or a path: JSON {"address", "pid"} written atomically once serving
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import signal
+import threading
+from typing import Any
+
+import jax
+
+from tmax_jax.inference import engine as engine_lib
+from tmax_jax.inference import sampling, server as server_lib
+from tmax_jax.models import registry
+from tmax_jax.models.config import DtypePolicy, ModelConfig
+
+log = logging.getLogger(__name__)
+
+
+def _preset(name: str, **overrides) -> ModelConfig:
+  if name.lower().startswith("qwen3.5"):
+    from tmax_jax.models import qwen3_5  # pylint: disable=import-outside-toplevel
+    return qwen3_5.preset(name, **overrides)
+  from tmax_jax.models import qwen  # pylint: disable=import-outside-toplevel
+  return qwen.preset(name, **overrides)
+
+
+def model_from_config(mc) -> tuple[ModelConfig, Any]:
+  """-> (ModelConfig, params_fn)."""
+  dtypes = DtypePolicy(param_dtype=mc.param_dtype, compute_dtype=mc.compute_dtype,
+                       head_dtype=mc.head_dtype)
+  if mc.checkpoint:
+    from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
+    cfg, params = hf_io.load_pretrained(mc.checkpoint, dtypes=dtypes)
+    return cfg, lambda: params
+  if not mc.preset:
+    raise ValueError("config.model: set `checkpoint` (an HF directory) or `preset`")
+  cfg = _preset(mc.preset, dtypes=dtypes, **dict(mc.overrides))
+  return cfg, lambda: registry.init_params(cfg, jax.random.key(mc.seed))
+
+
+def engine_from_config(config) -> engine_lib.TmaxEngine:
+  cfg, params_fn = model_from_config(config.model)
+  ec = config.engine
+  engine_cfg = engine_lib.EngineConfig(
+      max_concurrent_decodes=ec.max_concurrent_decodes, max_len=ec.max_len,
+      max_prefill_length=ec.max_prefill_length, stop_token_ids=tuple(ec.stop_token_ids),
+      default_sampling=sampling.SamplingParams(temperature=ec.temperature),
+      tokenizer_path=ec.tokenizer_path)
+  return engine_lib.TmaxEngine(cfg, engine_cfg, params_fn)
+
+
+def _write_ready(path: str, payload: dict) -> None:
+  p = pathlib.Path(path)
+  tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+  tmp.write_text(json.dumps(payload))
+  os.replace(tmp, p)
+
+
+def serve_forever(config) -> None:
+  """Starts the server, waits for SIGINT/SIGTERM, then shuts down cleanly (streams get UNAVAILABLE)."""
+  # JetStream logs every decode step at INFO on the root logger; keep ours at INFO.
+  logging.getLogger().setLevel(logging.WARNING)
+  logging.getLogger("tmax_jax").setLevel(logging.INFO)
+  engine = engine_from_config(config)
+  sc = config.server
+  server = server_lib.start_server(
+      engine, server_lib.ServerConfig(port=sc.port, host=sc.host, threads=sc.threads))
+  stop = threading.Event()
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: stop.set())
+  payload = {"address": server.address, "pid": os.getpid()}
+  if config.ready_file:
+    _write_ready(config.ready_file, payload)
+  print(f"SERVING {json.dumps(payload)}", flush=True)
+  stop.wait()
+  log.info("shutting down")
+  server.stop()
+  print("STOPPED", flush=True)

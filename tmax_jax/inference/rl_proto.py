@@ -1,0 +1,114 @@
+"""The `tmax_rl.Rollout` gRPC service that sits next to JetStream's `Orchestrator` on one server.
+
+JetStream 0.2.2's DecodeResponse carries text and token ids only, and its proto has no weight
+update call, so RL gets its own small service. No protoc/grpc_tools is needed: the messages are
+built from a FileDescriptorProto below, equivalent to this .proto:
+
+  syntax = "proto3";
+  package tmax_rl;
+  message GenerateRequest {
+    repeated int32 prompt_token_ids = 1;  // token-id prompt (multi-turn: the whole conversation)
+    int32 max_tokens = 2;
+    float temperature = 3;                // 0 = greedy
+    float top_p = 4;                      // 0 is read as 1 (off)
+    int32 top_k = 5;                      // 0 = off
+    repeated int32 stop_token_ids = 6;    // added to the server's default stop ids
+    uint64 seed = 7;
+    string request_id = 8;
+  }
+  message GenerateResponse {              // one per decode step (streamed)
+    repeated int32 token_ids = 1;
+    repeated float logprobs = 2;          // behaviour logprob of each token (see sampling.py)
+    repeated int64 policy_versions = 3;   // weight version that produced each token
+    string finish_reason = 4;             // "" while streaming; "stop" | "length" on the last one
+  }
+  message UpdateWeightsRequest {          // client-streamed: inline flax-msgpack chunks or a path
+    int64 version = 1;
+    string path = 2;
+    bytes chunk = 3;
+  }
+  message UpdateWeightsResponse { int64 version = 1; double seconds = 2; }
+  message StatusRequest {}
+  message StatusResponse {
+    bool live = 1; int64 version = 2; int32 max_concurrent_decodes = 3; int32 max_len = 4;
+    string model_type = 5; int32 active_requests = 6;
+  }
+  service Rollout {
+    rpc Generate(GenerateRequest) returns (stream GenerateResponse);
+    rpc UpdateWeights(stream UpdateWeightsRequest) returns (UpdateWeightsResponse);
+    rpc Status(StatusRequest) returns (StatusResponse);
+  }
+"""
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+PACKAGE = "tmax_rl"
+SERVICE = f"{PACKAGE}.Rollout"
+_F = descriptor_pb2.FieldDescriptorProto
+
+_MESSAGES = {
+  "GenerateRequest": [
+    ("prompt_token_ids", _F.TYPE_INT32, True), ("max_tokens", _F.TYPE_INT32, False),
+    ("temperature", _F.TYPE_FLOAT, False), ("top_p", _F.TYPE_FLOAT, False),
+    ("top_k", _F.TYPE_INT32, False), ("stop_token_ids", _F.TYPE_INT32, True),
+    ("seed", _F.TYPE_UINT64, False), ("request_id", _F.TYPE_STRING, False)],
+  "GenerateResponse": [
+    ("token_ids", _F.TYPE_INT32, True), ("logprobs", _F.TYPE_FLOAT, True),
+    ("policy_versions", _F.TYPE_INT64, True), ("finish_reason", _F.TYPE_STRING, False)],
+  "UpdateWeightsRequest": [
+    ("version", _F.TYPE_INT64, False), ("path", _F.TYPE_STRING, False),
+    ("chunk", _F.TYPE_BYTES, False)],
+  "UpdateWeightsResponse": [("version", _F.TYPE_INT64, False), ("seconds", _F.TYPE_DOUBLE, False)],
+  "StatusRequest": [],
+  "StatusResponse": [
+    ("live", _F.TYPE_BOOL, False), ("version", _F.TYPE_INT64, False),
+    ("max_concurrent_decodes", _F.TYPE_INT32, False), ("max_len", _F.TYPE_INT32, False),
+    ("model_type", _F.TYPE_STRING, False), ("active_requests", _F.TYPE_INT32, False)],
+}
+
+# method -> (request, response, client_streaming, server_streaming)
+METHODS = {
+  "Generate": ("GenerateRequest", "GenerateResponse", False, True),
+  "UpdateWeights": ("UpdateWeightsRequest", "UpdateWeightsResponse", True, False),
+  "Status": ("StatusRequest", "StatusResponse", False, False),
+}
+
+
+def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+  fd = descriptor_pb2.FileDescriptorProto(name="tmax_rl/rollout.proto", package=PACKAGE,
+                                          syntax="proto3")
+  for name, fields in _MESSAGES.items():
+    msg = fd.message_type.add(name=name)
+    for number, (fname, ftype, repeated) in enumerate(fields, start=1):
+      msg.field.add(name=fname, number=number, type=ftype,
+                    label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL)
+  svc = fd.service.add(name="Rollout")
+  for name, (req, resp, cstream, sstream) in METHODS.items():
+    svc.method.add(name=name, input_type=f".{PACKAGE}.{req}", output_type=f".{PACKAGE}.{resp}",
+                   client_streaming=cstream, server_streaming=sstream)
+  return fd
+
+
+_POOL = descriptor_pool.DescriptorPool()
+_POOL.Add(_file_descriptor())
+_CLASSES = {name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+            for name in _MESSAGES}
+
+GenerateRequest = _CLASSES["GenerateRequest"]
+GenerateResponse = _CLASSES["GenerateResponse"]
+UpdateWeightsRequest = _CLASSES["UpdateWeightsRequest"]
+UpdateWeightsResponse = _CLASSES["UpdateWeightsResponse"]
+StatusRequest = _CLASSES["StatusRequest"]
+StatusResponse = _CLASSES["StatusResponse"]
+
+
+def method_path(method: str) -> str:
+  return f"/{SERVICE}/{method}"
+
+
+def request_class(method: str):
+  return _CLASSES[METHODS[method][0]]
+
+
+def response_class(method: str):
+  return _CLASSES[METHODS[method][1]]

@@ -1,0 +1,95 @@
+"""Token sampling with per-row temperature / top-k / top-p, and the behaviour logprob DPPO needs.
+
+Temperature convention (shared with the trainer, see BUILD_NOTES "JetStream inference"):
+  * The reported logprob of a sampled token is `log_softmax(logits / T)[token]` with the FULL
+    vocabulary, i.e. the tempered distribution *before* top-k/top-p truncation. That is exactly
+    what `tmax_jax.models.logprobs.token_logprobs(..., temperature=T)` computes on the trainer,
+    so r = exp(logp_new - logp_behaviour) is 1 for an unchanged policy.
+  * With top-k/top-p active the token is drawn from the truncated, renormalised distribution; its
+    reported logprob stays the untruncated one (truncation is not something the trainer models).
+    The RL recipe samples at T=1 with no truncation, where the two coincide.
+  * Greedy is temperature 0: the argmax token, reported under the T=1 distribution.
+Logits arrive in float32 (the fp32 head); all maths here is float32.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+GREEDY_TEMPERATURE = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  """Per-request sampling settings. temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.temperature < 0:
+      raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+    if self.top_k < 0:
+      raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
+
+
+def tempered_log_probs(logits: jax.Array, temperature: jax.Array) -> jax.Array:
+  """log_softmax(logits / T) over the full vocabulary; T == 0 (greedy) uses T = 1.
+
+  logits: [B, V] float32; temperature: [B] float32. Returns [B, V] float32.
+  """
+  t = jnp.where(temperature > 0, temperature, 1.0)[:, None]  # [B, 1]
+  return jax.nn.log_softmax(logits.astype(jnp.float32) / t, axis=-1)
+
+
+def truncation_mask(logp: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+  """Which tokens top-k then top-p (applied in that order, as in HF/vLLM) keep.
+
+  logp: [B, V] tempered log-probs; top_k: [B] int32 (0 = off); top_p: [B] float32 (1 = off).
+  Returns keep: [B, V] bool. A token is kept iff its logp >= the smallest kept sorted value, so
+  exact ties at the boundary are kept together (never a half-kept value).
+  """
+  v = logp.shape[-1]
+  sorted_lp = -jnp.sort(-logp, axis=-1)  # [B, V] descending
+  rank = jnp.arange(v)[None, :]  # [1, V]
+  k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)[:, None]  # [B, 1]
+  in_k = rank < k  # [B, V]
+  masked = jnp.where(in_k, sorted_lp, -jnp.inf)
+  probs = jax.nn.softmax(masked, axis=-1)  # renormalised over the top-k survivors
+  mass_before = jnp.cumsum(probs, axis=-1) - probs  # [B, V]
+  # Keep the smallest prefix whose mass reaches top_p; the first token is always kept.
+  in_p = (mass_before < top_p[:, None]) | (rank == 0)
+  keep_sorted = in_k & in_p
+  threshold = jnp.min(jnp.where(keep_sorted, sorted_lp, jnp.inf), axis=-1, keepdims=True)  # [B, 1]
+  return logp >= threshold
+
+
+def _row_keys(keys: jax.Array, counters: jax.Array) -> jax.Array:
+  """One PRNG key per row: the slot's request key folded with its decode counter. [B] keys."""
+  return jax.vmap(jax.random.fold_in)(keys, counters)
+
+
+def sample(logits, keys, counters, temperature, top_p, top_k):
+  """Samples one token per row and returns its behaviour logprob.
+
+  logits: [B, V] float32; keys: [B] PRNG keys (per request); counters: [B] int32 (step index of
+  the row, so a request's stream does not depend on what else is batched); temperature, top_p:
+  [B] float32; top_k: [B] int32.
+  Returns (tokens [B] int32, logprobs [B] float32) with logprobs under `tempered_log_probs`.
+  """
+  logp = tempered_log_probs(logits, temperature)  # [B, V]
+  needs_trunc = jnp.any((top_k > 0) | (top_p < 1.0))
+  keep = jax.lax.cond(
+      needs_trunc,
+      lambda: truncation_mask(logp, top_k, top_p),
+      lambda: jnp.ones(logp.shape, jnp.bool_))
+  row_keys = _row_keys(keys, counters)
+  drawn = jax.vmap(jax.random.categorical)(row_keys, jnp.where(keep, logp, -jnp.inf))  # [B]
+  greedy = jnp.argmax(logits, axis=-1)  # [B]
+  tokens = jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
+  token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+  return tokens, token_logp

@@ -1,0 +1,42 @@
+"""Size presets with the public Hugging Face config values of the dense Qwen3.5 models (text part of
+Qwen/Qwen3.5-9B and Qwen/Qwen3.5-27B: every 4th layer gated attention, the rest Gated DeltaNet)."""
+
+from __future__ import annotations
+
+from tmax_jax.models.config import ModelConfig
+from tmax_jax.models.qwen3_5.config import Qwen3_5Config, default_layer_types
+
+_COMMON = dict(
+  model_type="qwen3_5_text", vocab_size=248320, head_dim=256, rms_norm_eps=1e-6,
+  rope_theta=10_000_000.0, partial_rotary_factor=0.25, max_position_embeddings=262144,
+  tie_word_embeddings=False, attention_bias=False, o_proj_bias=False, qk_norm=True,
+  norm_zero_centered=True, eos_token_id=248044)
+# name: (hidden, intermediate, layers, heads, kv_heads, linear key heads, linear value heads)
+_SIZES = {
+  "9b": (4096, 12288, 32, 16, 4, 16, 32),
+  "27b": (5120, 17408, 64, 24, 4, 16, 48),
+}
+
+
+def qwen3_5(size: str, *, chunk_size: int = Qwen3_5Config.chunk_size, **overrides) -> ModelConfig:
+  """Qwen3.5-<size> text model (9b, 27b); `overrides` replace any ModelConfig field."""
+  if size.lower() not in _SIZES:
+    raise ValueError(f"unknown Qwen3.5 size {size!r}; known: {list(_SIZES)}")
+  d, f, n_layers, n, k, lin_k, lin_v = _SIZES[size.lower()]
+  fam = Qwen3_5Config(layer_types=default_layer_types(n_layers), linear_conv_kernel_dim=4,
+                      linear_key_head_dim=128, linear_value_head_dim=128,
+                      linear_num_key_heads=lin_k, linear_num_value_heads=lin_v,
+                      chunk_size=chunk_size)
+  fields = dict(_COMMON, hidden_size=d, intermediate_size=f, num_hidden_layers=n_layers,
+                num_attention_heads=n, num_key_value_heads=k, family_config=fam)
+  return ModelConfig(**{**fields, **overrides})
+
+
+PRESETS = {f"qwen3.5-{s}": s for s in _SIZES}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+  """By name, e.g. preset("qwen3.5-9b", remat_policy="full")."""
+  if name.lower() not in PRESETS:
+    raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+  return qwen3_5(PRESETS[name.lower()], **overrides)

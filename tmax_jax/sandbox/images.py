@@ -1,0 +1,159 @@
+"""Base task images: the debootstrap rootfs (bubblewrap, podman) cached by the definition's hash.
+
+`sandbox/` at the repository root holds the Apptainer definition (base.def), the rootfs builder
+(build_rootfs.sh) and the package list both share (packages.txt). The rootfs is built once into
+`~/.cache/tmax_jax/rootfs/<hash>` where <hash> covers those three files, so editing any of them
+rebuilds it; the build goes into a temp dir that is renamed into place only when it succeeded.
+
+CLI (run once by .ci/run before the tests):  python3 -m tmax_jax.sandbox.images [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from tmax_jax.sandbox.api import SandboxError
+
+DEFINITION_FILES = ("base.def", "build_rootfs.sh", "packages.txt")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+COMPLETE_MARKER = ".tmax_rootfs_complete"
+
+
+def sandbox_dir() -> pathlib.Path:
+  """The directory holding base.def / build_rootfs.sh / packages.txt (TMAX_SANDBOX_DIR overrides)."""
+  env = os.environ.get("TMAX_SANDBOX_DIR")
+  return pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parents[2] / "sandbox"
+
+
+def cache_dir() -> pathlib.Path:
+  """Root of tmax_jax's caches (TMAX_CACHE_DIR overrides ~/.cache/tmax_jax)."""
+  env = os.environ.get("TMAX_CACHE_DIR")
+  return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "tmax_jax"
+
+
+def read_packages(directory: pathlib.Path | None = None) -> list[str]:
+  """The package names of packages.txt (comments and blank lines dropped)."""
+  path = (directory or sandbox_dir()) / "packages.txt"
+  lines = path.read_text().splitlines()
+  return [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+
+
+def definition_hash(directory: pathlib.Path | None = None) -> str:
+  """sha256 over the definition files (name + content), 16 hex chars."""
+  directory = directory or sandbox_dir()
+  digest = hashlib.sha256()
+  for name in DEFINITION_FILES:
+    path = directory / name
+    if not path.is_file():
+      raise SandboxError(f"image definition file {path} is missing (expected {', '.join(DEFINITION_FILES)})")
+    digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+  return digest.hexdigest()[:16]
+
+
+def detect_mirror(apt_dir: pathlib.Path = pathlib.Path("/etc/apt")) -> str:
+  """The Debian mirror apt uses on this host (debootstrap needs a reachable one)."""
+  texts = []
+  for path in [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*"))]:
+    if path.is_file() and path.suffix in (".list", ".sources"):
+      with contextlib.suppress(OSError):
+        texts.append(path.read_text())
+  for text in texts:
+    # deb822 stanzas: URIs + Suites.
+    for stanza in re.split(r"\n\s*\n", text):
+      uris = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
+      suites = re.search(r"^Suites:\s*(.+)$", stanza, re.M)
+      if uris and suites and "bookworm" in suites.group(1).split() and "security" not in uris.group(1):
+        return uris.group(1).rstrip("/")
+    # one-line format: deb URI SUITE COMPONENTS.
+    for m in re.finditer(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+bookworm\s", text, re.M):
+      return m.group(1).rstrip("/")
+  return DEFAULT_MIRROR
+
+
+def rootfs_path(directory: pathlib.Path | None = None) -> pathlib.Path:
+  """Where the rootfs of the current definition lives (built or not)."""
+  return cache_dir() / "rootfs" / definition_hash(directory)
+
+
+def is_built(path: pathlib.Path) -> bool:
+  return (path / COMPLETE_MARKER).is_file()
+
+
+def ensure_base_rootfs(*, force: bool = False, mirror: str | None = None, quiet: bool = False) -> pathlib.Path:
+  """Returns the base rootfs directory, building it first when the cache lacks it (minutes).
+
+  Concurrent callers serialize on a file lock; the loser finds the finished build.
+  """
+  directory = sandbox_dir()
+  final = rootfs_path(directory)
+  if is_built(final) and not force:
+    return final
+  final.parent.mkdir(parents=True, exist_ok=True)
+  with open(final.parent / f"{final.name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if is_built(final) and not force:
+      return final
+    _build(directory, final, mirror or detect_mirror(), quiet)
+  return final
+
+
+def _build(directory: pathlib.Path, final: pathlib.Path, mirror: str, quiet: bool) -> None:
+  if os.geteuid() != 0:
+    raise SandboxError(f"building the rootfs {final} needs root (debootstrap + chroot); run as root once")
+  if shutil.which("debootstrap") is None:
+    raise SandboxError("debootstrap is not installed (apt-get install debootstrap)")
+  tmp = final.parent / f".build-{final.name}-{os.getpid()}"
+  shutil.rmtree(tmp, ignore_errors=True)
+  log_path = final.parent / f"{final.name}.build.log"
+  start = time.time()
+  cmd = ["sh", str(directory / "build_rootfs.sh"), str(tmp), str(directory / "packages.txt"), mirror]
+  try:
+    with open(log_path, "w") as log:
+      proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+      for line in proc.stdout:
+        log.write(line)
+        if not quiet and (line.startswith("[build_rootfs]") or line.startswith("I: Retrieving Release")):
+          print(line.rstrip(), file=sys.stderr, flush=True)
+      rc = proc.wait()
+    if rc != 0:
+      tail = log_path.read_text(errors="replace")[-3000:]
+      raise SandboxError(f"rootfs build failed (exit {rc}); log {log_path}:\n{tail}")
+    (tmp / COMPLETE_MARKER).write_text(json.dumps({"hash": final.name, "mirror": mirror, "built_at": time.time()}))
+    if final.exists():  # a forced rebuild replaces the old tree
+      old = final.parent / f".old-{final.name}-{os.getpid()}"
+      final.rename(old)
+      shutil.rmtree(old, ignore_errors=True)
+    tmp.rename(final)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  with open(final.parent / "builds.jsonl", "a") as metrics:
+    metrics.write(json.dumps({"hash": final.name, "seconds": round(time.time() - start, 1), "mirror": mirror}) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description="Build (once) and print the base task rootfs path.")
+  parser.add_argument("--force", action="store_true", help="rebuild even when the cache has it")
+  parser.add_argument("--mirror", default=None, help="Debian mirror (default: the one apt uses here)")
+  parser.add_argument("--podman", action="store_true", help="also import the rootfs as a podman image")
+  args = parser.parse_args(argv)
+  path = ensure_base_rootfs(force=args.force, mirror=args.mirror)
+  print(path)
+  if args.podman:
+    from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+    print(podman.ensure_podman_image(path))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,93 @@
+"""Device meshes, logical-axis shardings and multi-host initialisation.
+
+Mesh axes are ("data", "fsdp", "tensor"). Params and activations carry logical axis names; the
+config's `logical_axis_rules` map them to mesh axes (see config.DEFAULT_LOGICAL_AXIS_RULES).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1,
+              devices: list | None = None) -> Mesh:
+  """A (data, fsdp, tensor) mesh; one size may be -1 (= the remaining devices)."""
+  devices = list(jax.devices() if devices is None else devices)
+  sizes = [data, fsdp, tensor]
+  if sizes.count(-1) > 1:
+    raise ValueError(f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} tensor={tensor}")
+  known = int(np.prod([s for s in sizes if s != -1]))
+  if -1 in sizes:
+    if len(devices) % known:
+      raise ValueError(f"{len(devices)} devices do not divide into data={data} fsdp={fsdp} "
+                       f"tensor={tensor}")
+    sizes[sizes.index(-1)] = len(devices) // known
+  if int(np.prod(sizes)) != len(devices):
+    raise ValueError(f"mesh data={sizes[0]} x fsdp={sizes[1]} x tensor={sizes[2]} needs "
+                     f"{int(np.prod(sizes))} devices, have {len(devices)}")
+  try:
+    grid = mesh_utils.create_device_mesh(sizes, devices)
+  except Exception:  # e.g. CPU or unusual topologies: plain row-major order
+    grid = np.asarray(devices).reshape(sizes)
+  return Mesh(grid, MESH_AXES)
+
+
+def logical_to_sharding(logical_specs: Any, mesh: Mesh, rules) -> Any:
+  """Tree of logical PartitionSpecs (axis names) -> tree of NamedShardings on `mesh`."""
+  return nn.logical_to_mesh_sharding(logical_specs, mesh, list(rules))
+
+
+def param_shardings(cfg, mesh: Mesh) -> Any:
+  """NamedSharding tree matching the params of `cfg` (from the logical names on each param)."""
+  from tmax_jax.models import registry  # models import nothing from here at module level
+
+  specs = nn.get_partition_spec(registry.abstract_params(cfg, boxed=True))
+  return logical_to_sharding(specs, mesh, cfg.logical_axis_rules)
+
+
+def activation_sharding(mesh: Mesh, rules, axes: tuple[str | None, ...]) -> NamedSharding:
+  """E.g. activation_sharding(mesh, cfg.logical_axis_rules, ("batch", "length")) for inputs."""
+  return logical_to_sharding(PartitionSpec(*axes), mesh, rules)
+
+
+@contextlib.contextmanager
+def use_mesh(mesh: Mesh, rules) -> Iterator[None]:
+  """Context in which the models' logical activation constraints apply to `mesh`."""
+  with jax.set_mesh(mesh), nn.logical_axis_rules(list(rules)):
+    yield
+
+
+def initialize_distributed(coordinator_address: str | None = None,
+                           num_processes: int | None = None,
+                           process_id: int | None = None) -> bool:
+  """jax.distributed.initialize from arguments, else JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
+  JAX_PROCESS_ID. Returns False (and does nothing) for a single-process run."""
+  env = os.environ
+  coordinator_address = coordinator_address or env.get("JAX_COORDINATOR_ADDRESS") or None
+  if num_processes is None and env.get("JAX_NUM_PROCESSES"):
+    num_processes = int(env["JAX_NUM_PROCESSES"])
+  if process_id is None and env.get("JAX_PROCESS_ID"):
+    process_id = int(env["JAX_PROCESS_ID"])
+  if coordinator_address is None and (num_processes or 1) <= 1:
+    return False
+  missing = [name for name, value in (("coordinator_address", coordinator_address),
+                                      ("num_processes", num_processes),
+                                      ("process_id", process_id)) if value is None]
+  if missing:
+    raise ValueError(f"multi-host init needs {missing} (flags or JAX_COORDINATOR_ADDRESS, "
+                     "JAX_NUM_PROCESSES, JAX_PROCESS_ID)")
+  if not 0 <= process_id < num_processes:
+    raise ValueError(f"process_id={process_id} must be in [0, num_processes={num_processes})")
+  jax.distributed.initialize(coordinator_address=coordinator_address,
+                             num_processes=num_processes, process_id=process_id)
+  return True

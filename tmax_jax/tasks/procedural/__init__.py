@@ -1,0 +1,1 @@
+"""Offline procedural task library (see registry.py)."""

@@ -1,0 +1,269 @@
+"""Runs a task's oracle and verifier in a sandbox and reads the reward (Harbor's protocol).
+
+A trial: start a sandbox from the task environment -> let an "agent" act (nothing, the oracle
+/solution/solve.sh, any solve script, or a callback) -> upload /tests -> run
+`(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1` under the verifier timeout -> read
+/logs/verifier/reward.json (flat dict of numbers) else reward.txt (one float, clamped to [0, 1]).
+A missing or empty reward file raises RewardMissingError; it is never read as a zero. An OOM, a
+verifier timeout or a sandbox failure (e.g. a failed reset) is reward 0 with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import shlex
+import tempfile
+import time
+from typing import Callable, Mapping
+
+from tmax_jax.sandbox.api import CommandResult, Sandbox, SandboxError
+from tmax_jax.tasks import environment as envlib
+from tmax_jax.tasks.format import Files, Task, write_task
+
+VERIFIER_LOGS = "/logs/verifier"
+ORACLE_COMMAND = "(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1"
+TEST_COMMAND = "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
+LOG_CHARS = 20_000
+
+
+class RewardError(RuntimeError):
+  """The verifier ran but its reward could not be read."""
+
+  def __init__(self, message: str, logs: Mapping[str, str] | None = None):
+    super().__init__(message)
+    self.logs = dict(logs or {})
+
+
+class RewardMissingError(RewardError):
+  """Neither reward.json nor reward.txt exists (or both are empty): a broken verifier, not a 0."""
+
+
+class RewardFormatError(RewardError):
+  """A reward file exists but does not hold a float / a flat dict of numbers."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerConfig:
+  """How trials run. image None -> the base rootfs (tmax_jax.sandbox.images.ensure_base_rootfs)."""
+
+  backend: str | None = None
+  image: str | None = None
+  memory_mb: int | None = 4096
+  min_verifier_timeout_s: float = 0.0  # the RL recipe uses max(task value, 600)
+  allow_network: bool = False
+  verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """reward in [0, 1]; rewards: the full reward.json (or {"reward": r}); reason "ok" or why 0."""
+
+  reward: float
+  rewards: Mapping[str, float]
+  reason: str
+  logs: Mapping[str, str]
+  duration_s: float = 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# reward files
+
+def parse_reward_json(text: str, file: str = "reward.json") -> dict[str, float]:
+  """A flat JSON dict of numbers (bools are not numbers); must contain at least one entry."""
+  try:
+    data = json.loads(text)
+  except json.JSONDecodeError as err:
+    raise RewardFormatError(f"{file}: not valid JSON ({err})") from None
+  if not isinstance(data, dict) or not data:
+    raise RewardFormatError(f"{file}: expected a non-empty flat dict of numbers, got {text.strip()[:200]!r}")
+  out = {}
+  for k, v in data.items():
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+      raise RewardFormatError(f"{file}: {k}: expected a finite number, got {v!r}")
+    out[str(k)] = float(v)
+  return out
+
+
+def parse_reward_txt(text: str, file: str = "reward.txt") -> float:
+  try:
+    value = float(text.strip())
+  except ValueError:
+    raise RewardFormatError(f"{file}: expected one float, got {text.strip()[:200]!r}") from None
+  if not math.isfinite(value):
+    raise RewardFormatError(f"{file}: expected a finite float, got {text.strip()!r}")
+  return value
+
+
+def scalar_reward(rewards: Mapping[str, float], file: str = "reward.json") -> float:
+  """The trial's reward: the "reward" key, else the only key; clamped to [0, 1]."""
+  if "reward" in rewards:
+    value = rewards["reward"]
+  elif len(rewards) == 1:
+    value = next(iter(rewards.values()))
+  else:
+    raise RewardFormatError(f"{file}: several keys {sorted(rewards)} and no 'reward' key")
+  return min(1.0, max(0.0, value))
+
+
+def read_reward_dir(directory: str | pathlib.Path, logs: Mapping[str, str] | None = None) -> tuple[float, dict]:
+  """Reads <directory>/reward.json else reward.txt -> (reward, rewards)."""
+  d = pathlib.Path(directory)
+  js, txt = d / "reward.json", d / "reward.txt"
+  if js.is_file() and js.read_text(errors="replace").strip():
+    rewards = parse_reward_json(js.read_text(errors="replace"), str(js))
+    return scalar_reward(rewards, str(js)), rewards
+  if txt.is_file() and txt.read_text(errors="replace").strip():
+    value = parse_reward_txt(txt.read_text(errors="replace"), str(txt))
+    return min(1.0, max(0.0, value)), {"reward": value}
+  state = "empty" if js.is_file() or txt.is_file() else "missing"
+  raise RewardMissingError(f"{VERIFIER_LOGS}/reward.json and reward.txt are {state}: the verifier "
+                           "wrote no reward", logs)
+
+
+# ----------------------------------------------------------------------------------------------
+# sandbox steps
+
+def _exports(env: Mapping[str, str]) -> str:
+  return "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+
+
+def _download_text(sb: Sandbox, sandbox_path: str, host_dir: pathlib.Path) -> str:
+  dest = host_dir / pathlib.PurePosixPath(sandbox_path).name
+  try:
+    sb.download(sandbox_path, dest)
+  except (SandboxError, OSError):
+    return ""
+  return dest.read_text(errors="replace")[-LOG_CHARS:] if dest.is_file() else ""
+
+
+def upload_dir(sb: Sandbox, host_dir: pathlib.Path, sandbox_dir: str) -> None:
+  """Uploads a directory and makes its *.sh executable (uploads may not keep modes)."""
+  sb.exec(["mkdir", "-p", sandbox_dir], timeout_s=30)
+  sb.upload(host_dir, sandbox_dir)
+  sb.exec(["bash", "-c", f"chmod -R a+rX {sandbox_dir} && find {sandbox_dir} -name '*.sh' -exec chmod +x {{}} +"],
+          timeout_s=30)
+
+
+def run_solution(sb: Sandbox, task: Task, solution_dir: pathlib.Path) -> CommandResult:
+  """Uploads `solution_dir` to /solution and runs solve.sh in the persistent shell (so services it
+  starts in the background stay up for the verifier), under the agent timeout."""
+  upload_dir(sb, solution_dir, "/solution")
+  env = {"DEBIAN_FRONTEND": "noninteractive", **task.config.solution.env}
+  cmd = f"mkdir -p /logs/agent; {_exports(env)}{ORACLE_COMMAND}"
+  return sb.run(cmd, timeout_s=task.config.agent.timeout_sec)
+
+
+def verify(sb: Sandbox, task: Task, config: RunnerConfig = RunnerConfig()) -> RunResult:
+  """Uploads /tests, runs test.sh and reads the reward. Raises RewardMissingError/RewardFormatError."""
+  start = time.monotonic()
+  assert task.path is not None, "verify needs a task on disk"
+  upload_dir(sb, task.path / "tests", "/tests")
+  timeout = max(task.config.verifier.timeout_sec, config.min_verifier_timeout_s)
+  cmd = f"mkdir -p {VERIFIER_LOGS}; {_exports(task.config.verifier.env)}{TEST_COMMAND}"
+  if config.verifier_in_shell:
+    res = sb.run(cmd, timeout_s=timeout)
+  else:
+    res = sb.exec(["bash", "-c", cmd], timeout_s=timeout)
+  with tempfile.TemporaryDirectory(prefix="tmax_verifier_") as tmp:
+    host = pathlib.Path(tmp) / "verifier"
+    try:
+      sb.download(VERIFIER_LOGS, host)
+    except (SandboxError, OSError):
+      host.mkdir(exist_ok=True)
+    stdout_file = host / "test-stdout.txt"
+    logs = {"test-stdout.txt": stdout_file.read_text(errors="replace")[-LOG_CHARS:] if stdout_file.is_file() else ""}
+    elapsed = time.monotonic() - start
+    if res.status in ("oom", "timeout"):
+      return RunResult(0.0, {"reward": 0.0}, f"verifier_{res.status}", logs, elapsed)
+    reward, rewards = read_reward_dir(host, logs)
+  return RunResult(reward, rewards, "ok", logs, time.monotonic() - start)
+
+
+# ----------------------------------------------------------------------------------------------
+# trials
+
+Agent = Callable[[Sandbox], object]
+
+
+def _open(spec, config: RunnerConfig) -> Sandbox:
+  from tmax_jax.sandbox import open_sandbox  # pylint: disable=import-outside-toplevel
+  return open_sandbox(spec, backend=config.backend) if config.backend else open_sandbox(spec)
+
+
+def _image(config: RunnerConfig) -> str:
+  if config.image:
+    return config.image
+  from tmax_jax.sandbox.images import ensure_base_rootfs  # pylint: disable=import-outside-toplevel
+  return str(ensure_base_rootfs(quiet=True))
+
+
+def _on_disk(task: Task, keep: list) -> Task:
+  if task.path is not None:
+    return task
+  tmp = tempfile.TemporaryDirectory(prefix="tmax_task_")
+  keep.append(tmp)
+  return write_task(task, pathlib.Path(tmp.name) / (task.name or "task"))
+
+
+def run_trial(task: Task, agent: Agent | None = None, config: RunnerConfig = RunnerConfig(), *,
+              solution: Files | None = None, open_fn: Callable | None = None,
+              before: Agent | None = None) -> RunResult:
+  """One trial. `solution` (files with a solve.sh) replaces the task's own for wrong-solution
+  checks; `agent(sandbox)` acts before the verifier; with neither, the agent does nothing.
+  `before(sandbox)` runs first, right after the environment is built (e.g. a smoke test)."""
+  start, keep = time.monotonic(), []
+  task = _on_disk(task, keep)
+  spec = envlib.environment_spec(task, _image(config), memory_mb=config.memory_mb,
+                                 allow_network=config.allow_network)
+  logs: dict[str, str] = {}
+  try:
+    try:
+      sb = (open_fn or (lambda s: _open(s, config)))(spec)
+    except SandboxError as err:
+      return RunResult(0.0, {"reward": 0.0}, f"build_failed: {err}", logs, time.monotonic() - start)
+    with sb:
+      with tempfile.TemporaryDirectory(prefix="tmax_trial_") as tmp:
+        try:
+          if before is not None:
+            before(sb)
+          if solution is not None:
+            sol_dir = pathlib.Path(tmp) / "solution"
+            for rel, data in solution.items():
+              (sol_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+              (sol_dir / rel).write_bytes(data)
+            res = run_solution(sb, task, sol_dir)
+            logs["oracle.txt"] = _download_text(sb, "/logs/agent/oracle.txt", pathlib.Path(tmp))
+            if res.status == "oom":
+              return RunResult(0.0, {"reward": 0.0}, "agent_oom", logs, time.monotonic() - start)
+          if agent is not None:
+            agent(sb)
+          result = verify(sb, task, config)
+        except SandboxError as err:
+          return RunResult(0.0, {"reward": 0.0}, f"sandbox_error: {err}", logs, time.monotonic() - start)
+        except RewardMissingError as err:
+          err.logs.update(logs)
+          raise
+    return dataclasses.replace(result, logs={**logs, **result.logs}, duration_s=time.monotonic() - start)
+  finally:
+    for t in keep:
+      t.cleanup()
+
+
+def run_oracle(task: Task, config: RunnerConfig = RunnerConfig(), **kw) -> RunResult:
+  """The task's own solution/solve.sh, then the verifier (expected reward 1)."""
+  if "solve.sh" not in task.solution:
+    raise ValueError(f"{task.path or task.name}: solution/solve.sh is missing; no oracle to run")
+  return run_trial(task, None, config, solution=dict(task.solution), **kw)
+
+
+def run_noop(task: Task, config: RunnerConfig = RunnerConfig(), **kw) -> RunResult:
+  """An agent that does nothing, then the verifier (expected reward 0)."""
+  return run_trial(task, None, config, **kw)
+
+
+def run_script(task: Task, script: str, config: RunnerConfig = RunnerConfig(), **kw) -> RunResult:
+  """Any bash script as the solution (e.g. a plausible wrong one), then the verifier."""
+  return run_trial(task, None, config, solution={"solve.sh": script.encode()}, **kw)

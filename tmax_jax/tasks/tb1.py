@@ -1,0 +1,183 @@
+"""Terminal-Bench 1 task directory -> TB2/Harbor Task.
+
+TB1 layout: task.yaml, Dockerfile (+ docker-compose.yaml, other build-context files), run-tests.sh,
+tests/ (test_outputs.py ...), solution.sh or solution.yaml. Mapping (shared/docs/formats.md):
+  task.yaml instruction (or descriptions[key=base])   -> instruction.md
+  max_agent_timeout_sec (360) / max_test_timeout_sec (60) -> agent / verifier timeout_sec
+  difficulty, category, tags, parser_name, ...         -> [metadata]; tags also -> task.keywords
+  Dockerfile and the rest of the build context         -> environment/ (same relative paths)
+  tests/* + run-tests.sh                               -> tests/ + a generated test.sh that runs
+        run-tests.sh, parses pytest's -rA summary and writes reward.txt (1 iff every test PASSED)
+  solution.sh / solution.yaml                          -> solution/solve.sh
+run-tests.sh scripts download uv/pytest at grading time; the sandbox is offline and has pytest, so
+install/download lines are commented out ("# offline:") and `uv run pytest` becomes
+`python3 -m pytest`.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shlex
+from typing import Any
+
+import yaml
+
+from tmax_jax.tasks.environment import dockerfile_instructions
+from tmax_jax.tasks.format import (AgentConfig, Task, TaskConfig, TaskFormatError, TaskInfo,
+                                   VerifierConfig, validate_task, _read_tree)
+
+DEFAULT_AGENT_TIMEOUT = 360.0
+DEFAULT_TEST_TIMEOUT = 60.0
+_NOT_CONTEXT = {"task.yaml", "run-tests.sh", "solution.sh", "solution.yaml", "tests"}
+_METADATA_KEYS = ("difficulty", "category", "tags", "parser_name", "run_tests_in_same_shell",
+                  "expert_time_estimate_min", "junior_time_estimate_min", "author_name", "author_email")
+_DOWNLOAD_RE = re.compile(r"^\s*(curl|wget|pip3? install|python3? -m pip install|uv (venv|init|add|pip)|"
+                          r"apt(-get)? (update|install)|source \$HOME/\.local/bin/env|\. \$HOME/\.local/bin/env)")
+
+TEST_SH = """#!/bin/bash
+# Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then resolved = every
+# pytest test reported by -rA PASSED (at least one).
+mkdir -p /logs/verifier
+export TEST_DIR=/tests
+cd {workdir} 2>/dev/null || true
+bash /tests/run-tests.sh > /logs/verifier/pytest-output.txt 2>&1
+cat /logs/verifier/pytest-output.txt
+python3 /tests/tb1_reward.py /logs/verifier/pytest-output.txt /logs/verifier/reward.txt
+"""
+
+REWARD_PY = r'''"""Writes 1 to argv[2] iff the pytest -rA summary in argv[1] lists tests and all of them PASSED."""
+import re
+import sys
+
+text = open(sys.argv[1], errors="replace").read()
+status = {}
+for m in re.finditer(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S+)", text, re.M):
+  status[m.group(2)] = m.group(1)
+ok = bool(status) and all(s == "PASSED" for s in status.values())
+for name, s in sorted(status.items()):
+  print(f"{s} {name}")
+open(sys.argv[2], "w").write("1\n" if ok else "0\n")
+'''
+
+
+def _tb1_error(path: pathlib.Path, field: str, problem: str) -> TaskFormatError:
+  return TaskFormatError(path, field, problem)
+
+
+def offline_run_tests(script: str) -> str:
+  """Comments out download/install lines and runs pytest from the image instead of through uv."""
+  out = []
+  for line in script.splitlines():
+    if _DOWNLOAD_RE.match(line):
+      out.append(f"# offline: {line}")
+      continue
+    out.append(re.sub(r"\buv run (python3? -m )?pytest\b", "python3 -m pytest", line))
+  return "\n".join(out) + "\n"
+
+
+def solution_yaml_to_script(entries: Any, file: pathlib.Path) -> str:
+  """solution.yaml ([{command, min_timeout_sec, block, append_enter}]) -> a bash script.
+  Non-blocking entries run in the background, then the script waits min_timeout_sec."""
+  if not isinstance(entries, list):
+    raise _tb1_error(file, "solution.yaml", f"expected a list of commands, got {type(entries).__name__}")
+  lines = ["#!/bin/bash", "# Converted from solution.yaml by tmax_jax.tasks.tb1"]
+  for i, e in enumerate(entries):
+    if not isinstance(e, dict) or not isinstance(e.get("command"), str):
+      raise _tb1_error(file, f"[{i}].command", f"expected a string command, got {e!r}")
+    if e.get("append_enter", True) is False:
+      raise _tb1_error(file, f"[{i}].append_enter", "raw keystrokes without Enter cannot become a script line")
+    cmd = e["command"].rstrip("\n")
+    wait = float(e.get("min_timeout_sec", 0) or 0)
+    if e.get("block", True) is False:
+      lines.append(f"nohup bash -c {shlex.quote(cmd)} > /dev/null 2>&1 &")
+    else:
+      lines.append(cmd)
+    if wait > 0 and e.get("block", True) is False:
+      lines.append(f"sleep {wait:g}")
+  return "\n".join(lines) + "\n"
+
+
+def _instruction(cfg: dict, file: pathlib.Path) -> str:
+  if isinstance(cfg.get("instruction"), str):
+    return cfg["instruction"]
+  for d in cfg.get("descriptions") or []:  # early TB1: [{key: base, description: ...}]
+    if isinstance(d, dict) and d.get("key") == "base" and isinstance(d.get("description"), str):
+      return d["description"]
+  raise _tb1_error(file, "instruction", "missing (expected a string, or descriptions[key=base])")
+
+
+def _timeout(cfg: dict, key: str, default: float, file: pathlib.Path) -> float:
+  v = cfg.get(key, default)
+  if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+    raise _tb1_error(file, key, f"expected a positive number of seconds, got {v!r}")
+  return float(v)
+
+
+def _workdir(src: pathlib.Path) -> str:
+  workdir = "/"
+  dockerfile = src / "Dockerfile"
+  if dockerfile.is_file():
+    for _, ins, args in dockerfile_instructions(dockerfile.read_text(encoding="utf-8"), str(dockerfile)):
+      if ins == "WORKDIR":
+        workdir = args if args.startswith("/") else os.path.join(workdir, args)
+  return workdir
+
+
+def convert_tb1(src: str | os.PathLike, name: str | None = None) -> Task:
+  """Reads a TB1 task directory and returns the equivalent TB2 Task (write it with write_task)."""
+  src = pathlib.Path(src)
+  yaml_path = src / "task.yaml"
+  try:
+    cfg = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+  except FileNotFoundError:
+    raise _tb1_error(yaml_path, "task.yaml", "file is missing") from None
+  except yaml.YAMLError as err:
+    raise _tb1_error(yaml_path, "yaml", f"not valid YAML: {err}") from None
+  if not isinstance(cfg, dict):
+    raise _tb1_error(yaml_path, "task.yaml", "expected a mapping at the top level")
+  run_tests = src / "run-tests.sh"
+  if not run_tests.is_file():
+    raise _tb1_error(run_tests, "run-tests.sh", "file is missing (the TB1 test entrypoint)")
+
+  tags = cfg.get("tags") or []
+  authors = tuple(f"{cfg['author_name']} <{cfg.get('author_email', '')}>".replace(" <>", "")
+                  for _ in [0] if cfg.get("author_name"))
+  metadata = {k: cfg[k] for k in _METADATA_KEYS if cfg.get(k) is not None}
+  metadata["source_format"] = "terminal-bench-1"
+  config = TaskConfig(
+    task=TaskInfo(name=name or src.name, authors=authors, keywords=tuple(str(t) for t in tags)),
+    metadata=metadata,
+    agent=AgentConfig(timeout_sec=_timeout(cfg, "max_agent_timeout_sec", DEFAULT_AGENT_TIMEOUT, yaml_path)),
+    verifier=VerifierConfig(timeout_sec=_timeout(cfg, "max_test_timeout_sec", DEFAULT_TEST_TIMEOUT, yaml_path)))
+
+  environment, execs = {}, set()
+  for p in sorted(src.rglob("*")):
+    rel = p.relative_to(src)
+    if p.is_file() and rel.parts[0] not in _NOT_CONTEXT:
+      environment[rel.as_posix()] = p.read_bytes()
+      if os.access(p, os.X_OK):
+        execs.add(f"environment/{rel.as_posix()}")
+  tests, test_execs = _read_tree(src / "tests", "tests")
+  execs |= test_execs
+  if "test.sh" in tests:
+    raise _tb1_error(src / "tests" / "test.sh", "tests/test.sh", "clashes with the generated TB2 entrypoint")
+  tests["run-tests.sh"] = offline_run_tests(run_tests.read_text(encoding="utf-8")).encode()
+  tests["test.sh"] = TEST_SH.format(workdir=shlex.quote(_workdir(src))).encode()
+  tests["tb1_reward.py"] = REWARD_PY.encode()
+
+  solution = {}
+  if (src / "solution.sh").is_file():
+    solution["solve.sh"] = (src / "solution.sh").read_bytes()
+  elif (src / "solution.yaml").is_file():
+    sol_path = src / "solution.yaml"
+    try:
+      entries = yaml.safe_load(sol_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+      raise _tb1_error(sol_path, "yaml", f"not valid YAML: {err}") from None
+    solution["solve.sh"] = solution_yaml_to_script(entries, sol_path).encode()
+  task = Task(instruction=_instruction(cfg, yaml_path), config=config, environment=environment, tests=tests,
+              solution=solution, executables=frozenset(execs))
+  validate_task(task, src)
+  return task

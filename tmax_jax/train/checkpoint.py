@@ -1,0 +1,89 @@
+"""Orbax checkpoints of the whole train state plus the data position, with exact resume.
+
+A checkpoint is `<directory>/<step>/{state, data}`: `state` the TrainState pytree (params, optimizer
+state, step, RNG key data) through StandardSave, `data` a JSON dict (data-loader position, anything
+the loop needs to continue exactly). Orbax writes into a temporary directory and renames it when
+complete (atomic); uncommitted temporaries left by a killed run are removed on start. Saves are
+async: training continues while the previous step is written. A state with any NaN/inf is never
+saved (NonFiniteStateError).
+"""
+
+import logging
+from typing import Any, Optional
+
+import jax
+import orbax.checkpoint as ocp
+
+from tmax_jax.train import state as state_lib
+from tmax_jax.train.config import CheckpointConfig
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteStateError(RuntimeError):
+  """Refused to checkpoint a state holding NaN or inf."""
+
+
+class Checkpointer:
+  """Thin wrapper over ocp.CheckpointManager: save every N steps, keep the last K, async."""
+
+  def __init__(self, cfg: CheckpointConfig):
+    if not cfg.directory:
+      raise ValueError("checkpoint.directory is empty; expected a directory path")
+    self.cfg = cfg
+    options = ocp.CheckpointManagerOptions(
+      save_interval_steps=cfg.save_every, max_to_keep=cfg.keep_last, create=True,
+      enable_async_checkpointing=cfg.async_save, cleanup_tmp_directories=True)
+    self._manager = ocp.CheckpointManager(cfg.directory, options=options,
+                                          item_names=("state", "data"))
+
+  def latest_step(self) -> Optional[int]:
+    return self._manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    return list(self._manager.all_steps())
+
+  def save(self, step: int, state: state_lib.TrainState, data: dict, *, force: bool = False
+           ) -> bool:
+    """Saves when `step` is due (every `save_every`) or `force`; returns whether it saved.
+
+    The finiteness check runs only for steps that will be written."""
+    if not force and not self._manager.should_save(step):
+      return False
+    if not bool(state_lib.all_finite((state.params, state.opt_state))):
+      raise NonFiniteStateError(f"refusing to checkpoint step {step}: the state holds NaN or inf")
+    args = ocp.args.Composite(state=ocp.args.StandardSave(state.as_dict()),
+                              data=ocp.args.JsonSave(dict(data)))
+    return self._manager.save(step, args=args, force=force)
+
+  def restore(self, abstract_state: Any, step: Optional[int] = None
+              ) -> tuple[state_lib.TrainState, dict, int]:
+    """-> (state, data, step) of `step` (default: latest). `abstract_state` is a TrainState (or its
+    jax.eval_shape / ShapeDtypeStruct tree with shardings) giving structure, dtypes and shardings."""
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"no checkpoint in {self.cfg.directory}")
+    target = jax.tree.map(_abstract, abstract_state.as_dict())
+    out = self._manager.restore(step, args=ocp.args.Composite(
+      state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
+    return state_lib.TrainState.from_dict(out["state"]), dict(out["data"]), step
+
+  def wait(self) -> None:
+    """Blocks until the pending async save is committed."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
+def _abstract(x):
+  if isinstance(x, jax.ShapeDtypeStruct):
+    return x
+  return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))

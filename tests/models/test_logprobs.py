@@ -104,6 +104,7 @@ def _head_dot_types(head_dtype):
 def test_head_matmul_runs_in_head_dtype():
   f32_dots = _head_dot_types("float32")
   assert all(re.search(r"\(tensor<[0-9x]+xf32>, tensor<[0-9x]+xf32>\)", d) for d in f32_dots), f32_dots
+  assert all("HIGHEST" in d for d in f32_dots), f32_dots  # no TF32 on GPUs
   bf16_dots = _head_dot_types("bfloat16")
   assert all(re.search(r"\(tensor<[0-9x]+xbf16>, tensor<[0-9x]+xbf16>\)", d) for d in bf16_dots), \
     bf16_dots

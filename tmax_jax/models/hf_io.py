@@ -283,13 +283,24 @@ def _host(x: jax.Array) -> np.ndarray:
   return np.asarray(jax.device_get(x))
 
 
+def _param(params: Any, entry: _Entry, abstract: Any) -> Any:
+  """The leaf for `entry`, checked against the shape `cfg` implies."""
+  name = "/".join(entry.path)
+  try:
+    leaf = _get(params, entry.path)
+  except (KeyError, TypeError) as e:
+    raise CheckpointError(f"params lack {name} (needed for {entry.hf_keys[0]})") from e
+  want = _get(abstract, entry.path).shape
+  if tuple(leaf.shape) != tuple(want):
+    raise CheckpointError(f"param {name} has shape {list(leaf.shape)}, expected {list(want)}")
+  return leaf
+
+
 def hf_tensors(params: Any, cfg: ModelConfig, dtype: Any = None) -> Iterator[tuple[str, np.ndarray]]:
   """(HF key, tensor) pairs for `params`, in key-map order, one host tensor at a time."""
+  abstract = registry.abstract_params(cfg)
   for entry in _expand(registry.family_for(cfg.model_type).key_map(cfg), cfg.num_hidden_layers):
-    try:
-      leaf = _host(_get(params, entry.path))
-    except KeyError as e:
-      raise CheckpointError(f"params lack {'/'.join(entry.path)} (for {entry.hf_keys[0]})") from e
+    leaf = _host(_param(params, entry, abstract))
     if dtype is not None:
       leaf = leaf.astype(dtype)
     layers = leaf if entry.stacked else leaf[None]
@@ -301,8 +312,9 @@ def _plan_shards(params: Any, cfg: ModelConfig, dtype: Any, max_bytes: int) -> l
   """Group HF keys into files of at most ~max_bytes, from shapes alone (nothing is gathered)."""
   groups: list[list[str]] = [[]]
   size = 0
+  abstract = registry.abstract_params(cfg)
   for entry in _expand(registry.family_for(cfg.model_type).key_map(cfg), cfg.num_hidden_layers):
-    leaf = _get(params, entry.path)
+    leaf = _param(params, entry, abstract)
     itemsize = np.dtype(dtype or leaf.dtype).itemsize
     per_key = leaf.size // len(entry.hf_keys) * itemsize
     for key in entry.hf_keys:

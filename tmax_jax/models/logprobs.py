@@ -15,9 +15,13 @@ F32 = jnp.float32
 
 
 def full_logits(hidden: jax.Array, head_w: jax.Array, head_dtype=F32) -> jax.Array:
-  """hidden [B,T,D], head_w [D,V] -> logits [B,T,V] float32; both operands cast to head_dtype."""
+  """hidden [B,T,D], head_w [D,V] -> logits [B,T,V] float32; both operands cast to head_dtype.
+
+  An fp32 head asks for HIGHEST precision so GPUs do not silently use TF32 for it."""
+  precision = (jax.lax.Precision.HIGHEST if jnp.dtype(head_dtype) == F32
+               else jax.lax.Precision.DEFAULT)
   return jnp.einsum("btd,dv->btv", hidden.astype(head_dtype), head_w.astype(head_dtype),
-                    preferred_element_type=F32).astype(F32)
+                    preferred_element_type=F32, precision=precision).astype(F32)
 
 
 def _chunk_stats(h: jax.Array, w: jax.Array, targets: jax.Array, head_dtype,

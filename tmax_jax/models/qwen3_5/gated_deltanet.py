@@ -37,12 +37,13 @@ def segment_resets(positions: jax.Array, segment_ids: jax.Array) -> tuple[jax.Ar
   return live, live & ((positions == 0) | (segment_ids != prev))
 
 
+_NO_RESET = -(1 << 30)  # "the segment started before this call": every cached conv input is live
+
+
 def _segment_starts(reset: jax.Array) -> jax.Array:
-  """reset [B,T] -> index of the last reset at or before t [B,T] (-T-1 when none: the cached state
-  before the call is still live)."""
-  t = reset.shape[1]
-  idx = jnp.arange(t)
-  return jax.lax.cummax(jnp.where(reset, idx, -t - 1), axis=1)
+  """reset [B,T] -> index of the last reset at or before t [B,T] (_NO_RESET when none)."""
+  idx = jnp.arange(reset.shape[1])
+  return jax.lax.cummax(jnp.where(reset, idx, _NO_RESET), axis=1)
 
 
 def causal_conv(x: jax.Array, kernel: jax.Array, state: jax.Array, reset: jax.Array,

@@ -1,0 +1,65 @@
+"""Model-level behaviour: remat policies, bf16 compute, config validation, registry."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tmax_jax.models import (ModelConfig, UnsupportedConfigError, build_model, head_weight,
+                             init_params, registry)
+from tmax_jax.models.logprobs import token_logprobs
+
+CFG = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                  tie_word_embeddings=False)
+
+
+def loss_and_grad(cfg, params, tokens):
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+
+  def loss(p):
+    hidden, _ = build_model(cfg).apply({"params": p}, tokens, positions, jnp.ones_like(tokens))
+    logp, _ = token_logprobs(hidden, head_weight(p, cfg), tokens, chunk_size=4)
+    return -jnp.mean(logp)
+
+  return jax.jit(jax.value_and_grad(loss))(params)
+
+
+@pytest.mark.parametrize("policy", ["full", "dots", "save_attn_out"])
+def test_remat_policies_give_same_gradients(policy):
+  params = init_params(CFG, jax.random.key(0))
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 128, (2, 8)), jnp.int32)
+  base_loss, base_grad = loss_and_grad(CFG, params, tokens)
+  loss, grad = loss_and_grad(CFG.replace(remat_policy=policy), params, tokens)
+  np.testing.assert_allclose(loss, base_loss, rtol=1e-6)
+  for g, b in zip(jax.tree.leaves(grad), jax.tree.leaves(base_grad)):
+    np.testing.assert_allclose(g, b, atol=1e-6, rtol=1e-5)
+
+
+def test_bf16_compute_tracks_fp32():
+  params = init_params(CFG, jax.random.key(0))
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 128, (2, 8)), jnp.int32)
+  positions = jnp.broadcast_to(jnp.arange(8), tokens.shape)
+  outs = {}
+  for dtype in ("float32", "bfloat16"):
+    cfg = CFG.with_dtypes(compute_dtype=dtype)
+    hidden, _ = build_model(cfg).apply({"params": params}, tokens, positions, jnp.ones_like(tokens))
+    assert hidden.dtype == jnp.dtype(dtype)
+    outs[dtype] = np.asarray(hidden, np.float32)
+  err = np.max(np.abs(outs["bfloat16"] - outs["float32"])) / np.max(np.abs(outs["float32"]))
+  assert 0 < err < 0.05
+
+
+def test_bf16_params():
+  cfg = CFG.with_dtypes(param_dtype="bfloat16", compute_dtype="bfloat16")
+  params = init_params(cfg, jax.random.key(0))
+  assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_config_validation():
+  with pytest.raises(UnsupportedConfigError, match=r"remat_policy='sometimes'"):
+    CFG.replace(remat_policy="sometimes")
+  with pytest.raises(UnsupportedConfigError, match="multiple of num_key_value_heads=3"):
+    CFG.replace(num_key_value_heads=3)
+  with pytest.raises(UnsupportedConfigError, match=r"model_type='gpt2'"):
+    registry.family_for("gpt2")

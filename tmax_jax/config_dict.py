@@ -1,0 +1,61 @@
+"""ml_collections <-> frozen config dataclasses.
+
+The library's configs are typed, frozen dataclasses with their defaults defined once. A launch config
+file (`configs/*.py`) starts from `to_config_dict(SomeConfig())`, overrides fields, and the launcher
+turns the (flag-overridden, locked) ConfigDict back with `from_config_dict`, which rejects unknown
+fields with their dotted path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+import ml_collections
+
+
+def to_config_dict(obj: Any) -> ml_collections.ConfigDict:
+  """A dataclass instance -> ConfigDict (nested dataclasses become nested ConfigDicts; tuples
+  become lists so that command-line overrides work)."""
+  def conv(v):
+    if dataclasses.is_dataclass(v):
+      return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, tuple):
+      return [conv(x) for x in v]
+    if isinstance(v, dict):
+      return {k: conv(x) for k, x in v.items()}
+    return v
+  return ml_collections.ConfigDict(conv(obj))
+
+
+def _coerce(path: str, hint: Any, value: Any) -> Any:
+  origin = typing.get_origin(hint)
+  if dataclasses.is_dataclass(hint):
+    return from_config_dict(hint, value, path)
+  if origin is tuple and isinstance(value, (list, tuple)):
+    return tuple(value)
+  if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if value is None:
+      return None
+    if len(args) == 1:
+      return _coerce(path, args[0], value)
+    return tuple(value) if isinstance(value, list) else value
+  if hint is float and isinstance(value, int) and not isinstance(value, bool):
+    return float(value)
+  if hint is dict and isinstance(value, ml_collections.ConfigDict):
+    return value.to_dict()
+  return value
+
+
+def from_config_dict(cls: type, cd: Any, path: str = "config") -> Any:
+  """ConfigDict (or dict) -> an instance of dataclass `cls`; unknown keys raise naming the path."""
+  data = cd.to_dict() if isinstance(cd, ml_collections.ConfigDict) else dict(cd)
+  hints = typing.get_type_hints(cls)
+  names = {f.name for f in dataclasses.fields(cls)}
+  unknown = sorted(set(data) - names)
+  if unknown:
+    raise ValueError(f"{path}: unknown field(s) {unknown}; {cls.__name__} has {sorted(names)}")
+  kwargs = {k: _coerce(f"{path}.{k}", hints[k], v) for k, v in data.items()}
+  return cls(**kwargs)

@@ -1,0 +1,1 @@
+"""Top-level jobs: the RL loop, SFT on trajectories, evaluation and the CPU demo."""

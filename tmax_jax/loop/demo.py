@@ -1,0 +1,117 @@
+"""The CPU demo: a tiny random model learns the harness by SFT on oracle trajectories, then DPPO RL
+on procedural tasks in real sandboxes through the real JetStream server; held-out pass rates after
+SFT and after RL are measured with the same sampled evaluation and written to `results.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import pathlib
+import time
+
+import numpy as np
+
+from tmax_jax.agents.worker import EpisodeWorker
+from tmax_jax.inference.client import RolloutClient
+from tmax_jax.loop import common
+from tmax_jax.loop.config import DemoConfig, RLConfig, SFTConfig
+from tmax_jax.loop.rl import run_rl
+from tmax_jax.loop.sft import run_sft, sft_records
+from tmax_jax.tokenizers.builder import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+async def _sample_rewards(server_address: str, tasks, tokenizer, cfg: DemoConfig, seed: int):
+  """[num_tasks, eval_samples] rewards of sampled episodes on `tasks`."""
+  runner_cfg = common.runner_config(cfg.sandbox_backend, 4096)
+  async with RolloutClient(server_address) as client:
+    worker = EpisodeWorker(client, tokenizer, cfg.episode, runner_cfg,
+                           dataclasses.replace(cfg.worker, seed=seed + 10_000))
+    try:
+      jobs = [worker(task, 0, k) for task in tasks for k in range(cfg.eval_samples)]
+      episodes = await asyncio.gather(*jobs)
+    finally:
+      worker.close()
+  return np.asarray([e.reward for e in episodes], np.float32).reshape(len(tasks), cfg.eval_samples)
+
+
+def held_out_rewards(model_cfg, params, tasks, tokenizer, cfg: DemoConfig, seed: int) -> np.ndarray:
+  """Serves `params`, samples `eval_samples` episodes per held-out task, stops the server."""
+  stop_ids = (tokenizer.convert_tokens_to_ids("<|im_end|>"),)
+  server = common.start_serving(model_cfg, params, cfg.serving, stop_ids)
+  try:
+    return asyncio.run(_sample_rewards(server.address, tasks, tokenizer, cfg, seed))
+  finally:
+    server.stop()
+
+
+def pass_rate(rewards: np.ndarray) -> dict:
+  """pass@1 mean over tasks and its standard error (over tasks of the per-task mean)."""
+  per_task = (rewards >= 1.0).mean(axis=1)
+  n = len(per_task)
+  stderr = float(per_task.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+  return {"pass_at_1": float(per_task.mean()), "stderr": stderr, "num_tasks": n}
+
+
+def _phase_configs(cfg: DemoConfig, seed: int, out: pathlib.Path) -> tuple[SFTConfig, RLConfig]:
+  model = dataclasses.replace(cfg.model, seed=seed)
+  sft = SFTConfig(model=model, tokenizer=cfg.tokenizer, tasks=cfg.tasks, episode=cfg.episode,
+                  train=dataclasses.replace(cfg.sft_train, seed=seed), steps=cfg.sft_steps,
+                  seq_len=cfg.seq_len, sandbox_backend=cfg.sandbox_backend,
+                  output_dir=str(out / "sft"))
+  rl = RLConfig(model=model, tokenizer=cfg.tokenizer, tasks=cfg.tasks,
+                rollout=cfg.rollout, episode=cfg.episode,
+                worker=dataclasses.replace(cfg.worker, seed=seed),
+                train=dataclasses.replace(cfg.rl_train, seed=seed), serving=cfg.serving,
+                steps=cfg.rl_steps, seq_len=cfg.seq_len, sandbox_backend=cfg.sandbox_backend,
+                output_dir=str(out / "rl"))
+  return sft, rl
+
+
+def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
+  """SFT -> eval -> RL -> eval for one seed; returns its results block."""
+  out = pathlib.Path(cfg.output_dir) / f"seed{seed}"
+  tokenizer = load_tokenizer(cfg.tokenizer)
+  _, eval_tasks = common.load_tasks(cfg.tasks)
+  sft_cfg, rl_cfg = _phase_configs(cfg, seed, out)
+  t0 = time.perf_counter()
+  sft = run_sft(sft_cfg, records=records)
+  after_sft = held_out_rewards(sft.model_cfg, sft.params, eval_tasks, tokenizer, cfg, seed)
+  t1 = time.perf_counter()
+  rl = run_rl(rl_cfg, model_cfg=sft.model_cfg, params=sft.params)
+  after_rl = held_out_rewards(rl.model_cfg, rl.params, eval_tasks, tokenizer, cfg, seed)
+  t2 = time.perf_counter()
+  return {"seed": seed, "after_sft": pass_rate(after_sft), "after_rl": pass_rate(after_rl),
+          "sft_final_loss": sft.metrics[-1]["loss"], "rl_metrics": rl.metrics,
+          "sft_seconds": t1 - t0, "rl_seconds": t2 - t1, "export_dir": rl.export_dir,
+          "oracle_records": len(sft.records)}
+
+
+def run_demo(cfg: DemoConfig) -> dict:
+  """Every seed of the demo; writes `<output_dir>/results.json` (atomic) and returns it."""
+  out = pathlib.Path(cfg.output_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  start, seeds = time.perf_counter(), []
+  # the oracle trajectories depend only on the tasks and the harness: make them once
+  records = sft_records(_phase_configs(cfg, cfg.seeds[0], out)[0], load_tokenizer(cfg.tokenizer))
+  for seed in cfg.seeds:
+    result = run_seed(cfg, seed, records)
+    seeds.append(result)
+    print(f"seed {seed}: held-out pass@1 after SFT {result['after_sft']['pass_at_1']:.3f} "
+          f"+- {result['after_sft']['stderr']:.3f}, after RL {result['after_rl']['pass_at_1']:.3f} "
+          f"+- {result['after_rl']['stderr']:.3f}", flush=True)
+  summary = {}
+  for phase in ("after_sft", "after_rl"):
+    values = np.asarray([s[phase]["pass_at_1"] for s in seeds])
+    summary[phase] = {"mean": float(values.mean()),
+                      "stderr_over_seeds": float(values.std(ddof=1) / np.sqrt(len(values)))
+                      if len(values) > 1 else 0.0, "per_seed": values.tolist()}
+  results = {"summary": summary, "seeds": seeds, "seconds": time.perf_counter() - start}
+  tmp = out / ".results.json.tmp"
+  tmp.write_text(json.dumps(results, indent=2, default=float))
+  tmp.replace(out / "results.json")
+  return results

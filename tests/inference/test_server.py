@@ -2,6 +2,7 @@
 DPPO logprob invariant, weight pushes, concurrency, JetStream's own Decode, bad requests."""
 
 import asyncio
+import functools
 import time
 
 import grpc
@@ -61,15 +62,31 @@ def test_greedy_matches_transformers_through_grpc(served):
     assert o.versions == [0] * 64
 
 
-def _trainer_logprobs(cfg, params, prompt, completion, temperature):
-  """The trainer's path: full forward without cache, chunked token_logprobs of the completion."""
-  seq = jnp.asarray([prompt + completion], jnp.int32)
-  t = seq.shape[1]
-  hidden, _ = registry.build_model(cfg).apply(
-      {"params": params}, seq, jnp.arange(t)[None], jnp.ones_like(seq))
-  lp, _ = logprobs.token_logprobs(hidden[:, :-1], registry.head_weight(params, cfg), seq[:, 1:],
-                                  chunk_size=16, head_dtype=cfg.dtypes.head, temperature=temperature)
-  return np.asarray(lp[0, len(prompt) - 1:])
+@functools.lru_cache(maxsize=None)
+def _trainer_fn(cfg, temperature):
+  """The trainer's path, jitted once per (cfg, T): full forward without cache, chunked
+  token_logprobs. seq [1,P] is right-padded (segment 0), which cannot affect earlier positions."""
+  model = registry.build_model(cfg)
+
+  @jax.jit
+  def fn(params, seq, n):
+    t = seq.shape[1]
+    seg = (jnp.arange(t)[None] < n).astype(jnp.int32)
+    hidden, _ = model.apply({"params": params}, seq, jnp.arange(t)[None], seg)
+    lp, _ = logprobs.token_logprobs(hidden[:, :-1], registry.head_weight(params, cfg), seq[:, 1:],
+                                    chunk_size=16, head_dtype=cfg.dtypes.head,
+                                    temperature=temperature)
+    return lp[0]
+  return fn
+
+
+def _trainer_logprobs(cfg, params, prompt, completion, temperature, pad_to=128):
+  """logp of each completion token under the trainer's computation -> [len(completion)]."""
+  ids = prompt + completion
+  seq = np.zeros((1, max(pad_to, len(ids))), np.int32)
+  seq[0, :len(ids)] = ids
+  lp = _trainer_fn(cfg, float(temperature))(params, jnp.asarray(seq), len(ids))
+  return np.asarray(lp[len(prompt) - 1:len(ids) - 1])
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

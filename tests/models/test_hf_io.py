@@ -202,3 +202,20 @@ def test_export_with_tokenizer_and_overwrite(hf_dir, tmp_path):
   hf_io.save_pretrained(out, params, cfg, overwrite=True)
   assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "tok"]
   assert not (out / "tokenizer.json").exists()
+
+
+def test_bf16_export_loads_in_transformers_and_back(hf_dir, tmp_path):
+  cfg, params = hf_io.load_pretrained(hf_dir)
+  out = hf_io.save_pretrained(tmp_path / "bf16", params, cfg, dtype="bfloat16")
+  assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+  ref = transformers.AutoModelForCausalLM.from_pretrained(hf_dir)
+  half = transformers.AutoModelForCausalLM.from_pretrained(out)
+  w = "model.layers.0.self_attn.q_proj.weight"
+  assert str(half.state_dict()[w].dtype) == "torch.bfloat16"
+  np.testing.assert_array_equal(half.state_dict()[w].float().numpy(),
+                                ref.state_dict()[w].bfloat16().float().numpy())
+  cfg16, back = hf_io.load_pretrained(out)  # bf16 on disk -> fp32 params by default
+  q = back["model"]["layers"]["self_attn"]["q_proj"]["kernel"]
+  assert q.dtype == np.float32
+  np.testing.assert_allclose(q, params["model"]["layers"]["self_attn"]["q_proj"]["kernel"],
+                             rtol=1e-2, atol=1e-3)

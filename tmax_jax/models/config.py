@@ -107,6 +107,7 @@ class ModelConfig:
   dtypes: DtypePolicy = DtypePolicy()
   remat_policy: str = "none"
   scan_layers: bool = True
+  attention_q_chunk: int | None = None  # query block size for attention (None: whole sequence)
   logical_axis_rules: tuple[tuple[str, Any], ...] = DEFAULT_LOGICAL_AXIS_RULES
   family_config: Any = None  # frozen dataclass owned by a family package, or None
 

@@ -21,7 +21,8 @@ def attention_spec(cfg: ModelConfig) -> layers.AttentionSpec:
   return layers.AttentionSpec(
     num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
     qkv_bias=cfg.attention_bias, o_bias=cfg.o_proj_bias, qk_norm=cfg.qk_norm,
-    norm_eps=cfg.rms_norm_eps, norm_zero_centered=cfg.norm_zero_centered)
+    norm_eps=cfg.rms_norm_eps, norm_zero_centered=cfg.norm_zero_centered,
+    q_chunk=cfg.attention_q_chunk)
 
 
 class DecoderLayer(nn.Module):

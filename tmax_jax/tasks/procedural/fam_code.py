@@ -267,10 +267,87 @@ for x, g in zip(xs, got):
                   data={"ref": ref, "seed": rng.randint(0, 2**31), "n": (50, 200, 500)[level]}, language="c")
 
 
+SCORES_C = r"""#include <stdio.h>
+#include <string.h>
+
+int main(void) {
+  char best[NAMEBUF] = "", name[NAMEBUF];
+  long score, best_score = 0, total = 0;
+  int count = 0;
+  while (scanf("%s %ld", name, &score) == 2) {
+    if (count == 0 || score CMP best_score) {
+      strcpy(best, name);
+      best_score = score;
+    }
+    total += score;
+    count++;
+  }
+  EMPTY_CHECK
+  printf("TOP %s %ld\n", best, best_score);
+  printf("AVG %.2f\n", (double)total / count);
+  printf("MEAN_INT %ld\n", total / count);
+  return 0;
+}
+"""
+
+SCORES_CHECK = """
+import random
+code, out = sh("cd /workspace && gcc -O1 -fstack-protector-all -o /tmp/scores scores.c 2>&1")
+if code:
+  fail(f"scores.c does not compile: {out[-400:]}")
+def ref(rows):
+  if not rows:
+    return "EMPTY\\n"
+  best = rows[0]
+  for r in rows[1:]:
+    if r[1] > best[1]:
+      best = r
+  total = sum(r[1] for r in rows)
+  q = abs(total) // len(rows) * (1 if total >= 0 else -1)
+  return f"TOP {best[0]} {best[1]}\\nAVG {total / len(rows):.2f}\\nMEAN_INT {q}\\n"
+rng = random.Random(DATA["seed"])
+cases = [[], [("a" * DATA["long"], 5)]]
+for _ in range(DATA["n"]):
+  rows = [("".join(rng.choice("abcxyz_") for _ in range(rng.choice((1, 5, 15, 40, DATA["long"])))),
+           rng.choice((rng.randint(-5, 5), rng.randint(-10**6, 10**6)))) for _ in range(rng.randint(0, 8))]
+  cases.append(rows)
+for rows in cases:
+  inp = "".join(f"{n} {s}\\n" for n, s in rows)
+  code, out = sh("/tmp/scores", input=inp, timeout=10)
+  if code != 0 or out != ref(rows):
+    fail(f"input {inp[:120]!r}: exit {code}, output {out[:120]!r}, expected {ref(rows)!r}")
+"""
+
+
+def c_crash_fix(rng: random.Random, level: int) -> TaskSpec:
+  long_name = (100, 150, 200)[level]
+  bugs = {"NAMEBUF": "16", "CMP": ">=" if level >= 1 else ">", "EMPTY_CHECK": ""}
+  src = SCORES_C
+  for k, v in bugs.items():
+    src = src.replace(k, v)
+  rules = [f"names are up to {long_name} characters long (no spaces)", "empty input prints exactly `EMPTY`",
+           "on equal scores the FIRST name wins"]
+  instruction = ("/workspace/scores.c reads `name score` lines from stdin and prints the top scorer and the "
+                 "averages. Users report crashes and wrong output. Fix the program so that it never crashes and:\n" +
+                 "".join(f"- {r}\n" for r in rules) +
+                 "It will be compiled with `gcc -O1 -fstack-protector-all` and run on many random inputs.")
+  fixed = SCORES_C.replace("NAMEBUF", "256").replace("CMP", ">").replace(
+    "EMPTY_CHECK", 'if (count == 0) { puts("EMPTY"); return 0; }')
+  fixed = fixed.replace('scanf("%s %ld"', 'scanf("%255s %ld"')
+  solve = f"cat > scores.c <<'C'\n{fixed}C"
+  partial = SCORES_C.replace("NAMEBUF", "64").replace("CMP", ">").replace(
+    "EMPTY_CHECK", 'if (count == 0) { puts("EMPTY"); return 0; }')
+  wrong = f"cat > scores.c <<'C'\n{partial}C"
+  return TaskSpec(instruction, SCORES_CHECK, solve, wrong, files={"scores.c": src},
+                  data={"seed": rng.randint(0, 2**31), "n": (30, 150, 500)[level], "long": long_name},
+                  language="c", complexity=("moderate", "moderate", "complex")[level])
+
+
 FAMILIES = (
   Family("vercmp_impl", "software_engineering", "fuzz_equivalence", "text_only", vercmp, ("parsing",)),
   Family("git_first_commit", "software_engineering", "exact_text", "text_only", git_first_commit, ("git",)),
   Family("makefile_fix", "software_engineering", "exact_text", "text_only", makefile_fix, ("make", "c")),
   Family("python_bug_fix", "debugging", "fuzz_equivalence", "text_only", python_bug_fix, ("python",)),
+  Family("c_crash_fix", "debugging", "fuzz_equivalence", "text_only", c_crash_fix, ("c", "memory safety")),
   Family("c_port", "scientific_computing", "fuzz_equivalence", "text_only", c_port, ("c", "performance")),
 )

@@ -1,0 +1,16 @@
+"""Reference evaluation: each task's own solution scripted through the harness (expect pass@1 = 1).
+
+python3 launch/eval.py --config=configs/eval_oracle.py --config.tasks_dir=/tasks \
+    --config.output_dir=runs/eval_oracle [--config.harness=terminus]
+A do-nothing baseline (expect 0): --config.policy=noop
+"""
+
+from tmax_jax.config_dict import to_config_dict
+from tmax_jax.loop.evaluate import EvalConfig
+from tmax_jax.tasks.runner import RunnerConfig
+
+
+def get_config():
+  return to_config_dict(EvalConfig(
+      tasks_dir="", output_dir="runs/eval_oracle", policy="oracle", harness="bash_tool",
+      runs_per_task=1, parallelism=2, runner=RunnerConfig(backend="", image="", memory_mb=4096)))

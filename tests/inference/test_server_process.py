@@ -1,0 +1,81 @@
+"""launch/serve.py as a real subprocess: kill mid-stream, restart, clean SIGTERM shutdown."""
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tmax_jax.inference import client as client_lib
+from tmax_jax.inference import sampling
+from tmax_jax.inference.server import free_port
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _start(port: int, ready: pathlib.Path, log: pathlib.Path) -> subprocess.Popen:
+  ready.unlink(missing_ok=True)
+  cmd = [sys.executable, str(ROOT / "launch/serve.py"), f"--config={ROOT}/configs/serve_tiny.py",
+         f"--config.server.port={port}", f"--config.ready_file={ready}",
+         "--config.engine.max_len=4096", "--config.engine.max_concurrent_decodes=2"]
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("a"), stderr=subprocess.STDOUT,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  deadline = time.monotonic() + 180
+  while not ready.exists():
+    if proc.poll() is not None or time.monotonic() > deadline:
+      proc.kill()
+      raise AssertionError(f"server did not start; log:\n{log.read_text()[-3000:]}")
+    time.sleep(0.2)
+  assert json.loads(ready.read_text())["address"] == f"127.0.0.1:{port}"
+  return proc
+
+
+@pytest.mark.slow
+def test_kill_mid_stream_then_restart(tmp_path):
+  port = free_port()
+  address = f"127.0.0.1:{port}"
+  ready, log = tmp_path / "ready.json", tmp_path / "server.log"
+  proc = _start(port, ready, log)
+  timeout_s = 30.0
+
+  async def until_killed(c):
+    task = asyncio.create_task(c.generate([1, 2, 3], 4000, sampling.SamplingParams(seed=0)))
+    while (await c.status()).active_requests < 1:
+      await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    with pytest.raises(client_lib.ServerUnavailableError, match=address) as err:
+      await task
+    return time.monotonic() - killed_at, str(err.value)
+
+  async def after_restart(c):
+    await c.wait_until_ready(timeout_s=60)
+    return await c.generate([4, 5, 6], 8, sampling.SamplingParams(temperature=0.0))
+
+  async def go():
+    cfg = client_lib.ClientConfig(timeout_s=timeout_s, max_attempts=4, backoff_s=0.2)
+    async with client_lib.RolloutClient(address, cfg) as c:
+      elapsed, message = await until_killed(c)
+      proc.wait(timeout=10)
+      restarted = _start(port, ready, log)
+      try:
+        out = await after_restart(c)  # the same client picks the new server up
+      finally:
+        restarted.send_signal(signal.SIGTERM)
+        code = restarted.wait(timeout=30)
+      return elapsed, message, out, code
+
+  try:
+    elapsed, message, out, code = asyncio.run(go())
+  finally:
+    proc.kill()
+  assert elapsed < timeout_s, message
+  assert "unavailable" in message
+  assert len(out.token_ids) == 8 and out.finish_reason == "length"
+  assert code == 0 and "STOPPED" in log.read_text()  # SIGTERM -> clean shutdown

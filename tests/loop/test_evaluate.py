@@ -1,0 +1,286 @@
+"""Evaluation runner: reference policies on real procedural tasks in real sandboxes (oracle scores
+pass@1 = 1, doing nothing 0), the documented results schema, the PNG plot, TB1 input, and the
+aggregation maths. Live tests skip (with the reason) when no sandbox backend/rootfs is available."""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tmax_jax.loop import evaluate as E
+from tmax_jax.tasks.procedural import registry
+from tmax_jax.tasks.runner import RunnerConfig
+from tmax_jax.tokenizers import load_tokenizer
+
+# Cheap, fast families (each oracle run < 1 s), one per category.
+FAMILIES = ("csv_aggregate", "find_large_files", "fix_permissions", "jq_inventory")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+TRIAL_KEYS = {"task": str, "category": str, "run": int, "reward": float, "passed": bool,
+              "reward_reason": str, "status": str, "turns": int, "tool_calls": int,
+              "format_errors": int, "response_tokens": int, "duration_s": float}
+AGG_KEYS = {"num_tasks", "num_trials", "runs_per_task", "pass_threshold", "pass@1", "pass@k",
+            "mean_reward", "num_errors", "status_counts", "mean_turns", "mean_tool_calls",
+            "mean_response_tokens", "mean_duration_s"}
+
+
+def _require_sandbox():
+  try:
+    from tmax_jax.sandbox import open_sandbox  # noqa: F401
+    from tmax_jax.sandbox.images import is_built, rootfs_path
+  except ImportError as err:
+    pytest.skip(f"sandbox backends not available: {err}")
+  if not is_built(rootfs_path()):
+    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+  return rootfs_path()
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return load_tokenizer("qwen3")
+
+
+@pytest.fixture(scope="module")
+def proc_tasks(tmp_path_factory):
+  root = tmp_path_factory.mktemp("proc_tasks")
+  for name in FAMILIES:
+    registry.write(name, 0, 0, root / name)
+  return root
+
+
+def _cfg(tasks_dir, out, **kw):
+  kw.setdefault("runner", RunnerConfig(memory_mb=2048))
+  return E.EvalConfig(tasks_dir=str(tasks_dir), output_dir=str(out), **kw)
+
+
+def _check_schema(results, out: pathlib.Path):
+  assert results["schema_version"] == E.SCHEMA_VERSION
+  assert set(results["aggregate"]) == AGG_KEYS
+  assert set(results["aggregate"]["pass@1"]) == {"mean", "stderr"}
+  for rec in results["trials"]:
+    for key, typ in TRIAL_KEYS.items():
+      assert isinstance(rec[key], typ), (key, rec)
+    assert rec["error"] is None or isinstance(rec["error"], str)
+  for row in results["categories"].values():
+    assert set(row) == {"num_tasks", "num_trials", "pass@1", "stderr", "mean_reward"}
+  on_disk = json.loads((out / "results.json").read_text())
+  assert on_disk == json.loads(json.dumps(results))
+  lines = (out / "trials.jsonl").read_text().splitlines()
+  assert sorted(json.loads(l)["task"] for l in lines) == sorted(r["task"] for r in results["trials"])
+  png = (out / "pass_at_1.png").read_bytes()
+  assert png.startswith(PNG_MAGIC)
+  from matplotlib import image
+  assert image.imread(str(out / "pass_at_1.png")).ndim == 3
+  table = (out / "categories.txt").read_text()
+  for cat in results["categories"]:
+    assert cat in table
+
+
+# --- live: reference policies on procedural tasks -------------------------------------------------
+
+@pytest.mark.parametrize("harness", ["bash_tool", "terminus"])
+def test_oracle_scores_one_and_noop_zero(harness, proc_tasks, tmp_path, tok):
+  root = _require_sandbox()
+  if harness == "terminus" and not (root / "usr" / "bin" / "tmux").exists():
+    pytest.skip(f"tmux is not in the base rootfs {root} (sandbox/packages.txt)")
+  oracle = E.evaluate(_cfg(proc_tasks, tmp_path / "oracle", policy="oracle", harness=harness,
+                           parallelism=2), tokenizer=tok)
+  _check_schema(oracle, tmp_path / "oracle")
+  agg = oracle["aggregate"]
+  assert agg["num_errors"] == 0, [r["error"] for r in oracle["trials"]]
+  assert agg["num_tasks"] == len(FAMILIES) and agg["num_trials"] == len(FAMILIES)
+  assert agg["pass@1"] == {"mean": 1.0, "stderr": 0.0}
+  assert agg["status_counts"] == {"submitted": len(FAMILIES)}
+  assert all(r["tool_calls"] >= 1 and r["response_tokens"] > 0 for r in oracle["trials"])
+  assert len(oracle["categories"]) == len(FAMILIES)
+
+  noop = E.evaluate(_cfg(proc_tasks, tmp_path / "noop", policy="noop", harness=harness,
+                         runs_per_task=2, parallelism=2), tokenizer=tok)
+  _check_schema(noop, tmp_path / "noop")
+  agg = noop["aggregate"]
+  assert agg["num_errors"] == 0 and agg["num_trials"] == 2 * len(FAMILIES)
+  assert agg["pass@1"] == {"mean": 0.0, "stderr": 0.0} and agg["pass@k"] == {"2": 0.0}
+  assert all(r["tool_calls"] == 0 and r["reward_reason"] == "ok" for r in noop["trials"])
+  assert sorted({r["run"] for r in noop["trials"]}) == [0, 1]
+
+
+def _tb1_task(root: pathlib.Path) -> pathlib.Path:
+  d = root / "tb1-greeting"
+  (d / "tests").mkdir(parents=True)
+  (d / "task.yaml").write_text(textwrap.dedent("""\
+      instruction: Write the line 'hello from tb1' to /app/greeting.txt.
+      difficulty: easy
+      category: file-operations
+      tags: [bash]
+      parser_name: pytest
+      max_agent_timeout_sec: 60
+      max_test_timeout_sec: 60
+      """))
+  (d / "Dockerfile").write_text("FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest\n"
+                                "WORKDIR /app\n")
+  (d / "run-tests.sh").write_text("#!/bin/bash\npip install pytest\n"
+                                  "uv run pytest $TEST_DIR/test_outputs.py -rA\n")
+  (d / "tests" / "test_outputs.py").write_text(
+      "from pathlib import Path\n\ndef test_greeting():\n"
+      "  assert Path('/app/greeting.txt').read_text() == 'hello from tb1\\n'\n")
+  (d / "solution.sh").write_text("#!/bin/bash\necho 'hello from tb1' > /app/greeting.txt\n")
+  return d
+
+
+def test_tb1_and_tb2_tasks_in_one_directory(tmp_path, tok):
+  _require_sandbox()
+  tasks = tmp_path / "mixed"
+  _tb1_task(tasks)
+  registry.write("csv_aggregate", 1, 0, tasks / "nested" / "csv")
+  assert [E.task_format(d) for d in E.find_task_dirs(tasks)] == ["tb2", "tb1"]
+  oracle = E.evaluate(_cfg(tasks, tmp_path / "o", policy="oracle", harness="mini_swe"),
+                      tokenizer=tok)
+  _check_schema(oracle, tmp_path / "o")
+  assert oracle["aggregate"]["pass@1"]["mean"] == 1.0, oracle["trials"]
+  assert set(oracle["categories"]) == {"file-operations", "data_processing"}
+  assert (tmp_path / "o" / "converted" / "tb1-greeting" / "task.toml").is_file()
+  noop = E.evaluate(_cfg(tasks, tmp_path / "n", policy="noop", harness="mini_swe", plot=False),
+                    tokenizer=tok)
+  assert noop["aggregate"]["pass@1"]["mean"] == 0.0 and noop["aggregate"]["num_errors"] == 0
+  assert not (tmp_path / "n" / "pass_at_1.png").exists()
+
+
+def test_cli(proc_tasks, tmp_path):
+  _require_sandbox()
+  out = tmp_path / "cli"
+  cmd = [sys.executable, str(REPO / "launch" / "eval.py"), f"--config={REPO}/configs/eval_oracle.py",
+         f"--config.tasks_dir={proc_tasks / 'fix_permissions'}", f"--config.output_dir={out}",
+         "--config.runs_per_task=2", "--config.harness=mini_swe"]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "pass@1 = 1.0000 +- 0.0000 (1 tasks x 2 runs)" in proc.stdout
+  assert "system_administration" in proc.stdout
+  results = json.loads((out / "results.json").read_text())
+  assert results["config"]["harness"] == "mini_swe" and results["aggregate"]["pass@k"] == {"2": 1.0}
+
+
+def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
+  _require_sandbox()
+  tasks = tmp_path / "t"
+  task = registry.write("csv_aggregate", 2, 0, tasks / "csv")
+  (task.path / "solution" / "solve.sh").unlink()  # the oracle has nothing to run
+  res = E.evaluate(_cfg(tasks, tmp_path / "o", policy="oracle"), tokenizer=tok)
+  rec = res["trials"][0]
+  assert rec["status"] == "error" and "solve.sh is missing" in rec["error"]
+  assert res["aggregate"]["num_errors"] == 1 and rec["reward"] == 0.0
+  assert "WARNING: 1 trial(s) raised errors" in E.summary_text(res)
+
+
+# --- no sandbox: discovery, config, aggregation ------------------------------------------------------
+
+def test_find_task_dirs_and_errors(tmp_path, proc_tasks):
+  assert [d.name for d in E.find_task_dirs(proc_tasks)] == sorted(FAMILIES)
+  assert E.find_task_dirs(proc_tasks / "csv_aggregate") == [proc_tasks / "csv_aggregate"]
+  (tmp_path / "empty" / "sub").mkdir(parents=True)
+  with pytest.raises(FileNotFoundError, match="no task directories"):
+    E.find_task_dirs(tmp_path / "empty")
+  with pytest.raises(FileNotFoundError, match="not a directory"):
+    E.find_task_dirs(tmp_path / "missing")
+  tasks = E.load_tasks(proc_tasks, tmp_path / "conv", max_tasks=2)
+  assert [t.name for t in tasks] == ["csv_aggregate-d0-s0", "find_large_files-d0-s0"]
+  assert E.category(tasks[0]) == "data_processing"
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(policy="human"), "policy='human'"),
+    (dict(harness="swe"), "harness='swe'"),
+    (dict(runs_per_task=0), "runs_per_task=0"),
+    (dict(policy="server"), "needs `address`"),
+])
+def test_config_errors(kw, match):
+  base = dict(tasks_dir="/x", output_dir="/y")
+  with pytest.raises(ValueError, match=match):
+    E.EvalConfig(**{**base, **kw})
+
+
+def test_missing_dirs_are_named(tmp_path):
+  with pytest.raises(ValueError, match="output_dir='' .*must be set"):
+    E.evaluate(E.EvalConfig(tasks_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("path", sorted(REPO.glob("configs/eval_*.py")), ids=lambda p: p.name)
+def test_config_files_build(path):
+  import importlib.util
+  from tmax_jax.config_dict import from_config_dict
+  spec = importlib.util.spec_from_file_location(path.stem, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  cfg = from_config_dict(E.EvalConfig, module.get_config())
+  assert cfg.policy in E.POLICIES and cfg.harness in E.HARNESSES
+
+
+def _rec(task, cat, run, reward, **kw):
+  return {"task": task, "category": cat, "run": run, "reward": reward, "passed": reward >= 1.0,
+          "status": "submitted", "turns": 2, "tool_calls": 1, "response_tokens": 10,
+          "duration_s": 1.0, **kw}
+
+
+def test_aggregate_maths():
+  cfg = E.EvalConfig(tasks_dir="/x", output_dir="/y", runs_per_task=4, pass_ks=(1, 2, 4))
+  rewards = {"a": [1, 0, 0, 0], "b": [1, 1, 1, 0], "c": [0, 0, 0, 0]}
+  cats = {"a": "x", "b": "x", "c": "y"}
+  recs = [_rec(t, cats[t], i, float(r)) for t, rs in rewards.items() for i, r in enumerate(rs)]
+  s = E.aggregate(recs, cfg)
+  rates = [0.25, 0.75, 0.0]
+  mean = sum(rates) / 3
+  std = math.sqrt(sum((r - mean) ** 2 for r in rates) / 2)
+  assert s["aggregate"]["pass@1"]["mean"] == pytest.approx(mean)
+  assert s["aggregate"]["pass@1"]["stderr"] == pytest.approx(std / math.sqrt(3))
+  # unbiased pass@2 from n=4: 1 - C(n-c, 2) / C(4, 2)
+  p2 = [1 - math.comb(4 - c, 2) / math.comb(4, 2) for c in (1, 3, 0)]
+  assert s["aggregate"]["pass@k"]["2"] == pytest.approx(sum(p2) / 3)
+  assert s["aggregate"]["pass@k"]["4"] == pytest.approx(2 / 3)
+  assert s["categories"]["x"]["pass@1"] == pytest.approx(0.5)
+  assert s["categories"]["x"]["stderr"] == pytest.approx(math.sqrt(0.125) / math.sqrt(2))
+  assert s["categories"]["y"] == {"num_tasks": 1, "num_trials": 4, "pass@1": 0.0, "stderr": 0.0,
+                                  "mean_reward": 0.0}
+  assert s["tasks"]["b"]["num_passed"] == 3
+  table = E.category_table(s)
+  assert table.splitlines()[2].split()[:4] == ["x", "2", "8", "0.500"]
+  assert table.splitlines()[-1].split()[0] == "all"
+
+
+def test_plot_is_png(tmp_path):
+  cfg = E.EvalConfig(tasks_dir="/x", output_dir="/y", runs_per_task=2)
+  recs = [_rec("a", "x", 0, 1.0), _rec("a", "x", 1, 0.0), _rec("b", "y", 0, 1.0),
+          _rec("b", "y", 1, 1.0)]
+  path = tmp_path / "p.png"
+  E.plot_categories(E.aggregate(recs, cfg), path, "t")
+  from matplotlib import image
+  assert path.read_bytes().startswith(PNG_MAGIC)
+  assert image.imread(str(path)).shape[2] in (3, 4)
+
+
+# --- slow: a served (tiny, random) model through the real gRPC server --------------------------------
+
+@pytest.mark.slow
+def test_served_model_policy(tmp_path, tok):
+  _require_sandbox()
+  from tmax_jax.agents.episode import EpisodeConfig
+  from tmax_jax.loop.config import ModelSpec, ServingConfig
+  tasks = tmp_path / "t"
+  registry.write("csv_aggregate", 3, 0, tasks / "csv")
+  model = ModelSpec(preset="qwen3-0.6b", overrides=dict(
+      vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+      num_attention_heads=2, num_key_value_heads=1, head_dim=16))
+  cfg = _cfg(tasks, tmp_path / "o", policy="server", harness="bash_tool", model=model,
+             serving=ServingConfig(max_concurrent_decodes=2, max_len=1024,
+                                   max_prefill_length=1024),
+             episode=EpisodeConfig(max_turns=2, turn_max_tokens=8), runs_per_task=2,
+             parallelism=2, request_timeout_s=300.0)
+  res = E.evaluate(cfg, tokenizer=tok)
+  _check_schema(res, tmp_path / "o")
+  assert res["aggregate"]["num_errors"] == 0, [r["error"] for r in res["trials"]]
+  for rec in res["trials"]:  # random weights: no valid call, but real tokens came back
+    assert rec["status"] == "max_turns" and rec["turns"] == 2 and rec["reward"] == 0.0
+    assert 2 <= rec["response_tokens"] <= 16

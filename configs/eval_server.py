@@ -18,7 +18,7 @@ from tmax_jax.tasks.runner import RunnerConfig
 def get_config():
   return to_config_dict(EvalConfig(
       tasks_dir="", output_dir="runs/eval", policy="server", address="127.0.0.1:9000", harness="bash_tool",
-      family="qwen3", runs_per_task=4, parallelism=8, temperature=1.0,
+      runs_per_task=4, parallelism=8, temperature=1.0,
       model=ModelSpec(checkpoint="", preset=""),
       serving=ServingConfig(max_concurrent_decodes=8, max_len=65536, max_prefill_length=32768),
       episode=EpisodeConfig(family="qwen3"),

@@ -56,6 +56,14 @@ def test_sharded_forward_matches_single_device(mesh):
   np.testing.assert_allclose(np.asarray(sharded), np.asarray(single), atol=1e-5, rtol=1e-5)
 
 
+def test_cache_shardings(mesh):
+  model = build_model(CFG)
+  shardings = sharding.logical_to_sharding(model.cache_logical_axes(), mesh, CFG.logical_axis_rules)
+  assert shardings["k"].spec == P(None, ("data", "fsdp"), None, "tensor", None)
+  cache = jax.jit(model.init_cache, static_argnums=(0, 1), out_shardings=shardings)(8, 16)
+  assert cache["v"].addressable_shards[0].data.shape == (2, 2, 16, 1, 16)
+
+
 def test_make_mesh_sizes():
   if jax.device_count() < 8:
     pytest.skip("needs 8 devices")

@@ -43,20 +43,28 @@ def sandbox():
     yield sb
 
 
-def _observations(traj, tok) -> list[str]:
-  """The decoded no-loss segments after the first generated token (one per observation)."""
+def _segments(traj, tok, mask: int) -> list[str]:
+  """Decoded runs of tokens with loss_mask == mask, after the first generated token."""
   out, seg, started = [], [], False
   for t, m in zip(traj.tokens, traj.loss_mask):
-    if m:
-      started = True
-      if seg:
-        out.append(tok.decode(seg))
-        seg = []
-    elif started:
+    started = started or m == 1
+    if started and m == mask:
       seg.append(t)
+    elif seg:
+      out.append(tok.decode(seg))
+      seg = []
   if seg:
     out.append(tok.decode(seg))
   return out
+
+
+def _observations(traj, tok) -> list[str]:
+  """The decoded observations (no-loss segments after the first reply)."""
+  return _segments(traj, tok, 0)
+
+
+def _between(text: str, start: str, end: str) -> str:
+  return text[text.index(start) + len(start):text.rindex(end)]
 
 
 def _complete(commands=()):
@@ -127,6 +135,17 @@ def test_oracle_solves_procedural_task(tok):
   obs = _observations(traj, tok)
   assert f"{T.DONE_MARK}_0" in "".join(obs)  # the pane output reached the model
   assert "Are you sure" in obs[-1]  # the first task_complete was answered with a confirmation
+  # No drift: up to the last observation, the appended ids equal tokenising the chat template's
+  # rendering of the whole conversation.
+  prompt = tok.decode(traj.tokens[:traj.loss_mask.index(1)])
+  messages = [{"role": "user", "content": _between(prompt, "<|im_start|>user\n", "<|im_end|>")}]
+  replies = _segments(traj, tok, 1)
+  for reply, ob in zip(replies, obs):
+    messages.append({"role": "assistant", "content": reply.removesuffix("<|im_end|>")})
+    messages.append({"role": "user", "content": _between(ob, "<|im_start|>user\n", "<|im_end|>")})
+  rendered = formats.prompt_ids(tok, messages)
+  end = len(traj.tokens) - len(tok.encode(replies[-1]))
+  assert rendered == traj.tokens[:end]
 
 
 def test_task_complete_must_be_sent_twice_in_a_row(tok, sandbox):
@@ -168,6 +187,7 @@ def test_named_keys_new_output_and_byte_cap(tok, sandbox):
              T.reply_text([("clear\n", 0.3)]),
              T.reply_text([("exit\n", 0.3)]),
              T.reply_text([("echo alive\n", 0.3)]),
+             T.reply_text([("echo " + "ab" * 15_000 + " | wc -c\n", 1.0)]),
              _complete(), _complete()]
   ep = T.run_terminus_episode(sandbox, "Play.", T.TerminusReplies(tok, replies), tok)
   assert ep.status == "submitted", ep.status
@@ -182,6 +202,17 @@ def test_named_keys_new_output_and_byte_cap(tok, sandbox):
   assert "Current Terminal Screen:" in obs[2]  # history rewritten -> the screen
   assert "terminal session ended" in obs[3]  # `exit` closed the pane; a new one is started
   assert "alive" in obs[4]
+  assert "\n30001\n" in obs[5]  # 30 KB of keystrokes arrive whole (sent in literal chunks)
+
+
+def test_unclosed_reasoning_is_not_an_action(sandbox):
+  tok35 = load_tokenizer("qwen3_5")  # thinking on: the generation prompt pre-fills "<think>\n"
+  replies = ["I could reply " + _complete() + " but I keep thinking",
+             "Done thinking.\n</think>\n\n" + _complete(),
+             "Sure.\n</think>\n\n" + _complete()]
+  ep = T.run_terminus_episode(sandbox, "Nothing.", T.TerminusReplies(tok35, replies), tok35)
+  assert ep.status == "submitted" and ep.num_turns == 3 and ep.num_format_errors == 1
+  assert "no JSON object found" in _observations(ep.trajectory, tok35)[0]
 
 
 def test_tool_call_limit(tok, sandbox):

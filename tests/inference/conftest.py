@@ -1,7 +1,5 @@
 """Fixtures: tiny HF checkpoints and in-process servers (real gRPC on 127.0.0.1)."""
 
-import asyncio
-
 import pytest
 
 import inference_helpers as helpers
@@ -15,7 +13,3 @@ def tiny_ckpts(tmp_path_factory):
     d = tmp_path_factory.mktemp(model_type)
     out[model_type] = (d, helpers.save_tiny(model_type, d))
   return out
-
-
-def run(coro):
-  return asyncio.run(coro)

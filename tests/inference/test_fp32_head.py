@@ -4,6 +4,7 @@ An fp32 head on the server removes nearly all of (a)'s gap and also lowers (b)'s
 dominated by the bf16 body (identical in both servers)."""
 
 import numpy as np
+import pytest
 
 import inference_helpers as helpers
 from test_server import Served, _generate_all, _trainer_logprobs
@@ -26,6 +27,7 @@ def _mean_gaps(ckpt, head_dtype, prompts, refs):
       for p, o in zip(prompts, outs)])) for cfg, params in refs]
 
 
+@pytest.mark.slow
 def test_fp32_head_shrinks_gap_to_reference(tmp_path):
   helpers.save_tiny("qwen3", tmp_path)
   trainer = hf_io.load_pretrained(tmp_path, dtypes=DtypePolicy(head_dtype="float32", **BF16_BODY))

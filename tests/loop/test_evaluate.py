@@ -174,6 +174,16 @@ def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
   assert rec["status"] == "error" and "solve.sh is missing" in rec["error"]
   assert res["aggregate"]["num_errors"] == 1 and rec["reward"] == 0.0
   assert "WARNING: 1 trial(s) raised errors" in E.summary_text(res)
+  # Nothing listens on the port: the server error is recorded per trial, not turned into a 0.
+  import socket
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+  res = E.evaluate(_cfg(tasks, tmp_path / "s", policy="server", address=f"127.0.0.1:{port}",
+                        request_timeout_s=2.0, plot=False), tokenizer=tok)
+  rec = res["trials"][0]
+  assert rec["status"] == "error" and "ServerUnavailableError" in rec["error"], rec
+  assert res["aggregate"]["num_errors"] == 1
 
 
 # --- no sandbox: discovery, config, aggregation ------------------------------------------------------
@@ -204,7 +214,7 @@ def test_config_errors(kw, match):
 
 
 def test_missing_dirs_are_named(tmp_path):
-  with pytest.raises(ValueError, match="output_dir='' .*must be set"):
+  with pytest.raises(ValueError, match="output_dir='': both must be set"):
     E.evaluate(E.EvalConfig(tasks_dir=str(tmp_path)))
 
 

@@ -68,3 +68,9 @@ def test_config_validation():
     CFG.replace(num_key_value_heads=3)
   with pytest.raises(UnsupportedConfigError, match=r"model_type='gpt2'"):
     registry.family_for("gpt2")
+
+
+def test_query_chunked_model_equals_unchunked(reference):
+  params, tokens, (base_loss, _) = reference
+  loss, _ = loss_and_grad(CFG.replace(attention_q_chunk=3), params, tokens)
+  np.testing.assert_allclose(loss, base_loss, rtol=1e-6)

@@ -193,3 +193,13 @@ def test_environment_spec_seeds_without_dockerfile(tmp_path):
   assert spec.workdir == "/workspace" and spec.limits.memory_mb == 4096
   assert [dst for _, dst in spec.files] == ["/workspace/data.bin"]
   assert spec.setup_commands == ()
+
+
+def test_round_trip_nested_metadata_unknown_sections_and_dates(tmp_path):
+  toml = ('version = "1.0"\ncreated = 2025-01-02T03:04:05Z\n[metadata]\ndifficulty = "medium"\n'
+          'limits = {a = 1, b = [1.5, "x"]}\nsteps = [{name = "one", n = 1}]\nday = 2025-05-06\n'
+          '[custom]\nflag = true\nquote = "a \\"b\\"\\n"\n')
+  task = load_task(_task_dir(tmp_path, toml=toml))
+  assert task.config.extra["created"].year == 2025 and task.config.extra["custom"] == {"flag": True, "quote": 'a "b"\n'}
+  again = load_task(write_task(task, tmp_path / "copy").path)
+  assert again.config == task.config

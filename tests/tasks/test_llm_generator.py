@@ -155,7 +155,6 @@ def _sandbox_or_skip():
     pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
 
 
-@pytest.mark.slow
 def test_end_to_end_keep_and_build_reject(tmp_path):
   _sandbox_or_skip()
   broken_build = _mutate(name="broken-build", environment={"dockerfile": "FROM debian\nRUN exit 3\n"})
@@ -167,7 +166,7 @@ def test_end_to_end_keep_and_build_reject(tmp_path):
   recs = [json.loads(x) for x in (tmp_path / "out" / "generation.jsonl").read_text().splitlines()]
   assert [r["status"] for r in recs] == ["kept", "rejected", "rejected", "rejected"], recs
   assert recs[0]["oracle_reward"] == 1.0
-  assert "build" in recs[1]["reason"] or "sandbox" in recs[1]["reason"], recs[1]
+  assert recs[1]["reason"].startswith("oracle run: build_failed") and "exit 3" in recs[1]["reason"], recs[1]
   assert "smoke test" in recs[2]["reason"], recs[2]
   assert "oracle scored 0" in recs[3]["reason"], recs[3]
   kept = load_task(recs[0]["task_dir"])
@@ -175,3 +174,26 @@ def test_end_to_end_keep_and_build_reject(tmp_path):
   assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["generation.jsonl", "s0-sales-by-region",
                                                                   "summary.json"]
   assert summary == {"requested": 4, "kept": 1, "rejected": 3, "balance_score": pytest.approx(1 / 9)}
+
+
+def test_untranslatable_environment_is_rejected_before_any_sandbox(tmp_path):
+  reply = _mutate(environment={"dockerfile": "FROM debian\nADD https://example.com/x.tgz /x\n"})
+  config = pipeline.GenerationConfig(runner=pipeline.runner.RunnerConfig(image="/nonexistent-rootfs"))
+  with ChatServer([reply]) as srv:
+    res = pipeline.generate_task(_sample(), srv.client(), tmp_path, config)
+  assert res.status == "rejected" and res.attempts == 1
+  assert res.reason.startswith("environment: ") and "cannot be fetched offline" in res.reason
+  assert [p.name for p in tmp_path.iterdir()] == ["generation.jsonl"]
+
+
+def test_generate_llm_cli(tmp_path, capsys):
+  _sandbox_or_skip()
+  from tmax_jax.tasks import generate_llm
+  start = next(i for i in range(100) if sample_axes(7, i).verifier == "exact_text")
+  with ChatServer([GOOD]) as srv:
+    url = srv.client().config.base_url
+    assert generate_llm.main(["--base-url", url, "--model", "m", "--n", "1", "--seed", "7", "--start", str(start),
+                              "--out", str(tmp_path)]) == 0
+  summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert summary["kept"] == 1 and summary["balance_score"] == pytest.approx(1 / 9)
+  assert (tmp_path / f"{sample_axes(7, start).id}-sales-by-region" / "task.toml").is_file()

@@ -86,7 +86,7 @@ KINDS = {
     None),
   "multi_protocol": (
     V.multi_protocol([{"protocol": "http", "port": 8180, "path": "/health", "expect_json": {"status": "ok"}},
-                      {"protocol": "tcp", "port": 9100, "send": "PING\n", "expect": "PONG\n"}], startup_timeout_s=5),
+                      {"protocol": "tcp", "port": 9100, "send": "PING\n", "expect": "PONG\n"}], startup_timeout_s=2),
     _write("service.py", SERVICE) + "cd /workspace && setsid nohup python3 service.py > /dev/null 2>&1 < /dev/null &\nsleep 1\n",
     _write("service.py", SERVICE.replace('b"PONG\\n" if', 'b"pong\\n" if'))
     + "cd /workspace && setsid nohup python3 service.py > /dev/null 2>&1 < /dev/null &\nsleep 1\n",  # wrong case
@@ -168,3 +168,46 @@ def test_tb1_converted_task_runs(cfg, tmp_path):
   task = write_task(tb1.convert_tb1(d), tmp_path / "converted")
   assert run_oracle(task, cfg).reward == 1.0
   assert run_noop(task, cfg).reward == 0.0
+
+
+def test_oracle_out_of_memory_is_zero_with_reason(tmp_path):
+  _require_sandbox()
+  task = write_task(_task({"test.sh": b"#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"},
+                          "python3 -c 'x = bytearray(1 << 30); print(len(x))'\n"), tmp_path / "m")
+  res = run_oracle(task, RunnerConfig(memory_mb=512))
+  assert (res.reward, res.reason) == (0.0, "agent_oom"), res
+  assert "MemoryError" in res.logs["oracle.txt"] or "memory" in res.logs["oracle.txt"].lower()
+  assert run_oracle(task, RunnerConfig(memory_mb=4096)).reward == 1.0  # the same script fits in 4 GB (RLIMIT_AS)
+
+
+def test_verifier_timeout_is_zero_with_reason(cfg, tmp_path):
+  from tmax_jax.tasks.format import VerifierConfig
+  import dataclasses
+  t = _task({"test.sh": b"#!/bin/bash\nsleep 30\necho 1 > /logs/verifier/reward.txt\n"}, "true\n")
+  t = dataclasses.replace(t, config=dataclasses.replace(t.config, verifier=VerifierConfig(timeout_sec=2)))
+  res = run_noop(write_task(t, tmp_path / "v"), cfg)
+  assert (res.reward, res.reason) == (0.0, "verifier_timeout"), res
+  assert res.duration_s < 20
+
+
+def test_reward_left_by_the_agent_does_not_count(cfg, tmp_path):
+  task = write_task(_task({"test.sh": b"#!/bin/bash\necho checking\n"}, "true\n"), tmp_path / "h")
+  forge = lambda sb: sb.run("echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > /logs/verifier/reward.json")
+  with pytest.raises(RewardMissingError):
+    run_trial(task, forge, cfg)
+
+
+def test_planted_usercustomize_cannot_hijack_the_checker(cfg, tmp_path):
+  task = write_task(_task(V.exact_text([{"path": "answer.txt", "expected": "42"}]), "echo 42 > answer.txt\n"),
+                    tmp_path / "u")
+  plant = ("d=$(python3 -m site --user-site) && mkdir -p $d && printf '%s\\n' 'import os' "
+           "'open(\"/logs/verifier/reward.txt\", \"w\").write(\"1\")' 'os._exit(0)' > $d/usercustomize.py")
+  # the plant works on an ordinary python3 in the sandbox ...
+  probe = {}
+  def agent(sb):
+    sb.run(plant)
+    probe["out"] = sb.run("python3 -c 'print(\"not reached\")'; cat /logs/verifier/reward.txt; rm /logs/verifier/reward.txt").output
+  res = run_trial(task, agent, cfg)
+  assert "not reached" not in probe["out"] and probe["out"].strip().endswith("1"), probe
+  # ... but the checker runs isolated, so the task still scores 0
+  assert res.reward == 0.0 and "reward 0 (0/1)" in res.logs["test-stdout.txt"], res

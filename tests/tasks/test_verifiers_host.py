@@ -177,7 +177,7 @@ def test_multi_protocol_nothing_listening(tmp_path):
 def test_bundle_layout_and_argument_errors():
   files = V.exact_text([{"path": "a", "expected": "b"}])
   assert set(files) == {"test.sh", "checker.py", "spec.json"}
-  assert b"python3 /tests/checker.py" in files["test.sh"]
+  assert b"python3 -I /tests/checker.py" in files["test.sh"]
   assert json.loads(files["spec.json"])["kind"] == "exact_text"
   with pytest.raises(ValueError, match="strictness"):
     V.exact_text([{"path": "a", "expected": "b"}], strictness=5)
@@ -193,3 +193,60 @@ def test_bundle_layout_and_argument_errors():
     V.multi_protocol([{"protocol": "gopher", "port": 70}])
   with pytest.raises(ValueError, match="overwrite"):
     V.exact_text([{"path": "a", "expected": "b"}], extra={"spec.json": b"{}"})
+
+
+SMTP_UDP_SERVER = textwrap.dedent("""
+  import os, socketserver, sys, threading
+  sp, up, spool = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+  class Smtp(socketserver.StreamRequestHandler):
+    def handle(self):
+      w = lambda s: self.wfile.write((s + "\\r\\n").encode())
+      w("220 mini ESMTP")
+      data, body = False, []
+      for raw in self.rfile:
+        line = raw.decode().rstrip("\\r\\n")
+        if data:
+          if line == ".":
+            data = False
+            open(spool, "w").write("\\n".join(body))
+            w("250 queued")
+          else:
+            body.append(line)
+        elif line.upper().startswith(("EHLO", "HELO")):
+          w("250 mini")
+        elif line.upper().startswith(("MAIL", "RCPT", "RSET", "NOOP")):
+          w("250 ok")
+        elif line.upper() == "DATA":
+          data = True
+          w("354 go ahead")
+        elif line.upper() == "QUIT":
+          w("221 bye")
+          return
+        else:
+          w("502 no")
+  class Udp(socketserver.BaseRequestHandler):
+    def handle(self):
+      data, sock = self.request
+      sock.sendto(data.upper(), self.client_address)
+  socketserver.TCPServer.allow_reuse_address = True
+  threading.Thread(target=socketserver.UDPServer(("127.0.0.1", up), Udp).serve_forever, daemon=True).start()
+  socketserver.ThreadingTCPServer(("127.0.0.1", sp), Smtp).serve_forever()
+""")
+
+
+def test_multi_protocol_smtp_and_udp(tmp_path):
+  w = _work(tmp_path)
+  (w / "mail.py").write_text(SMTP_UDP_SERVER)
+  sp, up = free_port(), free_port()
+  probes = [{"protocol": "smtp", "port": sp, "from": "a@x.org", "to": ["b@y.org"],
+             "data": "Subject: hi\r\n\r\nbody\r\n", "expect_file": "spool.txt"},
+            {"protocol": "udp", "port": up, "send": "ping", "expect": "PING"}]
+  tests = V.multi_protocol(probes, start_command=f"{sys.executable} mail.py {sp} {up} spool.txt", workdir=str(w))
+  reward, log = run_checker_on_host(tests, tmp_path)
+  assert reward == {"reward": 1.0, "passed": 2, "total": 2}, log
+  assert "Subject: hi" in (w / "spool.txt").read_text()
+  # a server that never spools the message fails the smtp condition; a udp echo without upper-casing fails too
+  (w / "spool.txt").unlink()
+  (w / "mail.py").write_text(SMTP_UDP_SERVER.replace("open(spool, \"w\").write", "len").replace("data.upper()", "data"))
+  reward, log = run_checker_on_host(tests, tmp_path)
+  assert reward == {"reward": 0.0, "passed": 0, "total": 2}, log

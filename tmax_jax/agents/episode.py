@@ -16,7 +16,7 @@ from typing import Callable, Protocol, Sequence
 from tmax_jax.agents import formats
 from tmax_jax.sandbox.api import Sandbox
 
-HARNESSES = ("bash_tool", "mini_swe")
+HARNESSES = ("bash_tool", "mini_swe", "terminus")
 
 SYSTEM_PROMPT = (
     "You are an expert terminal agent working in a Linux sandbox. Solve the task by running one "
@@ -114,7 +114,7 @@ def _observation_ids(tokenizer, text: str, as_tool: bool, cfg: EpisodeConfig) ->
   return formats.user_observation_ids(tokenizer, text, **kw)
 
 
-def _add_generated(traj: formats.TokenTrajectory, out: Completion) -> None:
+def add_generated(traj: formats.TokenTrajectory, out: Completion) -> None:
   """Appends the completion in runs of equal policy version (a weight push can land mid-reply)."""
   ids, lps, vs = list(out.token_ids), list(out.logprobs), list(out.versions)
   if not (len(ids) == len(lps) == len(vs)):
@@ -141,7 +141,7 @@ def _act(sandbox: Sandbox, command: str, res: EpisodeResult, cfg: EpisodeConfig)
   return formats.format_observation(out.output, -1 if out.exit_code is None else out.exit_code)
 
 
-def _next_budget(res: EpisodeResult, cfg: EpisodeConfig, started: float) -> int:
+def next_budget(res: EpisodeResult, cfg: EpisodeConfig, started: float) -> int:
   """Tokens the next turn may generate; 0 (with res.status set) when a limit ends the episode."""
   if res.num_turns >= cfg.max_turns:
     res.status = "max_turns"
@@ -158,13 +158,18 @@ def _next_budget(res: EpisodeResult, cfg: EpisodeConfig, started: float) -> int:
 def run_episode(sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer,
                 cfg: EpisodeConfig = EpisodeConfig()) -> EpisodeResult:
   """Runs the harness loop until submit or a limit. `generate(token_ids, max_tokens)` returns a
-  Completion (token ids incl. the stop token, logprobs, versions)."""
+  Completion (token ids incl. the stop token, logprobs, versions). The Terminus-2 harness (tmux
+  keystrokes) has its own loop in terminus.py."""
+  if cfg.harness == "terminus":
+    from tmax_jax.agents import terminus  # pylint: disable=import-outside-toplevel (cycle)
+    return terminus.run_terminus_episode(sandbox, instruction, generate, tokenizer,
+                                         terminus.from_episode_config(cfg))
   traj = formats.TokenTrajectory(eos_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))
   traj.add_prompt(initial_prompt_ids(tokenizer, instruction, cfg))
   res, started = EpisodeResult(traj), time.monotonic()
-  while (budget := _next_budget(res, cfg, started)) > 0:
+  while (budget := next_budget(res, cfg, started)) > 0:
     out = generate(traj.tokens, budget)
-    _add_generated(traj, out)
+    add_generated(traj, out)
     res.num_turns += 1
     text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
     text = text.removesuffix(tokenizer.convert_ids_to_tokens(traj.eos_id))
@@ -172,17 +177,33 @@ def run_episode(sandbox: Sandbox, instruction: str, generate: GenerateFn, tokeni
       command = parse_command(text, cfg)
     except formats.FormatError as err:
       res.num_format_errors += 1
-      traj.add_observation(_observation_ids(tokenizer, err.feedback, False, cfg))
-      continue
-    if formats.is_submit_command(command):
-      res.status = "submitted"
+      observation, as_tool = err.feedback, False
+    else:
+      if formats.is_submit_command(command):
+        res.status = "submitted"
+        break
+      res.num_tool_calls += 1
+      observation, as_tool = _act(sandbox, command, res, cfg), True
+      if observation is None:
+        break
+      if res.num_tool_calls >= cfg.max_tool_calls:
+        res.status = "max_tool_calls"
+        break
+    if not append_observation(res, _observation_ids(tokenizer, observation, as_tool, cfg), cfg):
       break
-    res.num_tool_calls += 1
-    observation = _act(sandbox, command, res, cfg)
-    if observation is None:
-      break
-    if res.num_tool_calls >= cfg.max_tool_calls:
-      res.status = "max_tool_calls"
-      break
-    traj.add_observation(_observation_ids(tokenizer, observation, True, cfg))
   return res
+
+
+def append_observation(res: EpisodeResult, ids: list[int], cfg: EpisodeConfig) -> bool:
+  """Appends observation tokens unless the episode cannot continue after them (turn limit, or the
+  response budget would be used up), so that prompt + response never exceeds its bound and no
+  observation is paid for that no turn will read. Returns whether the episode goes on."""
+  if res.num_turns >= cfg.max_turns:
+    res.status = "max_turns"
+    return False
+  used = len(res.trajectory.tokens) - res.prompt_length
+  if used + len(ids) + 1 >= cfg.max_response_tokens:  # +1: a closing <|im_end|> may be added
+    res.status = "max_response_tokens"
+    return False
+  res.trajectory.add_observation(ids)
+  return True

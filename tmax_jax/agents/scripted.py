@@ -15,6 +15,7 @@ from typing import Sequence
 
 from tmax_jax.agents import formats
 from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents.formats.tokens import encode
 
 _PROBE = [{"role": "user", "content": "q"}]
 
@@ -67,7 +68,7 @@ class ScriptedPolicy:
 
   def __init__(self, tokenizer, commands: Sequence[str], cfg: EpisodeConfig):
     replies = [*commands, formats.SUBMIT_COMMAND]
-    self._replies = [formats.encode(tokenizer, assistant_text(tokenizer, c, cfg)) for c in replies]
+    self._replies = [encode(tokenizer, assistant_text(tokenizer, c, cfg)) for c in replies]
     self._turn = 0
 
   def __call__(self, token_ids: Sequence[int], max_tokens: int) -> ScriptedCompletion:

@@ -30,7 +30,7 @@ import time
 from typing import Sequence
 
 from tmax_jax.agents import formats
-from tmax_jax.agents.episode import EpisodeResult, GenerateFn, _add_generated, _next_budget
+from tmax_jax.agents.episode import EpisodeResult, GenerateFn, add_generated, next_budget
 from tmax_jax.agents.scripted import ScriptedCompletion, solution_commands
 from tmax_jax.sandbox.api import Sandbox, SandboxError
 
@@ -71,6 +71,7 @@ Current terminal state:
 Are you sure you want to mark the task as complete? The solution will be graded and you cannot \
 make further changes. If so, reply again with "task_complete": true."""
 
+SEND_CHUNK_CHARS = 4096  # tmux rejects commands over ~16 KB ("command too long")
 NEW_OUTPUT = "New Terminal Output:\n{}"
 SCREEN = "Current Terminal Screen:\n{}"
 RESTARTED = ("The terminal session ended (for example after `exit`) and a new one was started.\n"
@@ -154,27 +155,41 @@ class TmuxPane:
     self._last = self.capture()
     return self.screen()
 
+  def _check(self, out, what: str) -> None:
+    """PaneClosed when the session is gone; any other tmux failure is a SandboxError."""
+    if out.exit_code == 0:
+      return
+    if self._run(f"{self._tmux} has-session -t {self._target}").exit_code != 0:
+      raise PaneClosed(out.output.strip())
+    raise SandboxError(f"tmux {what} failed: {out.output.strip()[:500]}")
+
   def send_keys(self, keystrokes: str) -> None:
-    """Sends `keystrokes` as one send-keys argument: a key name is that key, else literal text."""
+    """Sends `keystrokes` as one send-keys argument: a key name is that key, else literal text.
+    Text longer than tmux's command size limit goes in literal (-l) chunks: it cannot be a key
+    name, so the result is the same."""
     if not keystrokes:
       return
-    out = self._run(f"{self._tmux} send-keys -t {self._target} -- {shlex.quote(keystrokes)}")
-    if out.exit_code != 0:
-      raise PaneClosed(out.output.strip())
+    n = SEND_CHUNK_CHARS
+    chunks = [keystrokes[i:i + n] for i in range(0, len(keystrokes), n)]
+    flag = "-l " if len(chunks) > 1 else ""
+    for chunk in chunks:
+      out = self._run(f"{self._tmux} send-keys -t {self._target} {flag}-- {shlex.quote(chunk)}")
+      self._check(out, "send-keys")
+
+  def _capture(self, history: bool) -> str:
+    """Pane text (with the whole history or only the screen), wrapped lines joined, trailing
+    blanks stripped."""
+    span = "-S - " if history else ""
+    out = self._run(f"{self._tmux} capture-pane -p -J {span}-t {self._target}",
+                    max_chars=50_000_000 if history else 1_000_000)
+    self._check(out, "capture-pane")
+    return "\n".join(line.rstrip() for line in out.output.splitlines()).rstrip()
 
   def capture(self) -> str:
-    """The whole pane history + screen, wrapped lines joined, trailing blanks stripped."""
-    out = self._run(f"{self._tmux} capture-pane -p -J -S - -t {self._target}",
-                    max_chars=50_000_000)
-    if out.exit_code != 0:
-      raise PaneClosed(out.output.strip())
-    return "\n".join(line.rstrip() for line in out.output.splitlines()).rstrip()
+    return self._capture(history=True)
 
   def screen(self) -> str:
-    out = self._run(f"{self._tmux} capture-pane -p -J -t {self._target}")
-    if out.exit_code != 0:
-      raise PaneClosed(out.output.strip())
-    return "\n".join(line.rstrip() for line in out.output.splitlines()).rstrip()
+    return self._capture(history=False)
 
   def new_output(self) -> str:
     """Output since the last call, from its last line on (so the typed command shows after its
@@ -202,6 +217,13 @@ def initial_prompt_ids(tokenizer, instruction: str, screen: str, cfg: TerminusCo
   text = PROMPT.format(instruction=instruction.strip(), screen=screen)
   return formats.prompt_ids(tokenizer, [{"role": "user", "content": text}],
                             **_template_kwargs(cfg))
+
+
+def _prefilled_reasoning(tokenizer, tokens) -> str:
+  """'<think>\n' when the generation prompt opened a reasoning block (Qwen3.5 thinking mode), so
+  that a reply which never closes it is parsed as reasoning only (formats.strip_reasoning)."""
+  tail = tokenizer.decode(list(tokens[-4:]), skip_special_tokens=False)
+  return formats.common.THINK_OPEN + "\n" if tail.endswith(formats.common.THINK_OPEN + "\n") else ""
 
 
 def _execute(pane: TmuxPane, action: formats.TerminusAction, res: EpisodeResult,
@@ -238,11 +260,12 @@ def run_terminus_episode(sandbox: Sandbox, instruction: str, generate: GenerateF
   res, started, pending = EpisodeResult(traj), time.monotonic(), False
   kw = _template_kwargs(cfg)
   try:
-    while (budget := _next_budget(res, cfg, started)) > 0:
+    while (budget := next_budget(res, cfg, started)) > 0:
+      prefill = _prefilled_reasoning(tokenizer, traj.tokens)
       out = generate(traj.tokens, budget)
-      _add_generated(traj, out)
+      add_generated(traj, out)
       res.num_turns += 1
-      text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
+      text = prefill + tokenizer.decode(out.token_ids, skip_special_tokens=False)
       text = text.removesuffix(tokenizer.eos_token)
       try:
         action = formats.parse_terminus(text)
@@ -260,8 +283,9 @@ def run_terminus_episode(sandbox: Sandbox, instruction: str, generate: GenerateF
       pending = action.task_complete
       message = CONFIRM.format(screen=screen) if pending else action.warning_text() + screen
       traj.add_observation(formats.user_observation_ids(tokenizer, message, **kw))
-  except SandboxFailure as err:
-    res.status, res.reward_reason = err.status, str(err)
+  except SandboxError as err:  # the trajectory so far is kept; the reward will be 0
+    res.status = err.status if isinstance(err, SandboxFailure) else "sandbox_crash"
+    res.reward_reason = str(err)
   return res
 
 

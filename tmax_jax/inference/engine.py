@@ -1,7 +1,7 @@
 """A `jetstream.engine.engine_api.Engine` (0.2.2 API) for every tmax_jax model family.
 
-Family-agnostic: the engine only uses the Model API (BUILD_NOTES.md) - `build_model(cfg)`,
-`model.init_cache(batch, max_len)`, `apply(..., cache=cache)` and `head_weight`. The only assumption
+The maths lives in decode.py (`DecodeCore`, no JetStream import); this module adapts it to the
+Engine API. Family-agnostic: only the Model API (BUILD_NOTES.md) is used, and the only assumption
 about the cache pytree is that every leaf is `[L, B, ...]` (layer axis, then batch), which holds for
 attention K/V/segment-ids and for Gated-DeltaNet conv/recurrent state alike.
 
@@ -21,7 +21,6 @@ weight push lands between decode steps and every token is tagged with the versio
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 from typing import Any, Callable
 
@@ -30,12 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jetstream.engine import engine_api, tokenizer_api, tokenizer_pb2
 
-from tmax_jax.inference import sampling
-from tmax_jax.models import logprobs as logprobs_lib
-from tmax_jax.models import registry
+from tmax_jax.inference import decode, sampling
 from tmax_jax.models.config import ModelConfig
-
-TOKEN, VALID, LENGTH, LOGPROB, VERSION = range(5)  # ResultTokens.data columns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,72 +112,18 @@ class TokenizerAdapter(tokenizer_api.Tokenizer):
     return set(self._stop)
 
 
-def _slot_arrays(p: sampling.SamplingParams) -> dict[str, jax.Array]:
-  return dict(temperature=jnp.float32(p.temperature), top_p=jnp.float32(p.top_p),
-              top_k=jnp.int32(p.top_k), key=jax.random.PRNGKey(p.seed))
-
-
 class TmaxEngine(engine_api.Engine):
   """JetStream engine over a tmax_jax model. `params_fn()` returns the initial param tree."""
 
   def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig,
                params_fn: Callable[[], Any], devices=None):
     self.model_cfg, self.cfg = model_cfg, engine_cfg
-    self.model = registry.build_model(model_cfg)
+    self.core = decode.DecodeCore(model_cfg, engine_cfg.max_concurrent_decodes, engine_cfg.max_len)
     self._params_fn = params_fn
     self._box: ParamsBox | None = None
     devices = list(devices) if devices is not None else jax.devices()[:1]
     self._mesh = jax.sharding.Mesh(np.asarray(devices[:1]), ("data",))
     self._device = devices[0]
-    self._prefill_jit = jax.jit(self._prefill_impl)
-    self._insert_jit = jax.jit(self._insert_impl, donate_argnums=(1,))
-    self._generate_jit = jax.jit(self._generate_impl, donate_argnums=(1,))
-
-  # ---- jitted bodies -------------------------------------------------------------------------
-
-  def _prefill_impl(self, params, tokens, true_length):
-    """tokens [P] int32, true_length [] -> batch-1 cache with tokens[0:n-1] written."""
-    p = tokens.shape[0]
-    positions = jnp.arange(p, dtype=jnp.int32)[None, :]  # [1,P]
-    segments = (positions < true_length - 1).astype(jnp.int32)  # [1,P]; the last token waits
-    cache = self.model.init_cache(1, self.cfg.max_len)
-    _, cache = self.model.apply({"params": params}, tokens[None, :], positions, segments,
-                                cache=cache)
-    return cache
-
-  def _insert_impl(self, prefix, state, slot):
-    """Writes the batch-1 prefix into row `slot` of every [L,B,...] leaf and per-slot vector."""
-
-    def put_row(dst, src):  # dst [L,B,...], src [L,1,...]
-      start = (0, slot) + (0,) * (dst.ndim - 2)
-      return jax.lax.dynamic_update_slice(dst, src.astype(dst.dtype), start)
-
-    new = dict(state)
-    new["cache"] = jax.tree.map(put_row, state["cache"], prefix["cache"])
-    for name in ("token", "position", "temperature", "top_p", "top_k", "key"):
-      new[name] = state[name].at[slot].set(prefix[name])
-    new["counter"] = state["counter"].at[slot].set(0)
-    new["active"] = state["active"].at[slot].set(True)
-    return new
-
-  def _generate_impl(self, params, state, version):
-    """One decode step for every slot -> (state, data [B,5] int32)."""
-    cfg = self.model_cfg
-    live = state["active"] & (state["position"] < self.cfg.max_len)  # [B]
-    hidden, cache = self.model.apply(
-        {"params": params}, state["token"][:, None], state["position"][:, None],
-        live.astype(jnp.int32)[:, None], cache=state["cache"])  # hidden [B,1,D]
-    head_w = registry.head_weight(params, cfg)  # [D,V]
-    logits = logprobs_lib.full_logits(hidden, head_w, cfg.dtypes.head)[:, 0]  # [B,V] fp32
-    tokens, logp = sampling.sample(logits, state["key"], state["counter"], state["temperature"],
-                                   state["top_p"], state["top_k"])
-    counter = state["counter"] + 1
-    data = jnp.stack([
-        tokens, live.astype(jnp.int32), counter,
-        jax.lax.bitcast_convert_type(logp, jnp.int32),
-        jnp.broadcast_to(jnp.asarray(version, jnp.int32), tokens.shape)], axis=1)  # [B,5]
-    new = dict(state, cache=cache, token=tokens, position=state["position"] + 1, counter=counter)
-    return new, data
 
   # ---- Engine API ----------------------------------------------------------------------------
 
@@ -192,14 +133,8 @@ class TmaxEngine(engine_api.Engine):
     return self._box
 
   def init_decode_state(self, *args, **kwargs) -> dict[str, jax.Array]:
-    b = self.cfg.max_concurrent_decodes
     with jax.default_device(self._device):
-      return dict(
-          cache=self.model.init_cache(b, self.cfg.max_len),
-          token=jnp.zeros((b,), jnp.int32), position=jnp.zeros((b,), jnp.int32),
-          counter=jnp.zeros((b,), jnp.int32), active=jnp.zeros((b,), jnp.bool_),
-          temperature=jnp.zeros((b,), jnp.float32), top_p=jnp.ones((b,), jnp.float32),
-          top_k=jnp.zeros((b,), jnp.int32), key=jnp.zeros((b, 2), jnp.uint32))
+      return self.core.init_state()
 
   def prefill(self, *, params: ParamsBox, existing_prefix=None, padded_tokens,
               true_length: int) -> dict[str, jax.Array]:
@@ -209,23 +144,18 @@ class TmaxEngine(engine_api.Engine):
       tokens, sp = padded_tokens.tokens, padded_tokens.params
     else:
       tokens, sp = padded_tokens, self.cfg.default_sampling
-    if not 1 <= true_length <= self.cfg.max_len:
-      raise ValueError(f"prompt length {true_length} must be in [1, max_len={self.cfg.max_len}]")
-    tokens = jnp.asarray(tokens, jnp.int32)
-    p, _ = params.get()
-    cache = self._prefill_jit(p, tokens, jnp.int32(true_length))
-    return dict(cache=cache, token=tokens[true_length - 1], position=jnp.int32(true_length - 1),
-                **_slot_arrays(sp))
+    return self.core.prefill(params.get()[0], tokens, true_length, sp)
 
   def insert(self, prefix, decode_state, slot: int):
-    return self._insert_jit(prefix, decode_state, jnp.int32(slot))
+    return self.core.insert(prefix, decode_state, jnp.int32(slot))
 
   def generate(self, params: ParamsBox, decode_state):
     p, version = params.get()
-    state, data = self._generate_jit(p, decode_state, jnp.int32(version))
+    state, data = self.core.generate(p, decode_state, jnp.int32(version))
     return state, engine_api.ResultTokens(
-        data=data, tokens_idx=(TOKEN, TOKEN + 1), valid_idx=(VALID, VALID + 1),
-        length_idx=(LENGTH, LENGTH + 1), samples_per_slot=1)
+        data=data, tokens_idx=(decode.TOKEN, decode.TOKEN + 1),
+        valid_idx=(decode.VALID, decode.VALID + 1), length_idx=(decode.LENGTH, decode.LENGTH + 1),
+        samples_per_slot=1)
 
   def get_prefix_destination_sharding(self) -> Any:
     return jax.sharding.SingleDeviceSharding(self._device)
@@ -262,8 +192,4 @@ class TmaxEngine(engine_api.Engine):
     return None
 
 
-def decode_row(data: np.ndarray, slot: int) -> tuple[int, bool, int, float, int]:
-  """Host side: (token, valid, length, logprob, version) of one slot from ResultTokens.data."""
-  row = np.asarray(data[slot])
-  logp = float(row[LOGPROB:LOGPROB + 1].view(np.float32)[0])
-  return int(row[TOKEN]), bool(row[VALID]), int(row[LENGTH]), logp, int(row[VERSION])
+decode_row = decode.decode_row

@@ -70,15 +70,15 @@ UNCATEGORIZED = "uncategorized"
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-  """What to evaluate and how. `episode` holds the limits shared by every harness (its `harness`
-  field is ignored: `harness` here picks the loop, including terminus)."""
+  """What to evaluate and how. `episode` holds the limits shared by every harness and the model
+  family (tokenizer, tool-call syntax); its `harness` field is ignored: `harness` here picks the
+  loop, terminus included."""
 
   tasks_dir: str = ""
   output_dir: str = ""
   policy: str = "oracle"
   address: str = ""  # policy=server: host:port of a running server ("" = serve `model` here)
   harness: str = "bash_tool"
-  family: str = "qwen3"  # tokenizer and tool-call syntax
   runs_per_task: int = 1  # k
   parallelism: int = 2
   pass_ks: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -227,7 +227,7 @@ def _episode_fn(tokenizer, cfg: EvalConfig):
   return lambda sb, task, gen: run_episode(sb, task.instruction, gen, tokenizer, ep)
 
 
-def _record(task: Task, run: int, cfg: EvalConfig) -> dict:
+def _record(task: Task, run: int) -> dict:
   return {"task": task.name, "category": category(task), "run": run, "reward": 0.0,
           "passed": False, "reward_reason": "", "status": "no_episode", "turns": 0,
           "tool_calls": 0, "format_errors": 0, "response_tokens": 0, "duration_s": 0.0,
@@ -236,7 +236,7 @@ def _record(task: Task, run: int, cfg: EvalConfig) -> dict:
 
 def run_trial(task: Task, run: int, make_policy, episode_fn, cfg: EvalConfig) -> dict:
   """One scored trial -> its record. Exceptions become status "error" with the message."""
-  rec, start, box = _record(task, run, cfg), time.monotonic(), {}
+  rec, start, box = _record(task, run), time.monotonic(), {}
 
   def agent(sandbox):
     box["episode"] = episode_fn(sandbox, task, make_policy(task, run))
@@ -401,7 +401,7 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
   """Runs the evaluation; returns the results dict (also written to cfg.output_dir).
 
   policy=server with no address serves cfg.model here for the duration of the run.
-  tokenizer: defaults to load_tokenizer(cfg.family).
+  tokenizer: defaults to load_tokenizer(cfg.episode.family).
   """
   if not cfg.tasks_dir or not cfg.output_dir:
     raise ValueError(f"EvalConfig.tasks_dir={cfg.tasks_dir!r} and output_dir={cfg.output_dir!r}: "
@@ -412,7 +412,7 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
   tasks = load_tasks(cfg.tasks_dir, out / "converted", cfg.max_tasks)
   if tokenizer is None:
     from tmax_jax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
-    tokenizer = load_tokenizer(cfg.family)
+    tokenizer = load_tokenizer(cfg.episode.family)
   server = policy = None
   try:
     if cfg.policy == "server":

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "yarn")
 SUPPORTED_ACTIVATIONS = ("silu",)
+HF_DEFAULT_ROPE_THETA = 10_000.0  # what transformers assumes when a config.json omits rope_theta
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "save_attn_out")
 
 # Logical axis -> mesh axes. Order matters: flax assigns each mesh axis at most once per array, in
@@ -163,7 +164,7 @@ def rope_from_hf(hf: dict) -> tuple[float, RopeScaling | None, float]:
   params = dict(hf.get("rope_parameters") or {})
   legacy = dict(hf.get("rope_scaling") or {})
   merged = {**legacy, **params}
-  theta = merged.pop("rope_theta", hf.get("rope_theta", ModelConfig.rope_theta))
+  theta = merged.pop("rope_theta", hf.get("rope_theta", HF_DEFAULT_ROPE_THETA))
   partial = merged.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
   rope_type = merged.pop("rope_type", merged.pop("type", "default"))
   where = "rope_parameters" if "rope_parameters" in hf else "rope_scaling"

@@ -1,10 +1,10 @@
 """Hugging Face checkpoints in and out: one generic loader and one saver driven by a family's
 declarative key map.
 
-Loading reads safetensors (single file or sharded `model.safetensors.index.json`; keys under `model.`
-or `model.language_model.`) by memory-mapping, and builds each parameter directly in its target
-sharding with `jax.make_array_from_callback`: every device's callback reads only the layers of its
-own shard, so no host or device ever holds the whole model. Saving writes safetensors + config.json +
+Loading memory-maps safetensors (one file or a sharded `model.safetensors.index.json`; keys under
+`model.` or `model.language_model.`) and builds each parameter directly in its target sharding with
+`jax.make_array_from_callback`: each device's callback reads only its own block, one layer at a
+time, so no host or device ever holds the whole model. Saving writes safetensors + config.json +
 generation_config.json (+ tokenizer files) into a hidden temp directory that is renamed into place
 only when complete.
 """
@@ -215,26 +215,57 @@ def _check_entry(entry: _Entry, refs: dict[str, _TensorRef], shape: tuple[int, .
                             f"expected {list(want)}")
 
 
+def _flat_range(sizes: tuple[int, ...], slices: tuple[slice, ...]) -> slice | None:
+  """The contiguous range of the row-major flattening of `sizes` that `slices` selects, or None
+  when the selection is not one contiguous block (e.g. a slice of a minor axis only)."""
+  ranges = [s.indices(n)[:2] for s, n in zip(slices, sizes)]
+  partial = [i for i, (a, b) in enumerate(ranges) if (a, b) != (0, sizes[i])]
+  if not partial:
+    return slice(0, math.prod(sizes))
+  k = partial[0]
+  if any(i != k for i in partial) or math.prod(sizes[:k]) != 1:
+    return None
+  inner = math.prod(sizes[k + 1:])
+  return slice(ranges[k][0] * inner, ranges[k][1] * inner)
+
+
+def _read_shard(rule: KeyRule, ref: _TensorRef, shape: tuple[int, ...],
+                index: tuple[slice, ...]) -> np.ndarray:
+  """Param-layout block `index` of one HF tensor, reading only that block when it is contiguous
+  in the HF layout (the usual case: fsdp/tensor shard whole heads or rows)."""
+  full = _read(ref)
+  out_shape = tuple(len(range(*sl.indices(n))) for sl, n in zip(index, shape))
+  if rule.in_axes:
+    n = rule.in_axes
+    rows = _flat_range(shape[n:], index[n:])  # HF [out, in]
+    cols = _flat_range(shape[:n], index[:n])
+    if rows is not None and cols is not None:
+      return np.asarray(full[rows, cols]).T.reshape(out_shape)
+  else:
+    ndim = rule.hf_ndim or 1
+    tail = _flat_range(shape[ndim - 1:], index[ndim - 1:])
+    if tail is not None:
+      return np.asarray(full[tuple(index[:ndim - 1]) + (tail,)]).reshape(out_shape)
+  return rule.to_param(np.asarray(full), shape)[index]
+
+
 def _leaf_array(entry: _Entry, refs: dict[str, _TensorRef], abstract: jax.ShapeDtypeStruct,
                 sharding: Any) -> jax.Array:
-  """Build one param, reading per layer; each device's callback gets only its shard."""
+  """Build one param; each device's callback reads only its own block, one layer at a time, so
+  host memory holds at most one shard plus one HF tensor's block."""
   layer_shape = abstract.shape[1:] if entry.stacked else abstract.shape
-  converted: dict[str, np.ndarray] = {}  # per-leaf cache: one host copy of one tensor at most
-
-  def layer(key: str) -> np.ndarray:
-    if key not in converted:
-      converted[key] = entry.rule.to_param(_read(refs[key]), layer_shape).astype(abstract.dtype)
-    return converted[key]
 
   def shard(index: tuple[slice, ...]) -> np.ndarray:
+    index = tuple(index) + (slice(None),) * (len(abstract.shape) - len(index))
     if not entry.stacked:
-      return layer(entry.hf_keys[0])[index]
-    keys = entry.hf_keys[index[0]] if index else entry.hf_keys
-    rest = tuple(index[1:])
-    return np.stack([layer(k)[rest] for k in keys])
+      return _read_shard(entry.rule, refs[entry.hf_keys[0]], layer_shape,
+                         index).astype(abstract.dtype)
+    keys = entry.hf_keys[index[0]]
+    return np.stack([_read_shard(entry.rule, refs[k], layer_shape, index[1:]).astype(abstract.dtype)
+                     for k in keys])
 
   if sharding is None:
-    return jax.numpy.asarray(shard(tuple(slice(None) for _ in abstract.shape)))
+    return jax.numpy.asarray(shard(()))
   return jax.make_array_from_callback(abstract.shape, sharding, shard)
 
 

@@ -25,6 +25,7 @@ class Limits:
   max_file_mb: int = 1024
   cpu_seconds: int | None = None
   disk_mb: int = 2048
+  max_output_mb: int = 256  # a command writing more is killed (status "output_limit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +46,7 @@ class EnvironmentSpec:
   env: tuple[tuple[str, str], ...] = ()
   limits: Limits = Limits()
   allow_network: bool = False
+  logs_dir: str | None = None  # host dir mounted at /logs (the trial dir); None -> a sandbox temp dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +55,9 @@ class CommandResult:
 
   output: stdout+stderr interleaved, decoded with errors="replace", head+tail truncated with a note.
   exit_code: the command's status; None when it was killed (timeout / OOM / limit).
-  status: "ok", "timeout", "oom", "output_limit", "crashed" (shell died; the sandbox was reset).
+  status: "ok", "timeout", "oom", "output_limit", "limit" (process / file size / disk / CPU limit;
+    a process-limit hit resets the sandbox's processes), "crashed" (shell died; the sandbox was reset).
+    A note saying what happened ends `output` whenever status is not "ok".
   """
 
   output: str

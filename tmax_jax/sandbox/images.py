@@ -2,7 +2,7 @@
 
 `sandbox/` at the repository root holds the Apptainer definition (base.def), the rootfs builder
 (build_rootfs.sh) and the package list both share (packages.txt). The rootfs is built once into
-`~/.cache/tmax_jax/rootfs/<hash>` where <hash> covers those three files, so editing any of them
+`<cache>/rootfs/<hash>` (cache: see cache_dir) where <hash> covers build_rootfs.sh and packages.txt, so editing either
 rebuilds it; the build goes into a temp dir that is renamed into place only when it succeeded.
 
 CLI (run once by .ci/run before the tests):  python3 -m tmax_jax.sandbox.images [--force]
@@ -25,7 +25,8 @@ import time
 
 from tmax_jax.sandbox.api import SandboxError
 
-DEFINITION_FILES = ("base.def", "build_rootfs.sh", "packages.txt")
+# The rootfs is a function of these two (base.def installs the same packages.txt for Apptainer).
+DEFINITION_FILES = ("build_rootfs.sh", "packages.txt")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 COMPLETE_MARKER = ".tmax_rootfs_complete"
 
@@ -37,9 +38,14 @@ def sandbox_dir() -> pathlib.Path:
 
 
 def cache_dir() -> pathlib.Path:
-  """Root of tmax_jax's caches (TMAX_CACHE_DIR overrides ~/.cache/tmax_jax)."""
+  """Root of tmax_jax's caches: TMAX_CACHE_DIR, else ~/.cache/tmax_jax, else (as root, whose home is
+  private) /var/cache/tmax_jax: the sandboxes run as unprivileged host uids that must traverse it."""
   env = os.environ.get("TMAX_CACHE_DIR")
-  return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "tmax_jax"
+  if env:
+    return pathlib.Path(env)
+  if os.geteuid() == 0:
+    return pathlib.Path("/var/cache/tmax_jax")
+  return pathlib.Path.home() / ".cache" / "tmax_jax"
 
 
 def read_packages(directory: pathlib.Path | None = None) -> list[str]:
@@ -141,14 +147,28 @@ def _build(directory: pathlib.Path, final: pathlib.Path, mirror: str, quiet: boo
     metrics.write(json.dumps({"hash": final.name, "seconds": round(time.time() - start, 1), "mirror": mirror}) + "\n")
 
 
+def prune_rootfs(keep: pathlib.Path) -> list[pathlib.Path]:
+  """Deletes cached rootfs dirs (and leftovers of failed builds) other than `keep`."""
+  removed = []
+  for path in (cache_dir() / "rootfs").iterdir():
+    if path.is_dir() and path.resolve() != keep.resolve():
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description="Build (once) and print the base task rootfs path.")
   parser.add_argument("--force", action="store_true", help="rebuild even when the cache has it")
   parser.add_argument("--mirror", default=None, help="Debian mirror (default: the one apt uses here)")
   parser.add_argument("--podman", action="store_true", help="also import the rootfs as a podman image")
+  parser.add_argument("--prune", action="store_true", help="delete rootfs builds of older definitions")
   args = parser.parse_args(argv)
   path = ensure_base_rootfs(force=args.force, mirror=args.mirror)
   print(path)
+  if args.prune:
+    for old in prune_rootfs(keep=path):
+      print(f"removed {old}", file=sys.stderr)
   if args.podman:
     from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
     print(podman.ensure_podman_image(path))

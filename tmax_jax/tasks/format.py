@@ -14,6 +14,7 @@ build tasks without touching disk; `write_task` writes one atomically (temp dir,
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import pathlib
 import re
@@ -299,6 +300,8 @@ def _toml_value(v: Any) -> str:
     return "true" if v else "false"
   if isinstance(v, (int, float)):
     return repr(v)
+  if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
+    return v.isoformat()
   if isinstance(v, str):
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
   if isinstance(v, (list, tuple)):

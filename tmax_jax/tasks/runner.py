@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import re
 import shlex
 import tempfile
 import time
@@ -27,6 +28,8 @@ VERIFIER_LOGS = "/logs/verifier"
 ORACLE_COMMAND = "(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1"
 TEST_COMMAND = "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
 LOG_CHARS = 20_000
+# The solution's output goes to oracle.txt, so the sandbox cannot see an allocation failure in it.
+_OOM_RE = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|[Oo]ut of memory")
 
 
 class RewardError(RuntimeError):
@@ -162,7 +165,9 @@ def verify(sb: Sandbox, task: Task, config: RunnerConfig = RunnerConfig()) -> Ru
   assert task.path is not None, "verify needs a task on disk"
   upload_dir(sb, task.path / "tests", "/tests")
   timeout = max(task.config.verifier.timeout_sec, config.min_verifier_timeout_s)
-  cmd = f"mkdir -p {VERIFIER_LOGS}; {_exports(task.config.verifier.env)}{TEST_COMMAND}"
+  # A reward file the agent left behind must not count when the tests write none.
+  cmd = (f"mkdir -p {VERIFIER_LOGS}; rm -f {VERIFIER_LOGS}/reward.txt {VERIFIER_LOGS}/reward.json; "
+         f"{_exports(task.config.verifier.env)}{TEST_COMMAND}")
   if config.verifier_in_shell:
     res = sb.run(cmd, timeout_s=timeout)
   else:
@@ -236,7 +241,7 @@ def run_trial(task: Task, agent: Agent | None = None, config: RunnerConfig = Run
               (sol_dir / rel).write_bytes(data)
             res = run_solution(sb, task, sol_dir)
             logs["oracle.txt"] = _download_text(sb, "/logs/agent/oracle.txt", pathlib.Path(tmp))
-            if res.status == "oom":
+            if res.status == "oom" or (res.exit_code != 0 and _OOM_RE.search(logs["oracle.txt"][-4000:])):
               return RunResult(0.0, {"reward": 0.0}, "agent_oom", logs, time.monotonic() - start)
           if agent is not None:
             agent(sb)

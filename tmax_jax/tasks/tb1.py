@@ -40,11 +40,11 @@ TEST_SH = """#!/bin/bash
 # Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then resolved = every
 # pytest test reported by -rA PASSED (at least one).
 mkdir -p /logs/verifier
-export TEST_DIR=/tests
+export TEST_DIR=/tests PYTHONNOUSERSITE=1  # nothing the agent put in ~/.local is imported
 cd {workdir} 2>/dev/null || true
 bash /tests/run-tests.sh > /logs/verifier/pytest-output.txt 2>&1
 cat /logs/verifier/pytest-output.txt
-python3 /tests/tb1_reward.py /logs/verifier/pytest-output.txt /logs/verifier/reward.txt
+python3 -I /tests/tb1_reward.py /logs/verifier/pytest-output.txt /logs/verifier/reward.txt
 """
 
 REWARD_PY = r'''"""Writes 1 to argv[2] iff the pytest -rA summary in argv[1] lists tests and all of them PASSED."""

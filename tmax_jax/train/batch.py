@@ -150,3 +150,8 @@ def validate(batch: TrainBatch) -> None:
     value = getattr(batch, name)
     if value is not None and not np.all(np.isfinite(np.asarray(value)[mask > 0])):
       raise ValueError(f"batch.{name}: NaN or inf on loss tokens")
+  if np.any(np.asarray(batch.behaviour_logp)[mask > 0] > 1e-6):
+    raise ValueError("batch.behaviour_logp: expected log-probabilities <= 0 on loss tokens")
+  seg = np.asarray(batch.segment_ids)
+  if np.any((seg == 0) & (mask > 0)):
+    raise ValueError("batch.loss_mask: loss on padding (segment_ids == 0)")

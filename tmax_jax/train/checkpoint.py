@@ -32,7 +32,7 @@ class Checkpointer:
       raise ValueError("checkpoint.directory is empty; expected a directory path")
     self.cfg = cfg
     options = ocp.CheckpointManagerOptions(
-      save_interval_steps=cfg.save_every, max_to_keep=cfg.keep_last, create=True,
+      save_interval_steps=1, max_to_keep=cfg.keep_last, create=True,
       enable_async_checkpointing=cfg.async_save, cleanup_tmp_directories=True)
     self._manager = ocp.CheckpointManager(cfg.directory, options=options,
                                           item_names=("state", "data"))
@@ -45,16 +45,17 @@ class Checkpointer:
 
   def save(self, step: int, state: state_lib.TrainState, data: dict, *, force: bool = False
            ) -> bool:
-    """Saves when `step` is due (every `save_every`) or `force`; returns whether it saved.
+    """Saves when `step` is a multiple of `save_every` (or `force`); returns whether it saved.
 
-    The finiteness check runs only for steps that will be written."""
-    if not force and not self._manager.should_save(step):
+    The interval is decided here, not by Orbax (whose policy also saves the first step seen). The
+    finiteness check runs only for steps that will be written."""
+    if not force and step % self.cfg.save_every:
       return False
     if not bool(state_lib.all_finite((state.params, state.opt_state))):
       raise NonFiniteStateError(f"refusing to checkpoint step {step}: the state holds NaN or inf")
     args = ocp.args.Composite(state=ocp.args.StandardSave(state.as_dict()),
                               data=ocp.args.JsonSave(dict(data)))
-    return self._manager.save(step, args=args, force=force)
+    return self._manager.save(step, args=args, force=True)
 
   def restore(self, abstract_state: Any, step: Optional[int] = None
               ) -> tuple[state_lib.TrainState, dict, int]:

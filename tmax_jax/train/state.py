@@ -44,7 +44,14 @@ def create(params: Any, optimizer: optax.GradientTransformation, seed: int,
   if replicated is None:
     return TrainState(params, opt_state, jnp.asarray(step), jnp.asarray(rng))
   put = lambda x: jax.make_array_from_callback(x.shape, replicated, lambda idx: x[idx])
-  return TrainState(params, opt_state, put(step), put(rng))
+  mesh_devices = replicated.device_set
+
+  def on_mesh(x):  # optax puts scalars (step counts) on one device; replicate them on the mesh
+    if x.sharding.device_set == mesh_devices:
+      return x
+    return put(np.asarray(jax.device_get(x)))
+
+  return TrainState(params, jax.tree.map(on_mesh, opt_state), put(step), put(rng))
 
 
 def all_finite(tree: Any) -> jax.Array:

@@ -177,8 +177,19 @@ class Trainer:
                mesh: Optional[Mesh] = None):
     self.model, self.model_cfg, self.cfg, self.mesh = model, model_cfg, cfg, mesh
     self.optimizer = opt_lib.make_optimizer(cfg.optimizer)
-    self._step = jax.jit(make_step_fn(model, model_cfg, cfg, self.optimizer, mesh),
-                         donate_argnums=(0,))
+    self._step_fn = make_step_fn(model, model_cfg, cfg, self.optimizer, mesh)
+    self._step = None  # jitted on the first call, when the state's shardings are known
+
+  def _compiled(self, state: state_lib.TrainState) -> Callable:
+    """The state keeps its shardings (e.g. FSDP params) across steps; metrics are replicated."""
+    if self._step is None:
+      if self.mesh is None:
+        self._step = jax.jit(self._step_fn, donate_argnums=(0,))
+      else:
+        shardings = jax.tree.map(lambda x: x.sharding, state)
+        self._step = jax.jit(self._step_fn, donate_argnums=(0,),
+                             out_shardings=(shardings, NamedSharding(self.mesh, P())))
+    return self._step
 
   def init_state(self, params: Any) -> state_lib.TrainState:
     replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
@@ -204,7 +215,7 @@ class Trainer:
                        f"{self.cfg.micro_batches}")
     start = time.perf_counter()
     with _mesh_context(self.mesh, self.model_cfg):
-      state, metrics = self._step(state, batch)
+      state, metrics = self._compiled(state)(state, batch)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     elapsed = time.perf_counter() - start
     metrics["step_time_s"] = elapsed

@@ -120,7 +120,7 @@ def run(workdir: str, steps: int, toy: ToyConfig = ToyConfig(), save_every: int 
   work = pathlib.Path(workdir)
   mcfg, cfg = model_config(toy), train_config(toy, steps)
   model = registry.build_model(mcfg)
-  mesh = distributed.sharding.make_mesh(data=-1, fsdp=1) if jax.process_count() > 1 else None
+  mesh = distributed.sharding.make_mesh(data=-1, fsdp=1) if jax.device_count() > 1 else None
   trainer = step_lib.Trainer(model, mcfg, cfg, mesh)
   shard = None if mesh is None else distributed.replicated(mesh)
   state = trainer.init_state(registry.init_params(mcfg, jax.random.key(toy.seed), shard))

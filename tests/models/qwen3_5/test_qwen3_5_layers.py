@@ -33,16 +33,14 @@ def _torch_gdn(seed=0):
 def _our_params(module, cfg):
   """HF state dict -> our GatedDeltaNet params (layouts as in weights.py)."""
   sd = {k: v.detach().numpy() for k, v in module.state_dict().items()}
-  fam = cfg.family_config
-  n, hv, d = fam.linear_num_value_heads, fam.linear_value_head_dim, cfg.hidden_size
   linear = lambda name: sd[f"{name}.weight"].T
   return {
     "in_proj_qkv": {"kernel": linear("in_proj_qkv")},
-    "in_proj_z": {"kernel": linear("in_proj_z").reshape(d, n, hv)},
+    "in_proj_z": {"kernel": linear("in_proj_z")},
     "in_proj_b": {"kernel": linear("in_proj_b")}, "in_proj_a": {"kernel": linear("in_proj_a")},
     "conv1d": {"kernel": sd["conv1d.weight"]}, "dt_bias": sd["dt_bias"], "A_log": sd["A_log"],
     "norm": {"scale": sd["norm.weight"]},
-    "out_proj": {"kernel": linear("out_proj").reshape(n, hv, d)},
+    "out_proj": {"kernel": linear("out_proj")},
   }
 
 
@@ -116,8 +114,8 @@ def test_sharded_forward_matches_single_device():
   shardings = sharding.param_shardings(cfg, mesh)
   params = init_params(cfg, jax.random.key(1), shardings)
   lin = params["model"]["layers"]["layer_0"]["linear_attn"]
-  assert lin["in_proj_z"]["kernel"].sharding.spec == P(None, "fsdp", "tensor", None)
-  assert lin["out_proj"]["kernel"].sharding.spec == P(None, "tensor", None, "fsdp")
+  assert lin["in_proj_z"]["kernel"].sharding.spec == P(None, "fsdp", "tensor")
+  assert lin["out_proj"]["kernel"].sharding.spec == P(None, "tensor", "fsdp")
   rng = np.random.default_rng(0)
   tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (8, 13)), jnp.int32)
   positions = jnp.broadcast_to(jnp.arange(13, dtype=jnp.int32), (8, 13))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 from tmax_jax.models import layers
 from tmax_jax.models.config import ModelConfig
@@ -123,3 +124,8 @@ class QwenForCausalLM(nn.Module):
     one = layers.init_kv_cache(batch, max_len, cfg.num_key_value_heads, cfg.head_dim,
                                cfg.dtypes.compute)
     return jax.tree.map(lambda c: jnp.broadcast_to(c, (cfg.num_hidden_layers,) + c.shape), one)
+
+  def cache_logical_axes(self) -> dict[str, PartitionSpec]:
+    """Logical axis names of `init_cache`'s leaves (map with sharding.logical_to_sharding)."""
+    kv = PartitionSpec("layers", "batch", "length", "kv_heads", "head_dim")
+    return {"k": kv, "v": kv, "segment_ids": PartitionSpec("layers", "batch", "length")}

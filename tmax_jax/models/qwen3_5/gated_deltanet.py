@@ -16,6 +16,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from tmax_jax.models import gated_delta
 from tmax_jax.models.layers import constrain
@@ -117,16 +118,18 @@ class RMSNormGated(nn.Module):
 
 
 class GatedDeltaNet(nn.Module):
-  """Params (HF names): in_proj_qkv [D,C], in_proj_z [D,N,Hv], in_proj_b/in_proj_a [D,N],
-  conv1d [C,1,Kc], dt_bias [N], A_log [N], norm scale [Hv], out_proj [N,Hv,D]."""
+  """Params (HF names): in_proj_qkv [D,C], in_proj_z [D,N*Hv], in_proj_b/in_proj_a [D,N],
+  conv1d [C,1,Kc], dt_bias [N], A_log [N], norm scale [Hv], out_proj [N*Hv,D]."""
 
   spec: Qwen3_5Config
   norm_eps: float = 1e-6
   dtype: jnp.dtype = F32
   param_dtype: jnp.dtype = F32
 
-  def _dense(self, name, features, axes, axis=-1):
-    return nn.DenseGeneral(features, axis=axis, use_bias=False, dtype=self.dtype,
+  def _dense(self, name, features, axes):
+    # 2-D kernels only: flax's DenseGeneral inits multi-axis kernels flat, which breaks logical
+    # sharding constraints when params are shape-checked under a mesh.
+    return nn.Dense(features, use_bias=False, dtype=self.dtype,
                            param_dtype=self.param_dtype, name=name,
                            kernel_init=_param_init(nn.initializers.normal(0.02), axes))
 
@@ -139,7 +142,7 @@ class GatedDeltaNet(nn.Module):
     live, reset = segment_resets(positions, segment_ids)
     x = jnp.where(live[..., None], x, 0).astype(self.dtype)
     qkv = self._dense("in_proj_qkv", sp.conv_dim, ("embed", "heads"))(x)  # [B,T,C]
-    z = self._dense("in_proj_z", (n, hv), ("embed", "heads", "head_dim"))(x)  # [B,T,N,Hv]
+    z = self._dense("in_proj_z", n * hv, ("embed", "heads"))(x).reshape(b, t, n, hv)  # [B,T,N,Hv]
     beta_logit = self._dense("in_proj_b", n, ("embed", "heads"))(x)  # [B,T,N]
     a = self._dense("in_proj_a", n, ("embed", "heads"))(x)  # [B,T,N]
     kernel = ConvKernel((sp.conv_dim, 1, sp.linear_conv_kernel_dim), self.param_dtype,
@@ -165,9 +168,9 @@ class GatedDeltaNet(nn.Module):
                                                     initial_state=init, reset=reset)
     out = constrain(out, ("batch", "length", "heads", "head_dim"))  # [B,T,N,Hv]
     out = RMSNormGated(self.norm_eps, self.dtype, self.param_dtype, name="norm")(out, z)
-    y = self._dense("out_proj", x.shape[-1], ("heads", "head_dim", "embed"), axis=(-2, -1))(out)
+    y = self._dense("out_proj", x.shape[-1], ("heads", "embed"))(out.reshape(b, t, n * hv))
     new_cache = None if cache is None else {"conv": conv_state, "recurrent": rec}
-    return y, new_cache
+    return checkpoint_name(y, "attn_out"), new_cache  # same remat name as layers.Attention
 
 
 def _a_log_init(key, shape, dtype=F32):

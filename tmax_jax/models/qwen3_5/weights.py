@@ -19,7 +19,7 @@ _LINEAR_ATTN = {
   "linear_attn.in_proj_z.weight": (1, None, "kernel"),
   "linear_attn.in_proj_b.weight": (1, None, "kernel"),
   "linear_attn.in_proj_a.weight": (1, None, "kernel"),
-  "linear_attn.out_proj.weight": (2, None, "kernel"),
+  "linear_attn.out_proj.weight": (1, None, "kernel"),
   "linear_attn.conv1d.weight": (0, 3, "kernel"),
   "linear_attn.norm.weight": (0, None, "scale"),
   "linear_attn.dt_bias": (0, None, None),

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from tmax_jax.sandbox.api import Sandbox
 from tmax_jax.tasks import runner
-from tmax_jax.tasks.format import write_task
+from tmax_jax.tasks.format import TaskFormatError, write_task
 from tmax_jax.tasks.generator.axes import AxisSample, balance_score
 from tmax_jax.tasks.generator.llm import ChatClient, ChatError, ReplyError, parse_task_reply, render_prompt
 
@@ -88,6 +88,8 @@ def build_and_check(task, smoke: str, config: GenerationConfig) -> tuple[str | N
                            before=_smoke(smoke, config.smoke_timeout_s))
   except SmokeTestError as err:
     return str(err), None
+  except TaskFormatError as err:  # e.g. a Dockerfile instruction we cannot translate
+    return f"environment: {err}", None
   except runner.RewardError as err:
     return f"smoke test: {err}", None
   if res.reason != "ok":
@@ -115,7 +117,10 @@ def generate_task(sample: AxisSample, client: ChatClient, out_dir: str | pathlib
     return done("rejected", f"{type(err).__name__}: {err}", config.max_attempts)
   staging = pathlib.Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
   try:
-    written = write_task(task, staging / "task")
+    try:
+      written = write_task(task, staging / "task")
+    except TaskFormatError as err:
+      return done("rejected", f"task: {err}", attempts)
     reason, reward = build_and_check(written, smoke, config)
     if reason is not None:
       return done("rejected", reason, attempts, reward=reward)

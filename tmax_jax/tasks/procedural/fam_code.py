@@ -235,14 +235,14 @@ CPORT_REF = '''def f(x, k):
 
 
 def c_port(rng: random.Random, level: int) -> TaskSpec:
-  k = rng.choice((3, 5, 7)) if level else 3
-  ref = CPORT_REF.replace("K * x", f"{k} * x")
+  k, cap = 3, rng.choice((2000, 5000, 10000))  # 5x+1 / 7x+1 mostly hit the cap: no signal
+  ref = CPORT_REF.replace("K * x", f"{k} * x").replace("10000", str(cap))
   instruction = f"""/workspace/ref.py defines `f(x)` on unsigned 64-bit integers (arithmetic wraps
 modulo 2^64). It is too slow. Write /workspace/fast.c: a C program that reads one unsigned decimal
 integer per line from stdin (1 <= x < 2^64) and prints f(x) for each, one per line. It will be
 compiled with `gcc -O2 -o fast fast.c` and compared with ref.py on many random inputs."""
   c = (f"#include <stdio.h>\n#include <stdint.h>\nint main(void) {{\n  unsigned long long x;\n"
-       f"  while (scanf(\"%llu\", &x) == 1) {{\n    int s = 0;\n    while (x != 1 && s < 10000) {{\n"
+       f"  while (scanf(\"%llu\", &x) == 1) {{\n    int s = 0;\n    while (x != 1 && s < {cap}) {{\n"
        f"      x = (x % 2 == 0) ? x / 2 : {k}ULL * x + 1ULL;\n      s++;\n    }}\n    printf(\"%d\\n\", s);\n  }}\n  return 0;\n}}\n")
   solve = f"cat > fast.c <<'C'\n{c}C"
   wrong = solve.replace("unsigned long long x;", "unsigned int x;").replace("%llu", "%u").replace("ULL", "U")

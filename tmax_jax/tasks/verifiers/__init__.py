@@ -26,7 +26,8 @@ INPUT_TYPES = ("ints", "text", "lines", "choice", "python")
 TEST_SH = """#!/bin/bash
 # Hidden verifier ({kind}) written by tmax_jax.tasks.verifiers; runs offline with python3 only.
 mkdir -p /logs/verifier
-python3 /tests/checker.py /tests/spec.json
+# -I: isolated mode, so nothing the agent planted (user site-packages, PYTHON* vars) loads here.
+python3 -I /tests/checker.py /tests/spec.json
 """
 
 

@@ -1,0 +1,112 @@
+"""Sandbox start-up latency and commands/s per backend (real sandboxes on the base rootfs).
+
+  python3 bench/sandbox_bench.py [--backends bubblewrap,podman] [--starts 5] [--commands 100]
+      [--load 32x20] [--jsonl /tmp/sandbox_bench.jsonl] [--append BENCHMARKS.md]
+
+Prints a markdown table; --append adds it to a file, --jsonl writes one metrics record per backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tqdm import tqdm  # noqa: E402
+
+from tmax_jax.sandbox import open_sandbox  # noqa: E402
+from tmax_jax.sandbox.api import EnvironmentSpec  # noqa: E402
+from tmax_jax.sandbox.images import ensure_base_rootfs  # noqa: E402
+from tmax_jax.sandbox.pool import SandboxPool  # noqa: E402
+
+
+def _image(backend: str) -> str:
+  rootfs = ensure_base_rootfs(quiet=True)
+  if backend == "podman":
+    from tmax_jax.sandbox.podman import ensure_podman_image  # pylint: disable=import-outside-toplevel
+    return ensure_podman_image(rootfs)
+  return str(rootfs)
+
+
+def bench_backend(backend: str, starts: int, commands: int, load: tuple[int, int]) -> dict:
+  spec = EnvironmentSpec(image=_image(backend))
+  start_s, close_s = [], []
+  for _ in tqdm(range(starts), desc=f"{backend} start", leave=False):
+    t0 = time.perf_counter()
+    sb = open_sandbox(spec, backend=backend)
+    t1 = time.perf_counter()
+    sb.close()
+    start_s.append(t1 - t0)
+    close_s.append(time.perf_counter() - t1)
+  with open_sandbox(spec, backend=backend) as sb:
+    t0 = time.perf_counter()
+    for i in tqdm(range(commands), desc=f"{backend} run", leave=False):
+      assert sb.run(f"echo {i}").output == f"{i}\n"
+    run_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n_exec = max(1, commands // 5)
+    for _ in range(n_exec):
+      assert sb.exec(["true"]).exit_code == 0
+    exec_s = (time.perf_counter() - t0) / n_exec
+  n_sb, n_cmd = load
+  pool = SandboxPool(n_sb, backend=backend)
+
+  async def worker(i):
+    async with pool.asession(spec) as box:
+      for j in range(n_cmd):
+        await asyncio.to_thread(box.run, f"echo {i}-{j}")
+
+  async def main():
+    await asyncio.gather(*(worker(i) for i in range(n_sb)))
+
+  t0 = time.perf_counter()
+  asyncio.run(main())
+  load_s = time.perf_counter() - t0
+  return {"backend": backend, "start_median_s": statistics.median(start_s), "start_max_s": max(start_s),
+          "close_median_s": statistics.median(close_s), "run_cmds_per_s": commands / run_s,
+          "exec_latency_s": exec_s, "load": f"{n_sb}x{n_cmd}", "load_s": load_s,
+          "load_cmds_per_s": n_sb * n_cmd / load_s, "cpus": os.cpu_count()}
+
+
+def table(rows: list[dict]) -> str:
+  head = ("| backend | start (median / max) | close | persistent-shell commands/s | exec latency | "
+          "load (sandboxes x commands) | load wall | load commands/s |\n|---|---|---|---|---|---|---|---|\n")
+  return head + "".join(
+      f"| {r['backend']} | {r['start_median_s'] * 1e3:.0f} / {r['start_max_s'] * 1e3:.0f} ms | "
+      f"{r['close_median_s'] * 1e3:.0f} ms | {r['run_cmds_per_s']:.0f} | {r['exec_latency_s'] * 1e3:.0f} ms | "
+      f"{r['load']} | {r['load_s']:.1f} s | {r['load_cmds_per_s']:.0f} |\n" for r in rows)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--backends", default="bubblewrap,podman")
+  parser.add_argument("--starts", type=int, default=5)
+  parser.add_argument("--commands", type=int, default=100)
+  parser.add_argument("--load", default="32x20")
+  parser.add_argument("--jsonl", default=None)
+  parser.add_argument("--append", default=None, help="markdown file to append the table to")
+  args = parser.parse_args(argv)
+  n_sb, n_cmd = (int(x) for x in args.load.split("x"))
+  rows = []
+  for backend in args.backends.split(","):
+    rows.append(bench_backend(backend, args.starts, args.commands, (n_sb, n_cmd)))
+    if args.jsonl:
+      with open(args.jsonl, "a") as f:
+        f.write(json.dumps(rows[-1]) + "\n")
+  text = table(rows)
+  print(text)
+  if args.append:
+    with open(args.append, "a") as f:
+      f.write(f"\n## Sandboxes ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, "
+              f"python3 bench/sandbox_bench.py)\n\n{text}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,148 @@
+"""Pool, load (32 sandboxes x 20 commands on 2 cores, ~5-10 s so not marked slow) and leak checks on
+real bubblewrap sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tmax_jax.sandbox import runtime
+from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
+from tmax_jax.sandbox.pool import SandboxPool
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _settle(resource_snapshot, before: dict, timeout_s: float = 10.0) -> dict:
+  deadline = time.monotonic() + timeout_s
+  while True:
+    now = resource_snapshot()
+    if now == before or time.monotonic() > deadline:
+      return now
+    time.sleep(0.1)
+
+
+def test_pool_is_bounded_and_closes_on_success_and_failure(rootfs, snapshot):
+  spec = EnvironmentSpec(image=str(rootfs))
+  resource_snapshot = snapshot
+  before = resource_snapshot()
+  pool = SandboxPool(2, backend="bubblewrap")
+  peak = []
+
+  async def job(i):
+    async with pool.asession(spec) as sb:
+      peak.append(pool.in_use)
+      res = await asyncio.to_thread(sb.run, f"echo job{i}")
+      assert res.output == f"job{i}\n"
+      if i == 3:
+        raise ValueError("agent failed")
+    return i
+
+  async def main():
+    return await asyncio.gather(*(job(i) for i in range(5)), return_exceptions=True)
+
+  results = asyncio.run(main())
+  assert [r for r in results if not isinstance(r, ValueError)] == [0, 1, 2, 4]
+  assert max(peak) <= 2 and pool.in_use == 0
+  with pool.session(spec) as sb:
+    assert sb.run("echo sync").output == "sync\n"
+  assert _settle(resource_snapshot, before) == before
+
+
+def test_pool_cleans_up_on_timeout_cancellation(rootfs, snapshot):
+  spec = EnvironmentSpec(image=str(rootfs))
+  resource_snapshot = snapshot
+  before = resource_snapshot()
+  pool = SandboxPool(4, backend="bubblewrap")
+
+  async def stuck():
+    async with pool.asession(spec) as sb:
+      await asyncio.to_thread(sb.run, "sleep 2; echo x", timeout_s=30)
+      await asyncio.sleep(60)
+
+  async def main():
+    with pytest.raises(asyncio.TimeoutError):
+      await asyncio.wait_for(stuck(), timeout=4)
+
+  asyncio.run(main())
+  assert pool.in_use == 0
+  assert _settle(resource_snapshot, before) == before
+
+
+def test_bad_spec_fails_fast_in_the_pool(rootfs):
+  pool = SandboxPool(1, backend="bubblewrap")
+  with pytest.raises(SandboxError, match="workdir"):
+    with pool.session(EnvironmentSpec(image=str(rootfs), workdir="not/absolute")):
+      pass
+  with pool.session(EnvironmentSpec(image=str(rootfs))) as sb:  # the slot was released
+    assert sb.run("true").exit_code == 0
+
+
+def test_parent_crash_leaves_nothing_after_sweep(rootfs, tmp_path):
+  """A process SIGKILLed with live sandboxes: its sandbox processes die with it (anchor pipe EOF);
+  the sweeper removes its temp dirs, mounts and cgroups."""
+  script = tmp_path / "crash.py"
+  script.write_text(textwrap.dedent(f"""
+      import os, sys, time
+      sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parents[2])!r})
+      from tmax_jax.sandbox import open_sandbox, runtime
+      from tmax_jax.sandbox.api import EnvironmentSpec
+      sbs = [open_sandbox(EnvironmentSpec(image={str(rootfs)!r}), backend="bubblewrap") for _ in range(2)]
+      sbs[0].run("sleep 1000 >/dev/null 2>&1 &")
+      print(runtime.owner_tag(), flush=True)
+      time.sleep(1000)
+  """))
+  proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+  tag = proc.stdout.readline().strip()
+  assert tag.startswith("p")
+  root = runtime.tmp_base() / tag
+  assert root.exists() and len(list(root.iterdir())) == 2
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  deadline = time.monotonic() + 10
+  while time.monotonic() < deadline:  # the sandboxes' processes die on their own
+    out = subprocess.run(["pgrep", "-f", "sleep 1000"], capture_output=True, text=True).stdout.split()
+    if not out:
+      break
+    time.sleep(0.2)
+  assert not out
+  removed = SandboxPool.sweep()
+  assert str(root) in removed and not root.exists()
+  assert not runtime.mounts_under(root)
+  for ctrl in runtime.CONTROLLERS:
+    parent = runtime.CGROUP_V1 / ctrl / runtime.CGROUP_PARENT
+    if parent.is_dir():
+      assert not [c for c in parent.iterdir() if c.name.startswith(tag)]
+
+
+def test_load_32_sandboxes_x_20_commands_no_leaks(rootfs, snapshot):
+  spec = EnvironmentSpec(image=str(rootfs))
+  resource_snapshot = snapshot
+  before = resource_snapshot()
+  pool = SandboxPool(32, backend="bubblewrap")
+
+  async def worker(i):
+    async with pool.asession(spec) as sb:
+      outs = []
+      for j in range(20):
+        res = await asyncio.to_thread(sb.run, f"echo {i}-{j} $(( {i} * {j} ))")
+        outs.append(res.output)
+      return outs
+
+  async def main():
+    return await asyncio.gather(*(worker(i) for i in range(32)))
+
+  start = time.monotonic()
+  results = asyncio.run(main())
+  elapsed = time.monotonic() - start
+  for i, outs in enumerate(results):
+    assert outs == [f"{i}-{j} {i * j}\n" for j in range(20)]
+  assert _settle(resource_snapshot, before) == before, (before, resource_snapshot())
+  print(f"32 x 20 commands in {elapsed:.1f} s")

@@ -1,0 +1,222 @@
+"""Process-wide sandbox housekeeping: temp dirs, cgroups, cleanup on exit and a stale-dir sweeper.
+
+Every sandbox of this process keeps its host dirs under one per-process root
+`<tmp>/tmax_sandboxes/p<pid>-<start ticks>/` and its cgroups under `tmax_jax/p<pid>-<start ticks>-<n>`
+(cgroup v1 memory + pids, when writable). `close_all()` runs at exit and on SIGTERM/SIGINT/SIGHUP;
+`sweep_stale()` removes roots, mounts and cgroups left by processes that died without cleaning up
+(SIGKILL): their sandboxes' own processes already died with them (the anchor exits on pipe EOF).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import threading
+
+CGROUP_V1 = pathlib.Path("/sys/fs/cgroup")
+CGROUP_PARENT = "tmax_jax"
+CONTROLLERS = ("memory", "pids")
+
+_lock = threading.Lock()
+_live: set = set()  # strong refs: a sandbox dropped without close() is still closed at exit
+_installed = False
+
+
+def _start_ticks(pid: int) -> str | None:
+  try:
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+  except OSError:
+    return None
+  return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_tag(pid: int | None = None) -> str:
+  """`p<pid>-<start ticks>`: names a process uniquely even after its pid is reused."""
+  pid = pid or os.getpid()
+  return f"p{pid}-{_start_ticks(pid)}"
+
+
+def _tag_alive(tag: str) -> bool:
+  try:
+    pid_s, ticks = tag[1:].split("-", 1)
+    return _start_ticks(int(pid_s)) == ticks.split("-", 1)[0]
+  except ValueError:
+    return True  # not ours: leave it alone
+
+
+def tmp_base() -> pathlib.Path:
+  return pathlib.Path(os.environ.get("TMAX_SANDBOX_TMP", "/tmp")) / "tmax_sandboxes"
+
+
+def process_root() -> pathlib.Path:
+  """This process's root of sandbox host dirs (created on first use)."""
+  root = tmp_base() / owner_tag()
+  root.mkdir(parents=True, exist_ok=True)
+  tmp_base().chmod(0o755)
+  return root
+
+
+def mounts_under(path: pathlib.Path) -> list[str]:
+  """Mount points at or below `path` (deepest first), from /proc/self/mountinfo."""
+  prefix = str(path)
+  found = []
+  with contextlib.suppress(OSError):
+    for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
+      point = line.split()[4].encode().decode("unicode_escape")
+      if point == prefix or point.startswith(prefix + "/"):
+        found.append(point)
+  return sorted(found, key=len, reverse=True)
+
+
+def remove_tree(path: pathlib.Path) -> None:
+  """Unmounts everything below `path`, then deletes it."""
+  for point in mounts_under(path):
+    subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+  if mounts_under(path):  # never delete through a bind mount (e.g. a trial's logs dir)
+    raise OSError(f"could not unmount everything under {path}: {mounts_under(path)}")
+  shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# cgroups (v1 here; the sandbox's processes are moved in by a wrapper before exec)
+
+def cgroups_available() -> bool:
+  if os.geteuid() != 0 or os.environ.get("TMAX_SANDBOX_NO_CGROUPS"):
+    return False
+  return all(os.access(CGROUP_V1 / c, os.W_OK) and (CGROUP_V1 / c / "cgroup.procs").exists()
+             for c in CONTROLLERS)
+
+
+class Cgroup:
+  """One sandbox's memory + pids cgroups. `stats()` reports OOM kills and pids-limit hits."""
+
+  def __init__(self, name: str, memory_mb: int, max_processes: int):
+    self.paths = {c: CGROUP_V1 / c / CGROUP_PARENT / name for c in CONTROLLERS}
+    for path in self.paths.values():
+      path.mkdir(parents=True, exist_ok=True)
+    mem = self.paths["memory"]
+    (mem / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
+    with contextlib.suppress(OSError):  # no swap accounting on most hosts
+      (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_mb << 20))
+    (self.paths["pids"] / "pids.max").write_text(str(max_processes))
+
+  def procs_files(self) -> list[str]:
+    return [str(p / "cgroup.procs") for p in self.paths.values()]
+
+  def stats(self) -> dict[str, int]:
+    out = {"oom_kill": 0, "pids_max_hits": 0}
+    with contextlib.suppress(OSError):
+      for line in (self.paths["memory"] / "memory.oom_control").read_text().splitlines():
+        key, _, val = line.partition(" ")
+        if key == "oom_kill":
+          out["oom_kill"] = int(val)
+    with contextlib.suppress(OSError, ValueError):
+      out["pids_max_hits"] = int((self.paths["pids"] / "pids.events").read_text().split()[1])
+    return out
+
+  def pids(self) -> list[int]:
+    with contextlib.suppress(OSError):
+      return [int(x) for x in (self.paths["pids"] / "cgroup.procs").read_text().split()]
+    return []
+
+  def kill_all(self) -> None:
+    for _ in range(20):
+      pids = self.pids()
+      if not pids:
+        return
+      for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+          os.kill(pid, signal.SIGKILL)
+      threading.Event().wait(0.02)
+
+  def remove(self) -> None:
+    self.kill_all()
+    for path in self.paths.values():
+      for _ in range(50):
+        try:
+          path.rmdir()
+          break
+        except FileNotFoundError:
+          break
+        except OSError:  # processes still exiting
+          threading.Event().wait(0.02)
+
+
+# ------------------------------------------------------------------------------------------------
+# cleanup registry
+
+def register(sandbox) -> None:
+  """Tracks a live sandbox so that exit / fatal signals close it."""
+  global _installed
+  with _lock:
+    _live.add(sandbox)
+    if not _installed:
+      _installed = True
+      atexit.register(close_all)
+      if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+          _chain_signal(sig)
+
+
+def unregister(sandbox) -> None:
+  with _lock:
+    _live.discard(sandbox)
+
+
+def _chain_signal(sig: int) -> None:
+  previous = signal.getsignal(sig)
+
+  def handler(signum, frame):
+    close_all()
+    if callable(previous):
+      previous(signum, frame)
+    else:
+      signal.signal(signum, signal.SIG_DFL)
+      os.kill(os.getpid(), signum)
+
+  with contextlib.suppress(ValueError):
+    signal.signal(sig, handler)
+
+
+def close_all() -> None:
+  """Closes every live sandbox of this process, then removes the process root."""
+  with _lock:
+    live = list(_live)
+  for sb in live:
+    with contextlib.suppress(Exception):
+      sb.close()
+  root = tmp_base() / owner_tag()
+  if root.exists() and not any(root.iterdir()):
+    with contextlib.suppress(OSError):
+      remove_tree(root)
+
+
+def sweep_stale() -> list[str]:
+  """Removes sandbox roots and cgroups whose owner process is dead; returns what it removed."""
+  removed = []
+  base = tmp_base()
+  if base.is_dir():
+    for root in base.iterdir():
+      if root.name.startswith("p") and not _tag_alive(root.name):
+        with contextlib.suppress(OSError):
+          remove_tree(root)
+          removed.append(str(root))
+  for ctrl in CONTROLLERS:
+    parent = CGROUP_V1 / ctrl / CGROUP_PARENT
+    if not parent.is_dir():
+      continue
+    for cg in parent.iterdir():
+      if cg.is_dir() and cg.name.startswith("p") and not _tag_alive(cg.name):
+        with contextlib.suppress(OSError):
+          for pid in (cg / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+              os.kill(int(pid), signal.SIGKILL)
+          threading.Event().wait(0.05)
+          cg.rmdir()
+          removed.append(str(cg))
+  return removed

@@ -159,3 +159,15 @@ def test_jetstream_decode_and_health_check_still_served(served):
            for t in s.token_ids]
   # The engine's default sampling is greedy.
   assert ids == helpers.hf_greedy(served.torch_model, [prompt], 10)[0]
+
+
+def test_jetstream_text_request_without_tokenizer_fails_clearly(served):
+  from jetstream.core.proto import jetstream_pb2, jetstream_pb2_grpc
+  with grpc.insecure_channel(served.address) as ch:
+    stub = jetstream_pb2_grpc.OrchestratorStub(ch)
+    req = jetstream_pb2.DecodeRequest(
+        text_content=jetstream_pb2.DecodeRequest.TextContent(text="hello"), max_tokens=4)
+    with pytest.raises(grpc.RpcError) as err:
+      list(stub.Decode(req, timeout=30))
+    assert "tokenizer_path" in err.value.details()
+    assert stub.HealthCheck(jetstream_pb2.HealthCheckRequest(), timeout=10).is_live  # still up

@@ -281,3 +281,12 @@ def test_logs_dir_is_the_trial_dir_and_survives_close(make_sb, tmp_path):
   sb.close()
   assert (trial / "verifier" / "reward.txt").read_text() == "1\n"
   assert (trial / "artifacts" / "a.txt").read_text() == "art\n" and (trial / "agent").is_dir()
+
+
+def test_exec_with_endless_output_stops_at_the_output_limit(make_sb):
+  sb = make_sb(limits=Limits(max_output_mb=16))
+  start = time.monotonic()
+  res = sb.exec(["yes", "spam"], timeout_s=300)
+  assert res.status == "output_limit" and res.exit_code is None and time.monotonic() - start < 30
+  assert res.output.startswith("spam\nspam\n") and len(res.output) < 11_000
+  assert sb.exec(["pgrep", "-c", "-x", "yes"]).output.strip() == "0"

@@ -83,6 +83,7 @@ class RLDriver(orchestrator.Driver):
     self._live: dict[int, orchestrator.ActiveRequest] = {}
     self._open: set = set()  # return channels of requests not finished yet (any stage)
     self._update_lock = threading.Lock()
+    self._text_tokenizer = None  # built on the first text request (loading it is slow)
     super().__init__(*args, **kwargs)
 
   # ---- weights -------------------------------------------------------------------------------
@@ -114,8 +115,9 @@ class RLDriver(orchestrator.Driver):
       engine = self._prefill_engines[0]
       content = request.prefill_content
       if isinstance(content, str):
-        tok = engine.build_tokenizer(engine.get_tokenizer())
-        content = tok.encode(content)[0].tolist()
+        if self._text_tokenizer is None:
+          self._text_tokenizer = engine.build_tokenizer(engine.get_tokenizer())
+        content = self._text_tokenizer.encode(content)[0].tolist()
       if not content:
         raise ValueError("empty prompt")
       # Keep the most recent tokens if too long, as upstream does.

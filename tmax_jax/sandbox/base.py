@@ -320,11 +320,25 @@ class SandboxBase(Sandbox):
     if not argv or not all(isinstance(a, str) for a in argv):
       raise SandboxError(f"exec needs a non-empty list of str, got {argv!r}")
     timeout = max(1, int(round(timeout_s)))
-    inner = ["timeout", "-s", "KILL", str(timeout), *argv]
-    return self._exec_host(self._enter(self._inner(inner)), timeout + HOST_GRACE_S, max_output_chars)
+    pid_file = f"/tmp/.tmax/exec.{next(self._ids)}"
+    # timeout makes its own process group (pid = pgid, in the pid file), so the host can kill the
+    # tree from inside (killing the host-side
+    # podman/apptainer client does not stop the process in the container).
+    inner = ["sh", "-c", 'echo $$ > "$0"; t=$1; shift; exec timeout -s KILL "$t" "$@"', pid_file, str(timeout), *argv]
+    try:
+      return self._exec_host(self._enter(self._inner(inner)), timeout + HOST_GRACE_S, max_output_chars,
+                             kill_file=pid_file)
+    finally:
+      with contextlib.suppress(OSError):
+        (self.ctl / posixpath.basename(pid_file)).unlink()
+
+  def _kill_from_pid_file(self, pid_file: str) -> None:
+    with contextlib.suppress(OSError, ValueError, subprocess.TimeoutExpired, SandboxError):
+      pid = int((self.ctl / posixpath.basename(pid_file)).read_text().split()[0])
+      subprocess.run(self._enter(["kill", "-KILL", "--", f"-{pid}"]), capture_output=True, timeout=30, check=False)
 
   def _exec_host(self, host_argv, deadline_s, max_chars, stdin_data: bytes | None = None,
-                 stdout_file=None) -> CommandResult:
+                 stdout_file=None, kill_file: str | None = None) -> CommandResult:
     start = time.monotonic()
     before = self._limit_stats()
     proc = subprocess.Popen(host_argv, stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
@@ -337,11 +351,13 @@ class SandboxBase(Sandbox):
     out = proc.stdout if stdout_file is None else proc.stderr
     reader = shell.SentinelReader(out.fileno(), b"\0never\0")
     kind, _, _ = reader.read_until(0, capture, start + deadline_s, limit_bytes=self.spec.limits.max_output_mb << 20,
-                                   on_limit=lambda: _killpg(proc))
-    if kind == "deadline":
+                                   on_limit=lambda: True)
+    if kind in ("deadline", "limit"):
+      if kill_file:
+        self._kill_from_pid_file(kill_file)
       _killpg(proc)
+    out.close()  # a writer still inside the sandbox gets SIGPIPE
     rc = proc.wait()
-    out.close()
     if rc == 128 + 9 or rc == -9:  # timeout -s KILL or our kill
       rc = None
     status, note = self._classify("done", rc, "timeout" if kind == "deadline" or (

@@ -138,7 +138,7 @@ class SentinelReader:
 
   def read_until(self, cmd_id: int, capture: OutputCapture, deadline: float, on_limit=None,
                  limit_bytes: int | None = None) -> tuple[str, int | None, str]:
-    """-> ("done", rc, why) | ("eof", None, "") | ("deadline", None, "")."""
+    """-> ("done", rc, why) | ("eof", None, "") | ("deadline", None, "") | ("limit", None, "")."""
     marker = b"\n" + self.token + b" " + str(cmd_id).encode() + b" "
     window, self.pending = self.pending, b""
     limited = False
@@ -158,7 +158,8 @@ class SentinelReader:
           window = window[safe:]
       if on_limit and not limited and limit_bytes is not None and capture.total > limit_bytes:
         limited = True
-        on_limit()
+        if on_limit():  # True: stop reading now (the caller closes the pipe)
+          return "limit", None, ""
       left = deadline - time.monotonic()
       if left <= 0:
         return "deadline", None, ""

@@ -38,7 +38,8 @@ def _step_fn(cfg):
   return model, step
 
 
-@pytest.mark.parametrize("scan_layers,prefill_splits", [(True, 1), (False, 2)])
+@pytest.mark.parametrize("scan_layers,prefill_splits", [
+  (True, 1), pytest.param(False, 2, marks=pytest.mark.slow)])
 def test_prefill_then_decode_matches_full_forward(scan_layers, prefill_splits):
   cfg, params = _model(scan_layers)
   model, step = _step_fn(cfg)

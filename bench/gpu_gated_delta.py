@@ -14,7 +14,6 @@ and a printed summary. --tiny runs a small config on CPU to check the script its
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import pathlib

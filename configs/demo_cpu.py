@@ -15,6 +15,7 @@ from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 TINY = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
 SFT_STEPS, RL_STEPS = 120, 12
+LOSS_TOKENS = 3 * 40  # max_turns x turn_max_tokens: every generated token of a trajectory fits
 
 
 def get_config():
@@ -24,17 +25,19 @@ def get_config():
       model=ModelSpec(preset="qwen3-0.6b", overrides=TINY),
       tokenizer="qwen3",
       tasks=TaskSource(families=("write_word",), difficulty=0, num_train=64, num_eval=16),
-      episode=EpisodeConfig(family="qwen3", max_tool_calls=3, max_turns=4, turn_max_tokens=48,
+      episode=EpisodeConfig(family="qwen3", max_tool_calls=2, max_turns=3, turn_max_tokens=40,
                             max_response_tokens=192, command_timeout_s=10.0,
                             enable_thinking=False),
       sft_train=TrainConfig(
           optimizer=OptimizerConfig(learning_rate=3e-3, schedule="cosine", warmup_steps=10,
                                     total_steps=SFT_STEPS, weight_decay=0.0),
-          loss=LossConfig(policy_loss="sft"), global_batch=16, logprob_chunk_size=128),
+          loss=LossConfig(policy_loss="sft"), global_batch=8, logprob_chunk_size=128,
+          loss_tokens_per_row=LOSS_TOKENS),
       sft_steps=SFT_STEPS,
       rl_train=TrainConfig(
           optimizer=OptimizerConfig(learning_rate=5e-4, total_steps=RL_STEPS),
-          global_batch=rollout.prompts_per_batch * rollout.group_size, logprob_chunk_size=128),
+          global_batch=rollout.prompts_per_batch * rollout.group_size, logprob_chunk_size=128,
+          loss_tokens_per_row=LOSS_TOKENS),
       rl_steps=RL_STEPS,
       rollout=rollout,
       worker=WorkerConfig(max_parallel_episodes=8, temperature=1.0),

@@ -290,3 +290,13 @@ def test_exec_with_endless_output_stops_at_the_output_limit(make_sb):
   assert res.status == "output_limit" and res.exit_code is None and time.monotonic() - start < 30
   assert res.output.startswith("spam\nspam\n") and len(res.output) < 11_000
   assert sb.exec(["pgrep", "-c", "-x", "yes"]).output.strip() == "0"
+
+
+def test_protocol_files_cannot_be_replaced_by_the_sandbox_user(sb):
+  res = sb.run("rm -f /tmp/.tmax/child.sh; echo 'echo HACKED' > /tmp/.tmax/child.sh; "
+               "mv /tmp/.tmax/shell.sh /tmp/x 2>/dev/null; echo done")
+  assert res.output.strip().endswith("done")
+  assert sb.run("echo still-fine").output == "still-fine\n"
+  assert "HACKED" not in sb.run("true; echo ok").output
+  token = sb._token.decode()
+  assert token not in sb.run("cat /tmp/.tmax/*.sh /tmp/.tmax/state.* 2>/dev/null; env; echo end").output

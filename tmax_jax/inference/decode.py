@@ -37,6 +37,7 @@ class DecodeCore:
   def __init__(self, model_cfg: ModelConfig, slots: int, max_len: int):
     self.model_cfg, self.slots, self.max_len = model_cfg, slots, max_len
     self.model = registry.build_model(model_cfg)
+    self.prepare = jax.jit(self._prepare_impl)
     self.prefill_cache = jax.jit(self._prefill_impl)
     self.insert = jax.jit(self._insert_impl, donate_argnums=(1,))
     self.generate = jax.jit(self._generate_impl, donate_argnums=(1,))
@@ -85,15 +86,21 @@ class DecodeCore:
     new["active"] = state["active"].at[slot].set(True)
     return new
 
-  def _generate_impl(self, params, state, version):
-    """One decode step for every slot -> (state, data [B,5] int32)."""
+  def _prepare_impl(self, params):
+    """-> what `generate` takes: {params, head [D,V] already in the head dtype}. Done once per
+    weight version, so decode steps do not re-cast (and, when tied, re-transpose) the head."""
     cfg = self.model_cfg
+    return {"params": params, "head": registry.head_weight(params, cfg).astype(cfg.dtypes.head)}
+
+  def _generate_impl(self, served, state, version):
+    """One decode step for every slot; `served` from `prepare` -> (state, data [B,5] int32)."""
+    cfg = self.model_cfg
+    params = served["params"]
     live = state["active"] & (state["position"] < self.max_len)  # [B]
     hidden, cache = self.model.apply(
         {"params": params}, state["token"][:, None], state["position"][:, None],
         live.astype(jnp.int32)[:, None], cache=state["cache"])  # hidden [B,1,D]
-    head_w = registry.head_weight(params, cfg)  # [D,V]
-    logits = logprobs_lib.full_logits(hidden, head_w, cfg.dtypes.head)[:, 0]  # [B,V] fp32
+    logits = logprobs_lib.full_logits(hidden, served["head"], cfg.dtypes.head)[:, 0]  # [B,V] fp32
     tokens, logp = sampling.sample(logits, state["key"], state["counter"], state["temperature"],
                                    state["top_p"], state["top_k"])
     counter = state["counter"] + 1

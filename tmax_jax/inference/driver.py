@@ -93,7 +93,7 @@ class RLDriver(orchestrator.Driver):
     return self._generate_params[0].version
 
   def served_params(self) -> Any:
-    return self._generate_params[0].get()[0]
+    return self._generate_params[0].get()[0]["params"]
 
   def update_weights(self, params: Any, version: int) -> None:
     """Installs `params` (already conformed) as `version` in every engine; lands between steps."""

@@ -59,19 +59,26 @@ class PrefillInput:
 
 
 class ParamsBox:
-  """Thread-safe holder of (params, version); the engine's `Params` object."""
+  """Thread-safe holder of the served weights and their version; the engine's `Params` object.
 
-  def __init__(self, params: Any, version: int = 0):
+  Holds `prepare(params)` = {"params": ..., "head": ...} (see DecodeCore.prepare), computed before
+  the swap so a decode step never waits for it.
+  """
+
+  def __init__(self, params: Any, version: int = 0, prepare: Callable[[Any], dict] | None = None):
     self._lock = threading.Lock()
-    self._params, self._version = params, version
+    self._prepare = prepare or (lambda p: {"params": p})
+    self._served, self._version = self._prepare(params), version
 
-  def get(self) -> tuple[Any, int]:
+  def get(self) -> tuple[dict, int]:
+    """-> ({"params", "head"}, version), read atomically."""
     with self._lock:
-      return self._params, self._version
+      return self._served, self._version
 
   def swap(self, params: Any, version: int) -> None:
+    served = self._prepare(params)
     with self._lock:
-      self._params, self._version = params, version
+      self._served, self._version = served, version
 
   @property
   def version(self) -> int:
@@ -129,7 +136,8 @@ class TmaxEngine(engine_api.Engine):
 
   def load_params(self, *args, **kwargs) -> ParamsBox:
     if self._box is None:
-      self._box = ParamsBox(jax.device_put(self._params_fn(), self._device), version=0)
+      self._box = ParamsBox(jax.device_put(self._params_fn(), self._device), version=0,
+                            prepare=self.core.prepare)
     return self._box
 
   def init_decode_state(self, *args, **kwargs) -> dict[str, jax.Array]:
@@ -144,14 +152,14 @@ class TmaxEngine(engine_api.Engine):
       tokens, sp = padded_tokens.tokens, padded_tokens.params
     else:
       tokens, sp = padded_tokens, self.cfg.default_sampling
-    return self.core.prefill(params.get()[0], tokens, true_length, sp)
+    return self.core.prefill(params.get()[0]["params"], tokens, true_length, sp)
 
   def insert(self, prefix, decode_state, slot: int):
     return self.core.insert(prefix, decode_state, jnp.int32(slot))
 
   def generate(self, params: ParamsBox, decode_state):
-    p, version = params.get()
-    state, data = self.core.generate(p, decode_state, jnp.int32(version))
+    served, version = params.get()
+    state, data = self.core.generate(served, decode_state, jnp.int32(version))
     return state, engine_api.ResultTokens(
         data=data, tokens_idx=(decode.TOKEN, decode.TOKEN + 1),
         valid_idx=(decode.VALID, decode.VALID + 1), length_idx=(decode.LENGTH, decode.LENGTH + 1),

@@ -112,8 +112,9 @@ class SandboxBase(Sandbox):
   def _prepare_host(self) -> None:
     self.root.mkdir(parents=True)
     if os.geteuid() == 0:  # a size-limited tmpfs: the disk limit for everything the sandbox writes
+      # (where mounting is not allowed, only the per-file limit applies)
       subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.spec.limits.disk_mb}m,mode=0755",
-                      "tmax-sbx", str(self.root)], check=True, capture_output=True)
+                      "tmax-sbx", str(self.root)], check=False, capture_output=True)
     logs = self.root / "logs"
     if self.spec.logs_dir:  # the trial dir, bind-mounted where the unprivileged sandbox uid can reach it
       trial = pathlib.Path(self.spec.logs_dir)
@@ -131,15 +132,23 @@ class SandboxBase(Sandbox):
       host.mkdir(parents=True, exist_ok=True)
     for sub in ("agent", "verifier", "artifacts"):
       (logs / sub).mkdir(exist_ok=True)
-    self.ctl = self.root / "tmp" / ".tmax"
-    self.ctl.mkdir()
-    os.mkfifo(self.ctl / "fifo", 0o600)
-    (self.ctl / "child.sh").write_text(shell.CHILD_SCRIPT)
     for path in [*self.binds.values(), *(logs / s for s in ("agent", "verifier", "artifacts"))]:
       self._chown_tree(path)
     (self.root / "tmp").chmod(0o1777)
+    # Control dir: sticky and owned by us, so the sandbox user can add its state/pid files but
+    # cannot replace the protocol scripts.
+    self.ctl = self.root / "tmp" / ".tmax"
+    self.ctl.mkdir()
+    self.ctl.chmod(0o1777)
+    os.mkfifo(self.ctl / "fifo", 0o600)
+    os.chmod(self.ctl / "fifo", 0o666)
+    (self.ctl / "child.sh").write_text(shell.CHILD_SCRIPT)
+    (self.ctl / "shell.sh").write_text(shell.SHELL_SCRIPT)
     if runtime.cgroups_available():
-      self.cgroup = runtime.Cgroup(self.name, self.spec.limits.memory_mb, self.spec.limits.max_processes)
+      try:
+        self.cgroup = runtime.Cgroup(self.name, self.spec.limits.memory_mb, self.spec.limits.max_processes)
+      except OSError:  # cgroup v1 present but not usable: rlimits only
+        self.cgroup = None
 
   def _chown_tree(self, path: pathlib.Path) -> None:
     if os.geteuid() != 0:
@@ -194,9 +203,8 @@ class SandboxBase(Sandbox):
     self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, start_new_session=True)
     self._reader = shell.SentinelReader(self._proc.stdout.fileno(), self._token)
-    boot = (f"__tmax_ctl=/tmp/.tmax; __tmax_token={self._token.decode()}\n" + shell.SHELL_SCRIPT)
-    (self.ctl / "shell.sh").write_text(boot)
-    self._send(". /tmp/.tmax/shell.sh\n")
+    # The token travels over the pipe only (never in a file the sandbox user can read).
+    self._send(f"__tmax_ctl=/tmp/.tmax; __tmax_token={self._token.decode()}; . /tmp/.tmax/shell.sh\n")
     if self._state:
       self._send(f"__tmax_restore {shlex.quote(self._state)}\n")
     if not self._reader.read_line_with(self._token + b" ready", time.monotonic() + START_TIMEOUT_S):
@@ -322,8 +330,7 @@ class SandboxBase(Sandbox):
     timeout = max(1, int(round(timeout_s)))
     pid_file = f"/tmp/.tmax/exec.{next(self._ids)}"
     # timeout makes its own process group (pid = pgid, in the pid file), so the host can kill the
-    # tree from inside (killing the host-side
-    # podman/apptainer client does not stop the process in the container).
+    # tree from inside: killing the host-side podman/apptainer client does not stop it.
     inner = ["sh", "-c", 'echo $$ > "$0"; t=$1; shift; exec timeout -s KILL "$t" "$@"', pid_file, str(timeout), *argv]
     try:
       return self._exec_host(self._enter(self._inner(inner)), timeout + HOST_GRACE_S, max_output_chars,

@@ -51,7 +51,7 @@ def mount_plan(rootfs: pathlib.Path, targets: list[str]) -> list[str]:
     host = rootfs / rel.lstrip("/") if rel != "/" else rootfs
     for entry in sorted(os.scandir(host), key=lambda e: e.name):
       path = posixpath.join(rel, entry.name)
-      if (rel == "/" and entry.name in _SKIP_TOP) or path in targets:
+      if (rel == "/" and (entry.name in _SKIP_TOP or entry.name.startswith(".tmax"))) or path in targets:
         continue
       if entry.is_symlink():
         args.extend(["--symlink", os.readlink(entry.path), path])

@@ -171,7 +171,8 @@ class PodmanSandbox(base.SandboxBase):
   def run_args(self) -> list[str]:
     """The `podman run` arguments of the anchor container (after the global options)."""
     lim = self.spec.limits
-    args = ["run", "--rm", "-i", "--name", self.container, "--label", f"tmax_owner={runtime.owner_tag()}",
+    # --init: catatonit as pid 1 reaps the orphans of killed commands.
+    args = ["run", "--rm", "-i", "--init", "--name", self.container, "--label", f"tmax_owner={runtime.owner_tag()}",
             "--network", "slirp4netns" if self.spec.allow_network else "none",
             "--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m",
             "--pids-limit", str(lim.max_processes),

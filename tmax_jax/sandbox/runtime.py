@@ -158,6 +158,8 @@ def register(sandbox) -> None:
     if not _installed:
       _installed = True
       atexit.register(close_all)
+      with contextlib.suppress(Exception):  # leftovers of crashed processes (their owners are dead)
+        sweep_stale()
       if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
           _chain_signal(sig)

@@ -103,6 +103,7 @@ class TrainConfig:
   epochs: int = 1
   micro_batches: int = 1
   logprob_chunk_size: int = 512
+  loss_tokens_per_row: int = 0  # > 0: head/loss only on each row's first K loss tokens (compact.py)
   temperature: float = 1.0  # the sampler's temperature: logprobs of the distribution it sampled
   on_nonfinite: str = "skip"  # raise | skip: what a step with NaN/inf loss or gradient does
   peak_flops_per_device: float = 790e12  # for the MFU estimate (machine.md's H200 figure)

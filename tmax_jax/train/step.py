@@ -26,6 +26,7 @@ from tmax_jax.models import registry
 from tmax_jax.models.config import ModelConfig
 from tmax_jax.rl import losses as rl_losses
 from tmax_jax.train import batch as batch_lib
+from tmax_jax.train import compact
 from tmax_jax.train import optimizer as opt_lib
 from tmax_jax.train import state as state_lib
 from tmax_jax.train.config import TrainConfig
@@ -74,6 +75,8 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
 
   def loss_fn(params, mb):
     hidden, _ = model.apply({"params": params}, mb["tokens"], mb["positions"], mb["segment_ids"])
+    if cfg.loss_tokens_per_row:  # the head only where the loss is (train/compact.py)
+      hidden, mb = compact.gather_loss_tokens(hidden, mb, cfg.loss_tokens_per_row)
     head_w = registry.head_weight(params, model_cfg)  # [D, V]
     logp, ent = logprobs_lib.token_logprobs(
       hidden, head_w, mb["targets"], chunk_size=cfg.logprob_chunk_size, head_dtype=head_dtype,
@@ -146,12 +149,17 @@ def make_step_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
     reason = jnp.where(n_tokens == 0, 1, jnp.where(~jnp.isfinite(loss), 2,
                                                     jnp.where(~jnp.isfinite(grad_norm), 3, 0)))
     lr = schedule(opt_lib.optimizer_step_count(state.opt_state))
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    ok = reason == 0
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
-    new_state = state.replace(params=keep(params, state.params),
-                              opt_state=keep(opt_state, state.opt_state), step=state.step + 1)
+
+    def apply(operands):
+      params, opt_state = operands
+      updates, opt_state = optimizer.update(grads, opt_state, params)
+      return optax.apply_updates(params, updates), opt_state
+
+    # cond, not a where-select: a rejected step never computes the update, and an accepted one
+    # does not hold a second copy of params + optimizer state
+    params, opt_state = jax.lax.cond(reason == 0, apply, lambda operands: operands,
+                                     (state.params, state.opt_state))
+    new_state = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
     denom = jnp.maximum(n_tokens, 1.0)
     metrics = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "n_loss_tokens": n_tokens,
                "n_tokens": jnp.sum((batch.segment_ids > 0).astype(jnp.float32)),
@@ -208,6 +216,8 @@ class Trainer:
     """-> (new state, metrics dict of Python floats). Raises NonFiniteStepError (on_nonfinite
     "raise", with the unchanged state as `.state`) or logs and skips (on_nonfinite "skip")."""
     if isinstance(batch.tokens, np.ndarray):
+      if self.cfg.loss_tokens_per_row:
+        compact.check_capacity(batch.loss_mask, self.cfg.loss_tokens_per_row)
       batch = self.to_device(batch)
     b, t = batch.tokens.shape
     if b % self.cfg.micro_batches:

@@ -15,7 +15,8 @@ import qwen3_5_ref as ref_lib
 from tmax_jax import sharding
 from tmax_jax.models import (UnsupportedConfigError, abstract_params, build_model, count_params,
                              from_hf_config, full_logits, head_weight, init_params)
-from tmax_jax.models.qwen3_5 import preset
+from tmax_jax.models.qwen3_5 import preset, to_hf
+from tmax_jax.models.qwen3_5.presets import PRESETS
 from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet, init_state
 
 TOL_MODULE = 1e-5
@@ -69,6 +70,11 @@ def test_gated_deltanet_matches_transformers_module():
   state = init_state(cfg.family_config, x.shape[0], jnp.float32)
   got, state = ours.apply({"params": params}, x[:, :11], pos[:, :11], full[:, :11], state)
   outs = [np.asarray(got)]
+  # A call in which a row has no live token (engine: empty slot) leaves that row's state as is.
+  pad_only = np.zeros_like(full[:, :1])
+  _, same = ours.apply({"params": params}, x[:, 11:12], pos[:, 11:12], pad_only, state)
+  for key in ("conv", "recurrent"):
+    np.testing.assert_array_equal(np.asarray(same[key]), np.asarray(state[key]), err_msg=key)
   for t in range(11, x.shape[1]):
     got, state = ours.apply({"params": params}, x[:, t:t + 1], pos[:, t:t + 1], full[:, t:t + 1],
                             state)
@@ -82,23 +88,35 @@ def test_config_errors_name_the_field():
     from_hf_config({**hf, "layer_types": ["linear_attention", "sliding_attention"] * 2})
   with pytest.raises(UnsupportedConfigError, match="layer_types has 3 entries"):
     from_hf_config({**hf, "layer_types": ["linear_attention"] * 3})
+  with pytest.raises(UnsupportedConfigError, match="attn_output_gate=False"):
+    from_hf_config({**hf, "attn_output_gate": False})
   with pytest.raises(UnsupportedConfigError, match="linear_num_value_heads=3"):
     from_hf_config({**hf, "linear_num_value_heads": 3})
 
 
-@pytest.mark.parametrize("name,hf_fields", [
-  ("qwen3.5-9b", dict()),
-  ("qwen3.5-27b", dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
-                       num_attention_heads=24, linear_num_value_heads=48)),
-])
-def test_preset_param_counts_match_transformers(name, hf_fields):
-  cfg = preset(name)
-  hf_cfg = transformers.Qwen3_5TextConfig(**hf_fields)  # HF defaults are the 9B's text model
+def _meta_param_count(hf_cfg) -> int:
   with torch.device("meta"):
-    hf_model = transformers.Qwen3_5ForCausalLM(hf_cfg)
-  hf_count = sum(p.numel() for p in hf_model.parameters())
+    return sum(p.numel() for p in transformers.Qwen3_5ForCausalLM(hf_cfg).parameters())
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_param_counts_match_transformers(name):
+  cfg = preset(name)
+  hf_cfg = transformers.Qwen3_5TextConfig(**to_hf(cfg))  # the config.json our export writes
+  assert hf_cfg.layer_types == list(cfg.family_config.layer_types)
+  hf_count = _meta_param_count(hf_cfg)
   assert count_params(abstract_params(cfg)) == hf_count
   assert count_params(abstract_params(cfg.replace(scan_layers=False))) == hf_count
+
+
+def test_9b_and_27b_presets_equal_the_public_shapes():
+  """HF's Qwen3_5TextConfig defaults are the 9B text model; 27B differs in five fields."""
+  assert count_params(abstract_params(preset("qwen3.5-9b"))) == _meta_param_count(
+    transformers.Qwen3_5TextConfig())
+  big = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
+             num_attention_heads=24, linear_num_value_heads=48)
+  assert count_params(abstract_params(preset("qwen3.5-27b"))) == _meta_param_count(
+    transformers.Qwen3_5TextConfig(**big))
 
 
 def _forward(cfg, params, tokens, positions, segments):

@@ -101,6 +101,8 @@ def parse_hf(hf: dict) -> dict:
   if len(layer_types) != n:
     raise UnsupportedConfigError(
       f"layer_types has {len(layer_types)} entries, expected num_hidden_layers={n}")
+  if not hf.get("attn_output_gate", True):  # some configs spell out the (always-on) gate
+    raise UnsupportedConfigError("unsupported attn_output_gate=False for qwen3_5; supported: [True]")
   if hf.get("attention_bias", False):
     raise UnsupportedConfigError("unsupported attention_bias=True for qwen3_5; supported: [False]")
   defaults = Qwen3_5Config()

@@ -123,9 +123,10 @@ def ensure_services(ports, start="/workspace/start.sh"):
   """Services the agent should have left running; if not, start them once with start.sh."""
   if all(port_open(p) for p in ports):
     return
-  if os.path.isfile(start):
-    subprocess.Popen(["bash", start], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True, cwd="/workspace")
+  if not os.path.isfile(start):
+    fail(f"nothing listens on ports {ports} and there is no {start}")
+  subprocess.Popen(["bash", start], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, start_new_session=True, cwd="/workspace")
   for _ in range(100):
     if all(port_open(p) for p in ports):
       return

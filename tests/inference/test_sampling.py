@@ -105,3 +105,24 @@ def test_sampling_params_validation():
     sampling.SamplingParams(temperature=-1.0)
   with pytest.raises(ValueError, match="top_k"):
     sampling.SamplingParams(top_k=-2)
+
+
+def test_two_level_inverse_cdf_matches_softmax_across_blocks():
+  """A vocabulary of several sampler blocks (ragged tail) with a peaked distribution: the draw
+  frequencies match the softmax (chi-square over the likely tokens + one bucket for the rest), and
+  -inf entries are never drawn."""
+  v, n = 3 * sampling.BLOCK + 77, 60_000
+  rng = np.random.default_rng(0)
+  logp = rng.normal(0.0, 2.0, v).astype(np.float32)
+  logp[rng.choice(v, 300, replace=False)] = -np.inf
+  probs = np.exp(logp.astype(np.float64) - logp[np.isfinite(logp)].max())
+  probs /= probs.sum()
+  u = jax.random.uniform(jax.random.key(1), (n, 2))
+  draws = np.asarray(jax.jit(sampling.inverse_cdf_sample)(
+      jnp.broadcast_to(jnp.asarray(logp), (n, v)), u))
+  assert np.all(np.isfinite(logp[draws]))
+  counts = np.bincount(draws, minlength=v)
+  likely = probs * n >= 20
+  observed = np.append(counts[likely], counts[~likely].sum())
+  expected = np.append(probs[likely], probs[~likely].sum()) * observed.sum()
+  assert stats.chisquare(observed, expected).pvalue > 1e-3

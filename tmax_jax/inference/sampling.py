@@ -68,6 +68,37 @@ def truncation_mask(logp: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.
   return logp >= threshold
 
 
+BLOCK = 512  # vocabulary block of the two-level inverse-CDF sampler
+
+
+def inverse_cdf_sample(logp: jax.Array, uniforms: jax.Array, block: int = BLOCK) -> jax.Array:
+  """Draws one token per row from softmax(logp) with two uniforms per row.
+
+  Two-level inverse CDF: pick a vocabulary block by its mass, then a token inside it. It needs two
+  random numbers per row instead of one per vocabulary entry (Gumbel-max / jax.random.categorical
+  spends ~0.1 s per decode step on CPU for a 152k vocabulary), and each cumulative sum runs over at
+  most max(V / block, block) terms, so fp32 rounding stays ~1e-7 relative. Tokens with zero mass
+  (logp = -inf, e.g. cut by top-k/top-p) are never drawn: a draw lands on the first index whose
+  cumulative mass exceeds the target, which a zero-mass entry never is.
+
+  logp: [B, V] (any normalisation, -inf allowed); uniforms: [B, 2] in [0, 1). Returns [B] int32.
+  """
+  b, v = logp.shape
+  n_blocks = -(-v // block)
+  p = jnp.exp(logp - jnp.max(logp, axis=-1, keepdims=True))  # [B, V], max entry 1
+  p = jnp.pad(p, ((0, 0), (0, n_blocks * block - v))).reshape(b, n_blocks, block)
+  cum_blocks = jnp.cumsum(jnp.sum(p, axis=-1), axis=-1)  # [B, nb]
+  target = uniforms[:, 0] * cum_blocks[:, -1]
+  bi = jnp.minimum(jax.vmap(lambda c, t: jnp.searchsorted(c, t, side="right"))(cum_blocks, target),
+                   n_blocks - 1)  # [B]
+  inner = jnp.take_along_axis(p, bi[:, None, None], axis=1)[:, 0]  # [B, block]
+  cum_inner = jnp.cumsum(inner, axis=-1)
+  target = uniforms[:, 1] * cum_inner[:, -1]
+  j = jnp.minimum(jax.vmap(lambda c, t: jnp.searchsorted(c, t, side="right"))(cum_inner, target),
+                  block - 1)
+  return (bi * block + j).astype(jnp.int32)
+
+
 def _row_keys(keys: jax.Array, counters: jax.Array) -> jax.Array:
   """One PRNG key per row: the slot's request key folded with its decode counter. [B] keys."""
   return jax.vmap(jax.random.fold_in)(keys, counters)
@@ -88,7 +119,8 @@ def sample(logits, keys, counters, temperature, top_p, top_k):
       lambda: truncation_mask(logp, top_k, top_p),
       lambda: jnp.ones(logp.shape, jnp.bool_))
   row_keys = _row_keys(keys, counters)
-  drawn = jax.vmap(jax.random.categorical)(row_keys, jnp.where(keep, logp, -jnp.inf))  # [B]
+  uniforms = jax.vmap(lambda k: jax.random.uniform(k, (2,)))(row_keys)  # [B, 2]
+  drawn = inverse_cdf_sample(jnp.where(keep, logp, -jnp.inf), uniforms)  # [B]
   greedy = jnp.argmax(logits, axis=-1)  # [B]
   tokens = jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
   token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]

@@ -101,7 +101,7 @@ def test_trajectory_logprobs_match_the_trainer(tmp_path):
       try:
         return await worker(tasks[0], 0, 0)
       finally:
-        worker.close()
+        await worker.aclose()
 
   try:
     ep = asyncio.run(episode())

@@ -47,11 +47,15 @@ class EpisodeWorker:
     self.episode_cfg, self.runner_cfg, self.cfg = episode_cfg, runner_cfg, cfg
     self._pool = concurrent.futures.ThreadPoolExecutor(cfg.max_parallel_episodes,
                                                        thread_name_prefix="episode")
+    self._closing = False
     self._stop_ids = [tokenizer.convert_tokens_to_ids("<|im_end|>"),
                       tokenizer.convert_tokens_to_ids("<|endoftext|>")]
 
-  def close(self) -> None:
-    self._pool.shutdown(wait=True, cancel_futures=True)
+  async def aclose(self) -> None:
+    """Stops the episode threads without blocking the event loop they call back into: queued
+    episodes are cancelled, running ones end at their next model call."""
+    self._closing = True
+    await asyncio.to_thread(self._pool.shutdown, wait=True, cancel_futures=True)
 
   async def __call__(self, task, group: int, sample: int) -> EpisodeResult:
     loop = asyncio.get_running_loop()
@@ -64,6 +68,8 @@ class EpisodeWorker:
     box: dict[str, EpisodeResult] = {}
 
     def generate(ids, max_tokens):
+      if self._closing:
+        raise RuntimeError("the rollout worker is shutting down")
       call = self.client.generate(ids, max_tokens, params, stop_token_ids=self._stop_ids,
                                   timeout_s=self.cfg.request_timeout_s)
       return asyncio.run_coroutine_threadsafe(call, loop).result()

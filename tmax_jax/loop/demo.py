@@ -35,7 +35,7 @@ async def _sample_rewards(server_address: str, tasks, tokenizer, cfg: DemoConfig
       jobs = [worker(task, 0, k) for task in tasks for k in range(cfg.eval_samples)]
       episodes = await asyncio.gather(*jobs)
     finally:
-      worker.close()
+      await worker.aclose()
   return np.asarray([e.reward for e in episodes], np.float32).reshape(len(tasks), cfg.eval_samples)
 
 

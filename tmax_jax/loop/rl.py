@@ -93,7 +93,7 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
         checkpointer.save(step + 1, state, {"groups_consumed": position})
     finally:
       await sched.close()
-      worker.close()
+      await worker.aclose()
       server.stop()
   return state, history, consumed + int(sched.stats["groups_generated"])
 

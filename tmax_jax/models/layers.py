@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -326,3 +326,65 @@ def remat_layer(layer_cls, policy: str, scanned: bool):
   if policy == "none":
     return layer_cls
   return nn.remat(layer_cls, policy=REMAT_POLICY_FNS[policy], prevent_cse=not scanned)
+
+
+class LMHead(nn.Module):
+  """Holds the untied head kernel [D,V]; the matmul itself lives in logprobs.py."""
+
+  config: Any  # ModelConfig
+
+  @nn.compact
+  def __call__(self) -> jax.Array:
+    cfg = self.config
+    return self.param(
+      "kernel", nn.with_logical_partitioning(nn.initializers.normal(0.02), ("embed", "vocab")),
+      (cfg.hidden_size, cfg.vocab_size), cfg.dtypes.param)
+
+
+class DecoderStack(nn.Module):
+  """HF `model.`: embedding -> rotary tables -> the family's layers (`_layers`) -> final norm.
+
+  Families subclass it and implement only `_layers(x, cos, sin, positions, segment_ids, cache)`;
+  the embedding, rotary and norm (and so their param names) are shared.
+  """
+
+  config: Any  # ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens, positions, segment_ids, cache=None):
+    cfg = self.config
+    compute = cfg.dtypes.compute
+    embed = nn.Embed(
+      cfg.vocab_size, cfg.hidden_size, dtype=compute, param_dtype=cfg.dtypes.param,
+      embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), ("vocab", "embed")),
+      name="embed_tokens")
+    x = constrain(embed(tokens), ("batch", "length", "embed"))  # [B,T,D]
+    inv_freq, scaling = rope_frequencies(
+      cfg.head_dim, cfg.rope_theta, cfg.partial_rotary_factor, cfg.rope_scaling)
+    cos, sin = rotary_cos_sin(positions, inv_freq, scaling, compute)  # [B,T,R]
+    x, cache = self._layers(x, cos, sin, positions, segment_ids, cache)
+    x = RMSNorm(cfg.rms_norm_eps, cfg.norm_zero_centered, compute, cfg.dtypes.param,
+                name="norm")(x)
+    return x, cache
+
+  def _layers(self, x, cos, sin, positions, segment_ids, cache):
+    raise NotImplementedError
+
+
+class CausalLM(nn.Module):
+  """`hidden, cache = apply({"params": p}, tokens, positions, segment_ids, cache=None)`.
+
+  tokens/positions/segment_ids [B,T] int32 (segment 0 = padding) -> final-normed hidden [B,T,D] in
+  compute dtype; `lm_head/kernel` exists only when the embeddings are untied. Families set `stack`
+  (their DecoderStack) and implement `init_cache` / `cache_logical_axes`.
+  """
+
+  config: Any  # ModelConfig
+  stack: ClassVar[type] = DecoderStack
+
+  @nn.compact
+  def __call__(self, tokens, positions, segment_ids, cache=None):
+    hidden, cache = self.stack(self.config, name="model")(tokens, positions, segment_ids, cache)
+    if not self.config.tie_word_embeddings:
+      LMHead(self.config, name="lm_head")()  # creates lm_head/kernel
+    return hidden, cache

@@ -47,27 +47,8 @@ class DecoderLayer(nn.Module):
     return layers.constrain(x, ("batch", "length", "embed")), cache
 
 
-class QwenModel(nn.Module):
+class QwenModel(layers.DecoderStack):
   """Embedding, decoder layers, final norm (HF `model.`)."""
-
-  config: ModelConfig
-
-  @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache=None):
-    cfg = self.config
-    compute = cfg.dtypes.compute
-    embed = nn.Embed(
-      cfg.vocab_size, cfg.hidden_size, dtype=compute, param_dtype=cfg.dtypes.param,
-      embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), ("vocab", "embed")),
-      name="embed_tokens")
-    x = layers.constrain(embed(tokens), ("batch", "length", "embed"))  # [B,T,D]
-    inv_freq, scaling = layers.rope_frequencies(
-      cfg.head_dim, cfg.rope_theta, cfg.partial_rotary_factor, cfg.rope_scaling)
-    cos, sin = layers.rotary_cos_sin(positions, inv_freq, scaling, compute)  # [B,T,R]
-    x, cache = self._layers(x, cos, sin, positions, segment_ids, cache)
-    x = layers.RMSNorm(cfg.rms_norm_eps, cfg.norm_zero_centered, compute, cfg.dtypes.param,
-                       name="norm")(x)
-    return x, cache
 
   def _layers(self, x, cos, sin, positions, segment_ids, cache):
     cfg = self.config
@@ -89,34 +70,11 @@ class QwenModel(nn.Module):
     return x, jax.tree.map(lambda *c: jnp.stack(c), *new_cache)
 
 
-class LMHead(nn.Module):
-  """Holds the untied head kernel [D,V]; the matmul itself lives in logprobs.py."""
+class QwenForCausalLM(layers.CausalLM):
+  """The Qwen2/3 dense causal LM (calling convention: layers.CausalLM). With a cache from
+  `init_cache`, K/V are written at `positions` and it is returned."""
 
-  config: ModelConfig
-
-  @nn.compact
-  def __call__(self) -> jax.Array:
-    cfg = self.config
-    return self.param(
-      "kernel", nn.with_logical_partitioning(nn.initializers.normal(0.02), ("embed", "vocab")),
-      (cfg.hidden_size, cfg.vocab_size), cfg.dtypes.param)
-
-
-class QwenForCausalLM(nn.Module):
-  """`hidden, cache = apply({"params": p}, tokens, positions, segment_ids, cache=None)`.
-
-  tokens/positions/segment_ids [B,T] int32 (segment 0 = padding) -> final-normed hidden [B,T,D] in
-  compute dtype. With a cache from `init_cache`, K/V are written at `positions` and it is returned.
-  """
-
-  config: ModelConfig
-
-  @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache=None):
-    hidden, cache = QwenModel(self.config, name="model")(tokens, positions, segment_ids, cache)
-    if not self.config.tie_word_embeddings:
-      LMHead(self.config, name="lm_head")()  # creates lm_head/kernel
-    return hidden, cache
+  stack = QwenModel
 
   def init_cache(self, batch: int, max_len: int) -> Cache:
     """-> {k, v: [L,B,S,K,H] compute dtype, segment_ids: [L,B,S] int32}, all empty."""

@@ -18,7 +18,6 @@ import jax.numpy as jnp
 
 from tmax_jax.models import layers
 from tmax_jax.models.config import ModelConfig
-from tmax_jax.models.qwen.model import LMHead
 from tmax_jax.models.qwen3_5.config import FULL, LINEAR, family, layer_period
 from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet, init_state
 
@@ -77,27 +76,8 @@ class LayerGroup(nn.Module):
     return x, (None if cache is None else new_cache)
 
 
-class Qwen3_5Model(nn.Module):
+class Qwen3_5Model(layers.DecoderStack):
   """Embedding, hybrid decoder layers, final norm (HF `model.` / `model.language_model.`)."""
-
-  config: ModelConfig
-
-  @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache=None):
-    cfg = self.config
-    compute = cfg.dtypes.compute
-    embed = nn.Embed(
-      cfg.vocab_size, cfg.hidden_size, dtype=compute, param_dtype=cfg.dtypes.param,
-      embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), ("vocab", "embed")),
-      name="embed_tokens")
-    x = layers.constrain(embed(tokens), ("batch", "length", "embed"))  # [B,T,D]
-    inv_freq, scaling = layers.rope_frequencies(
-      cfg.head_dim, cfg.rope_theta, cfg.partial_rotary_factor, cfg.rope_scaling)
-    cos, sin = layers.rotary_cos_sin(positions, inv_freq, scaling, compute)  # [B,T,R]
-    x, cache = self._layers(x, cos, sin, positions, segment_ids, cache)
-    x = layers.RMSNorm(cfg.rms_norm_eps, cfg.norm_zero_centered, compute, cfg.dtypes.param,
-                       name="norm")(x)
-    return x, cache
 
   def _layers(self, x, cos, sin, positions, segment_ids, cache):
     cfg = self.config
@@ -127,22 +107,12 @@ def _layer_cache(cfg: ModelConfig, layer_type: str, batch: int, max_len: int) ->
   return init_state(family(cfg), batch, cfg.dtypes.compute)
 
 
-class Qwen3_5ForCausalLM(nn.Module):
-  """`hidden, cache = apply({"params": p}, tokens, positions, segment_ids, cache=None)`.
+class Qwen3_5ForCausalLM(layers.CausalLM):
+  """The Qwen3.5 hybrid causal LM (calling convention: layers.CausalLM). With a cache from
+  `init_cache`, the decode state is advanced (K/V written at `positions`, conv/recurrent state
+  carried to the row's last live token) and returned."""
 
-  tokens/positions/segment_ids [B,T] int32 (segment 0 = padding) -> final-normed hidden [B,T,D] in
-  compute dtype. With a cache from `init_cache`, the layers' decode state is advanced (K/V written at
-  `positions`, conv/recurrent state carried to the row's last live token) and returned.
-  """
-
-  config: ModelConfig
-
-  @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache=None):
-    hidden, cache = Qwen3_5Model(self.config, name="model")(tokens, positions, segment_ids, cache)
-    if not self.config.tie_word_embeddings:
-      LMHead(self.config, name="lm_head")()  # creates lm_head/kernel
-    return hidden, cache
+  stack = Qwen3_5Model
 
   def init_cache(self, batch: int, max_len: int) -> Cache:
     """Empty decode state; leaves have a leading layer axis (see the module docstring)."""

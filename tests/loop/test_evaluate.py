@@ -16,6 +16,8 @@ from tmax_jax.tasks.procedural import registry
 from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tokenizers import load_tokenizer
 
+from tests.conftest import require_base_rootfs
+
 # Cheap, fast families (each oracle run < 1 s), one per category.
 FAMILIES = ("csv_aggregate", "find_large_files", "fix_permissions", "jq_inventory")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -27,17 +29,6 @@ TRIAL_KEYS = {"task": str, "category": str, "run": int, "reward": float, "passed
 AGG_KEYS = {"num_tasks", "num_trials", "runs_per_task", "pass_threshold", "pass@1", "pass@k",
             "mean_reward", "num_errors", "status_counts", "mean_turns", "mean_tool_calls",
             "mean_response_tokens", "mean_duration_s"}
-
-
-def _require_sandbox():
-  try:
-    from tmax_jax.sandbox import open_sandbox  # noqa: F401
-    from tmax_jax.sandbox.images import is_built, rootfs_path
-  except ImportError as err:
-    pytest.skip(f"sandbox backends not available: {err}")
-  if not is_built(rootfs_path()):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
-  return rootfs_path()
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +76,7 @@ def _check_schema(results, out: pathlib.Path):
 
 @pytest.mark.parametrize("harness", ["bash_tool", "terminus"])
 def test_oracle_scores_one_and_noop_zero(harness, proc_tasks, tmp_path, tok):
-  root = _require_sandbox()
+  root = require_base_rootfs()
   if harness == "terminus" and not (root / "usr" / "bin" / "tmux").exists():
     pytest.skip(f"tmux is not in the base rootfs {root} (sandbox/packages.txt)")
   oracle = E.evaluate(_cfg(proc_tasks, tmp_path / "oracle", policy="oracle", harness=harness,
@@ -133,7 +124,7 @@ def _tb1_task(root: pathlib.Path) -> pathlib.Path:
 
 
 def test_tb1_and_tb2_tasks_in_one_directory(tmp_path, tok):
-  _require_sandbox()
+  require_base_rootfs()
   tasks = tmp_path / "mixed"
   _tb1_task(tasks)
   registry.write("csv_aggregate", 1, 0, tasks / "nested" / "csv")
@@ -151,7 +142,7 @@ def test_tb1_and_tb2_tasks_in_one_directory(tmp_path, tok):
 
 
 def test_cli(proc_tasks, tmp_path):
-  _require_sandbox()
+  require_base_rootfs()
   out = tmp_path / "cli"
   cmd = [sys.executable, str(REPO / "launch" / "eval.py"), f"--config={REPO}/configs/eval_oracle.py",
          f"--config.tasks_dir={proc_tasks / 'fix_permissions'}", f"--config.output_dir={out}",
@@ -165,7 +156,7 @@ def test_cli(proc_tasks, tmp_path):
 
 
 def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
-  _require_sandbox()
+  require_base_rootfs()
   tasks = tmp_path / "t"
   task = registry.write("csv_aggregate", 2, 0, tasks / "csv")
   (task.path / "solution" / "solve.sh").unlink()  # the oracle has nothing to run
@@ -275,7 +266,7 @@ def test_plot_is_png(tmp_path):
 
 @pytest.mark.slow
 def test_served_model_policy(tmp_path, tok):
-  _require_sandbox()
+  require_base_rootfs()
   from tmax_jax.agents.episode import EpisodeConfig
   from tmax_jax.loop.config import ModelSpec, ServingConfig
   tasks = tmp_path / "t"

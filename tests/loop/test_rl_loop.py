@@ -23,14 +23,10 @@ from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train.config import CheckpointConfig, OptimizerConfig, TrainConfig
 
+from tests.conftest import require_base_rootfs
+
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=1, head_dim=16, tie_word_embeddings=True)
-
-
-def _require_sandbox():
-  from tmax_jax.sandbox.images import is_built, rootfs_path
-  if not is_built(rootfs_path()):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
 
 
 def _config(tmp_path, steps: int) -> RLConfig:
@@ -51,7 +47,7 @@ def _config(tmp_path, steps: int) -> RLConfig:
 
 
 def test_rl_steps_checkpoint_resume_export(tmp_path):
-  _require_sandbox()
+  require_base_rootfs()
   torch = pytest.importorskip("torch")
   import transformers
 
@@ -85,7 +81,7 @@ def test_rl_steps_checkpoint_resume_export(tmp_path):
 def test_trajectory_logprobs_match_the_trainer(tmp_path):
   """The DPPO invariant on a real multi-turn episode: the trainer's chunked logprobs of the
   generated tokens equal the server's behaviour logprobs; observation tokens have no loss."""
-  _require_sandbox()
+  require_base_rootfs()
   cfg = _config(tmp_path, steps=1)
   tokenizer = load_tokenizer("qwen3")
   model_cfg, params = common.load_policy(cfg.model)

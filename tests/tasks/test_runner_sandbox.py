@@ -12,20 +12,12 @@ from tmax_jax.tasks import verifiers as V
 from tmax_jax.tasks.format import Task, TaskConfig, TaskFormatError, load_task, write_task
 from tmax_jax.tasks.runner import (RewardMissingError, RunnerConfig, run_noop, run_oracle, run_script, run_trial)
 
-
-def _require_sandbox():
-  try:
-    from tmax_jax.sandbox import open_sandbox  # noqa: F401
-    from tmax_jax.sandbox.images import is_built, rootfs_path
-  except ImportError as err:
-    pytest.skip(f"sandbox backends not available: {err}")
-  if not is_built(rootfs_path()):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+from tests.conftest import require_base_rootfs
 
 
 @pytest.fixture(scope="module")
 def cfg():
-  _require_sandbox()
+  require_base_rootfs()
   return RunnerConfig(memory_mb=2048)
 
 
@@ -171,7 +163,7 @@ def test_tb1_converted_task_runs(cfg, tmp_path):
 
 
 def test_oracle_out_of_memory_is_zero_with_reason(tmp_path):
-  _require_sandbox()
+  require_base_rootfs()
   task = write_task(_task({"test.sh": b"#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"},
                           "python3 -c 'x = bytearray(1 << 30); print(len(x))'\n"), tmp_path / "m")
   res = run_oracle(task, RunnerConfig(memory_mb=512))

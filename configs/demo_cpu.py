@@ -14,13 +14,13 @@ from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 
 TINY = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
-SFT_STEPS, RL_STEPS = 120, 12
+SFT_STEPS, RL_STEPS = 120, 6
 LOSS_TOKENS = 3 * 40  # max_turns x turn_max_tokens: every generated token of a trajectory fits
 
 
 def get_config():
-  rollout = RolloutConfig(group_size=8, prompts_per_batch=4, async_steps=1, max_groups_ahead=4,
-                          max_attempts_per_batch=32)
+  rollout = RolloutConfig(group_size=4, prompts_per_batch=4, async_steps=1, max_groups_ahead=4,
+                          max_attempts_per_batch=8)
   cfg = DemoConfig(
       model=ModelSpec(preset="qwen3-0.6b", overrides=TINY),
       tokenizer="qwen3",

@@ -6,7 +6,8 @@ import pytest
 
 from tmax_jax.agents import formats
 from tmax_jax.agents.episode import EpisodeResult
-from tmax_jax.agents.rollout import GroupScheduler, RolloutConfig, TasksExhausted, cycle_tasks
+from tmax_jax.agents.rollout import (GroupScheduler, NoUsableGroups, RolloutConfig,
+                                     TasksExhausted, cycle_tasks)
 
 
 def _episode(reward: float, version: int) -> EpisodeResult:
@@ -118,3 +119,18 @@ def test_work_ahead_is_bounded():
 
   _run(main())
   assert len(started) <= 2 * (2 + 3 + 2)  # batch + ahead (+ the slots freed by this batch)
+
+
+def test_starved_active_sampling_raises_no_usable_groups():
+  async def run_episode(task, group, sample):
+    return _episode(0.0, version=0)  # every group zero-std
+
+  async def main():
+    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, max_attempts_per_batch=5)
+    sched = GroupScheduler(cycle_tasks(list(range(4)), seed=0), run_episode, cfg)
+    with pytest.raises(NoUsableGroups, match="pulled 5 groups but only 0 were usable"):
+      await asyncio.wait_for(sched.next_batch(0), timeout=10)
+    await sched.close()
+    return sched.stats
+
+  assert _run(main())["groups_filtered_zero_std"] == 5

@@ -70,6 +70,11 @@ class TasksExhausted(RuntimeError):
   """The task iterator ended before a batch was complete."""
 
 
+class NoUsableGroups(RuntimeError):
+  """Active sampling pulled `max_attempts_per_batch` groups without filling the batch (every group
+  zero-std, stale or failed): the tasks are all too easy or too hard for the current policy."""
+
+
 class GroupScheduler:
   """Produces groups in the background and hands out filtered batches of them."""
 
@@ -138,7 +143,7 @@ class GroupScheduler:
 
   async def next_batch(self, trainer_version: int) -> list[Group]:
     """`prompts_per_batch` usable groups (with active sampling; without it, the usable part of
-    `prompts_per_batch` pulled groups). Raises TasksExhausted / RuntimeError, never hangs on an
+    `prompts_per_batch` pulled groups). Raises TasksExhausted / NoUsableGroups, never hangs on an
     empty task stream."""
     self.start()
     batch, pulled = [], 0
@@ -155,7 +160,7 @@ class GroupScheduler:
       if not self.cfg.active_sampling and pulled >= self.cfg.prompts_per_batch:
         break
       if pulled >= self.cfg.max_attempts_per_batch and len(batch) < self.cfg.prompts_per_batch:
-        raise RuntimeError(
+        raise NoUsableGroups(
             f"active sampling pulled {pulled} groups but only {len(batch)} were usable "
             f"(stats: {dict(self.stats)}); the tasks are all too easy or too hard for the policy")
     return batch

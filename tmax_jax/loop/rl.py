@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import tqdm
 
 from tmax_jax.agents import batching
-from tmax_jax.agents.rollout import GroupScheduler, cycle_tasks
+from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups, cycle_tasks
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop import common
@@ -69,6 +69,7 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
   history: list[dict] = []
   loop = asyncio.get_running_loop()
   async with RolloutClient(server.address) as client:
+    version = start_step  # the policy version the server holds
     if start_step:
       await client.update_weights(state.params, version=start_step)
     worker = EpisodeWorker(client, tokenizer, cfg.episode,
@@ -78,15 +79,21 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
     try:
       for step in tqdm.trange(start_step, cfg.steps, desc="rl", initial=start_step, total=cfg.steps):
         t0 = time.perf_counter()
-        groups = await sched.next_batch(trainer_version=step)
+        try:
+          groups = await sched.next_batch(trainer_version=version)
+        except NoUsableGroups as err:  # no learning signal in reach: count it, keep the policy
+          log.warning("step %d skipped: %s", step + 1, err)
+          groups, m = [], {"skipped": 1.0, "skip_reason": "no_usable_groups"}
         rollout_s = time.perf_counter() - t0
-        trajs = batching.to_trajectories(groups, cfg.advantage)
-        batch = batch_lib.pack(trajs, cfg.seq_len, num_rows=_rows(cfg), pack_rows=False)
-        state, m = await loop.run_in_executor(None, trainer.step, state, batch)
-        await client.update_weights(state.params, version=step + 1)
+        if groups:
+          trajs = batching.to_trajectories(groups, cfg.advantage)
+          batch = batch_lib.pack(trajs, cfg.seq_len, num_rows=_rows(cfg), pack_rows=False)
+          state, m = await loop.run_in_executor(None, trainer.step, state, batch)
+          version = step + 1
+          await client.update_weights(state.params, version=version)
         m.update(batching.rollout_metrics(groups))
         m.update({f"rollout/{k}": float(v) for k, v in sched.stats.items()})
-        m.update(rollout_wait_s=rollout_s, policy_version=step + 1)
+        m.update(rollout_wait_s=rollout_s, policy_version=version)
         writer.write(step + 1, m)
         history.append({"step": step + 1, **m})
         position = consumed + int(sched.stats["groups_generated"])

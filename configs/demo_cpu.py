@@ -14,7 +14,11 @@ from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 
 TINY = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
-SFT_STEPS, RL_STEPS = 120, 6
+SFT_STEPS, RL_STEPS = 150, 6
+# Sampling temperature of rollouts, evaluations AND the trainer's logprobs (they must agree for
+# DPPO's ratio). Below 1 because a tiny model after a few minutes of SFT still spreads mass over
+# the 152k-token vocabulary; at T = 1 nearly no episode succeeds and RL gets no signal.
+TEMPERATURE = 0.5
 LOSS_TOKENS = 3 * 40  # max_turns x turn_max_tokens: every generated token of a trajectory fits
 
 
@@ -29,7 +33,7 @@ def get_config():
                             max_response_tokens=192, command_timeout_s=10.0,
                             enable_thinking=False),
       sft_train=TrainConfig(
-          optimizer=OptimizerConfig(learning_rate=3e-3, schedule="cosine", warmup_steps=10,
+          optimizer=OptimizerConfig(learning_rate=5e-3, schedule="cosine", warmup_steps=10,
                                     total_steps=SFT_STEPS, weight_decay=0.0),
           loss=LossConfig(policy_loss="sft"), global_batch=8, logprob_chunk_size=128,
           loss_tokens_per_row=LOSS_TOKENS),
@@ -37,10 +41,10 @@ def get_config():
       rl_train=TrainConfig(
           optimizer=OptimizerConfig(learning_rate=5e-4, total_steps=RL_STEPS),
           global_batch=rollout.prompts_per_batch * rollout.group_size, logprob_chunk_size=128,
-          loss_tokens_per_row=LOSS_TOKENS),
+          loss_tokens_per_row=LOSS_TOKENS, temperature=TEMPERATURE),
       rl_steps=RL_STEPS,
       rollout=rollout,
-      worker=WorkerConfig(max_parallel_episodes=8, temperature=1.0),
+      worker=WorkerConfig(max_parallel_episodes=8, temperature=TEMPERATURE),
       serving=ServingConfig(max_concurrent_decodes=16, max_len=512, max_prefill_length=512),
       seq_len=512,
       eval_samples=4,

@@ -108,6 +108,17 @@ def test_checkpoint_roundtrip_keep_last_and_interval(tmp_path):
   assert sorted(p for p in os.listdir(tmp_path / "ck") if p.isdigit()) == ["4", "6"]
 
 
+def test_checkpoint_directory_may_be_relative(tmp_path, monkeypatch):
+  """Orbax needs absolute paths; a relative directory (as configs give) is resolved, not refused."""
+  monkeypatch.chdir(tmp_path)
+  cfg = config_lib.CheckpointConfig(directory="runs/ck", save_every=1, keep_last=1)
+  with ckpt_lib.Checkpointer(cfg) as ck:
+    assert ck.save(1, _state(), {"pos": 1})
+    ck.wait()
+    _, data, step = ck.restore(_state(seed=3))
+  assert (step, data) == (1, {"pos": 1}) and (tmp_path / "runs" / "ck" / "1").is_dir()
+
+
 def test_checkpoint_never_written_from_nonfinite_state(tmp_path):
   cfg = config_lib.CheckpointConfig(directory=str(tmp_path / "ck"), save_every=1, keep_last=2)
   bad = _state()

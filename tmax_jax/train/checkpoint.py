@@ -9,6 +9,7 @@ saved (NonFiniteStateError).
 """
 
 import logging
+import os
 from typing import Any, Optional
 
 import jax
@@ -34,7 +35,8 @@ class Checkpointer:
     options = ocp.CheckpointManagerOptions(
       save_interval_steps=1, max_to_keep=cfg.keep_last, create=True,
       enable_async_checkpointing=cfg.async_save, cleanup_tmp_directories=True)
-    self._manager = ocp.CheckpointManager(cfg.directory, options=options,
+    # Orbax needs an absolute path (a relative one fails at the first save, not here)
+    self._manager = ocp.CheckpointManager(os.path.abspath(cfg.directory), options=options,
                                           item_names=("state", "data"))
 
   def latest_step(self) -> Optional[int]:

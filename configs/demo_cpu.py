@@ -14,7 +14,7 @@ from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 
 TINY = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
-SFT_STEPS, RL_STEPS = 150, 6
+SFT_STEPS, RL_STEPS = 150, 10
 # Sampling temperature of rollouts, evaluations AND the trainer's logprobs (they must agree for
 # DPPO's ratio). Below 1 because a tiny model after a few minutes of SFT still spreads mass over
 # the 152k-token vocabulary; at T = 1 nearly no episode succeeds and RL gets no signal.
@@ -23,8 +23,8 @@ LOSS_TOKENS = 3 * 40  # max_turns x turn_max_tokens: every generated token of a 
 
 
 def get_config():
-  rollout = RolloutConfig(group_size=4, prompts_per_batch=4, async_steps=1, max_groups_ahead=4,
-                          max_attempts_per_batch=8)
+  rollout = RolloutConfig(group_size=8, prompts_per_batch=2, async_steps=1, max_groups_ahead=2,
+                          max_attempts_per_batch=12)
   cfg = DemoConfig(
       model=ModelSpec(preset="qwen3-0.6b", overrides=TINY),
       tokenizer="qwen3",
@@ -39,7 +39,7 @@ def get_config():
           loss_tokens_per_row=LOSS_TOKENS),
       sft_steps=SFT_STEPS,
       rl_train=TrainConfig(
-          optimizer=OptimizerConfig(learning_rate=5e-4, total_steps=RL_STEPS),
+          optimizer=OptimizerConfig(learning_rate=2e-3, total_steps=RL_STEPS),
           global_batch=rollout.prompts_per_batch * rollout.group_size, logprob_chunk_size=128,
           loss_tokens_per_row=LOSS_TOKENS, temperature=TEMPERATURE),
       rl_steps=RL_STEPS,

@@ -109,12 +109,20 @@ class GroupScheduler:
         index, self._next_index = self._next_index, self._next_index + 1
         job = asyncio.create_task(self._run_group(task, index))
         pending.add(job)
-        job.add_done_callback(lambda j: (pending.discard(j), self._ready.put_nowait(j.result())))
+        job.add_done_callback(self._finished(pending))
       await asyncio.gather(*pending)
     finally:
       for job in pending:
         job.cancel()
       self._ready.put_nowait(None)  # end of tasks
+
+  def _finished(self, pending: set):
+    """Done-callback of a group job: hand its group over (cancelled jobs, at close, are dropped)."""
+    def done(job: asyncio.Task) -> None:
+      pending.discard(job)
+      if not job.cancelled():
+        self._ready.put_nowait(job.result())
+    return done
 
   def start(self) -> None:
     if self._producer is None:

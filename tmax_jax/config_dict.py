@@ -16,13 +16,13 @@ import ml_collections
 
 
 def to_config_dict(obj: Any) -> ml_collections.ConfigDict:
-  """A dataclass instance -> ConfigDict (nested dataclasses become nested ConfigDicts; tuples
-  become lists so that command-line overrides work)."""
+  """A dataclass instance -> ConfigDict (nested dataclasses become nested ConfigDicts; tuples stay
+  tuples, which ml_collections can override from the command line: --config.seeds='(0,1,2)')."""
   def conv(v):
     if dataclasses.is_dataclass(v):
       return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
     if isinstance(v, tuple):
-      return [conv(x) for x in v]
+      return tuple(conv(x) for x in v)
     if isinstance(v, dict):
       return {k: conv(x) for k, x in v.items()}
     return v

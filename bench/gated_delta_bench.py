@@ -15,10 +15,9 @@ import argparse
 import datetime
 import os
 import pathlib
-import statistics
-import time
 
 import jax
+import report  # bench/report.py (the script's directory is on sys.path)
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -35,16 +34,6 @@ def hf_config(args) -> transformers.Qwen3_5TextConfig:
     head_dim=args.hidden // 4, linear_num_key_heads=args.k_heads,
     linear_num_value_heads=args.v_heads, linear_key_head_dim=args.head_dim,
     linear_value_head_dim=args.head_dim, vocab_size=256)
-
-
-def time_it(fn, repeats: int) -> tuple[float, float]:
-  fn()  # warm-up / compile
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times), min(times)
 
 
 def torch_params_to_ours(module) -> dict:
@@ -101,8 +90,9 @@ def main():
   err = np.abs(np.asarray(ours_out) - theirs_out).max() / np.abs(theirs_out).max()
   if err > 1e-4:
     raise SystemExit(f"outputs differ: max rel err {err:.2e}")
-  ours_s, ours_min = time_it(lambda: jax.block_until_ready(grad(params, x)), args.repeats)
-  theirs_s, theirs_min = time_it(torch_step, args.repeats)
+  ours_s, ours_min = report.time_it(lambda: jax.block_until_ready(grad(params, x)),
+                                    args.repeats)
+  theirs_s, theirs_min = report.time_it(torch_step, args.repeats)
   row = (f"| {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} | GatedDeltaNet D={args.hidden} "
          f"K={args.k_heads} N={args.v_heads} H={args.head_dim} B={args.batch} T={args.seq} "
          f"chunk={args.chunk} fp32 | {ours_s:.3f} (min {ours_min:.3f}) | {theirs_s:.3f} "
@@ -110,16 +100,13 @@ def main():
          f"{torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} |")
   print(row)
   if args.append:
-    new = not args.append.exists() or "gated_delta_bench" not in args.append.read_text()
-    with open(args.append, "a") as f:
-      if new:
-        f.write("\n## Gated DeltaNet layer forward+backward on CPU (bench/gated_delta_bench.py)\n\n"
-                "Median seconds per step (grads w.r.t. input and all layer weights); transformers "
-                "runs its torch fallback `torch_chunk_gated_delta_rule`; ratio = torch / ours "
-                "(> 1: ours faster).\n\n"
-                "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
-                "|---|---|---|---|---|---|\n")
-      f.write(row + "\n")
+    report.append_row(args.append, "gated_delta_bench", (
+        "\n## Gated DeltaNet layer forward+backward on CPU (bench/gated_delta_bench.py)\n\n"
+        "Median seconds per step (grads w.r.t. input and all layer weights); transformers "
+        "runs its torch fallback `torch_chunk_gated_delta_rule`; ratio = torch / ours "
+        "(> 1: ours faster).\n\n"
+        "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
+        "|---|---|---|---|---|---|\n"), row)
 
 
 if __name__ == "__main__":

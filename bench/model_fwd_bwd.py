@@ -13,11 +13,10 @@ import argparse
 import datetime
 import os
 import pathlib
-import statistics
 import tempfile
-import time
 
 import jax
+import report  # bench/report.py (the script's directory is on sys.path)
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -32,16 +31,6 @@ def hf_config(args) -> transformers.PretrainedConfig:
     vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 3,
     num_hidden_layers=args.layers, num_attention_heads=8, num_key_value_heads=4,
     head_dim=args.hidden // 8, tie_word_embeddings=False, max_position_embeddings=4096)
-
-
-def time_it(fn, repeats: int) -> tuple[float, float]:
-  fn()  # warm-up / compile
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times), min(times)
 
 
 def torch_step(model, tokens):
@@ -99,8 +88,8 @@ def main():
   loss_ours, loss_theirs = ours_fn(), theirs_fn()
   if abs(loss_ours - loss_theirs) > 1e-4 * abs(loss_theirs):
     raise SystemExit(f"losses differ: ours {loss_ours} vs transformers {loss_theirs}")
-  ours, ours_min = time_it(ours_fn, args.repeats)
-  theirs, theirs_min = time_it(theirs_fn, args.repeats)
+  ours, ours_min = report.time_it(ours_fn, args.repeats)
+  theirs, theirs_min = report.time_it(theirs_fn, args.repeats)
   load = os.getloadavg()[0]
   row = (f"| {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} | Qwen3 L={args.layers} "
          f"D={args.hidden} V={args.vocab} B={args.batch} T={args.seq} fp32, remat={args.remat} | "
@@ -109,15 +98,12 @@ def main():
          f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, load {load:.1f} |")
   print(row)
   if args.append:
-    new = not args.append.exists() or "model_fwd_bwd" not in args.append.read_text()
-    with open(args.append, "a") as f:
-      if new:
-        f.write("\n## Model forward+backward on CPU (bench/model_fwd_bwd.py)\n\n"
-                "Median seconds per step (loss = mean next-token log-likelihood, grads of all "
-                "params); ratio = torch / ours (> 1: ours faster).\n\n"
-                "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
-                "|---|---|---|---|---|---|\n")
-      f.write(row + "\n")
+    report.append_row(args.append, "model_fwd_bwd", (
+        "\n## Model forward+backward on CPU (bench/model_fwd_bwd.py)\n\n"
+        "Median seconds per step (loss = mean next-token log-likelihood, grads of all "
+        "params); ratio = torch / ours (> 1: ours faster).\n\n"
+        "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
+        "|---|---|---|---|---|---|\n"), row)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import transformers
 
 from tmax_jax.models import build_model, full_logits, head_weight
 
+from tests.models.qwen_ref import torch_logits  # noqa: F401  (re-exported for the tests)
+
 # 4 layers = 2 periods of (Gated DeltaNet, gated attention); GQA 4/2; 2 key heads serve 4 value
 # heads; partial rotary 0.25 of head_dim 16.
 TINY_TEXT = dict(
@@ -61,14 +63,6 @@ def padded_batch(seed: int = 0, b: int = 3, t: int = 21, vocab: int = 128):
   mask[2, :5] = 0
   positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0).astype(np.int32)
   return tokens, positions, mask
-
-
-def torch_logits(model, tokens, positions, mask) -> np.ndarray:
-  with torch.no_grad():
-    out = model(input_ids=torch.tensor(tokens, dtype=torch.long),
-                attention_mask=torch.tensor(mask, dtype=torch.long),
-                position_ids=torch.tensor(positions, dtype=torch.long))
-  return out.logits.float().numpy()
 
 
 def our_logits(cfg, params, tokens, positions, segments, cache=None):

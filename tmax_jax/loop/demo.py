@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import pathlib
+import shutil
 import time
 
 import numpy as np
@@ -75,6 +76,9 @@ def _phase_configs(cfg: DemoConfig, seed: int, out: pathlib.Path) -> tuple[SFTCo
 def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
   """SFT -> eval -> RL -> eval for one seed; returns its results block."""
   out = pathlib.Path(cfg.output_dir) / f"seed{seed}"
+  if out.exists():  # a demo run starts from scratch: RL must not resume an older run's checkpoint
+    log.warning("removing the previous demo output %s", out)
+    shutil.rmtree(out)
   tokenizer = load_tokenizer(cfg.tokenizer)
   _, eval_tasks = common.load_tasks(cfg.tasks)
   sft_cfg, rl_cfg = _phase_configs(cfg, seed, out)
@@ -91,6 +95,20 @@ def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
           "oracle_records": len(sft.records)}
 
 
+def _mean_stderr(values) -> dict:
+  values = np.asarray(values, np.float64)
+  stderr = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+  return {"mean": float(values.mean()), "stderr_over_seeds": stderr, "per_seed": values.tolist()}
+
+
+def summarize(seeds: list[dict]) -> dict:
+  """Pass@1 after SFT and after RL, and the paired gain RL - SFT: mean +- stderr over seeds."""
+  sft = [s["after_sft"]["pass_at_1"] for s in seeds]
+  rl = [s["after_rl"]["pass_at_1"] for s in seeds]
+  return {"after_sft": _mean_stderr(sft), "after_rl": _mean_stderr(rl),
+          "rl_gain": _mean_stderr(np.subtract(rl, sft))}
+
+
 def run_demo(cfg: DemoConfig) -> dict:
   """Every seed of the demo; writes `<output_dir>/results.json` (atomic) and returns it."""
   out = pathlib.Path(cfg.output_dir)
@@ -104,13 +122,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     print(f"seed {seed}: held-out pass@1 after SFT {result['after_sft']['pass_at_1']:.3f} "
           f"+- {result['after_sft']['stderr']:.3f}, after RL {result['after_rl']['pass_at_1']:.3f} "
           f"+- {result['after_rl']['stderr']:.3f}", flush=True)
-  summary = {}
-  for phase in ("after_sft", "after_rl"):
-    values = np.asarray([s[phase]["pass_at_1"] for s in seeds])
-    summary[phase] = {"mean": float(values.mean()),
-                      "stderr_over_seeds": float(values.std(ddof=1) / np.sqrt(len(values)))
-                      if len(values) > 1 else 0.0, "per_seed": values.tolist()}
-  results = {"summary": summary, "seeds": seeds, "seconds": time.perf_counter() - start}
+  results = {"summary": summarize(seeds), "seeds": seeds, "seconds": time.perf_counter() - start}
   tmp = out / ".results.json.tmp"
   tmp.write_text(json.dumps(results, indent=2, default=float))
   tmp.replace(out / "results.json")

@@ -17,9 +17,9 @@ import os
 import pathlib
 
 import jax
-import report  # bench/report.py (the script's directory is on sys.path)
 import jax.numpy as jnp
 import numpy as np
+import report  # bench/report.py (the script's directory is on sys.path)
 import torch
 import transformers
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf_mod

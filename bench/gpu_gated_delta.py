@@ -23,6 +23,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import report  # bench/report.py (the script's directory is on sys.path)
 
 from tmax_jax.models.qwen3_5.config import Qwen3_5Config
 from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet
@@ -118,13 +119,7 @@ def torch_time(shape: dict, batch: int, seq: int, repeats: int) -> dict:
     if device == "cuda":
       torch.cuda.synchronize()
 
-  step()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - start)
-  return {"torch_device": device, "torch_fwd_bwd_median_s": statistics.median(times)}
+  return {"torch_device": device, "torch_fwd_bwd_median_s": report.time_it(step, repeats)[0]}
 
 
 def main():

@@ -16,9 +16,9 @@ import pathlib
 import tempfile
 
 import jax
-import report  # bench/report.py (the script's directory is on sys.path)
 import jax.numpy as jnp
 import numpy as np
+import report  # bench/report.py (the script's directory is on sys.path)
 import torch
 import transformers
 

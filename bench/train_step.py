@@ -8,7 +8,6 @@ import argparse
 import json
 import pathlib
 import sys
-import time
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from tmax_jax.train import step as step_lib  # noqa: E402
 from tmax_jax.train.config import OptimizerConfig, TrainConfig  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import report  # noqa: E402  (bench/report.py)
 from gpu_train_step import random_batch  # noqa: E402
 
 SMALL = dict(vocab_size=2048, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
@@ -72,13 +72,7 @@ def torch_step_time(cfg: ModelConfig, batch, steps: int) -> float:
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
-  step()
-  times = []
-  for _ in range(steps):
-    t = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - t)
-  return float(np.median(times))
+  return report.time_it(step, steps)[0]
 
 
 def main(argv=None) -> None:

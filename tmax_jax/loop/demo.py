@@ -50,12 +50,16 @@ def held_out_rewards(model_cfg, params, tasks, tokenizer, cfg: DemoConfig, seed:
     server.stop()
 
 
+def _stderr(values: np.ndarray) -> float:
+  """Standard error of the mean (0 for a single value)."""
+  return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+
 def pass_rate(rewards: np.ndarray) -> dict:
   """pass@1 mean over tasks and its standard error (over tasks of the per-task mean)."""
   per_task = (rewards >= 1.0).mean(axis=1)
-  n = len(per_task)
-  stderr = float(per_task.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
-  return {"pass_at_1": float(per_task.mean()), "stderr": stderr, "num_tasks": n}
+  return {"pass_at_1": float(per_task.mean()), "stderr": _stderr(per_task),
+          "num_tasks": len(per_task)}
 
 
 def _phase_configs(cfg: DemoConfig, seed: int, out: pathlib.Path) -> tuple[SFTConfig, RLConfig]:
@@ -97,8 +101,8 @@ def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
 
 def _mean_stderr(values) -> dict:
   values = np.asarray(values, np.float64)
-  stderr = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
-  return {"mean": float(values.mean()), "stderr_over_seeds": stderr, "per_seed": values.tolist()}
+  return {"mean": float(values.mean()), "stderr_over_seeds": _stderr(values),
+          "per_seed": values.tolist()}
 
 
 def summarize(seeds: list[dict]) -> dict:

@@ -92,8 +92,8 @@ def line_tool(rng: random.Random, level: int) -> TaskSpec:
   if level == 2:  # chain: the second tool reads what the first wrote
     said2, command2, expect2 = LINE_TOOLS[ops[1]]
     expected = expect2(expected)
-    instruction += " Then, in place: " + said2.format(src=dst, dst=dst)[0].lower() + \
-        said2.format(src=dst, dst=dst)[1:]
+    then = said2.format(src=dst, dst=dst)
+    instruction += " Then, in place: " + then[0].lower() + then[1:]
     solve += f" && {command2.format(src=dst, dst='/tmp/next.txt')} && mv /tmp/next.txt {dst}"
   wrong = LINE_TOOLS[ops[1]][1].format(src=src, dst=dst)
   if LINE_TOOLS[ops[1]][2](lines) == expected:

@@ -68,9 +68,14 @@ def test_make_mesh_sizes():
   if jax.device_count() < 8:
     pytest.skip("needs 8 devices")
   mesh = sharding.make_mesh(data=2, fsdp=-1, tensor=2)
-  assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2}
+  assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "sequence": 1, "tensor": 2}
+  assert mesh.axis_names == sharding.MESH_AXES
   with pytest.raises(ValueError, match="needs 12 devices"):
     sharding.make_mesh(data=3, fsdp=2, tensor=2)
+  cp = sharding.make_mesh(data=1, fsdp=2, tensor=1, sequence=-1)
+  assert dict(cp.shape) == {"data": 1, "fsdp": 2, "sequence": 4, "tensor": 1}
+  with pytest.raises(ValueError, match="at most one mesh axis may be -1"):
+    sharding.make_mesh(fsdp=-1, sequence=-1)
 
 
 def test_initialize_distributed_single_process_is_noop(monkeypatch):

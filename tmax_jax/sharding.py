@@ -1,7 +1,8 @@
 """Device meshes, logical-axis shardings and multi-host initialisation.
 
-Mesh axes are ("data", "fsdp", "tensor"). Params and activations carry logical axis names; the
-config's `logical_axis_rules` map them to mesh axes (see config.DEFAULT_LOGICAL_AXIS_RULES).
+Mesh axes are ("data", "fsdp", "sequence", "tensor"); "sequence" is the context-parallel axis (size
+1 unless asked for). Params and activations carry logical axis names; the config's
+`logical_axis_rules` map them to mesh axes (see config.DEFAULT_LOGICAL_AXIS_RULES).
 """
 
 from __future__ import annotations
@@ -16,25 +17,29 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "sequence", "tensor")
 
 
-def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1,
-              devices: list | None = None) -> Mesh:
-  """A (data, fsdp, tensor) mesh; one size may be -1 (= the remaining devices)."""
+def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices: list | None = None, *,
+              sequence: int = 1) -> Mesh:
+  """A (data, fsdp, sequence, tensor) mesh; one size may be -1 (= the remaining devices).
+
+  `sequence` is the context-parallel axis (activations' "length" split over devices); it defaults
+  to 1, so a mesh without it behaves as the 3-axis one."""
   devices = list(jax.devices() if devices is None else devices)
-  sizes = [data, fsdp, tensor]
+  named = dict(data=data, fsdp=fsdp, sequence=sequence, tensor=tensor)
+  sizes = [named[a] for a in MESH_AXES]
+  desc = " x ".join(f"{a}={named[a]}" for a in MESH_AXES)
   if sizes.count(-1) > 1:
-    raise ValueError(f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} tensor={tensor}")
+    raise ValueError(f"at most one mesh axis may be -1, got {desc}")
   known = int(np.prod([s for s in sizes if s != -1]))
   if -1 in sizes:
     if len(devices) % known:
-      raise ValueError(f"{len(devices)} devices do not divide into data={data} fsdp={fsdp} "
-                       f"tensor={tensor}")
+      raise ValueError(f"{len(devices)} devices do not divide into {desc}")
     sizes[sizes.index(-1)] = len(devices) // known
   if int(np.prod(sizes)) != len(devices):
-    raise ValueError(f"mesh data={sizes[0]} x fsdp={sizes[1]} x tensor={sizes[2]} needs "
-                     f"{int(np.prod(sizes))} devices, have {len(devices)}")
+    desc = " x ".join(f"{a}={n}" for a, n in zip(MESH_AXES, sizes))
+    raise ValueError(f"mesh {desc} needs {int(np.prod(sizes))} devices, have {len(devices)}")
   try:
     grid = mesh_utils.create_device_mesh(sizes, devices)
   except Exception:  # e.g. CPU or unusual topologies: plain row-major order

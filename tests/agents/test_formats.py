@@ -266,3 +266,17 @@ def test_user_observations_and_truncated_turns():
   assert traj.loss_mask == [0, 0, 1, 1, 0, 0, 0]
   with pytest.raises(ValueError, match="2 generated ids but 1 logprobs"):
     traj.add_generated([1, 2], [0.0], version=0)
+
+
+def test_token_trajectory_topk_fields_stay_aligned():
+  traj = F.TokenTrajectory(eos_id=9)
+  traj.add_prompt([1, 2])
+  traj.add_generated([3, 9], [-0.1, -0.2], version=0, topk_ids=[[3, 4], [9, 5]],
+                     topk_logprobs=[[-0.1, -2.5], [-0.2, -3.0]])
+  traj.add_observation([6])
+  traj.add_generated([7], [-0.3], version=1)  # a server that returned no top-K
+  assert traj.topk_ids == [[], [], [3, 4], [9, 5], [], []]
+  assert traj.topk_logprobs == [[], [], [-0.1, -2.5], [-0.2, -3.0], [], []]
+  with pytest.raises(ValueError, match="topk_ids and topk_logprobs rows of equal K"):
+    traj.add_generated([1, 2], [-0.1, -0.1], version=0, topk_ids=[[1], [2]],
+                       topk_logprobs=[[-0.1]])

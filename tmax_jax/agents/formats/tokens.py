@@ -70,30 +70,44 @@ class TokenTrajectory:
   """One episode as appended token segments.
 
   tokens[T], loss_mask[T] (1 = model-generated), logprobs[T] (server logprobs; 0 elsewhere),
-  versions[T] (policy version that generated the token; -1 elsewhere).
+  versions[T] (policy version that generated the token; -1 elsewhere),
+  topk_ids[T] / topk_logprobs[T]: per token, the server's top-K token ids and their logprobs (K
+  entries on generated tokens when the server returned top-K, an empty list elsewhere).
   """
   eos_id: int
   tokens: list = dataclasses.field(default_factory=list)
   loss_mask: list = dataclasses.field(default_factory=list)
   logprobs: list = dataclasses.field(default_factory=list)
   versions: list = dataclasses.field(default_factory=list)
+  topk_ids: list = dataclasses.field(default_factory=list)
+  topk_logprobs: list = dataclasses.field(default_factory=list)
 
-  def _append(self, ids, mask, logprobs, version):
+  def _append(self, ids, mask, logprobs, version, topk_ids=None, topk_logprobs=None):
     ids = [int(i) for i in ids]
     self.tokens += ids
     self.loss_mask += [mask] * len(ids)
     self.logprobs += [float(x) for x in logprobs] if logprobs is not None else [0.0] * len(ids)
     self.versions += [version] * len(ids)
+    self.topk_ids += [[int(i) for i in row] for row in topk_ids] if topk_ids else [[]] * len(ids)
+    self.topk_logprobs += ([[float(x) for x in row] for row in topk_logprobs] if topk_logprobs
+                           else [[]] * len(ids))
 
   def add_prompt(self, ids) -> None:
     """Context tokens (system/user prompt): no loss."""
     self._append(ids, 0, None, -1)
 
-  def add_generated(self, ids, logprobs, version: int) -> None:
-    """Tokens the policy sampled, with their server logprobs (one per token)."""
+  def add_generated(self, ids, logprobs, version: int, topk_ids=None, topk_logprobs=None) -> None:
+    """Tokens the policy sampled, with their server logprobs (one per token) and, optionally, the
+    server's top-K ids/logprobs per token (`[n][K]` each; None or empty = none returned)."""
     if len(logprobs) != len(ids):
       raise ValueError(f"{len(ids)} generated ids but {len(logprobs)} logprobs")
-    self._append(ids, 1, logprobs, int(version))
+    topk_ids, topk_logprobs = list(topk_ids or ()), list(topk_logprobs or ())
+    if (topk_ids or topk_logprobs) and not (
+        len(topk_ids) == len(ids) == len(topk_logprobs)
+        and all(len(a) == len(b) for a, b in zip(topk_ids, topk_logprobs))):
+      raise ValueError(f"{len(ids)} generated ids need as many topk_ids and topk_logprobs rows "
+                       f"of equal K; got {len(topk_ids)} and {len(topk_logprobs)} rows")
+    self._append(ids, 1, logprobs, int(version), topk_ids, topk_logprobs)
 
   def add_observation(self, ids) -> None:
     """Environment tokens after a generated turn: no loss.

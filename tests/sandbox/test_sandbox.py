@@ -154,6 +154,23 @@ def test_host_secret_unreadable_and_only_workspace_writable(sb):
     home_secret.unlink()
 
 
+def test_no_host_environment_variable_is_visible_inside(make_sb, monkeypatch):
+  """A new user's API key in the launching shell must not reach any process of the sandbox
+  (bwrap's pid 1 used to keep the host environment, readable as /proc/1/environ)."""
+  planted = f"tmax-planted-{uuid.uuid4().hex}"
+  monkeypatch.setenv("TMAX_PLANTED_API_KEY", planted)
+  sb = make_sb()
+  sb.run("sleep 30 &")  # one more process whose environ must be clean
+  script = ("n=0; for f in /proc/[0-9]*/environ; do cat $f >/dev/null 2>&1 && n=$((n+1)); done; "
+            "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c TMAX_PLANTED; "
+            "echo readable=$n")
+  for res in (sb.run(script), sb.exec(["bash", "-c", script])):
+    count, readable = res.output.split()
+    assert count == "0", res.output
+    assert int(readable.split("=")[1]) >= 3  # pid 1, the shell, the sleep: the check can fail
+  assert planted not in sb.run("env; cat /proc/1/environ").output
+
+
 def test_commands_run_as_a_non_root_uid(sb):
   assert sb.run("id -u; id -g").output == "1000\n1000\n"
   sb.run("touch /workspace/owned")

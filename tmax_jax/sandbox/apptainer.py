@@ -57,8 +57,8 @@ class ApptainerSandbox(base.SandboxBase):
     return args
 
   def _start_anchor(self) -> None:
-    res = subprocess.run([*self._prlimit(), *self.start_args()], capture_output=True, timeout=base.START_TIMEOUT_S,
-                         check=False)
+    res = subprocess.run([*self._prlimit(), *self.start_args()], capture_output=True,
+                         timeout=base.START_TIMEOUT_S, check=False, env=self._host_env())
     if res.returncode != 0:
       raise SandboxError(f"apptainer instance start failed for {self.spec.image}: "
                          f"{res.stderr.decode(errors='replace').strip()[-1500:]}")
@@ -67,7 +67,8 @@ class ApptainerSandbox(base.SandboxBase):
     return [self.binary, "instance", "stop", "--signal", "KILL", self.instance]
 
   def _stop_anchor(self) -> None:
-    subprocess.run(self.stop_args(), capture_output=True, timeout=60, check=False)
+    subprocess.run(self.stop_args(), capture_output=True, timeout=60, check=False,
+                   env=self._host_env())
 
   def _enter(self, argv: list[str], *, root: bool = False) -> list[str]:
     return [*self._in_cgroup(self._prlimit()), self.binary, "exec", "--cleanenv", "--pwd", self.spec.workdir,

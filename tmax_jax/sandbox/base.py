@@ -1,17 +1,15 @@
-"""What every backend shares: host dirs, the persistent shell, exec, file transfer, limits, cleanup.
+"""What every backend shares: host dirs, the persistent shell, limits, lifecycle.
 
 A backend implements four hooks: `_start_anchor()` (a long-lived process that owns the sandbox's
 namespaces/container), `_stop_anchor()`, `_enter(argv, root)` (the host argv that runs `argv` inside
 the running sandbox as the sandbox user, with limits applied) and optionally `_limit_stats()`.
-The writable places inside are binds of host dirs (workdir, /tmp, /logs, /tests, /solution,
-/home/agent), so most uploads/downloads are host copies; anything else goes through `tar` in the
-sandbox.
+The seams live in their own modules: `status` (what happened to a command, a pure function),
+`transfer` (upload/download), `host` (how host-side processes are wrapped and started).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import itertools
 import os
 import pathlib
@@ -19,24 +17,17 @@ import posixpath
 import re
 import secrets
 import shlex
-import shutil
-import stat
 import subprocess
-import tarfile
 import threading
 import time
 
-from tmax_jax.sandbox import runtime, shell
+from tmax_jax.sandbox import runtime, shell, status
 from tmax_jax.sandbox.api import CommandResult, EnvironmentSpec, Limits, Sandbox, SandboxError
+from tmax_jax.sandbox.host import DEFAULT_PATH, HOME, HOST_GRACE_S, SANDBOX_UID, HostProcesses
+from tmax_jax.sandbox.transfer import FileTransfer
 
-SANDBOX_UID = 1000
-HOME = "/home/agent"
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+__all__ = ["DEFAULT_PATH", "HOME", "HOST_GRACE_S", "SANDBOX_UID", "SandboxBase", "validate_spec"]
 START_TIMEOUT_S = 60.0
-HOST_GRACE_S = 10.0  # the in-sandbox watchdog kills first; the host steps in only if the shell hangs
-_OOM_RE = re.compile(rb"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory|Out of memory")
-_LIMIT_RE = re.compile(rb"No space left on device|File too large|Disk quota exceeded|File size limit exceeded")
-_FORK_RE = re.compile(rb"fork: (retry: )?Resource temporarily unavailable|Cannot fork|can't fork")
 _counter = itertools.count()
 _close_lock = threading.Lock()
 
@@ -76,7 +67,7 @@ def validate_spec(spec: EnvironmentSpec) -> None:
     bad("limits.cpu_seconds", "None or a positive int", lim.cpu_seconds)
 
 
-class SandboxBase(Sandbox):
+class SandboxBase(HostProcesses, FileTransfer, Sandbox):
   """A started sandbox; see the module docstring for the backend hooks."""
 
   backend = "base"
@@ -156,34 +147,6 @@ class SandboxBase(Sandbox):
     for p in [path, *path.rglob("*")]:
       os.lchown(p, self.host_uid, self.host_uid)
 
-  def _env(self) -> dict[str, str]:
-    env = {"PATH": DEFAULT_PATH, "HOME": HOME, "USER": "agent", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-           "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "DEBIAN_FRONTEND": "noninteractive",
-           "PYTHONUNBUFFERED": "1"}
-    env.update(dict(self.spec.env))
-    return env
-
-  def _inner(self, argv: list[str]) -> list[str]:
-    """argv wrapped to start in the workdir with exactly the sandbox env (nothing from the host)."""
-    return ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in self._env().items()), "/bin/sh", "-c",
-            'cd "$0" 2>/dev/null; exec "$@"', self.spec.workdir, *argv]
-
-  def _prlimit(self) -> list[str]:
-    lim = self.spec.limits
-    argv = ["prlimit", f"--as={lim.memory_mb << 20}", f"--fsize={lim.max_file_mb << 20}", "--core=0"]
-    if self.cgroup is None:  # else the pids cgroup limits (and counts) processes per sandbox
-      argv.append(f"--nproc={lim.max_processes}")
-    if lim.cpu_seconds:
-      argv.append(f"--cpu={lim.cpu_seconds}")
-    return [*argv, "--"]
-
-  def _in_cgroup(self, argv: list[str]) -> list[str]:
-    """argv started from inside this sandbox's cgroups (moved before exec, so no child escapes)."""
-    if self.cgroup is None:
-      return argv
-    moves = "; ".join(f"echo $$ > {f}" for f in self.cgroup.procs_files())
-    return ["/bin/sh", "-c", f'{moves}; exec "$@"', "tmax-cg", *argv]
-
   # ---------------------------------------------------------------------------- backend hooks
   def _start_anchor(self) -> None:
     raise NotImplementedError
@@ -195,13 +158,14 @@ class SandboxBase(Sandbox):
     raise NotImplementedError
 
   def _limit_stats(self) -> dict[str, int]:
-    return self.cgroup.stats() if self.cgroup else {"oom_kill": 0, "pids_max_hits": 0}
+    return self.cgroup.stats() if self.cgroup else dict(status.NO_STATS)
 
   # ------------------------------------------------------------------------------ the shell
   def _start_shell(self) -> None:
     argv = self._enter(self._inner(["bash", "--noprofile", "--norc"]))
     self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                  env=self._host_env())
     self._reader = shell.SentinelReader(self._proc.stdout.fileno(), self._token)
     # The token travels over the pipe only (never in a file the sandbox user can read).
     self._send(f"__tmax_ctl=/tmp/.tmax; __tmax_token={self._token.decode()}; . /tmp/.tmax/shell.sh\n")
@@ -279,167 +243,24 @@ class SandboxBase(Sandbox):
     else:  # a killed command's state is partial: the previous one stays
       self._drop_state(f"/tmp/.tmax/state.{cmd_id}")
     if self._closed:
-      return CommandResult(capture.text(max_chars) + "\n[the sandbox was closed while the command ran]", None,
-                           "crashed", time.monotonic() - start)
-    status, note = self._classify(kind, rc, why, before, capture)
-    if status == "limit_reset" or kind in ("eof", "deadline"):
+      return CommandResult(capture.text(max_chars) + "\n[the sandbox was closed while the command ran]",
+                           None, "crashed", time.monotonic() - start)
+    ev = status.Evidence(kind, rc, why, before, self._limit_stats(), bytes(capture.head),
+                         bytes(capture.tail))
+    state, note = status.classify(ev, self.spec.limits)
+    if state == "limit_reset" or kind in ("eof", "deadline"):
       self._hard_restart()  # restores the last good state (cwd, env) into the new shell
-      status = "limit" if status == "limit_reset" else status
+      state = "limit" if state == "limit_reset" else state
     output = capture.text(max_chars)
     if note:
       output = output + ("\n" if output and not output.endswith("\n") else "") + note
-    killed = kind != "done" or why != "done" or status in ("timeout", "output_limit", "crashed") or (
-        status in ("oom", "limit") and rc is not None and rc > 128)
-    return CommandResult(output, None if killed else rc, status, time.monotonic() - start)
+    killed = status.was_killed(kind, why, state, rc)
+    return CommandResult(output, None if killed else rc, state, time.monotonic() - start)
 
   def _drop_state(self, state: str) -> None:
     if state:
       with contextlib.suppress(OSError):
         (self.ctl / posixpath.basename(state)).unlink()
-
-  def _classify(self, kind, rc, why, before, capture) -> tuple[str, str]:
-    after = self._limit_stats()
-    tail = bytes(capture.tail[-4096:]) or bytes(capture.head[-4096:])
-    lim = self.spec.limits
-    if kind == "eof":
-      return "crashed", "[the sandbox shell died; the sandbox was restarted (files kept, env restored)]"
-    if kind == "deadline":
-      return "timeout", ("[command timed out and the shell did not respond; every sandbox process "
-                         "was killed and the shell restarted (files kept, env restored)]")
-    if after["oom_kill"] > before["oom_kill"] or (rc not in (0, None) and _OOM_RE.search(tail)):
-      return "oom", f"[out of memory: the sandbox memory limit is {lim.memory_mb} MB]"
-    if why == "cancel":
-      return "output_limit", (f"[output limit: the command wrote more than {lim.max_output_mb} MB "
-                              "and was killed with its process tree]")
-    if after["pids_max_hits"] > before["pids_max_hits"] or _FORK_RE.search(bytes(capture.head) + tail):
-      return "limit_reset", (f"[process limit ({lim.max_processes}) reached: every sandbox process was "
-                             "killed and the shell restarted (files kept, env restored)]")
-    if why == "timeout":
-      return "timeout", "[command timed out; it was killed with its whole process tree]"
-    if rc in (128 + 25, 128 + 24) or (rc not in (0, None) and _LIMIT_RE.search(tail)):
-      return "limit", (f"[resource limit: files <= {lim.max_file_mb} MB, disk {lim.disk_mb} MB, "
-                       f"{lim.max_processes} processes, cpu {lim.cpu_seconds or 'unlimited'} s]")
-    return "ok", ""
-
-  # ------------------------------------------------------------------------------ fresh processes
-  def exec(self, argv: list[str], *, timeout_s: float = 600.0, max_output_chars: int = 10_000) -> CommandResult:
-    if self._closed:
-      raise SandboxError(f"{self.backend} sandbox {self.name} is closed")
-    if not argv or not all(isinstance(a, str) for a in argv):
-      raise SandboxError(f"exec needs a non-empty list of str, got {argv!r}")
-    timeout = max(1, int(round(timeout_s)))
-    pid_file = f"/tmp/.tmax/exec.{next(self._ids)}"
-    # timeout makes its own process group (pid = pgid, in the pid file), so the host can kill the
-    # tree from inside: killing the host-side podman/apptainer client does not stop it.
-    inner = ["sh", "-c", 'echo $$ > "$0"; t=$1; shift; exec timeout -s KILL "$t" "$@"', pid_file, str(timeout), *argv]
-    try:
-      return self._exec_host(self._enter(self._inner(inner)), timeout + HOST_GRACE_S, max_output_chars,
-                             kill_file=pid_file)
-    finally:
-      with contextlib.suppress(OSError):
-        (self.ctl / posixpath.basename(pid_file)).unlink()
-
-  def _kill_from_pid_file(self, pid_file: str) -> None:
-    with contextlib.suppress(OSError, ValueError, subprocess.TimeoutExpired, SandboxError):
-      pid = int((self.ctl / posixpath.basename(pid_file)).read_text().split()[0])
-      subprocess.run(self._enter(["kill", "-KILL", "--", f"-{pid}"]), capture_output=True, timeout=30, check=False)
-
-  def _exec_host(self, host_argv, deadline_s, max_chars, stdin_data: bytes | None = None,
-                 stdout_file=None, kill_file: str | None = None) -> CommandResult:
-    start = time.monotonic()
-    before = self._limit_stats()
-    proc = subprocess.Popen(host_argv, stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-                            stdout=stdout_file or subprocess.PIPE,
-                            stderr=subprocess.STDOUT if stdout_file is None else subprocess.PIPE,
-                            start_new_session=True)
-    if stdin_data is not None:
-      threading.Thread(target=_feed, args=(proc.stdin, stdin_data), daemon=True).start()
-    capture = shell.OutputCapture(4 * max_chars)
-    out = proc.stdout if stdout_file is None else proc.stderr
-    reader = shell.SentinelReader(out.fileno(), b"\0never\0")
-    kind, _, _ = reader.read_until(0, capture, start + deadline_s, limit_bytes=self.spec.limits.max_output_mb << 20,
-                                   on_limit=lambda: True)
-    if kind in ("deadline", "limit"):
-      if kill_file:
-        self._kill_from_pid_file(kill_file)
-      _killpg(proc)
-    out.close()  # a writer still inside the sandbox gets SIGPIPE
-    rc = proc.wait()
-    if rc == 128 + 9 or rc == -9:  # timeout -s KILL or our kill
-      rc = None
-    status, note = self._classify("done", rc, "timeout" if kind == "deadline" or (
-        rc is None and time.monotonic() - start >= deadline_s - HOST_GRACE_S) else "done", before, capture)
-    if capture.total > (self.spec.limits.max_output_mb << 20):
-      status, note = "output_limit", f"[output limit: more than {self.spec.limits.max_output_mb} MB]"
-    status = "limit" if status == "limit_reset" else status
-    if rc is None and status == "ok":
-      status, note = "crashed", "[process killed]"
-    text = capture.text(max_chars) + (("\n" + note) if note else "")
-    return CommandResult(text, rc if status in ("ok", "limit", "oom") else None, status, time.monotonic() - start)
-
-  # ------------------------------------------------------------------------------ files
-  def _host_path(self, sandbox_path: str) -> pathlib.Path | None:
-    """The host path behind `sandbox_path` when it lies in a bind and resolves inside it."""
-    path = posixpath.normpath(sandbox_path)
-    for target, host in sorted(self.binds.items(), key=lambda kv: -len(kv[0])):
-      if path == target or path.startswith(target + "/"):
-        candidate = host / posixpath.relpath(path, target)
-        real = pathlib.Path(os.path.realpath(candidate))
-        host_real = pathlib.Path(os.path.realpath(host))
-        if real == host_real or real.is_relative_to(host_real):
-          return candidate if not candidate.is_symlink() else None
-        return None
-    return None
-
-  def upload(self, host_path, sandbox_path: str) -> None:
-    src = pathlib.Path(host_path)
-    if not src.exists():
-      raise SandboxError(f"upload: host path {src} does not exist")
-    if not sandbox_path.startswith("/"):
-      sandbox_path = posixpath.join(self.spec.workdir, sandbox_path)
-    dest = self._host_path(sandbox_path)
-    if dest is not None:
-      if src.is_dir():
-        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-      else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dest)
-      self._chown_tree(dest)
-      parent = dest.parent
-      while parent != self.root and self.root in parent.parents:
-        os.lchown(parent, self.host_uid, self.host_uid) if os.geteuid() == 0 else None
-        parent = parent.parent
-      return
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-      tar.add(src, arcname=posixpath.basename(sandbox_path.rstrip("/")))
-    parent = posixpath.dirname(sandbox_path.rstrip("/")) or "/"
-    argv = self._enter(self._inner(["sh", "-c", 'mkdir -p "$0" && tar -x --no-same-owner -C "$0"', parent]))
-    res = self._exec_host(argv, 300, 2000, stdin_data=buf.getvalue())
-    if res.exit_code != 0:
-      raise SandboxError(f"upload of {src} to {sandbox_path} failed: {res.output.strip()}")
-
-  def download(self, sandbox_path: str, host_path) -> None:
-    dest = pathlib.Path(host_path)
-    if not sandbox_path.startswith("/"):
-      sandbox_path = posixpath.join(self.spec.workdir, sandbox_path)
-    src = self._host_path(sandbox_path)
-    if src is not None and src.exists():
-      if src.is_dir():
-        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-      else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest, follow_symlinks=False)
-      return
-    if src is not None:
-      raise SandboxError(f"download: {sandbox_path} does not exist in the sandbox")
-    parent, name = posixpath.split(posixpath.normpath(sandbox_path))
-    argv = self._enter(self._inner(["tar", "-c", "-C", parent or "/", name]))
-    with open_tmp(dest) as (tmp_tar, fh):
-      res = self._exec_host(argv, 300, 2000, stdout_file=fh)
-      if res.exit_code != 0:
-        raise SandboxError(f"download of {sandbox_path} failed: {res.output.strip() or 'no such file'}")
-      _extract(tmp_tar, name, dest)
 
   # ------------------------------------------------------------------------------ lifecycle
   def _seed(self) -> None:
@@ -480,40 +301,3 @@ class SandboxBase(Sandbox):
     finally:
       runtime.unregister(self)
 
-
-def _feed(pipe, data: bytes) -> None:
-  with contextlib.suppress(OSError):
-    pipe.write(data)
-  with contextlib.suppress(OSError):
-    pipe.close()
-
-
-def _killpg(proc: subprocess.Popen) -> None:
-  with contextlib.suppress(ProcessLookupError, PermissionError):
-    os.killpg(proc.pid, 9)
-
-
-@contextlib.contextmanager
-def open_tmp(dest: pathlib.Path):
-  dest.parent.mkdir(parents=True, exist_ok=True)
-  tmp = dest.parent / f".{dest.name}.tmax-download.tar"
-  try:
-    with open(tmp, "wb") as fh:
-      yield tmp, fh
-  finally:
-    with contextlib.suppress(OSError):
-      tmp.unlink()
-
-
-def _extract(tar_path: pathlib.Path, name: str, dest: pathlib.Path) -> None:
-  """Extracts member `name` (file or dir) of a sandbox tar to `dest`, refusing links out and devices."""
-  with tarfile.open(tar_path) as tar:
-    staging = dest.parent / f".{dest.name}.tmax-staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    tar.extractall(staging, filter="data")
-    got = staging / name
-    if got.is_dir():
-      shutil.copytree(got, dest, symlinks=True, dirs_exist_ok=True)
-    else:
-      shutil.copyfile(got, dest, follow_symlinks=False)
-    shutil.rmtree(staging, ignore_errors=True)

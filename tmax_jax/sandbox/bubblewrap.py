@@ -112,7 +112,8 @@ class BubblewrapSandbox(base.SandboxBase):
     argv = self._in_cgroup([*self._prlimit(), *prefix, *self.bwrap_args(), "--info-fd", str(info_w),
                             "--", "/bin/sh", "-c", "echo tmax-anchor-ready; read x; exit 0"])
     self._anchor = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=[info_w], start_new_session=True)
+                                    stderr=subprocess.PIPE, pass_fds=[info_w], start_new_session=True,
+                                    env=self._host_env())
     os.close(info_w)
     try:
       deadline = time.monotonic() + base.START_TIMEOUT_S

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import time
 
-from tmax_jax.sandbox import base, images, runtime
+from tmax_jax.sandbox import base, host, images, runtime
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
 
 CONTAINERS_CONF = """\
@@ -62,7 +62,8 @@ def podman_cmd() -> list[str]:
 
 
 def podman_env() -> dict[str, str]:
-  return {**os.environ, "CONTAINERS_CONF": str(containers_conf())}
+  """The podman client's environment: minimal (host.host_env), never the caller's."""
+  return host.host_env(CONTAINERS_CONF=str(containers_conf()))
 
 
 def _podman(args: list[str], *, timeout: float = 120, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -230,10 +231,12 @@ class PodmanSandbox(base.SandboxBase):
       with contextlib.suppress(OSError):
         pipe.close()
 
+  def _host_env(self) -> dict[str, str]:
+    return podman_env()
+
   def _enter(self, argv: list[str], *, root: bool = False) -> list[str]:
     uid = "0:0" if root else f"{base.SANDBOX_UID}:{base.SANDBOX_UID}"
-    return ["env", f"CONTAINERS_CONF={containers_conf()}", *podman_cmd(), "exec", "-i", "--user", uid,
-            self.container, *argv]
+    return [*podman_cmd(), "exec", "-i", "--user", uid, self.container, *argv]
 
   def _limit_stats(self) -> dict[str, int]:
     out = {"oom_kill": 0, "pids_max_hits": 0}

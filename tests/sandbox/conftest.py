@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from tmax_jax.sandbox import open_sandbox, runtime
+from tmax_jax.sandbox import cgroups, open_sandbox, runtime
 from tmax_jax.sandbox.api import EnvironmentSpec, Limits
 
 
@@ -88,13 +88,12 @@ def resource_snapshot() -> dict[str, int]:
   process's sandbox root, and this process's cgroups."""
   root = runtime.tmp_base() / runtime.owner_tag()
   dirs = len(list(root.iterdir())) if root.exists() else 0
-  cgroups = 0
-  for ctrl in runtime.CONTROLLERS:
-    parent = runtime.CGROUP_V1 / ctrl / runtime.CGROUP_PARENT
+  count = 0
+  for parent in cgroups.parents_for_sweep():
     if parent.is_dir():
-      cgroups += sum(1 for c in parent.iterdir() if c.is_dir() and c.name.startswith(runtime.owner_tag()))
+      count += sum(1 for c in parent.iterdir() if c.is_dir() and c.name.startswith(runtime.owner_tag()))
   return {"procs": len(descendants()), "mounts": len(runtime.mounts_under(root)),
-          "dirs": dirs, "cgroups": cgroups}
+          "dirs": dirs, "cgroups": count}
 
 
 @pytest.fixture

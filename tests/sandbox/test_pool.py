@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tmax_jax.sandbox import runtime
+from tmax_jax.sandbox import cgroups, runtime
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
 from tmax_jax.sandbox.pool import SandboxPool
 
@@ -116,8 +116,7 @@ def test_parent_crash_leaves_nothing_after_sweep(rootfs, tmp_path):
   SandboxPool.sweep()  # (another process's first sandbox may have swept it already)
   assert not root.exists()
   assert not runtime.mounts_under(root)
-  for ctrl in runtime.CONTROLLERS:
-    parent = runtime.CGROUP_V1 / ctrl / runtime.CGROUP_PARENT
+  for parent in cgroups.parents_for_sweep():
     if parent.is_dir():
       assert not [c for c in parent.iterdir() if c.name.startswith(tag)]
 
@@ -169,15 +168,15 @@ def test_load_32_podman_sandboxes_x_20_commands_no_leaks(podman_image, snapshot)
   assert ps.stdout.strip() == b""
 
 
-@pytest.mark.skipif(not runtime.cgroups_available(), reason="needs root with writable cgroup v1")
+@pytest.mark.skipif(cgroups.detect().version != 1, reason="needs root with writable cgroup v1")
 def test_sweeper_removes_dirs_mounts_and_cgroups_of_dead_owners():
   tag = "p4194303-1"  # above pid_max: never alive
   root = runtime.tmp_base() / tag / "sbx"
   root.mkdir(parents=True)
   subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmax-sbx", str(root)], check=True)
   (root / "file").write_text("x")
-  cg = runtime.Cgroup(f"{tag}-0", 64, 16)
+  cg = cgroups.Cgroup(cgroups.detect(), f"{tag}-0", 64, 16)
   removed = runtime.sweep_stale()
   assert not (runtime.tmp_base() / tag).exists() and not runtime.mounts_under(root)
-  assert all(not p.exists() for p in cg.paths.values())
+  assert all(not p.exists() for p in cg.paths)
   assert isinstance(removed, list)

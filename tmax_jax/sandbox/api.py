@@ -18,7 +18,13 @@ class SandboxError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-  """Per-sandbox resource limits (bubblewrap applies them with prlimit; podman with cgroups)."""
+  """Per-sandbox resource limits: memory, processes and cpus per sandbox through cgroups (v1 or a
+  delegated v2 subtree; podman's own cgroup), per process through rlimits (file size, CPU time).
+
+  enforce_limits: when no cgroup can hold the sandbox (memory/pids would only be per-process
+  rlimits), starting it is a SandboxError unless this is False (then the sandbox carries a
+  `limit_warning` that the runner records per trial).
+  """
 
   memory_mb: int = 4096
   max_processes: int = 512
@@ -26,6 +32,8 @@ class Limits:
   cpu_seconds: int | None = None
   disk_mb: int = 2048
   max_output_mb: int = 256  # a command writing more is killed (status "output_limit")
+  cpus: float | None = None  # cgroup CPU quota (v2 cpu.max; podman --cpus); None = unlimited
+  enforce_limits: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

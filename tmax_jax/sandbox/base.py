@@ -20,8 +20,9 @@ import shlex
 import subprocess
 import threading
 import time
+import warnings
 
-from tmax_jax.sandbox import runtime, shell, status
+from tmax_jax.sandbox import cgroups, runtime, shell, status
 from tmax_jax.sandbox.api import CommandResult, EnvironmentSpec, Limits, Sandbox, SandboxError
 from tmax_jax.sandbox.host import DEFAULT_PATH, HOME, HOST_GRACE_S, SANDBOX_UID, HostProcesses
 from tmax_jax.sandbox.transfer import FileTransfer
@@ -83,7 +84,8 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     self._token = secrets.token_hex(12).encode()
     self._ids = itertools.count(1)
     self._state: str = ""
-    self.cgroup: runtime.Cgroup | None = None
+    self.cgroup: cgroups.Cgroup | None = None
+    self.limit_warning: str | None = None
     self.root = runtime.process_root() / self.name
     runtime.register(self)
     try:
@@ -135,11 +137,28 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     os.chmod(self.ctl / "fifo", 0o666)
     (self.ctl / "child.sh").write_text(shell.CHILD_SCRIPT)
     (self.ctl / "shell.sh").write_text(shell.SHELL_SCRIPT)
-    if runtime.cgroups_available():
+    self._make_cgroup()
+
+  def _make_cgroup(self) -> None:
+    """This sandbox's cgroup, or (no usable hierarchy) an error / a warning per enforce_limits."""
+    lim = self.spec.limits
+    host = cgroups.detect()
+    reason = host.reason
+    if host.version:
       try:
-        self.cgroup = runtime.Cgroup(self.name, self.spec.limits.memory_mb, self.spec.limits.max_processes)
-      except OSError:  # cgroup v1 present but not usable: rlimits only
-        self.cgroup = None
+        self.cgroup = cgroups.Cgroup(host, self.name, lim.memory_mb, lim.max_processes, lim.cpus)
+        return
+      except OSError as err:
+        reason = f"creating a cgroup v{host.version} under {host.parents[0]} failed: {err}"
+    self._limits_unenforced(reason)
+
+  def _limits_unenforced(self, reason: str) -> None:
+    message = (f"{self.backend} sandbox limits cannot be enforced per sandbox ({reason}); "
+               "memory and processes are limited per process (rlimits) only")
+    if self.spec.limits.enforce_limits:
+      raise SandboxError(message + "; set Limits(enforce_limits=False) to run anyway")
+    self.limit_warning = message
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
 
   def _chown_tree(self, path: pathlib.Path) -> None:
     if os.geteuid() != 0:

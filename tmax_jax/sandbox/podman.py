@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import glob
 import hashlib
 import os
 import pathlib
@@ -22,7 +21,7 @@ import shutil
 import subprocess
 import time
 
-from tmax_jax.sandbox import base, host, images, runtime
+from tmax_jax.sandbox import base, cgroups, host, images, runtime
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
 
 CONTAINERS_CONF = """\
@@ -156,14 +155,11 @@ class PodmanSandbox(base.SandboxBase):
       if not isinstance(spec.image, str) or not spec.image or not image_exists(spec.image):
         raise SandboxError(f"podman: image {spec.image!r} does not exist in {podman_dir() / 'storage'}")
     self._anchor: subprocess.Popen | None = None
-    self._cgroup_dirs: dict[str, pathlib.Path] = {}
+    self._cgroup_dirs: list[pathlib.Path] = []
     super().__init__(spec)
 
-  def _prepare_host(self) -> None:
-    super()._prepare_host()
-    if self.cgroup:  # podman makes its own cgroup for the container
-      self.cgroup.remove()
-      self.cgroup = None
+  def _make_cgroup(self) -> None:
+    """podman makes (and limits) its own cgroup for the container."""
 
   @property
   def container(self) -> str:
@@ -177,6 +173,7 @@ class PodmanSandbox(base.SandboxBase):
             "--network", "slirp4netns" if self.spec.allow_network else "none",
             "--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m",
             "--pids-limit", str(lim.max_processes),
+            *(["--cpus", f"{lim.cpus:g}"] if lim.cpus else []),
             # --ulimit replaces default_ulimits, and runc cannot raise nofile past our hard limit.
             "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
             "--ulimit", f"fsize={lim.max_file_mb << 20}:{lim.max_file_mb << 20}",
@@ -211,16 +208,12 @@ class PodmanSandbox(base.SandboxBase):
       self._stop_anchor()
       raise SandboxError(f"podman failed to start a container from {self.image}: {err.strip()[-1500:]}")
     cid = _podman(["inspect", "--format", "{{.Id}}", self.container]).stdout.decode().strip()
-    for ctrl in runtime.CONTROLLERS:
-      found = glob.glob(f"{runtime.CGROUP_V1}/{ctrl}/**/*{cid}*", recursive=True)
-      dirs = [pathlib.Path(p) for p in found if os.path.isdir(p)]
-      if dirs:
-        self._cgroup_dirs[ctrl] = min(dirs, key=lambda p: len(str(p)))
+    self._cgroup_dirs = cgroups.find_container_cgroups(cid)
 
   def _stop_anchor(self) -> None:
     anchor, self._anchor = self._anchor, None
     _podman(["rm", "-f", "-t", "0", self.container], check=False)
-    self._cgroup_dirs = {}
+    self._cgroup_dirs = []
     if anchor is None:
       return
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -239,12 +232,4 @@ class PodmanSandbox(base.SandboxBase):
     return [*podman_cmd(), "exec", "-i", "--user", uid, self.container, *argv]
 
   def _limit_stats(self) -> dict[str, int]:
-    out = {"oom_kill": 0, "pids_max_hits": 0}
-    mem, pids = self._cgroup_dirs.get("memory"), self._cgroup_dirs.get("pids")
-    with contextlib.suppress(OSError, ValueError, TypeError):
-      for line in (mem / "memory.oom_control").read_text().splitlines():
-        if line.startswith("oom_kill "):
-          out["oom_kill"] = int(line.split()[1])
-    with contextlib.suppress(OSError, ValueError, TypeError, IndexError):
-      out["pids_max_hits"] = int((pids / "pids.events").read_text().split()[1])
-    return out
+    return cgroups.container_stats(self._cgroup_dirs)

@@ -2,7 +2,7 @@
 
 Every sandbox of this process keeps its host dirs under one per-process root
 `<tmp>/tmax_sandboxes/p<pid>-<start ticks>/` and its cgroups under `tmax_jax/p<pid>-<start ticks>-<n>`
-(cgroup v1 memory + pids, when writable). `close_all()` runs at exit and on SIGTERM/SIGINT/SIGHUP;
+(cgroups.py: v1 memory + pids, or a delegated v2 subtree). `close_all()` runs at exit and on SIGTERM/SIGINT/SIGHUP;
 `sweep_stale()` removes roots, mounts and cgroups left by processes that died without cleaning up
 (SIGKILL): their sandboxes' own processes already died with them (the anchor exits on pipe EOF).
 """
@@ -18,9 +18,8 @@ import signal
 import subprocess
 import threading
 
-CGROUP_V1 = pathlib.Path("/sys/fs/cgroup")
-CGROUP_PARENT = "tmax_jax"
-CONTROLLERS = ("memory", "pids")
+from tmax_jax.sandbox import cgroups
+
 
 _lock = threading.Lock()
 _live: set = set()  # strong refs: a sandbox dropped without close() is still closed at exit
@@ -80,71 +79,6 @@ def remove_tree(path: pathlib.Path) -> None:
   if mounts_under(path):  # never delete through a bind mount (e.g. a trial's logs dir)
     raise OSError(f"could not unmount everything under {path}: {mounts_under(path)}")
   shutil.rmtree(path, ignore_errors=True)
-
-
-# ------------------------------------------------------------------------------------------------
-# cgroups (v1 here; the sandbox's processes are moved in by a wrapper before exec)
-
-def cgroups_available() -> bool:
-  if os.geteuid() != 0 or os.environ.get("TMAX_SANDBOX_NO_CGROUPS"):
-    return False
-  return all(os.access(CGROUP_V1 / c, os.W_OK) and (CGROUP_V1 / c / "cgroup.procs").exists()
-             for c in CONTROLLERS)
-
-
-class Cgroup:
-  """One sandbox's memory + pids cgroups. `stats()` reports OOM kills and pids-limit hits."""
-
-  def __init__(self, name: str, memory_mb: int, max_processes: int):
-    self.paths = {c: CGROUP_V1 / c / CGROUP_PARENT / name for c in CONTROLLERS}
-    for path in self.paths.values():
-      path.mkdir(parents=True, exist_ok=True)
-    mem = self.paths["memory"]
-    (mem / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
-    with contextlib.suppress(OSError):  # no swap accounting on most hosts
-      (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_mb << 20))
-    (self.paths["pids"] / "pids.max").write_text(str(max_processes))
-
-  def procs_files(self) -> list[str]:
-    return [str(p / "cgroup.procs") for p in self.paths.values()]
-
-  def stats(self) -> dict[str, int]:
-    out = {"oom_kill": 0, "pids_max_hits": 0}
-    with contextlib.suppress(OSError):
-      for line in (self.paths["memory"] / "memory.oom_control").read_text().splitlines():
-        key, _, val = line.partition(" ")
-        if key == "oom_kill":
-          out["oom_kill"] = int(val)
-    with contextlib.suppress(OSError, ValueError):
-      out["pids_max_hits"] = int((self.paths["pids"] / "pids.events").read_text().split()[1])
-    return out
-
-  def pids(self) -> list[int]:
-    with contextlib.suppress(OSError):
-      return [int(x) for x in (self.paths["pids"] / "cgroup.procs").read_text().split()]
-    return []
-
-  def kill_all(self) -> None:
-    for _ in range(20):
-      pids = self.pids()
-      if not pids:
-        return
-      for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-          os.kill(pid, signal.SIGKILL)
-      threading.Event().wait(0.02)
-
-  def remove(self) -> None:
-    self.kill_all()
-    for path in self.paths.values():
-      for _ in range(50):
-        try:
-          path.rmdir()
-          break
-        except FileNotFoundError:
-          break
-        except OSError:  # processes still exiting
-          threading.Event().wait(0.02)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -208,8 +142,7 @@ def sweep_stale() -> list[str]:
         with contextlib.suppress(OSError):
           remove_tree(root)
           removed.append(str(root))
-  for ctrl in CONTROLLERS:
-    parent = CGROUP_V1 / ctrl / CGROUP_PARENT
+  for parent in cgroups.parents_for_sweep():
     if not parent.is_dir():
       continue
     for cg in parent.iterdir():
@@ -219,6 +152,6 @@ def sweep_stale() -> list[str]:
             with contextlib.suppress(OSError):
               os.kill(int(pid), signal.SIGKILL)
           threading.Event().wait(0.05)
-          cg.rmdir()
+          cgroups.remove_dir(cg)
           removed.append(str(cg))
   return removed

@@ -1,0 +1,70 @@
+"""tmax_jax/hlo_cost.py: matmul FLOPs counted through loops; the compiled-FLOP guard of the train
+step (bench/compiled_flops.py records the ratios in bench/compiled_flops.json)."""
+
+import dataclasses
+import importlib.util
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from tmax_jax import hlo_cost
+from tmax_jax.models.config import ModelConfig
+
+BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
+
+
+def _bench():
+  spec = importlib.util.spec_from_file_location("compiled_flops", BENCH / "compiled_flops.py")
+  mod = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = mod
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def _compile(f, *shapes):
+  return jax.jit(f).lower(*[jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]).compile()
+
+
+def test_matmul_flops_of_a_plain_dot():
+  c = _compile(lambda a, b: a @ b, (32, 48), (48, 16))
+  assert hlo_cost.compiled_cost(c).matmul_flops == 2 * 32 * 48 * 16
+
+
+def test_loops_count_their_trip_count():
+  """A scan over 5 matmuls costs 5 matmuls (XLA's own cost analysis counts the body once)."""
+
+  def f(w, x):
+    y, _ = jax.lax.scan(lambda c, wi: (jnp.tanh(c @ wi), None), x, w)
+    return jnp.sum(y)
+
+  c = _compile(f, (5, 64, 64), (8, 64))
+  assert hlo_cost.compiled_cost(c).matmul_flops == 5 * 2 * 8 * 64 * 64
+  xla = c.cost_analysis()
+  xla = xla[0] if isinstance(xla, list) else xla
+  assert xla["flops"] < 5 * 2 * 8 * 64 * 64  # why this module exists
+  g = _compile(jax.grad(f), (5, 64, 64), (8, 64))  # backward: 2 more matmuls per step
+  assert hlo_cost.compiled_cost(g).matmul_flops == 3 * 5 * 2 * 8 * 64 * 64
+
+
+def test_scanned_and_unrolled_models_cost_the_same():
+  bench = _bench()
+  scanned = bench.train_step_cost(bench.model_config(True, "none"), 2, 64, 32)
+  cfg = dataclasses.replace(bench.model_config(True, "none"), scan_layers=False)
+  unrolled = bench.train_step_cost(cfg, 2, 64, 64)  # one head chunk: no head loop either
+  assert scanned["compiled_matmul_flops"] == pytest.approx(unrolled["compiled_matmul_flops"],
+                                                           rel=1e-9)
+
+
+def test_train_step_flop_ratio_guard():
+  """Compiled / model FLOPs of the Qwen3-1.7B train step (B4 x S4096, default remat policy) may
+  not grow by more than 5% past the value recorded in bench/compiled_flops.json."""
+  bench = _bench()
+  recorded = json.loads((BENCH / "compiled_flops.json").read_text())
+  cfg = bench.model_config(False, "none")
+  assert cfg.remat_policy == ModelConfig().remat_policy  # "none" is the default policy
+  r = bench.train_step_cost(cfg, 4, 4096, 1024)
+  assert r["ratio"] <= recorded["train_step:none"] * 1.05, r

@@ -1,7 +1,13 @@
 """The head_dtype knob is real. With bf16 compute, served logprobs are compared (same prompts, same
 seeds) against (a) the recipe's trainer: bf16 compute + fp32 head, and (b) an all-fp32 reference.
-An fp32 head on the server removes nearly all of (a)'s gap and also lowers (b)'s, which is
-dominated by the bf16 body (identical in both servers)."""
+
+(a) An fp32 head on the server removes nearly all of the gap to the trainer: the DPPO invariant
+(server and trainer compute the same logits) holds in bf16 only with the fp32 head.
+(b) Against an all-fp32 reference the gap (~0.025 mean |dlogp|) is dominated by the bf16 body,
+identical in both servers. Measured over 3 random models x 32 prompts (paired per prompt), the
+head's effect on it was -0.00012 +- 0.00034 (stderr): no detectable change. So (b) asserts only
+what that supports: the effect's 95% interval stays within 5% of the gap (an earlier version
+asserted the fp32 head also *lowers* (b); measured, it does not, beyond noise)."""
 
 import numpy as np
 import pytest
@@ -16,26 +22,43 @@ ENGINE = engine_lib.EngineConfig(max_concurrent_decodes=8, max_len=128, max_pref
 BF16_BODY = dict(compute_dtype="bfloat16")
 
 
-def _mean_gaps(ckpt, head_dtype, prompts, refs):
+def _per_prompt_gaps(ckpt, head_dtype, prompts, refs):
+  """-> one array per reference: mean |served - reference| logprob gap per prompt."""
   s = Served(ckpt, ENGINE, dtypes=DtypePolicy(head_dtype=head_dtype, **BF16_BODY))
   try:
     outs = _generate_all(s.address, prompts, 32, sampling.SamplingParams(seed=1))
   finally:
     s.server.stop()
-  return [np.mean(np.concatenate([
-      np.abs(np.asarray(o.logprobs) - _trainer_logprobs(cfg, params, p, o.token_ids, 1.0))
-      for p, o in zip(prompts, outs)])) for cfg, params in refs]
+  return [np.array([np.mean(np.abs(np.asarray(o.logprobs) -
+                                   _trainer_logprobs(cfg, params, p, o.token_ids, 1.0)))
+                    for p, o in zip(prompts, outs)]) for cfg, params in refs]
+
+
+def test_fp32_head_closes_gap_to_trainer(tmp_path):
+  helpers.save_tiny("qwen3", tmp_path)
+  trainer = hf_io.load_pretrained(tmp_path, dtypes=DtypePolicy(head_dtype="float32", **BF16_BODY))
+  prompts = helpers.prompts(8, seed=3)
+  (f_trainer,) = _per_prompt_gaps(tmp_path, "float32", prompts, [trainer])
+  (b_trainer,) = _per_prompt_gaps(tmp_path, "bfloat16", prompts, [trainer])
+  print(f"mean |logp gap| vs bf16+fp32-head trainer: fp32 head {f_trainer.mean():.2e}, bf16 head "
+        f"{b_trainer.mean():.2e}")
+  assert f_trainer.mean() < 1e-5 < b_trainer.mean() / 10
 
 
 @pytest.mark.slow
-def test_fp32_head_shrinks_gap_to_reference(tmp_path):
-  helpers.save_tiny("qwen3", tmp_path)
-  trainer = hf_io.load_pretrained(tmp_path, dtypes=DtypePolicy(head_dtype="float32", **BF16_BODY))
-  fp32 = hf_io.load_pretrained(tmp_path)
-  prompts = helpers.prompts(8, seed=3)
-  f_trainer, f_fp32 = _mean_gaps(tmp_path, "float32", prompts, [trainer, fp32])
-  b_trainer, b_fp32 = _mean_gaps(tmp_path, "bfloat16", prompts, [trainer, fp32])
-  print(f"mean |logp gap| vs bf16+fp32-head trainer: fp32 head {f_trainer:.2e}, bf16 head "
-        f"{b_trainer:.2e}; vs all-fp32: fp32 head {f_fp32:.5f}, bf16 head {b_fp32:.5f}")
-  assert f_trainer < 1e-5 < b_trainer / 10  # the DPPO invariant holds in bf16 only with fp32 head
-  assert f_fp32 < b_fp32
+def test_head_dtype_effect_on_gap_to_fp32_reference(tmp_path):
+  diffs, gaps = [], []
+  for seed in range(3):
+    ckpt = tmp_path / f"m{seed}"
+    helpers.save_tiny("qwen3", ckpt, seed=seed)
+    fp32 = hf_io.load_pretrained(ckpt)
+    prompts = helpers.prompts(32, seed=3 + seed)
+    (f_gap,) = _per_prompt_gaps(ckpt, "float32", prompts, [fp32])
+    (b_gap,) = _per_prompt_gaps(ckpt, "bfloat16", prompts, [fp32])
+    diffs.append(b_gap - f_gap)
+    gaps.append(f_gap)
+  d, gap = np.concatenate(diffs), np.concatenate(gaps).mean()
+  half_width = 1.96 * d.std(ddof=1) / np.sqrt(len(d))
+  print(f"gap to all-fp32: {gap:.5f}; bf16 head - fp32 head: {d.mean():+.5f} +- {half_width:.5f} "
+        f"(95%, n={len(d)})")
+  assert abs(d.mean()) + half_width < 0.05 * gap

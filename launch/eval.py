@@ -1,5 +1,5 @@
 """Evaluate a policy on a directory of TB1/TB2 tasks: pass@1 mean +- stderr, pass@k, a per-category
-table, results.json (schema in tmax_jax/loop/evaluate.py), trials.jsonl and a PNG plot.
+table, results.json (schema in tmax_jax/loop/evaluate/__init__.py), trials.jsonl and a PNG plot.
 
 python3 launch/eval.py --config=configs/eval_oracle.py --config.tasks_dir=/tasks \
     --config.output_dir=runs/eval_oracle

@@ -10,8 +10,9 @@ import re
 
 import pytest
 
-from tmax_jax.agents import formats
+from tmax_jax.agents import formats, scripted
 from tmax_jax.agents import terminus as T
+from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.tokenizers import load_tokenizer
 
 
@@ -67,15 +68,18 @@ def _between(text: str, start: str, end: str) -> str:
   return text[text.index(start) + len(start):text.rindex(end)]
 
 
+TERMINUS = EpisodeConfig(harness="terminus")
+
+
 def _complete(commands=()):
-  return T.reply_text(list(commands), True, plan="Done.")
+  return T.action_text(list(commands), True, plan="Done.")
 
 
 # --- replies and prompt (no sandbox) -----------------------------------------------------------
 
 def test_scripted_replies_are_canonical_terminus_json(tok):
   script = "cd /workspace\nprintf 'a\\tb\\n' > x.txt\ncat <<'EOF' > y\n!$ $HOME\nEOF\n"
-  policy = T.TerminusScript(tok, [script])
+  policy = scripted.ScriptedPolicy(tok, [script], TERMINUS)
   out = policy([1, 2, 3], 10_000)
   assert out.token_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
   assert out.finish_reason == "stop" and len(out.logprobs) == len(out.token_ids)
@@ -93,22 +97,27 @@ def test_scripted_replies_are_canonical_terminus_json(tok):
 
 
 def test_length_cut_reply(tok):
-  out = T.TerminusReplies(tok, [_complete()])([1], 5)
+  out = scripted.Replies(tok, [_complete()])([1], 5)
   assert len(out.token_ids) == 5 and out.finish_reason == "length"
 
 
 def test_prompt_is_one_user_turn(tok):
-  ids = T.initial_prompt_ids(tok, "Do the thing.", "bash-5.2#", T.TerminusConfig())
+  ids = T.initial_prompt_ids(tok, "Do the thing.", "bash-5.2#", TERMINUS)
   text = tok.decode(ids)
   assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")
   assert "Do the thing." in text and "bash-5.2#" in text and '"task_complete"' in text
   assert text.count("<|im_start|>") == 2
 
 
-def test_config_from_episode_config():
-  from tmax_jax.agents.episode import EpisodeConfig
-  cfg = T.from_episode_config(EpisodeConfig(max_tool_calls=3, wall_time_s=9.0), width=100)
-  assert (cfg.max_tool_calls, cfg.wall_time_s, cfg.width) == (3, 9.0, 100)
+def test_limits_come_from_the_episode_config():
+  # The pane settings hold no episode limit of their own: EpisodeConfig's are the only ones.
+  import dataclasses
+  pane = {f.name for f in dataclasses.fields(T.TerminusConfig)}
+  limits = {f.name for f in dataclasses.fields(EpisodeConfig)}
+  assert not pane & limits and "width" in pane and "max_tool_calls" in limits
+  from tmax_jax.agents import harnesses
+  harness = harnesses.get("terminus")
+  assert isinstance(harness, T.TerminusHarness) and harness.pane.width == 160
 
 
 # --- live: tmux pane in a real sandbox ----------------------------------------------------------
@@ -118,10 +127,10 @@ def test_oracle_solves_procedural_task(tok):
   from tmax_jax.tasks.procedural import registry
   from tmax_jax.tasks.runner import RunnerConfig, run_trial
   task = registry.build_task("csv_aggregate", 0, 0)
-  policy, box = T.terminus_oracle_policy(tok, task, wait_s=0.3), {}
+  policy, box = scripted.oracle_policy(tok, task, TERMINUS, wait_s=0.3), {}
 
   def agent(sb):
-    box["ep"] = T.run_terminus_episode(sb, task.instruction, policy, tok)
+    box["ep"] = T.run_terminus_episode(sb, task.instruction, policy, tok, TERMINUS)
 
   result = run_trial(task, agent, RunnerConfig(memory_mb=2048))
   ep = box["ep"]
@@ -150,10 +159,10 @@ def test_oracle_solves_procedural_task(tok):
 
 def test_task_complete_must_be_sent_twice_in_a_row(tok, sandbox):
   replies = [_complete([("echo one > /workspace/a.txt\n", 0.3)]),
-             T.reply_text([("echo two >> /workspace/a.txt\n", 0.3)]),
+             T.action_text([("echo two >> /workspace/a.txt\n", 0.3)]),
              _complete(), _complete([("echo three >> /workspace/a.txt\n", 0.3)]),
-             T.reply_text([("echo never >> /workspace/a.txt\n", 0.3)])]
-  ep = T.run_terminus_episode(sandbox, "Write a.txt.", T.TerminusReplies(tok, replies), tok)
+             T.action_text([("echo never >> /workspace/a.txt\n", 0.3)])]
+  ep = T.run_terminus_episode(sandbox, "Write a.txt.", scripted.Replies(tok, replies), tok)
   assert ep.status == "submitted" and ep.num_turns == 4 and ep.num_tool_calls == 3
   obs = _observations(ep.trajectory, tok)
   assert len(obs) == 3
@@ -164,9 +173,9 @@ def test_task_complete_must_be_sent_twice_in_a_row(tok, sandbox):
 
 def test_parse_errors_are_fed_back(tok, sandbox):
   replies = ["I will just list the files.", '{"analysis": "x", "plan": "y"}',
-             T.reply_text([("echo hi > /workspace/h.txt\n", 0.3)]) + "\ntrailing words",
+             T.action_text([("echo hi > /workspace/h.txt\n", 0.3)]) + "\ntrailing words",
              _complete(), _complete()]
-  ep = T.run_terminus_episode(sandbox, "Say hi.", T.TerminusReplies(tok, replies), tok)
+  ep = T.run_terminus_episode(sandbox, "Say hi.", scripted.Replies(tok, replies), tok)
   assert ep.status == "submitted" and ep.num_format_errors == 2 and ep.num_turns == 5
   obs = _observations(ep.trajectory, tok)
   assert "no JSON object found" in obs[0] and "Previous response had parsing errors" in obs[0]
@@ -177,19 +186,19 @@ def test_parse_errors_are_fed_back(tok, sandbox):
 
 def test_parse_error_resets_pending_completion(tok, sandbox):
   replies = [_complete(), "oops", _complete(), _complete()]
-  ep = T.run_terminus_episode(sandbox, "Nothing.", T.TerminusReplies(tok, replies), tok)
+  ep = T.run_terminus_episode(sandbox, "Nothing.", scripted.Replies(tok, replies), tok)
   assert ep.status == "submitted" and ep.num_turns == 4 and ep.num_format_errors == 1
 
 
 def test_named_keys_new_output_and_byte_cap(tok, sandbox):
-  replies = [T.reply_text([("sleep 30\n", 0.3), ("C-c", 0.3), ("echo after-$((6*7))\n", 0.3)]),
-             T.reply_text([("seq 1 30000\n", 2.0)]),
-             T.reply_text([("clear\n", 0.3)]),
-             T.reply_text([("exit\n", 0.3)]),
-             T.reply_text([("echo alive\n", 0.3)]),
-             T.reply_text([("echo " + "ab" * 15_000 + " | wc -c\n", 1.0)]),
+  replies = [T.action_text([("sleep 30\n", 0.3), ("C-c", 0.3), ("echo after-$((6*7))\n", 0.3)]),
+             T.action_text([("seq 1 30000\n", 2.0)]),
+             T.action_text([("clear\n", 0.3)]),
+             T.action_text([("exit\n", 0.3)]),
+             T.action_text([("echo alive\n", 0.3)]),
+             T.action_text([("echo " + "ab" * 15_000 + " | wc -c\n", 1.0)]),
              _complete(), _complete()]
-  ep = T.run_terminus_episode(sandbox, "Play.", T.TerminusReplies(tok, replies), tok)
+  ep = T.run_terminus_episode(sandbox, "Play.", scripted.Replies(tok, replies), tok)
   assert ep.status == "submitted", ep.status
   obs = _observations(ep.trajectory, tok)
   # C-c is a key: the sleep is interrupted and the next command runs at once.
@@ -210,22 +219,22 @@ def test_unclosed_reasoning_is_not_an_action(sandbox):
   replies = ["I could reply " + _complete() + " but I keep thinking",
              "Done thinking.\n</think>\n\n" + _complete(),
              "Sure.\n</think>\n\n" + _complete()]
-  ep = T.run_terminus_episode(sandbox, "Nothing.", T.TerminusReplies(tok35, replies), tok35)
+  ep = T.run_terminus_episode(sandbox, "Nothing.", scripted.Replies(tok35, replies), tok35)
   assert ep.status == "submitted" and ep.num_turns == 3 and ep.num_format_errors == 1
   assert "no JSON object found" in _observations(ep.trajectory, tok35)[0]
 
 
 def test_tool_call_limit(tok, sandbox):
-  cfg = T.TerminusConfig(max_tool_calls=2)
-  reply = T.reply_text([("echo x >> /workspace/n.txt\n", 0.2)] * 3)
-  ep = T.run_terminus_episode(sandbox, "Loop.", T.TerminusReplies(tok, [reply]), tok, cfg)
+  cfg = EpisodeConfig(harness="terminus", max_tool_calls=2)
+  reply = T.action_text([("echo x >> /workspace/n.txt\n", 0.2)] * 3)
+  ep = T.run_terminus_episode(sandbox, "Loop.", scripted.Replies(tok, [reply]), tok, cfg)
   assert ep.status == "max_tool_calls" and ep.num_tool_calls == 2 and ep.num_turns == 1
   assert sandbox.run("wc -l < /workspace/n.txt").output.strip() == "2"
 
 
 def test_reply_json_is_what_the_model_sees(tok):
   # The canonical reply round-trips through the tokenizer unchanged.
-  text = T.reply_text([("ls -la\n", 0.1), ("C-c", 1.0)])
+  text = T.action_text([("ls -la\n", 0.1), ("C-c", 1.0)])
   ids = formats.tokens.encode(tok, text)
   assert tok.decode(ids) == text
   assert json.loads(text)["commands"][1] == {"keystrokes": "C-c", "duration": 1.0}

@@ -11,7 +11,9 @@ import textwrap
 
 import pytest
 
+from tmax_jax.agents import harnesses
 from tmax_jax.loop import evaluate as E
+from tmax_jax.tasks import loader
 from tmax_jax.tasks.procedural import registry
 from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tokenizers import load_tokenizer
@@ -128,7 +130,7 @@ def test_tb1_and_tb2_tasks_in_one_directory(tmp_path, tok):
   tasks = tmp_path / "mixed"
   _tb1_task(tasks)
   registry.write("csv_aggregate", 1, 0, tasks / "nested" / "csv")
-  assert [E.task_format(d) for d in E.find_task_dirs(tasks)] == ["tb2", "tb1"]
+  assert [loader.task_format(d) for d in loader.find_task_dirs(tasks)] == ["tb2", "tb1"]
   oracle = E.evaluate(_cfg(tasks, tmp_path / "o", policy="oracle", harness="mini_swe"),
                       tokenizer=tok)
   _check_schema(oracle, tmp_path / "o")
@@ -180,14 +182,14 @@ def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
 # --- no sandbox: discovery, config, aggregation ------------------------------------------------------
 
 def test_find_task_dirs_and_errors(tmp_path, proc_tasks):
-  assert [d.name for d in E.find_task_dirs(proc_tasks)] == sorted(FAMILIES)
-  assert E.find_task_dirs(proc_tasks / "csv_aggregate") == [proc_tasks / "csv_aggregate"]
+  assert [d.name for d in loader.find_task_dirs(proc_tasks)] == sorted(FAMILIES)
+  assert loader.find_task_dirs(proc_tasks / "csv_aggregate") == [proc_tasks / "csv_aggregate"]
   (tmp_path / "empty" / "sub").mkdir(parents=True)
   with pytest.raises(FileNotFoundError, match="no task directories"):
-    E.find_task_dirs(tmp_path / "empty")
+    loader.find_task_dirs(tmp_path / "empty")
   with pytest.raises(FileNotFoundError, match="not a directory"):
-    E.find_task_dirs(tmp_path / "missing")
-  tasks = E.load_tasks(proc_tasks, tmp_path / "conv", max_tasks=2)
+    loader.find_task_dirs(tmp_path / "missing")
+  tasks = loader.load_tasks(proc_tasks, tmp_path / "conv", max_tasks=2)
   assert [t.name for t in tasks] == ["csv_aggregate-d0-s0", "find_large_files-d0-s0"]
   assert E.category(tasks[0]) == "data_processing"
 
@@ -217,7 +219,7 @@ def test_config_files_build(path):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   cfg = from_config_dict(E.EvalConfig, module.get_config())
-  assert cfg.policy in E.POLICIES and cfg.harness in E.HARNESSES
+  assert cfg.policy in E.POLICIES and cfg.harness in harnesses.names()
 
 
 def _rec(task, cat, run, reward, **kw):

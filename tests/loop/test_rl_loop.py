@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents.episode import EpisodeConfig, stop_token_ids
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig
 from tmax_jax.loop import common
@@ -86,14 +86,13 @@ def test_trajectory_logprobs_match_the_trainer(tmp_path):
   tokenizer = load_tokenizer("qwen3")
   model_cfg, params = common.load_policy(cfg.model)
   tasks, _ = common.load_tasks(cfg.tasks)
-  server = common.start_serving(model_cfg, params, cfg.serving,
-                                (tokenizer.convert_tokens_to_ids("<|im_end|>"),))
+  server = common.start_serving(model_cfg, params, cfg.serving, stop_token_ids(cfg.episode))
 
   async def episode():
     from tmax_jax.inference.client import RolloutClient
     async with RolloutClient(server.address) as client:
-      worker = EpisodeWorker(client, tokenizer, cfg.episode,
-                             common.runner_config("", 2048), cfg.worker)
+      worker = EpisodeWorker.served(client, tokenizer, cfg.episode,
+                                    common.runner_config("", 2048), cfg.worker)
       try:
         return await worker(tasks[0], 0, 0)
       finally:

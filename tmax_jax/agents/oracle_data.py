@@ -8,7 +8,7 @@ records {"task", "reward", "status", "tokens", "loss_mask"}.
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import json
 import os
 import pathlib
@@ -17,37 +17,33 @@ from typing import Sequence
 import tqdm
 
 from tmax_jax.agents import scripted
-from tmax_jax.agents.episode import EpisodeConfig, EpisodeResult, run_episode
+from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig
 from tmax_jax.tasks import runner as runner_lib
-
-
-def oracle_episode(task, tokenizer, episode_cfg: EpisodeConfig,
-                   runner_cfg: runner_lib.RunnerConfig) -> EpisodeResult:
-  """Runs the task's oracle through the harness and the verifier; reward filled in."""
-  box: dict[str, EpisodeResult] = {}
-
-  def agent(sandbox):
-    policy = scripted.oracle_policy(tokenizer, task, episode_cfg)
-    box["episode"] = run_episode(sandbox, task.instruction, policy, tokenizer, episode_cfg)
-
-  result = runner_lib.run_trial(task, agent, runner_cfg)
-  if "episode" not in box:
-    raise RuntimeError(f"task {task.name}: the oracle episode did not run ({result.reason})")
-  episode = box["episode"]
-  episode.reward, episode.reward_reason = float(result.reward), result.reason
-  return episode
 
 
 def oracle_records(tasks: Sequence, tokenizer, episode_cfg: EpisodeConfig,
                    runner_cfg: runner_lib.RunnerConfig, parallel: int = 4) -> list[dict]:
-  """Oracle trajectories of `tasks` (in task order), with a progress bar."""
-  def one(task):
-    ep = oracle_episode(task, tokenizer, episode_cfg, runner_cfg)
-    return {"task": task.name, "reward": ep.reward, "status": ep.status,
-            "tokens": [int(t) for t in ep.trajectory.tokens],
-            "loss_mask": [int(m) for m in ep.trajectory.loss_mask]}
-  with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-    return list(tqdm.tqdm(pool.map(one, tasks), total=len(tasks), desc="oracle trajectories"))
+  """Oracle trajectories of `tasks` (in task order), with a progress bar. A task whose oracle
+  episode could not run (no solve.sh, the environment did not build) raises."""
+  async def main():
+    policy = scripted.ScriptedProvider(tokenizer, episode_cfg)
+    worker = EpisodeWorker(policy, tokenizer, episode_cfg, runner_cfg,
+                           WorkerConfig(max_parallel_episodes=parallel))
+    bar = tqdm.tqdm(total=len(tasks), desc="oracle trajectories")
+
+    async def one(task):
+      ep = await worker(task, 0, 0)
+      bar.update(1)
+      return {"task": task.name, "reward": ep.reward, "status": ep.status,
+              "tokens": [int(t) for t in ep.trajectory.tokens],
+              "loss_mask": [int(m) for m in ep.trajectory.loss_mask]}
+    try:
+      return list(await asyncio.gather(*(one(t) for t in tasks)))
+    finally:
+      bar.close()
+      await worker.aclose()
+  return asyncio.run(main())
 
 
 def write_jsonl(records: Sequence[dict], path: str | os.PathLike) -> pathlib.Path:

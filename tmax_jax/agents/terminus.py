@@ -16,8 +16,8 @@ The loop (Terminal-Bench's default agent, formats.md):
 Tokens follow formats/tokens.py: the generated ids are kept verbatim with their logprobs and policy
 versions, and observation ids are the template's own user-turn continuation (no loss).
 
-Also here: scripted Terminus policies (canonical JSON replies) used as the oracle / do-nothing
-reference policies by the evaluation runner and the tests.
+Also here: the canonical JSON replies that scripted policies (agents/scripted.py: the oracle, the
+do-nothing policy) send through this harness.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ import time
 from typing import Sequence
 
 from tmax_jax.agents import formats
-from tmax_jax.agents.episode import EpisodeResult, GenerateFn, add_generated, next_budget
-from tmax_jax.agents.scripted import ScriptedCompletion, solution_commands
+from tmax_jax.agents.episode import (EpisodeConfig, EpisodeResult, GenerateFn, ScriptStep,
+                                     add_generated, new_trajectory, next_budget, reply_text,
+                                     template_kwargs)
 from tmax_jax.sandbox.api import Sandbox, SandboxError
 
 PROMPT = """\
@@ -80,17 +81,10 @@ RESTARTED = ("The terminal session ended (for example after `exit`) and a new on
 
 @dataclasses.dataclass(frozen=True)
 class TerminusConfig:
-  """Episode limits (the recipe's defaults, as in EpisodeConfig) and the tmux pane settings.
+  """The tmux pane settings. The episode limits are EpisodeConfig's, as for every harness
+  (max_tool_calls counts keystroke commands sent to the pane; command_timeout_s is not used:
+  keystrokes return at once and `duration` decides the wait)."""
 
-  max_tool_calls counts keystroke commands sent to the pane.
-  """
-
-  max_tool_calls: int = 64
-  max_turns: int = 128
-  turn_max_tokens: int = 16384
-  max_response_tokens: int = 65536
-  wall_time_s: float = 3600.0
-  enable_thinking: bool | None = None
   max_output_bytes: int = formats.observation.TERMINUS_MAX_BYTES
   session: str = "agent"
   socket: str = "/tmp/.tmax-tmux.sock"
@@ -99,13 +93,6 @@ class TerminusConfig:
   history_limit: int = 100_000
   startup_wait_s: float = 0.5
   tmux_timeout_s: float = 30.0
-
-
-def from_episode_config(cfg, **overrides) -> TerminusConfig:
-  """A TerminusConfig carrying an EpisodeConfig's shared limits."""
-  shared = ("max_tool_calls", "max_turns", "turn_max_tokens", "max_response_tokens",
-            "wall_time_s", "enable_thinking")
-  return TerminusConfig(**{k: getattr(cfg, k) for k in shared}, **overrides)
 
 
 class PaneClosed(Exception):
@@ -208,15 +195,11 @@ class TmuxPane:
 # ----------------------------------------------------------------------------------------------
 # the episode loop
 
-def _template_kwargs(cfg: TerminusConfig) -> dict:
-  return {} if cfg.enable_thinking is None else {"enable_thinking": cfg.enable_thinking}
-
-
-def initial_prompt_ids(tokenizer, instruction: str, screen: str, cfg: TerminusConfig) -> list[int]:
+def initial_prompt_ids(tokenizer, instruction: str, screen: str, cfg: EpisodeConfig) -> list[int]:
   """One user message: the harness instructions, the task and the initial screen."""
   text = PROMPT.format(instruction=instruction.strip(), screen=screen)
   return formats.prompt_ids(tokenizer, [{"role": "user", "content": text}],
-                            **_template_kwargs(cfg))
+                            **template_kwargs(cfg))
 
 
 def _prefilled_reasoning(tokenizer, tokens) -> str:
@@ -227,7 +210,7 @@ def _prefilled_reasoning(tokenizer, tokens) -> str:
 
 
 def _execute(pane: TmuxPane, action: formats.TerminusAction, res: EpisodeResult,
-             cfg: TerminusConfig, deadline: float) -> str:
+             cfg: EpisodeConfig, deadline: float) -> str:
   """Sends the action's commands (up to the tool-call and wall-time limits); -> observation."""
   for command in action.commands:
     if res.num_tool_calls >= cfg.max_tool_calls:
@@ -240,35 +223,31 @@ def _execute(pane: TmuxPane, action: formats.TerminusAction, res: EpisodeResult,
       return RESTARTED.format(pane.restart())
     time.sleep(max(0.0, min(command.duration, deadline - time.monotonic())))
   try:
-    return formats.limit_output_bytes(pane.new_output(), cfg.max_output_bytes)
+    return formats.limit_output_bytes(pane.new_output(), pane.cfg.max_output_bytes)
   except PaneClosed:
     return RESTARTED.format(pane.restart())
 
 
 def run_terminus_episode(sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer,
-                         cfg: TerminusConfig = TerminusConfig()) -> EpisodeResult:
+                         cfg: EpisodeConfig = EpisodeConfig(harness="terminus"),
+                         pane_cfg: TerminusConfig = TerminusConfig()) -> EpisodeResult:
   """Runs the Terminus-2 loop until a confirmed task_complete or a limit.
 
-  `generate(token_ids, max_tokens)` -> Completion, as for `episode.run_episode`. status:
-  submitted (task_complete confirmed) | max_tool_calls | max_turns | max_response_tokens |
-  wall_time | oom | sandbox_crash.
+  `generate(token_ids, max_tokens)` -> Completion. status: submitted (task_complete confirmed) |
+  max_tool_calls | max_turns | max_response_tokens | wall_time | oom | sandbox_crash.
   """
-  eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-  pane = TmuxPane(sandbox, cfg)
-  traj = formats.TokenTrajectory(eos_id=eos)
-  traj.add_prompt(initial_prompt_ids(tokenizer, instruction, pane.start(), cfg))
+  pane = TmuxPane(sandbox, pane_cfg)
+  traj = new_trajectory(tokenizer, initial_prompt_ids(tokenizer, instruction, pane.start(), cfg))
   res, started, pending = EpisodeResult(traj), time.monotonic(), False
-  kw = _template_kwargs(cfg)
+  kw = template_kwargs(cfg)
   try:
     while (budget := next_budget(res, cfg, started)) > 0:
       prefill = _prefilled_reasoning(tokenizer, traj.tokens)
       out = generate(traj.tokens, budget)
       add_generated(traj, out)
       res.num_turns += 1
-      text = prefill + tokenizer.decode(out.token_ids, skip_special_tokens=False)
-      text = text.removesuffix(tokenizer.eos_token)
       try:
-        action = formats.parse_terminus(text)
+        action = formats.parse_terminus(reply_text(tokenizer, out, prefill))
       except formats.FormatError as err:
         res.num_format_errors += 1
         pending = False
@@ -290,13 +269,13 @@ def run_terminus_episode(sandbox: Sandbox, instruction: str, generate: GenerateF
 
 
 # ----------------------------------------------------------------------------------------------
-# scripted Terminus policies (canonical JSON replies)
+# canonical Terminus-2 replies (what scripted policies send) and the registered harness
 
 DONE_MARK = "TMAX_STEP_DONE"
 
 
-def reply_text(commands: Sequence[tuple[str, float]], task_complete: bool = False,
-               analysis: str = "Reading the terminal.", plan: str = "Run the next step.") -> str:
+def action_text(commands: Sequence[tuple[str, float]], task_complete: bool = False,
+                analysis: str = "Reading the terminal.", plan: str = "Run the next step.") -> str:
   """A canonical Terminus-2 reply (the JSON object alone)."""
   return json.dumps({"analysis": analysis, "plan": plan,
                      "commands": [{"keystrokes": k, "duration": d} for k, d in commands],
@@ -310,62 +289,31 @@ def script_keystrokes(script: str) -> str:
   return f"echo {b64} | base64 -d > /tmp/tmax_step.sh && bash /tmp/tmax_step.sh\n"
 
 
-class TerminusReplies:
-  """Replies with fixed texts in order (the last one repeats); `generate(ids, max_tokens)`."""
+@dataclasses.dataclass(frozen=True)
+class TerminusHarness:
+  """Terminus-2 as a registered harness (harnesses.py): the loop and its canonical replies."""
 
-  def __init__(self, tokenizer, texts: Sequence[str]):
-    self._eos = tokenizer.eos_token
-    self._ids = [formats.tokens.encode(tokenizer, t + self._eos) for t in texts]
-    self._turn = 0
+  name: str = "terminus"
+  pane: TerminusConfig = TerminusConfig()
 
-  def _reply(self, ids: list[int], max_tokens: int) -> ScriptedCompletion:
-    finish = "stop" if len(ids) <= max_tokens else "length"
-    ids = ids[:max_tokens]
-    return ScriptedCompletion(list(ids), [0.0] * len(ids), [-1] * len(ids), finish)
+  def run(self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer,
+          cfg: EpisodeConfig) -> EpisodeResult:
+    return run_terminus_episode(sandbox, instruction, generate, tokenizer, cfg, self.pane)
 
-  def __call__(self, token_ids: Sequence[int], max_tokens: int) -> ScriptedCompletion:
-    ids = self._ids[min(self._turn, len(self._ids) - 1)]
-    self._turn += 1
-    return self._reply(ids, max_tokens)
+  def script_step(self, tokenizer, script: str, index: int, cfg: EpisodeConfig,
+                  wait_s: float) -> ScriptStep:
+    """The script typed as one line that prints a done mark; the policy waits for the mark."""
+    del tokenizer, cfg
+    mark = f"{DONE_MARK}_{index}"
+    keys = (script_keystrokes(script).removesuffix("\n")
+            + f"; printf '%s_%d\\n' {DONE_MARK} {index}\n")
+    wait = action_text([("", wait_s)], plan="Wait for the command to finish.")
+    return ScriptStep(action_text([(keys, wait_s)]), mark, wait)
 
-
-class TerminusScript(TerminusReplies):
-  """Runs shell scripts one by one, waiting (short waits, reading the new output) until each one
-  printed its done mark, then sends task_complete twice. Gives up waiting after max_waits."""
-
-  def __init__(self, tokenizer, scripts: Sequence[str], wait_s: float = 0.5,
-               max_waits: int = 240):
-    super().__init__(tokenizer, [reply_text([], True)])
-    self._tok, self._wait_s, self._max_waits = tokenizer, wait_s, max_waits
-    self._steps = [script_keystrokes(s).removesuffix("\n") + f"; printf '%s_%d\\n' {DONE_MARK} {i}\n"
-                   for i, s in enumerate(scripts)]
-    self._step, self._waits, self._seen, self._done = 0, 0, None, False
-
-  def _encode(self, text: str) -> list[int]:
-    return formats.tokens.encode(self._tok, text + self._eos)
-
-  def __call__(self, token_ids: Sequence[int], max_tokens: int) -> ScriptedCompletion:
-    new = self._tok.decode(list(token_ids[self._seen:])) if self._seen is not None else ""
-    if self._step > 0 and not self._done and f"{DONE_MARK}_{self._step - 1}" not in new \
-        and self._waits < self._max_waits:
-      self._waits += 1  # the previous step is still running: wait and read again
-      text = reply_text([("", self._wait_s)], plan="Wait for the command to finish.")
-    elif self._step < len(self._steps):
-      text = reply_text([(self._steps[self._step], self._wait_s)])
-      self._step, self._waits = self._step + 1, 0
-    else:
-      self._done = True
-      text = reply_text([], True, plan="The task is done.")
-    ids = self._encode(text)
-    self._seen = len(token_ids) + len(ids)
-    return self._reply(ids, max_tokens)
+  def submit_text(self, tokenizer, cfg: EpisodeConfig) -> str:
+    """task_complete (sent again to confirm: a scripted policy repeats its last reply)."""
+    del tokenizer, cfg
+    return action_text([], True, plan="The task is done.")
 
 
-def terminus_oracle_policy(tokenizer, task, wait_s: float = 0.5) -> TerminusScript:
-  """The task's solve.sh typed into the pane (as one script), then task_complete twice."""
-  return TerminusScript(tokenizer, solution_commands(task), wait_s)
-
-
-def terminus_noop_policy(tokenizer) -> TerminusReplies:
-  """Declares the task complete twice without doing anything."""
-  return TerminusReplies(tokenizer, [reply_text([], True)])
+TERMINUS = TerminusHarness()

@@ -1,11 +1,16 @@
-"""Rollout worker: runs episodes of tasks in real sandboxes against the inference server.
+"""The one scored-episode path: a policy plays a task in a real sandbox, then the verifier scores.
 
-Each episode runs in a worker thread (sandbox I/O and the verifier block), and its model calls go
-to one asyncio `RolloutClient` on the caller's event loop. The task runner starts the sandbox from
-the task environment, the harness loop acts, then the hidden tests are uploaded and run; the
-verifier's reward is the episode's reward, except that an OOM or a crashed sandbox scores 0
-(recipe.md). A server that cannot be reached raises out of the episode (its group is dropped and
-counted by the scheduler); it is never turned into a reward.
+`EpisodeWorker` is used by the RL loop, the evaluation runner, the demo's held-out evaluation and
+the oracle SFT data alike. Each episode runs in a worker thread (sandbox I/O and the verifier
+block): the task runner starts the sandbox from the task environment, the harness (looked up once
+in harnesses.py) plays the policy, then the hidden tests are uploaded and run. The verifier's reward
+is the episode's reward, except that an OOM or a crashed sandbox scores 0 (recipe.md).
+
+Policies are providers with `generate_fn(task, group, sample) -> generate`: `ServerPolicy` (the
+inference server through one asyncio `RolloutClient` on the caller's event loop; the sampling
+settings, per-episode seed and stop ids are decided here and nowhere else) and the scripted
+oracle / do-nothing policies (scripted.py). A server that cannot be reached raises out of the
+episode (RL drops and counts its group; eval records the error); it is never turned into a reward.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import time
 import zlib
+from typing import Protocol
 
-from tmax_jax.agents.episode import EpisodeConfig, EpisodeResult, run_episode
-from tmax_jax.inference.client import RolloutClient
+from tmax_jax.agents import harnesses
+from tmax_jax.agents.episode import EpisodeConfig, EpisodeResult, GenerateFn, stop_token_ids
 from tmax_jax.inference.sampling import SamplingParams
 from tmax_jax.tasks import runner as runner_lib
 
@@ -25,6 +32,8 @@ ZERO_REWARD_STATUSES = ("oom", "sandbox_crash")
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
+  """Episode threads and the sampling settings of served policies (recipe: T = 1, no top-p/k)."""
+
   max_parallel_episodes: int = 8
   temperature: float = 1.0
   top_p: float = 1.0
@@ -38,18 +47,96 @@ def episode_seed(base: int, task_name: str, group: int, sample: int) -> int:
   return zlib.crc32(f"{base}/{task_name}/{group}/{sample}".encode()) & 0x7FFFFFFF
 
 
-class EpisodeWorker:
-  """`await worker(task, group, sample) -> EpisodeResult` with the verifier's reward filled in."""
+class Policy(Protocol):
+  def generate_fn(self, task, group: int, sample: int) -> GenerateFn:
+    """The generate function of one episode (called in the episode's thread)."""
 
-  def __init__(self, client: RolloutClient, tokenizer, episode_cfg: EpisodeConfig,
+
+class ServerPolicy:
+  """A served model: requests go through `client` on the event loop this is built on."""
+
+  def __init__(self, client, episode_cfg: EpisodeConfig, cfg: WorkerConfig = WorkerConfig()):
+    self.client, self.cfg = client, cfg
+    self.stop_ids = list(stop_token_ids(episode_cfg))
+    self._loop = asyncio.get_running_loop()
+
+  def sampling(self, task, group: int, sample: int) -> SamplingParams:
+    c = self.cfg
+    return SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
+                          seed=episode_seed(c.seed, task.name, group, sample))
+
+  def generate_fn(self, task, group: int, sample: int) -> GenerateFn:
+    params = self.sampling(task, group, sample)
+
+    def generate(ids, max_tokens):
+      call = self.client.generate(ids, max_tokens, params, stop_token_ids=self.stop_ids,
+                                  timeout_s=self.cfg.request_timeout_s)
+      return asyncio.run_coroutine_threadsafe(call, self._loop).result()
+    return generate
+
+
+class NoEpisodeError(RuntimeError):
+  """The sandbox never started (e.g. the environment did not build): nothing was generated."""
+
+  def __init__(self, task_name: str, reason: str):
+    super().__init__(f"task {task_name}: no episode ran ({reason})")
+    self.reason = reason
+
+
+@dataclasses.dataclass
+class Trial:
+  """One scored episode. episode None: the sandbox never started (reason says why) or the policy
+  could not be built; error: what raised (the runner, the verifier, the policy), else None."""
+
+  episode: EpisodeResult | None
+  reward: float = 0.0
+  reason: str = ""
+  error: Exception | None = None
+  duration_s: float = 0.0
+
+  def result(self, task_name: str) -> EpisodeResult:
+    """The scored episode; raises the trial's error, or NoEpisodeError when none ran."""
+    if self.error is not None:
+      raise self.error
+    if self.episode is None:
+      raise NoEpisodeError(task_name, self.reason)
+    return self.episode
+
+
+def score(episode: EpisodeResult | None, result: runner_lib.RunResult) -> Trial:
+  """The verifier's reward, or 0 for an episode that ended in a zero-reward status."""
+  if episode is None:
+    return Trial(None, float(result.reward), result.reason)
+  if episode.status in ZERO_REWARD_STATUSES:
+    episode.reward, episode.reward_reason = 0.0, episode.status
+  else:
+    episode.reward, episode.reward_reason = float(result.reward), result.reason
+  return Trial(episode, episode.reward, episode.reward_reason)
+
+
+class EpisodeWorker:
+  """`await worker(task, group, sample) -> EpisodeResult` with the verifier's reward filled in;
+  `await worker.trial(...) -> Trial` keeps errors and missing episodes as values."""
+
+  def __init__(self, policy: Policy, tokenizer, episode_cfg: EpisodeConfig,
                runner_cfg: runner_lib.RunnerConfig, cfg: WorkerConfig = WorkerConfig()):
-    self.client, self.tokenizer = client, tokenizer
+    self.policy, self.tokenizer = policy, tokenizer
+    self.harness = harnesses.get(episode_cfg.harness)
+    eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+    if eos not in stop_token_ids(episode_cfg):
+      raise ValueError(f"the tokenizer's end of turn {tokenizer.eos_token!r} (id {eos}) is not a "
+                       f"stop token of EpisodeConfig.family={episode_cfg.family!r}: the "
+                       "tokenizer and the episode's model family disagree")
     self.episode_cfg, self.runner_cfg, self.cfg = episode_cfg, runner_cfg, cfg
     self._pool = concurrent.futures.ThreadPoolExecutor(cfg.max_parallel_episodes,
                                                        thread_name_prefix="episode")
     self._closing = False
-    self._stop_ids = [tokenizer.convert_tokens_to_ids("<|im_end|>"),
-                      tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+
+  @classmethod
+  def served(cls, client, tokenizer, episode_cfg: EpisodeConfig,
+             runner_cfg: runner_lib.RunnerConfig, cfg: WorkerConfig = WorkerConfig()):
+    """A worker whose policy is the model behind `client` (call on the client's event loop)."""
+    return cls(ServerPolicy(client, episode_cfg, cfg), tokenizer, episode_cfg, runner_cfg, cfg)
 
   async def aclose(self) -> None:
     """Stops the episode threads without blocking the event loop they call back into: queued
@@ -57,31 +144,30 @@ class EpisodeWorker:
     self._closing = True
     await asyncio.to_thread(self._pool.shutdown, wait=True, cancel_futures=True)
 
-  async def __call__(self, task, group: int, sample: int) -> EpisodeResult:
+  async def trial(self, task, group: int, sample: int) -> Trial:
     loop = asyncio.get_running_loop()
-    params = SamplingParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                            top_k=self.cfg.top_k,
-                            seed=episode_seed(self.cfg.seed, task.name, group, sample))
-    return await loop.run_in_executor(self._pool, self._run_sync, loop, task, params)
+    return await loop.run_in_executor(self._pool, self._run_sync, task, group, sample)
 
-  def _run_sync(self, loop, task, params: SamplingParams) -> EpisodeResult:
-    box: dict[str, EpisodeResult] = {}
+  async def __call__(self, task, group: int, sample: int) -> EpisodeResult:
+    return (await self.trial(task, group, sample)).result(task.name)
 
-    def generate(ids, max_tokens):
-      if self._closing:
-        raise RuntimeError("the rollout worker is shutting down")
-      call = self.client.generate(ids, max_tokens, params, stop_token_ids=self._stop_ids,
-                                  timeout_s=self.cfg.request_timeout_s)
-      return asyncio.run_coroutine_threadsafe(call, loop).result()
+  def _run_sync(self, task, group: int, sample: int) -> Trial:
+    start, box = time.monotonic(), {}
+    try:
+      policy = self.policy.generate_fn(task, group, sample)
 
-    def agent(sandbox):
-      box["episode"] = run_episode(sandbox, task.instruction, generate, self.tokenizer,
-                                   self.episode_cfg)
+      def generate(ids, max_tokens):
+        if self._closing:
+          raise RuntimeError("the rollout worker is shutting down")
+        return policy(ids, max_tokens)
 
-    result = runner_lib.run_trial(task, agent, self.runner_cfg)
-    episode = box.get("episode")
-    if episode is None:  # the sandbox never started: nothing was generated, nothing to train on
-      raise RuntimeError(f"task {task.name}: no episode ran ({result.reason})")
-    episode.reward = 0.0 if episode.status in ZERO_REWARD_STATUSES else float(result.reward)
-    episode.reward_reason = episode.status if episode.status in ZERO_REWARD_STATUSES else result.reason
-    return episode
+      def agent(sandbox):
+        box["episode"] = self.harness.run(sandbox, task.instruction, generate, self.tokenizer,
+                                          self.episode_cfg)
+
+      result = runner_lib.run_trial(task, agent, self.runner_cfg)
+      trial = score(box.get("episode"), result)
+    except Exception as err:  # pylint: disable=broad-except  (kept as a value; see Trial)
+      trial = Trial(box.get("episode"), error=err)
+    trial.duration_s = time.monotonic() - start
+    return trial

@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import logging
-import pathlib
 
 from tmax_jax.inference import launch_lib
 from tmax_jax.loop.config import ModelSpec, ServingConfig, TaskSource
-from tmax_jax.tasks import runner as runner_lib
+from tmax_jax.tasks import loader, runner as runner_lib
 
 log = logging.getLogger(__name__)
 
 
-def load_task_dir(directory: str | pathlib.Path) -> list:
-  """Every task under `directory` (TB2/Harbor dirs as they are; TB1 dirs converted), sorted."""
-  from tmax_jax.tasks import format as fmt, tb1  # pylint: disable=import-outside-toplevel
-  root = pathlib.Path(directory)
-  if not root.is_dir():
-    raise FileNotFoundError(f"task directory {root} does not exist")
-  tasks = []
-  for sub in sorted(p for p in root.iterdir() if p.is_dir()):
-    if (sub / "task.yaml").exists():
-      tasks.append(tb1.convert_tb1(sub))
-    elif (sub / fmt.CONFIG_FILE).exists():
-      tasks.append(fmt.load_task(sub))
-  if not tasks:
-    raise ValueError(f"{root}: no task directories (with task.toml or task.yaml) found")
-  return tasks
-
-
 def load_tasks(source: TaskSource) -> tuple[list, list]:
-  """-> (train tasks, held-out tasks). A directory is split: the last `num_eval` are held out."""
+  """-> (train tasks, held-out tasks). A directory (tasks/loader.py rules) is split: the last
+  `num_eval` tasks are held out."""
   if source.directory:
-    tasks = load_task_dir(source.directory)
+    tasks = loader.load_tasks(source.directory)
     n_eval = min(source.num_eval, len(tasks) - 1) if len(tasks) > 1 else 0
     return tasks[:len(tasks) - n_eval], tasks[len(tasks) - n_eval:]
   from tmax_jax.tasks.procedural import registry  # pylint: disable=import-outside-toplevel
@@ -51,7 +34,8 @@ def load_policy(spec: ModelSpec):
 
 def start_serving(model_cfg, params, serving: ServingConfig, stop_token_ids=()):
   """Starts the JetStream server (gRPC on 127.0.0.1) serving `params` at policy version 0."""
-  from tmax_jax.inference import engine as engine_lib, server as server_lib  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from tmax_jax.inference import engine as engine_lib, server as server_lib
   engine_cfg = engine_lib.EngineConfig(
       max_concurrent_decodes=serving.max_concurrent_decodes, max_len=serving.max_len,
       max_prefill_length=serving.max_prefill_length, stop_token_ids=tuple(stop_token_ids))

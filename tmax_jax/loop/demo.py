@@ -15,10 +15,12 @@ import time
 
 import numpy as np
 
+from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop import common
 from tmax_jax.loop.config import DemoConfig, RLConfig, SFTConfig
+from tmax_jax.loop.evaluate.report import mean_stderr
 from tmax_jax.loop.rl import run_rl
 from tmax_jax.loop.sft import run_sft, sft_records
 from tmax_jax.tokenizers.builder import load_tokenizer
@@ -30,8 +32,8 @@ async def _sample_rewards(server_address: str, tasks, tokenizer, cfg: DemoConfig
   """[num_tasks, eval_samples] rewards of sampled episodes on `tasks`."""
   runner_cfg = common.runner_config(cfg.sandbox_backend, 4096)
   async with RolloutClient(server_address) as client:
-    worker = EpisodeWorker(client, tokenizer, cfg.episode, runner_cfg,
-                           dataclasses.replace(cfg.worker, seed=seed + 10_000))
+    worker = EpisodeWorker.served(client, tokenizer, cfg.episode, runner_cfg,
+                                  dataclasses.replace(cfg.worker, seed=seed + 10_000))
     try:
       jobs = [worker(task, 0, k) for task in tasks for k in range(cfg.eval_samples)]
       episodes = await asyncio.gather(*jobs)
@@ -42,24 +44,17 @@ async def _sample_rewards(server_address: str, tasks, tokenizer, cfg: DemoConfig
 
 def held_out_rewards(model_cfg, params, tasks, tokenizer, cfg: DemoConfig, seed: int) -> np.ndarray:
   """Serves `params`, samples `eval_samples` episodes per held-out task, stops the server."""
-  stop_ids = (tokenizer.convert_tokens_to_ids("<|im_end|>"),)
-  server = common.start_serving(model_cfg, params, cfg.serving, stop_ids)
+  server = common.start_serving(model_cfg, params, cfg.serving, stop_token_ids(cfg.episode))
   try:
     return asyncio.run(_sample_rewards(server.address, tasks, tokenizer, cfg, seed))
   finally:
     server.stop()
 
 
-def _stderr(values: np.ndarray) -> float:
-  """Standard error of the mean (0 for a single value)."""
-  return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
-
-
 def pass_rate(rewards: np.ndarray) -> dict:
   """pass@1 mean over tasks and its standard error (over tasks of the per-task mean)."""
-  per_task = (rewards >= 1.0).mean(axis=1)
-  return {"pass_at_1": float(per_task.mean()), "stderr": _stderr(per_task),
-          "num_tasks": len(per_task)}
+  mean, stderr = mean_stderr((rewards >= 1.0).mean(axis=1).tolist())
+  return {"pass_at_1": mean, "stderr": stderr, "num_tasks": len(rewards)}
 
 
 def _phase_configs(cfg: DemoConfig, seed: int, out: pathlib.Path) -> tuple[SFTConfig, RLConfig]:
@@ -99,18 +94,18 @@ def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
           "oracle_records": len(sft.records)}
 
 
-def _mean_stderr(values) -> dict:
-  values = np.asarray(values, np.float64)
-  return {"mean": float(values.mean()), "stderr_over_seeds": _stderr(values),
-          "per_seed": values.tolist()}
+def _over_seeds(values) -> dict:
+  values = [float(v) for v in values]
+  mean, stderr = mean_stderr(values)
+  return {"mean": mean, "stderr_over_seeds": stderr, "per_seed": values}
 
 
 def summarize(seeds: list[dict]) -> dict:
   """Pass@1 after SFT and after RL, and the paired gain RL - SFT: mean +- stderr over seeds."""
   sft = [s["after_sft"]["pass_at_1"] for s in seeds]
   rl = [s["after_rl"]["pass_at_1"] for s in seeds]
-  return {"after_sft": _mean_stderr(sft), "after_rl": _mean_stderr(rl),
-          "rl_gain": _mean_stderr(np.subtract(rl, sft))}
+  return {"after_sft": _over_seeds(sft), "after_rl": _over_seeds(rl),
+          "rl_gain": _over_seeds(np.subtract(rl, sft))}
 
 
 def run_demo(cfg: DemoConfig) -> dict:

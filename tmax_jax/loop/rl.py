@@ -24,6 +24,7 @@ import tqdm
 
 from tmax_jax.agents import batching
 from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups, cycle_tasks
+from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop import common
@@ -61,10 +62,9 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
                     consumed: int, writer: MetricsWriter) -> tuple[object, list[dict], int]:
   tokenizer = load_tokenizer(cfg.tokenizer)
   train_tasks, _ = common.load_tasks(cfg.tasks)
-  stop_ids = (tokenizer.convert_tokens_to_ids("<|im_end|>"),)
   # the server gets its own copy: the trainer donates (and so frees) the state's buffers
   server = common.start_serving(model_cfg, jax.tree.map(jnp.copy, state.params), cfg.serving,
-                                stop_ids)
+                                stop_token_ids(cfg.episode))
   trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train)
   history: list[dict] = []
   loop = asyncio.get_running_loop()
@@ -72,7 +72,7 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
     version = start_step  # the policy version the server holds
     if start_step:
       await client.update_weights(state.params, version=start_step)
-    worker = EpisodeWorker(client, tokenizer, cfg.episode,
+    worker = EpisodeWorker.served(client, tokenizer, cfg.episode,
                            common.runner_config(cfg.sandbox_backend, cfg.sandbox_memory_mb),
                            cfg.worker)
     sched = GroupScheduler(_skip_consumed(train_tasks, cfg.tasks.seed, consumed), worker, cfg.rollout)

@@ -10,16 +10,16 @@ import tarfile
 import pyarrow.parquet as pq
 import pytest
 
-from tmax_jax.tasks import format as fmt
+from tmax_jax.tasks import format as fmt, vocabulary
 from tmax_jax.tasks.procedural import cli, core, registry
 
 
 def test_at_least_40_families_cover_every_axis_value():
   fams = list(registry.FAMILIES.values())
   assert len(fams) >= 40
-  assert {f.domain for f in fams} == set(core.DOMAINS)
-  assert {f.verifier for f in fams} == set(core.VERIFIERS)
-  assert {f.fixture for f in fams} == set(core.FIXTURES)
+  assert {f.domain for f in fams} == set(vocabulary.DOMAINS)
+  assert {f.verifier for f in fams} == set(vocabulary.VERIFIER_KINDS)
+  assert {f.fixture for f in fams} == set(vocabulary.FIXTURE_NAMES)
 
 
 def test_task_lengths_span_short_to_intricate():

@@ -11,6 +11,9 @@ runner, decontamination in difficulty.py). Rules:
 - hidden directories (`.name`, e.g. a write_task temp dir or .git) are skipped;
 - tasks are ordered by their path relative to the root; two tasks with the same name are an error
   (names key trials, groups and seeds);
+- metadata written before the task vocabulary was shared is read in its current spelling
+  (tasks/vocabulary.py ALIASES: a procedural task's `fixture = "multi_service"` loads as
+  "multi_service_compose"; free-form tags and keywords are left as written);
 - converted TB1 tasks are written under `converted_dir/<dir name>` when one is given (so a run
   leaves the converted files next to its results), else kept in memory (the runner writes a task
   to a temporary directory for each trial).
@@ -19,11 +22,12 @@ runner, decontamination in difficulty.py). Rules:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import pathlib
 
 from tmax_jax.tasks import format as fmt
-from tmax_jax.tasks import tb1
+from tmax_jax.tasks import tb1, vocabulary
 
 TB2_FILE = fmt.CONFIG_FILE  # task.toml
 TB1_FILE = "task.yaml"
@@ -64,7 +68,11 @@ def load_task_dir(directory: str | os.PathLike, converted_dir: str | os.PathLike
   directory = pathlib.Path(directory)
   kind = task_format(directory)
   if kind == "tb2":
-    return fmt.load_task(directory)
+    task = fmt.load_task(directory)
+    metadata = vocabulary.canonical_metadata(task.config.metadata)
+    if metadata is task.config.metadata:
+      return task
+    return dataclasses.replace(task, config=dataclasses.replace(task.config, metadata=metadata))
   if kind != "tb1":
     raise FileNotFoundError(f"{directory}: not a task directory (no {TB2_FILE} or {TB1_FILE})")
   task = tb1.convert_tb1(directory)

@@ -17,10 +17,15 @@ import random
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
+from tmax_jax.tasks import vocabulary
+
 TAXONOMY_FILE = pathlib.Path(__file__).with_name("taxonomy.json")
 AXES = ("domain", "skill_type", "primitive_skills", "persona", "language", "task_complexity",
         "command_complexity", "fixture", "verifier")
 CARDINALITY_RULES = {"skill_types": (4, 7), "primitive_skills": (20, 40), "personas": (6, 18)}
+# taxonomy axis -> its values in the shared task vocabulary
+VOCABULARY_AXES = {"domain": vocabulary.DOMAINS, "task_complexity": vocabulary.TASK_COMPLEXITIES,
+                   "fixture": vocabulary.FIXTURE_NAMES, "verifier": vocabulary.VERIFIER_KINDS}
 
 
 class TaxonomyError(ValueError):
@@ -70,6 +75,13 @@ class Taxonomy:
 
 
 def _axis(spec: Any, file: str, name: str) -> Axis:
+  """One axis; the vocabulary axes take their values from tasks/vocabulary.py (weights only)."""
+  shared = VOCABULARY_AXES.get(name)
+  if shared is not None:
+    if not isinstance(spec, dict) or "values" in spec:
+      raise TaxonomyError(f"{file}: axes.{name}: expected {{weights: [...] | null}} only; its "
+                          "values are the shared vocabulary (tmax_jax/tasks/vocabulary.py)")
+    spec = {**spec, "values": list(shared)}
   if not isinstance(spec, dict) or not isinstance(spec.get("values"), list) or not spec["values"]:
     raise TaxonomyError(f"{file}: axes.{name}: expected {{values: [...], weights: [...] | null}}")
   values, weights = tuple(spec["values"]), spec.get("weights")
@@ -90,6 +102,10 @@ def load_taxonomy(path: str | pathlib.Path = TAXONOMY_FILE) -> Taxonomy:
                "primitive_skill_count"):
     if name not in axes:
       raise TaxonomyError(f"{file}: axes.{name}: missing")
+  extra = sorted(set(doc.get("domains", {})) - set(vocabulary.DOMAINS))
+  if extra:
+    raise TaxonomyError(f"{file}: domains.{extra[0]}: not a domain of tmax_jax/tasks/vocabulary.py "
+                        f"{vocabulary.DOMAINS}")
   domains = {}
   for dom in axes["domain"].values:
     entry = doc.get("domains", {}).get(dom)

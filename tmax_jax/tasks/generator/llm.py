@@ -17,18 +17,12 @@ import urllib.error
 import urllib.request
 from typing import Any, Mapping, Sequence
 
-from tmax_jax.tasks import verifiers as V
+from tmax_jax.tasks import verifiers as V, vocabulary
 from tmax_jax.tasks.format import AgentConfig, Task, TaskConfig, TaskInfo, VerifierConfig
 from tmax_jax.tasks.generator.axes import AxisSample
 
 PROMPTS = pathlib.Path(__file__).with_name("prompts")
 WORKDIR = "/workspace"
-COMPLEXITY_HINTS = {"short": "a few commands", "moderate": "about 10-20 commands",
-                    "complex": "20-30 commands across several files", "intricate": "30-60 commands, several stages"}
-FIXTURE_HINTS = {"text_only": "plain text files", "image": "information the agent must recover from an image with OCR",
-                 "audio": "information in an audio file", "video": "information in a video file",
-                 "stripped_binary": "a stripped executable to analyse", "vendored_package": "a vendored source package",
-                 "multi_service_compose": "several cooperating local services"}
 REQUIRED = {"name": str, "instruction": str, "difficulty": str, "environment": dict, "solution": str,
             "verifier": dict, "smoke_test": str}
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -86,8 +80,8 @@ class ChatClient:
 def render_prompt(sample: AxisSample) -> list[dict[str, str]]:
   """The chat messages for one axis sample."""
   values = {**sample.to_json(), "primitive_skills": "; ".join(sample.primitive_skills), "workdir": WORKDIR,
-            "complexity_hint": COMPLEXITY_HINTS.get(sample.task_complexity, ""),
-            "fixture_hint": FIXTURE_HINTS.get(sample.fixture, "")}
+            "complexity_hint": vocabulary.TASK_COMPLEXITY.get(sample.task_complexity, ""),
+            "fixture_hint": vocabulary.FIXTURES.get(sample.fixture, "")}
   system = string.Template((PROMPTS / "system.txt").read_text()).substitute(values)
   user = string.Template((PROMPTS / "user.txt").read_text()).substitute(values)
   return [{"role": "system", "content": system}, {"role": "user", "content": user}]

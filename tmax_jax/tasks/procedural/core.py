@@ -18,11 +18,8 @@ import json
 import random
 from typing import Any, Callable, Mapping
 
-DOMAINS = ("security", "software_engineering", "file_operations", "data_querying", "data_science",
-           "debugging", "scientific_computing", "data_processing", "system_administration")
-VERIFIERS = ("exact_text", "metric_threshold", "adversarial_corpus", "fuzz_equivalence", "multi_protocol")
-FIXTURES = ("text_only", "image", "audio", "stripped_binary", "vendored_package", "multi_service")
-COMPLEXITY = ("short", "moderate", "complex", "intricate")
+from tmax_jax.tasks import vocabulary
+
 LEVELS = (0, 1, 2)
 DIFFICULTY_NAMES = ("easy", "medium", "hard")
 WORKDIR = "/workspace"
@@ -35,7 +32,7 @@ class TaskSpec:
   files: seed files relative to /workspace. check: Python source of the hidden checker body; it
   runs in /workspace after CHECK_PRELUDE (which defines DATA from `data`, fail(), sh(), ...), and the
   task passes iff it exits 0. test_files / solution_files: extra files next to check.py / solve.sh.
-  complexity: one of COMPLEXITY (how many commands a good agent needs).
+  complexity: a vocabulary.TASK_COMPLEXITIES value (how many commands a good agent needs).
   """
 
   instruction: str
@@ -52,6 +49,9 @@ class TaskSpec:
   verifier_timeout_sec: float = 300.0
   agent_timeout_sec: float = 1800.0
 
+  def __post_init__(self):
+    vocabulary.check("task_complexity", self.complexity, "procedural TaskSpec")
+
 
 @dataclasses.dataclass(frozen=True)
 class Family:
@@ -65,12 +65,8 @@ class Family:
   skills: tuple[str, ...] = ()
 
   def __post_init__(self):
-    if self.domain not in DOMAINS:
-      raise ValueError(f"family {self.name}: domain {self.domain!r} not in {DOMAINS}")
-    if self.verifier not in VERIFIERS:
-      raise ValueError(f"family {self.name}: verifier {self.verifier!r} not in {VERIFIERS}")
-    if self.fixture not in FIXTURES:
-      raise ValueError(f"family {self.name}: fixture {self.fixture!r} not in {FIXTURES}")
+    for field in ("domain", "verifier", "fixture"):
+      vocabulary.check(field, getattr(self, field), f"procedural family {self.name}")
 
 
 def family_rng(name: str, seed: int, difficulty: int) -> random.Random:

@@ -300,6 +300,6 @@ def inventory_service(rng: random.Random, level: int) -> TaskSpec:
 
 FAMILIES = (
   Family("kv_service", "data_querying", "multi_protocol", "text_only", kv_service, ("http", "tcp")),
-  Family("backend_gateway", "system_administration", "multi_protocol", "multi_service", gateway, ("http", "tcp")),
+  Family("backend_gateway", "system_administration", "multi_protocol", "multi_service_compose", gateway, ("http", "tcp")),
   Family("inventory_service", "software_engineering", "multi_protocol", "text_only", inventory_service, ("tcp", "http")),
 )

@@ -6,10 +6,10 @@ from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.procedural import core
 from tmax_jax.tasks.procedural import (fam_code, fam_data, fam_files, fam_media, fam_science,
                                        fam_security, fam_services, fam_starter, fam_sysadmin,
-                                       fam_text, fam_vendor)
+                                       fam_text, fam_vendor, fam_video)
 
 _MODULES = (fam_files, fam_text, fam_data, fam_science, fam_code, fam_security, fam_sysadmin,
-            fam_services, fam_media, fam_vendor, fam_starter)
+            fam_services, fam_media, fam_vendor, fam_starter, fam_video)
 
 
 def _collect() -> dict[str, core.Family]:

@@ -17,7 +17,8 @@ import json
 import pathlib
 from typing import Any, Mapping, Sequence
 
-KINDS = ("exact_text", "metric_threshold", "adversarial_corpus", "fuzz_equivalence", "multi_protocol")
+from tmax_jax.tasks.vocabulary import VERIFIER_KINDS as KINDS  # the shared task vocabulary
+
 CHECKER_SOURCE = pathlib.Path(__file__).with_name("checker.py")
 PROTOCOLS = ("http", "tcp", "udp", "smtp")
 METRICS = ("accuracy", "rmse", "mae", "speedup", "command", "python")

@@ -156,3 +156,19 @@ class ScriptStep:
   text: str
   done_mark: str | None = None
   wait_text: str = ""
+
+
+_MOVED = {"run_episode": "tmax_jax.agents.harnesses.run_episode",
+          "HARNESSES": "tmax_jax.agents.harnesses.names()",
+          "initial_prompt_ids": "tmax_jax.agents.shell.ShellHarness.initial_prompt_ids",
+          "parse_command": "tmax_jax.agents.shell.ShellHarness.parse_command",
+          "SYSTEM_PROMPT": "tmax_jax.agents.shell.SYSTEM_PROMPT",
+          "MINI_SWE_SYSTEM_PROMPT": "tmax_jax.agents.shell.MINI_SWE_SYSTEM_PROMPT"}
+
+
+def __getattr__(name: str):
+  """Names that moved when the harnesses got their registry: say where, do not alias them."""
+  if name in _MOVED:
+    raise ImportError(f"tmax_jax.agents.episode.{name} moved to {_MOVED[name]} (harness loops "
+                      "live in shell.py / terminus.py, looked up in harnesses.py)")
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,13 +9,13 @@ records {"task", "reward", "status", "tokens", "loss_mask"}.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import pathlib
 from typing import Sequence
 
 import tqdm
 
+from tmax_jax import json_io
 from tmax_jax.agents import scripted
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig
@@ -48,31 +48,17 @@ def oracle_records(tasks: Sequence, tokenizer, episode_cfg: EpisodeConfig,
 
 def write_jsonl(records: Sequence[dict], path: str | os.PathLike) -> pathlib.Path:
   """Atomic JSONL write (temp file + rename)."""
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  with open(tmp, "w") as f:
-    for r in records:
-      f.write(json.dumps(r) + "\n")
-  os.replace(tmp, path)
-  return path
+  return json_io.write_jsonl_atomic(records, path)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
   """Records with `tokens` and `loss_mask` of equal length; a clear error names the bad line."""
   out = []
-  with open(path) as f:
-    for n, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        r = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from e
-      if not isinstance(r, dict) or "tokens" not in r or "loss_mask" not in r:
-        raise ValueError(f"{path}:{n}: expected an object with 'tokens' and 'loss_mask'")
-      if len(r["tokens"]) != len(r["loss_mask"]):
-        raise ValueError(f"{path}:{n}: {len(r['tokens'])} tokens but {len(r['loss_mask'])} "
-                         "loss_mask entries")
-      out.append(r)
+  for n, r in json_io.read_objects(path):
+    if not isinstance(r, dict) or "tokens" not in r or "loss_mask" not in r:
+      raise ValueError(f"{path}:{n}: expected an object with 'tokens' and 'loss_mask'")
+    if len(r["tokens"]) != len(r["loss_mask"]):
+      raise ValueError(f"{path}:{n}: {len(r['tokens'])} tokens but {len(r['loss_mask'])} "
+                       "loss_mask entries")
+    out.append(r)
   return out

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import pathlib
 import shutil
@@ -15,6 +14,7 @@ import time
 
 import numpy as np
 
+from tmax_jax import json_io
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.inference.client import RolloutClient
@@ -122,7 +122,5 @@ def run_demo(cfg: DemoConfig) -> dict:
           f"+- {result['after_sft']['stderr']:.3f}, after RL {result['after_rl']['pass_at_1']:.3f} "
           f"+- {result['after_rl']['stderr']:.3f}", flush=True)
   results = {"summary": summarize(seeds), "seeds": seeds, "seconds": time.perf_counter() - start}
-  tmp = out / ".results.json.tmp"
-  tmp.write_text(json.dumps(results, indent=2, default=float))
-  tmp.replace(out / "results.json")
+  json_io.write_json_atomic(out / "results.json", results, default=float)
   return results

@@ -17,6 +17,8 @@ from typing import Iterable, Mapping, Sequence
 
 import yaml
 
+from tmax_jax import json_io
+
 NGRAM = 13
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -40,18 +42,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def load_rollouts(path: str | os.PathLike) -> list[dict]:
   """Reads a rollouts JSONL file; each line needs task_id (str) and reward (number)."""
   out = []
-  with open(path, encoding="utf-8") as f:
-    for no, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        rec = json.loads(line)
-      except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{no}: not JSON: {err}") from None
-      if not isinstance(rec.get("task_id"), str) or isinstance(rec.get("reward"), bool) or \
-          not isinstance(rec.get("reward"), (int, float)):
-        raise ValueError(f"{path}:{no}: expected {{task_id: str, reward: number}}, got {line.strip()[:200]}")
-      out.append(rec)
+  for no, rec in json_io.read_objects(path):
+    reward = rec.get("reward") if isinstance(rec, dict) else None
+    if not isinstance(rec, dict) or not isinstance(rec.get("task_id"), str) or \
+        isinstance(reward, bool) or not isinstance(reward, (int, float)):
+      raise ValueError(f"{path}:{no}: expected {{task_id: str, reward: number}}, got "
+                       f"{json.dumps(rec)[:200]}")
+    out.append(rec)
   return out
 
 

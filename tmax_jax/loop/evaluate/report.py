@@ -1,15 +1,13 @@
 """Aggregation and report: pass@1 +- stderr, pass@k, per-category and per-task blocks, the text
-table and the atomic results.json (schema in loop/evaluate/__init__.py)."""
+table and the CLI summary (results.json schema in loop/evaluate/__init__.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-import os
-import pathlib
 from collections import Counter, defaultdict
-from typing import Any, Sequence
+from typing import Sequence
 
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.tasks.difficulty import pass_at_k
@@ -103,12 +101,6 @@ def summary_text(results: dict) -> str:
     lines.append(f"WARNING: {agg['num_errors']} trial(s) raised errors (scored 0); see "
                  "trials.jsonl `error`")
   return "\n".join(lines) + "\n"
-
-
-def write_json_atomic(path: pathlib.Path, data: Any) -> None:
-  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  tmp.write_text(json.dumps(data, indent=2, sort_keys=False))
-  os.replace(tmp, path)
 
 
 def config_dict(cfg: EvalConfig) -> dict:

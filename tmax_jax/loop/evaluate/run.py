@@ -7,6 +7,7 @@ import datetime
 import pathlib
 import time
 
+from tmax_jax import json_io
 from tmax_jax.agents import scripted
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
@@ -74,5 +75,5 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
     plots.plot_categories(summary, out / "pass_at_1.png",
                           f"{cfg.policy} / {cfg.harness}: pass@1 by category "
                           f"(k={cfg.runs_per_task})")
-  report.write_json_atomic(out / "results.json", results)
+  json_io.write_json_atomic(out / "results.json", results)
   return results

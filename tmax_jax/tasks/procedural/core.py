@@ -107,6 +107,18 @@ def lines(path):
   return [l.rstrip() for l in read(path).strip().splitlines() if l.strip()]
 
 
+def load_module(path):
+  """The agent's Python module at `path`; the check fails when it does not import."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+  mod = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(mod)
+  except Exception as e:
+    fail(f"{os.path.basename(path)} does not import: {e}")
+  return mod
+
+
 def port_open(port):
   try:
     with socket.create_connection(("127.0.0.1", port), timeout=1):

@@ -28,13 +28,8 @@ def compare(a, b, prerelease):
 '''
 
 VERCMP_CHECK = VERCMP_REF + '''
-import importlib.util, random
-spec = importlib.util.spec_from_file_location("vercmp", "/workspace/vercmp.py")
-mod = importlib.util.module_from_spec(spec)
-try:
-  spec.loader.exec_module(mod)
-except Exception as e:
-  fail(f"vercmp.py does not import: {e}")
+import random
+mod = load_module("/workspace/vercmp.py")
 rng = random.Random(DATA["seed"])
 def ver():
   v = ".".join(str(rng.choice((0, 0, 1, 2, 10, 11))) for _ in range(rng.randint(1, 4)))
@@ -169,13 +164,8 @@ BUGS = {  # name: (buggy body, fixed body, reference, example call, expected)
 SIGS = {"moving_average": "def moving_average(xs, w):", "chunk": "def chunk(xs, n):", "median": "def median(xs):"}
 
 BUG_CHECK = '''
-import importlib.util, random
-spec = importlib.util.spec_from_file_location("seqlib", "/workspace/seqlib.py")
-mod = importlib.util.module_from_spec(spec)
-try:
-  spec.loader.exec_module(mod)
-except Exception as e:
-  fail(f"seqlib.py does not import: {e}")
+import random
+mod = load_module("/workspace/seqlib.py")
 ref = {}
 exec(DATA["reference"], ref)
 rng = random.Random(DATA["seed"])

@@ -1,5 +1,5 @@
-"""Terminal-Bench 1 -> TB2 conversion: fields, offline test script, solution.yaml, reward parsing
-with a real pytest run, and precise errors."""
+"""Terminal-Bench 1 -> TB2 conversion: fields, the unmodified test script, compose, solution.yaml,
+reward parsing with a real pytest run, and precise errors."""
 
 import os
 import subprocess
@@ -60,10 +60,7 @@ def test_convert_fields_and_layout(tmp_path):
   assert sorted(task.tests) == ["run-tests.sh", "tb1_reward.py", "test.sh", "test_outputs.py"]
   assert task.solution["solve.sh"].startswith(b"#!/bin/bash\necho 'Hello")
   assert b"cd /app" in task.tests["test.sh"]
-  run = task.tests["run-tests.sh"].decode()
-  assert "python3 -m pytest $TEST_DIR/test_outputs.py -rA" in run
-  for line in ("apt-get update", "curl -LsSf", "source $HOME", "uv venv", "uv pip install"):
-    assert f"# offline: {line}" in run
+  assert task.tests["run-tests.sh"] == RUN_TESTS.encode()  # unmodified: images serve it offline
   out = write_task(task, tmp_path / "converted")
   again = load_task(out.path)
   assert again.config == task.config and again.tests == task.tests
@@ -125,3 +122,17 @@ def test_reward_script_on_real_pytest_output(tmp_path):
   assert _run_reward_script(tmp_path, "def test_a():\n  pass\ndef test_b():\n  assert 0\n") == "0"
   assert _run_reward_script(tmp_path, "import pytest\ndef test_a():\n  pytest.skip('x')\n") == "0"
   assert _run_reward_script(tmp_path, "x = 1\n") == "0"  # no tests collected is not resolved
+
+
+def test_compose_environment_and_multi_service(tmp_path):
+  d = _tb1_dir(tmp_path)
+  (d / "docker-compose.yaml").write_text(yaml.safe_dump({"services": {"client": {
+      "build": {"dockerfile": "Dockerfile"}, "environment": ["TEST_DIR=${T_BENCH_TEST_DIR}",
+                                                           "LANG=C.UTF-8"]}}}))
+  task = tb1.convert_tb1(d)
+  assert dict(task.config.environment.env) == {"TEST_DIR": "/tests", "LANG": "C.UTF-8"}
+  assert "compose_services" not in task.config.metadata
+  (d / "docker-compose.yaml").write_text(yaml.safe_dump({"services": {
+      "client": {"build": "."}, "db": {"image": "postgres:16"}}}))
+  task = tb1.convert_tb1(d)
+  assert task.config.metadata["compose_services"] == ["client", "db"]

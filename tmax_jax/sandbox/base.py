@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 
-from tmax_jax.sandbox import cgroups, runtime, shell, status
+from tmax_jax.sandbox import build, cgroups, layers, runtime, shell, status
 from tmax_jax.sandbox.api import CommandResult, EnvironmentSpec, Limits, Sandbox, SandboxError
 from tmax_jax.sandbox.host import DEFAULT_PATH, HOME, HOST_GRACE_S, SANDBOX_UID, HostProcesses
 from tmax_jax.sandbox.transfer import FileTransfer
@@ -72,6 +72,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
   """A started sandbox; see the module docstring for the backend hooks."""
 
   backend = "base"
+  writable_image_root = False  # the image mount gets a (sandbox-tmpfs) upper dir
 
   def __init__(self, spec: EnvironmentSpec):
     validate_spec(spec)
@@ -123,6 +124,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
         HOME: self.root / "home"}
     for host in self.binds.values():
       host.mkdir(parents=True, exist_ok=True)
+    self._mount_image()
     for sub in ("agent", "verifier", "artifacts"):
       (logs / sub).mkdir(exist_ok=True)
     for path in [*self.binds.values(), *(logs / s for s in ("agent", "verifier", "artifacts"))]:
@@ -159,6 +161,25 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       raise SandboxError(message + "; set Limits(enforce_limits=False) to run anyway")
     self.limit_warning = message
     warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+  def _mount_image(self) -> None:
+    """A built image (sandbox/build.py, spec.image = its .json): its layers mounted read-only at
+    <root>/rootfs, and what it holds in the bound dirs (workdir, /tmp, home, /tests, /solution)
+    copied into them, since the binds would hide it."""
+    self.image_root: pathlib.Path | None = None
+    if not build.is_image_file(self.spec.image):
+      return
+    image = build.Image.load(self.spec.image)
+    self.image_root = self.root / "rootfs"
+    upper = self.root / "rootfs.upper" if self.writable_image_root else None
+    layers.mount_image(pathlib.Path(image.base), list(image.layers), self.image_root, upper)
+    for target, host in self.binds.items():
+      src = self.image_root / target.lstrip("/")
+      if target != "/logs" and src.is_dir() and not src.is_symlink() and any(src.iterdir()):
+        res = subprocess.run(["cp", "-a", f"{src}/.", f"{host}/"], capture_output=True, text=True,
+                             check=False)
+        if res.returncode != 0:
+          raise SandboxError(f"seeding {target} from the image failed: {res.stderr.strip()[-500:]}")
 
   def _chown_tree(self, path: pathlib.Path) -> None:
     if os.geteuid() != 0:

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import time
 
-from tmax_jax.sandbox import base
+from tmax_jax.sandbox import base, build
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
 
 _SKIP_TOP = {"proc", "dev", "sys", "tmp"}
@@ -75,9 +75,11 @@ class BubblewrapSandbox(base.SandboxBase):
     if reason:
       raise SandboxError(f"bubblewrap backend unavailable: {reason}")
     rootfs = pathlib.Path(spec.image) if isinstance(spec.image, str) and spec.image else None
-    if rootfs is None or not rootfs.is_dir() or not (rootfs / "bin").exists():
-      raise SandboxError(f"bubblewrap needs EnvironmentSpec.image to be a rootfs directory with /bin; "
-                         f"{spec.image!r} is not (build one with tmax_jax.sandbox.images.ensure_base_rootfs)")
+    if rootfs is None or not (build.is_image_file(spec.image) or (
+        rootfs.is_dir() and (rootfs / "bin").exists())):
+      raise SandboxError(f"bubblewrap needs EnvironmentSpec.image to be a built image (.json) or a "
+                         f"rootfs directory with /bin; {spec.image!r} is neither (build one with "
+                         "tmax_jax.sandbox.build.build_image or images.ensure_base_rootfs)")
     self.rootfs = rootfs.resolve()
     self._uid = random.randrange(200_000, 300_000) if os.geteuid() == 0 else os.getuid()
     self._anchor: subprocess.Popen | None = None
@@ -97,7 +99,7 @@ class BubblewrapSandbox(base.SandboxBase):
             "--disable-userns", "--hostname", "sandbox"]
     if self.spec.allow_network:
       args.append("--share-net")
-    args += mount_plan(self.rootfs, targets)
+    args += mount_plan(self.image_root or self.rootfs, targets)
     args += ["--proc", "/proc", "--dev", "/dev"]
     for target, host in sorted(self.binds.items()):
       args += ["--bind", str(host), target]

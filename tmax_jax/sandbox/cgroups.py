@@ -138,7 +138,8 @@ class Cgroup:
     return [str(p / "cgroup.procs") for p in self.paths]
 
   def stats(self) -> dict[str, int]:
-    """{"oom_kill": n, "pids_max_hits": n} from memory.oom_control / memory.events and pids.events."""
+    """{"oom_kill": n, "pids_max_hits": n} from memory.oom_control or memory.events, and
+    pids.events."""
     mem = self.paths[0]
     pids = self.paths[-1]
     events = "memory.oom_control" if self.version == 1 else "memory.events"

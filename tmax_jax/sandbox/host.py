@@ -21,7 +21,7 @@ from tmax_jax.sandbox.api import CommandResult, SandboxError
 SANDBOX_UID = 1000
 HOME = "/home/agent"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-HOST_GRACE_S = 10.0  # the in-sandbox watchdog kills first; the host steps in only if the shell hangs
+HOST_GRACE_S = 10.0  # the in-sandbox watchdog kills first; the host steps in if the shell hangs
 _HOST_KEEP = ("PATH",)
 
 

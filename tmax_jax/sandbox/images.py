@@ -48,9 +48,9 @@ def cache_dir() -> pathlib.Path:
   return pathlib.Path.home() / ".cache" / "tmax_jax"
 
 
-def read_packages(directory: pathlib.Path | None = None) -> list[str]:
-  """The package names of packages.txt (comments and blank lines dropped)."""
-  path = (directory or sandbox_dir()) / "packages.txt"
+def read_packages(path: pathlib.Path | None = None) -> list[str]:
+  """The package names of a package list (default packages.txt; comments and blanks dropped)."""
+  path = path or sandbox_dir() / "packages.txt"
   lines = path.read_text().splitlines()
   return [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
 
@@ -102,7 +102,28 @@ def ensure_base_rootfs(*, force: bool = False, mirror: str | None = None, quiet:
   Concurrent callers serialize on a file lock; the loser finds the finished build.
   """
   directory = sandbox_dir()
-  final = rootfs_path(directory)
+  return _ensure_rootfs(rootfs_path(directory), directory / "packages.txt", "bookworm",
+                        force=force, mirror=mirror, quiet=quiet)
+
+
+def debootstrap_path(suite: str) -> pathlib.Path:
+  """The minimal rootfs of a Debian suite (sandbox/bases/minimal.txt), built or not."""
+  digest = hashlib.sha256(suite.encode())
+  for path in (sandbox_dir() / "build_rootfs.sh", sandbox_dir() / "bases" / "minimal.txt"):
+    digest.update(path.read_bytes())
+  return cache_dir() / "rootfs" / f"{suite}-{digest.hexdigest()[:16]}"
+
+
+def ensure_debootstrap(suite: str, *, quiet: bool = True) -> pathlib.Path:
+  """The `FROM debootstrap:<suite>` root of the base recipes (sandbox/bases/*/Dockerfile)."""
+  if not re.fullmatch(r"[a-z]+", suite):
+    raise SandboxError(f"debootstrap suite {suite!r}: expected a Debian codename (bookworm, trixie)")
+  return _ensure_rootfs(debootstrap_path(suite), sandbox_dir() / "bases" / "minimal.txt", suite,
+                        quiet=quiet)
+
+
+def _ensure_rootfs(final: pathlib.Path, packages: pathlib.Path, suite: str, *, force: bool = False,
+                   mirror: str | None = None, quiet: bool = False) -> pathlib.Path:
   if is_built(final) and not force:
     return final
   final.parent.mkdir(parents=True, exist_ok=True)
@@ -110,11 +131,12 @@ def ensure_base_rootfs(*, force: bool = False, mirror: str | None = None, quiet:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if is_built(final) and not force:
       return final
-    _build(directory, final, mirror or detect_mirror(), quiet)
+    _build(sandbox_dir(), final, mirror or detect_mirror(), quiet, packages, suite)
   return final
 
 
-def _build(directory: pathlib.Path, final: pathlib.Path, mirror: str, quiet: bool) -> None:
+def _build(directory: pathlib.Path, final: pathlib.Path, mirror: str, quiet: bool,
+           packages: pathlib.Path, suite: str) -> None:
   if os.geteuid() != 0:
     raise SandboxError(f"building the rootfs {final} needs root (debootstrap + chroot); run as root once")
   if shutil.which("debootstrap") is None:
@@ -123,10 +145,11 @@ def _build(directory: pathlib.Path, final: pathlib.Path, mirror: str, quiet: boo
   shutil.rmtree(tmp, ignore_errors=True)
   log_path = final.parent / f"{final.name}.build.log"
   start = time.time()
-  cmd = ["sh", str(directory / "build_rootfs.sh"), str(tmp), str(directory / "packages.txt"), mirror]
+  cmd = ["sh", str(directory / "build_rootfs.sh"), str(tmp), str(packages), mirror]
   try:
     with open(log_path, "w") as log:
-      proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+      proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", env={**os.environ, "SUITE": suite})
       for line in proc.stdout:
         log.write(line)
         if not quiet and (line.startswith("[build_rootfs]") or line.startswith("I: Retrieving Release")):
@@ -163,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--mirror", default=None, help="Debian mirror (default: the one apt uses here)")
   parser.add_argument("--podman", action="store_true", help="also import the rootfs as a podman image")
   parser.add_argument("--prune", action="store_true", help="delete rootfs builds of older definitions")
+  parser.add_argument("--harness", action="store_true",
+                      help="also fetch the harness layer's files (uv, pytest wheels) for task images")
   args = parser.parse_args(argv)
   path = ensure_base_rootfs(force=args.force, mirror=args.mirror)
   print(path)
@@ -172,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
   if args.podman:
     from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
     print(podman.ensure_podman_image(path))
+  if args.harness:
+    from tmax_jax.sandbox import mirror  # pylint: disable=import-outside-toplevel
+    print(mirror.harness_dir())
   return 0
 
 

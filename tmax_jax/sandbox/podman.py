@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import time
 
-from tmax_jax.sandbox import base, cgroups, host, images, runtime
+from tmax_jax.sandbox import base, build, cgroups, host, images, runtime
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
 
 CONTAINERS_CONF = """\
@@ -140,12 +140,15 @@ class PodmanSandbox(base.SandboxBase):
   """See the module docstring."""
 
   backend = "podman"
+  writable_image_root = True  # runc makes mount points (/run/podman-init, /etc/hosts) in it
 
   def __init__(self, spec: EnvironmentSpec):
     reason = podman_available()
     if reason:
       raise SandboxError(f"podman backend unavailable: {reason}")
-    if isinstance(spec.image, str) and spec.image.startswith("/"):
+    if build.is_image_file(spec.image):
+      self.image = ""  # runs the mounted image layers with --rootfs (see _mount_image)
+    elif isinstance(spec.image, str) and spec.image.startswith("/"):
       if not pathlib.Path(spec.image).is_dir():
         raise SandboxError(f"podman: EnvironmentSpec.image {spec.image!r} does not exist (expected a rootfs "
                            "directory or an image name)")
@@ -186,7 +189,8 @@ class PodmanSandbox(base.SandboxBase):
       args += ["--ulimit", f"cpu={lim.cpu_seconds}:{lim.cpu_seconds}"]
     for target, host in sorted(self.binds.items()):
       args += ["-v", f"{host}:{target}:rw"]
-    return [*args, self.image, "/bin/sh", "-c", "echo tmax-anchor-ready; read x; exit 0"]
+    image = ["--rootfs", str(self.image_root)] if self.image_root else [self.image]
+    return [*args, *image, "/bin/sh", "-c", "echo tmax-anchor-ready; read x; exit 0"]
 
   def _start_anchor(self) -> None:
     _podman(["rm", "-f", "-t", "0", self.container], check=False)

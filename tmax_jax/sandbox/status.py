@@ -13,7 +13,8 @@ import re
 
 from tmax_jax.sandbox.api import Limits
 
-OOM_RE = re.compile(rb"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory|Out of memory")
+OOM_RE = re.compile(
+    rb"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory|Out of memory")
 LIMIT_RE = re.compile(
     rb"No space left on device|File too large|Disk quota exceeded|File size limit exceeded")
 FORK_RE = re.compile(rb"fork: (retry: )?Resource temporarily unavailable|Cannot fork|can't fork")
@@ -41,7 +42,8 @@ def classify(ev: Evidence, lim: Limits) -> tuple[str, str]:
   tail = ev.tail[-4096:] or ev.head[-4096:]
   failed = ev.rc not in (0, None)
   if ev.kind == "eof":
-    return "crashed", "[the sandbox shell died; the sandbox was restarted (files kept, env restored)]"
+    return "crashed", ("[the sandbox shell died; the sandbox was restarted (files kept, env "
+                       "restored)]")
   if ev.kind == "deadline":
     return "timeout", ("[command timed out and the shell did not respond; every sandbox process "
                        "was killed and the shell restarted (files kept, env restored)]")

@@ -1,21 +1,25 @@
 """Turns a task's environment/ directory into a sandbox EnvironmentSpec.
 
-There is no registry and no Docker daemon here, so a Dockerfile is not built: its FROM line is
-replaced by the sandbox base image and the rest is translated instruction by instruction:
-WORKDIR -> workdir, ENV -> env, COPY/ADD of local paths -> files, RUN -> setup_commands (run once at
-sandbox start; a failing RUN is a failed build). Instructions that only matter to a container
-runtime (CMD, ENTRYPOINT, EXPOSE, LABEL, ARG, USER, VOLUME, HEALTHCHECK, SHELL, STOPSIGNAL) are
-ignored. environment/seeds/ is copied into the workdir (the TMAX-15K layout) unless the Dockerfile
-COPYs it itself.
+Default (`built_spec`): the Dockerfile is built into a real image (tmax_jax.sandbox.build: RUN as
+root with the network on during the build, layers cached by content hash); the spec starts from
+that image with its ENV and WORKDIR, the offline stand-ins first in PATH, and the task's
+[environment] env on top. environment/seeds/ is copied into the workdir (the TMAX-15K layout)
+unless the Dockerfile COPYs it itself.
+With a fixed image (`environment_spec(task, image)`, RunnerConfig.image set) the Dockerfile is
+*translated* instead: FROM -> that image, WORKDIR/ENV/COPY/ADD(local)/RUN -> workdir/env/files/
+setup_commands run at sandbox start as the sandbox user; runtime-only instructions are ignored.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import pathlib
 import posixpath
+import re
 import shlex
 
+from tmax_jax.sandbox import build
+from tmax_jax.sandbox import dockerfile as dockerfile_lib
 from tmax_jax.sandbox.api import EnvironmentSpec, Limits
 from tmax_jax.tasks.format import Task, TaskFormatError
 
@@ -24,44 +28,18 @@ _IGNORED = {"CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "ARG", "USER", "VOLUME", "HE
             "STOPSIGNAL", "MAINTAINER", "ONBUILD"}
 
 
-def dockerfile_instructions(text: str, file: str = "environment/Dockerfile") -> list[tuple[int, str, str]]:
-  """Joins continuation lines and drops comments -> [(line number, INSTRUCTION, arguments)]."""
-  out, buf, start = [], "", 0
-  for no, raw in enumerate(text.splitlines(), 1):
-    line = raw.rstrip()
-    if not buf and (not line.strip() or line.lstrip().startswith("#")):
-      continue
-    if buf and line.lstrip().startswith("#"):
-      continue
-    if not buf:
-      start = no
-    if line.endswith("\\"):
-      buf += line[:-1] + " "
-      continue
-    buf += line
-    word, _, args = buf.strip().partition(" ")
-    if not word.isalpha():
-      raise TaskFormatError(file, f"line {start}", f"expected a Dockerfile instruction, got {word!r}")
-    out.append((start, word.upper(), args.strip()))
-    buf = ""
-  if buf:
-    raise TaskFormatError(file, f"line {start}", "ends inside a line continuation")
-  return out
-
-
-def _exec_form(args: str) -> list[str] | None:
-  if args.startswith("["):
-    try:
-      v = json.loads(args)
-    except json.JSONDecodeError:
-      return None
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-      return v
-  return None
+def dockerfile_instructions(text: str, file: str = "environment/Dockerfile"
+                            ) -> list[tuple[int, str, str]]:
+  """[(line, INSTRUCTION, arguments)]: sandbox.dockerfile.instructions, errors as TaskFormatError"""
+  try:
+    return [(i.line, i.cmd, " ".join([*(f"--{k}={v}" for k, v in i.flags), i.args]).strip())
+            for i in dockerfile_lib.instructions(text, file)]
+  except dockerfile_lib.DockerfileError as err:
+    raise TaskFormatError(file, f"line {err.line}", err.problem) from None
 
 
 def _copy_entries(env_dir: pathlib.Path, args: str, workdir: str, file: str, field: str):
-  parts = _exec_form(args) or shlex.split(args)
+  parts = dockerfile_lib.exec_form(args) or shlex.split(args)
   parts = [p for p in parts if not p.startswith("--")]
   if len(parts) < 2:
     raise TaskFormatError(file, field, f"COPY needs a source and a destination, got {args!r}")
@@ -86,7 +64,7 @@ def _copy_entries(env_dir: pathlib.Path, args: str, workdir: str, file: str, fie
 
 
 def environment_spec(task: Task, image: str, *, memory_mb: int | None = None,
-                     allow_network: bool = False) -> EnvironmentSpec:
+                     allow_network: bool = False, enforce_limits: bool = True) -> EnvironmentSpec:
   """The sandbox spec for `task` (which must have been loaded from or written to disk)."""
   if task.path is None:
     raise ValueError("environment_spec needs a task on disk (load_task or write_task first)")
@@ -114,7 +92,7 @@ def environment_spec(task: Task, image: str, *, memory_mb: int | None = None,
       elif ins in ("COPY", "ADD"):
         files += _copy_entries(env_dir, args, workdir, file, field)
       elif ins == "RUN":
-        argv = _exec_form(args)
+        argv = dockerfile_lib.exec_form(args)
         cmd = shlex.join(argv) if argv else args
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
         setup.append(f"cd {shlex.quote(workdir)} && {exports}{cmd}")
@@ -126,7 +104,98 @@ def environment_spec(task: Task, image: str, *, memory_mb: int | None = None,
   if seeds.is_dir() and not any(h.startswith(str(seeds.resolve())) for h, _ in files):
     files = _copy_entries(env_dir, f"seeds/ {workdir}/", workdir, str(env_dir), "seeds") + files
   # The runner's memory (the recipe's 4 GB) overrides the task's own request when given.
-  limits = Limits(memory_mb=memory_mb or cfg.memory_mb, disk_mb=cfg.storage_mb)
-  return EnvironmentSpec(image=image, workdir=workdir, files=tuple(files), setup_commands=tuple(setup),
+  limits = Limits(memory_mb=memory_mb or cfg.memory_mb, disk_mb=cfg.storage_mb,
+                  enforce_limits=enforce_limits)
+  return EnvironmentSpec(image=image, workdir=workdir, files=tuple(files),
+                         setup_commands=tuple(setup),
                          env=tuple(sorted(env.items())), limits=limits,
                          allow_network=allow_network and cfg.allow_internet)
+
+
+OFFLINE_BIN = "/opt/tmax/offline/bin"  # curl/wget/apt-get stand-ins (sandbox/offline/)
+OFFLINE_ENV = {  # package managers fail fast and use their caches instead of waiting on DNS
+    "UV_FIND_LINKS": "/opt/tmax/wheels", "UV_OFFLINE": "1", "PIP_FIND_LINKS": "/opt/tmax/wheels",
+    "npm_config_offline": "true", "GOPROXY": "off", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local",
+    "CARGO_NET_OFFLINE": "true"}
+
+
+_PIP = re.compile(r"(?:^|[;&|(]\s*|\s)(?:pip3?|python3? -m pip) install\s+([^;&|#\n]*)")
+_NPM = re.compile(r"(?:^|[;&|(]\s*|\s)npm (?:install|ci|i)\b")
+_PIP_SKIP = {"pip", "setuptools", "wheel"}
+
+
+def prefetch_steps(task: Task) -> tuple[str, ...]:
+  """Build steps that install what the task's test scripts install at grading time (they were
+  written for containers with network; the sandboxes are offline): `pip install -r FILE` / `pip
+  install PKG` lines -> the same installs at build time (each requirement on its own, failures
+  only logged: scripts filter their requirement files before installing), `npm install` -> run
+  once in the workdir at build time. The runner records each step as a rewrite."""
+  tests = task.path / "tests" if task.path else None
+  texts = [p.read_text(errors="replace") for p in sorted(tests.rglob("*.sh"))] if (
+      tests and tests.is_dir()) else []
+  steps: list[str] = []
+  for text in texts:
+    for m in _PIP.finditer(text):
+      words = shlex.split(m.group(1), comments=True) if m.group(1).strip() else []
+      for i, word in enumerate(words):
+        if words[i - 1] in ("-r", "--requirement") and i > 0:
+          q = shlex.quote(word)
+          steps.append(f"[ -f {q} ] && grep -v '^[[:space:]]*#' {q} "
+                       "| while read -r req; do [ -z \"$req\" ] || PIP_BREAK_SYSTEM_PACKAGES=1 "
+                       "python3 -m pip install -q \"$req\" || echo \"prefetch: $req not "
+                       "installed\"; done; true")
+        elif not word.startswith("-") and words[i - 1] not in ("-r", "--requirement") and (
+            re.split(r"[<>=!~\[ ]", word)[0].lower() not in _PIP_SKIP) and not re.search(
+                r"[$/]|^\d*[<>]", word):
+          steps.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q {shlex.quote(word)} "
+                       f"|| echo 'prefetch: {word} not installed'")
+    if _NPM.search(text):
+      steps.append("[ ! -f package.json ] || npm install --no-audit --no-fund")
+  return tuple(dict.fromkeys(steps))
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltEnvironment:
+  """A task's sandbox spec and the image it starts from (warnings/rewrites go into the trial)."""
+
+  spec: EnvironmentSpec
+  image: build.Image | None  # None: no Dockerfile, the project's base rootfs
+
+  def notes(self) -> str:
+    """What the trial records about the environment (one line per deviation)."""
+    if self.image is None:
+      return "no environment/Dockerfile: the project's base rootfs\n"
+    lines = [f"image {self.image.id} FROM {self.image.from_ref} "
+             f"(built in {self.image.build_seconds:.1f} s, "
+             f"{sum(1 for st in self.image.steps if not st['cached'])} new layers)"]
+    lines += [f"warning: {w}" for w in self.image.warnings]
+    lines += [f"rewrite: {r}" for r in self.image.rewrites]
+    lines.append(f"rewrite: PATH starts with {OFFLINE_BIN} (offline curl/wget/apt-get stand-ins)")
+    return "\n".join(lines) + "\n"
+
+
+def built_spec(task: Task, *, memory_mb: int | None = None, allow_network: bool = False,
+               enforce_limits: bool = True, quiet: bool = True) -> BuiltEnvironment:
+  """Builds (or finds cached) the task's image and returns the spec that starts from it.
+  Raises DockerfileError / SandboxError when the build fails."""
+  if task.path is None:
+    raise ValueError("built_spec needs a task on disk (load_task or write_task first)")
+  env_dir = task.path / "environment"
+  cfg = task.config.environment
+  if not (env_dir / "Dockerfile").is_file():  # nothing to build: the project base rootfs + seeds
+    from tmax_jax.sandbox import images  # pylint: disable=import-outside-toplevel
+    spec = environment_spec(task, str(images.ensure_base_rootfs(quiet=True)), memory_mb=memory_mb,
+                            allow_network=allow_network, enforce_limits=enforce_limits)
+    return BuiltEnvironment(spec, None)
+  image = build.build_image(env_dir, seeds_into_workdir=True, timeout_s=max(
+      cfg.build_timeout_sec, 600.0), quiet=quiet, extra_steps=prefetch_steps(task))
+  env = dict(image.env)
+  env.update(OFFLINE_ENV)
+  env["PATH"] = f"{OFFLINE_BIN}:{env.get('PATH', build.DEFAULT_PATH)}"
+  env.update(cfg.env)
+  workdir = cfg.workdir or (image.workdir if image.workdir != "/" else DEFAULT_WORKDIR)
+  limits = Limits(memory_mb=memory_mb or cfg.memory_mb, disk_mb=cfg.storage_mb,
+                  enforce_limits=enforce_limits)
+  spec = EnvironmentSpec(image=str(image.path), workdir=workdir, env=tuple(sorted(env.items())),
+                         limits=limits, allow_network=allow_network and cfg.allow_internet)
+  return BuiltEnvironment(spec, image)

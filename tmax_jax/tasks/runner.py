@@ -21,6 +21,7 @@ import time
 from typing import Callable, Mapping
 
 from tmax_jax.sandbox.api import CommandResult, Sandbox, SandboxError
+from tmax_jax.sandbox.dockerfile import DockerfileError
 from tmax_jax.tasks import environment as envlib
 from tmax_jax.tasks.format import Files, Task, write_task
 
@@ -40,6 +41,11 @@ class RewardError(RuntimeError):
     self.logs = dict(logs or {})
 
 
+class TaskUnsupportedError(RuntimeError):
+  """The task needs something no backend here provides (e.g. a multi-service compose file):
+  reported as unsupported with this reason, never scored as a zero."""
+
+
 class RewardMissingError(RewardError):
   """Neither reward.json nor reward.txt exists (or both are empty): a broken verifier, not a 0."""
 
@@ -50,11 +56,14 @@ class RewardFormatError(RewardError):
 
 @dataclasses.dataclass(frozen=True)
 class RunnerConfig:
-  """How trials run. image None -> the base rootfs (tmax_jax.sandbox.images.ensure_base_rootfs)."""
+  """How trials run. image None -> the task's own image, built from its Dockerfile (cached by
+  layer hash; tasks/environment.built_spec); an image (rootfs dir / podman image) -> the
+  Dockerfile translated onto it (environment.environment_spec)."""
 
   backend: str | None = None
   image: str | None = None
   memory_mb: int | None = 4096
+  enforce_limits: bool = True  # False: run without per-sandbox cgroups (a warning per trial)
   min_verifier_timeout_s: float = 0.0  # the RL recipe uses max(task value, 600)
   allow_network: bool = False
   verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
@@ -198,11 +207,19 @@ def _open(spec, config: RunnerConfig) -> Sandbox:
   return open_sandbox(spec, backend=config.backend) if config.backend else open_sandbox(spec)
 
 
-def _image(config: RunnerConfig) -> str:
+def task_spec(task: Task, config: RunnerConfig = RunnerConfig(), logs: dict | None = None):
+  """The EnvironmentSpec a trial of `task` starts from: its own built image (the build's
+  warnings and rewrites go to logs["environment.txt"]), or the Dockerfile translated onto
+  config.image. Raises SandboxError / DockerfileError when the environment cannot be built."""
   if config.image:
-    return config.image
-  from tmax_jax.sandbox.images import ensure_base_rootfs  # pylint: disable=import-outside-toplevel
-  return str(ensure_base_rootfs(quiet=True))
+    return envlib.environment_spec(task, config.image, memory_mb=config.memory_mb,
+                                   allow_network=config.allow_network,
+                                   enforce_limits=config.enforce_limits)
+  built = envlib.built_spec(task, memory_mb=config.memory_mb, allow_network=config.allow_network,
+                            enforce_limits=config.enforce_limits)
+  if logs is not None:
+    logs["environment.txt"] = built.notes()
+  return built.spec
 
 
 def _on_disk(task: Task, keep: list) -> Task:
@@ -219,16 +236,23 @@ def run_trial(task: Task, agent: Agent | None = None, config: RunnerConfig = Run
   """One trial. `solution` (files with a solve.sh) replaces the task's own for wrong-solution
   checks; `agent(sandbox)` acts before the verifier; with neither, the agent does nothing.
   `before(sandbox)` runs first, right after the environment is built (e.g. a smoke test)."""
+  services = task.config.metadata.get("compose_services") or []
+  if len(services) > 1:
+    raise TaskUnsupportedError(
+        f"{task.path or task.name}: docker-compose with {len(services)} services "
+        f"({', '.join(map(str, services))}); multi-service tasks are not supported by the "
+        "sandbox backends here (one container per trial)")
   start, keep = time.monotonic(), []
   task = _on_disk(task, keep)
-  spec = envlib.environment_spec(task, _image(config), memory_mb=config.memory_mb,
-                                 allow_network=config.allow_network)
   logs: dict[str, str] = {}
   try:
     try:
+      spec = task_spec(task, config, logs)
       sb = (open_fn or (lambda s: _open(s, config)))(spec)
-    except SandboxError as err:
+    except (SandboxError, DockerfileError) as err:
       return RunResult(0.0, {"reward": 0.0}, f"build_failed: {err}", logs, time.monotonic() - start)
+    if getattr(sb, "limit_warning", None):
+      logs["environment.txt"] = logs.get("environment.txt", "") + f"warning: {sb.limit_warning}\n"
     with sb:
       with tempfile.TemporaryDirectory(prefix="tmax_trial_") as tmp:
         try:

@@ -9,13 +9,17 @@ tests/ (test_outputs.py ...), solution.sh or solution.yaml. Mapping (shared/docs
   tests/* + run-tests.sh                               -> tests/ + a generated test.sh that runs
         run-tests.sh, parses pytest's -rA summary and writes reward.txt (1 iff every test PASSED)
   solution.sh / solution.yaml                          -> solution/solve.sh
-run-tests.sh scripts download uv/pytest at grading time; the sandbox is offline and has pytest, so
-install/download lines are commented out ("# offline:") and `uv run pytest` becomes
-`python3 -m pytest`.
+  docker-compose.yaml, one service                   -> its `environment:` into [environment] env
+        (T_BENCH_* variables substituted); several services -> metadata compose_services (the
+        runner reports such a task as unsupported)
+run-tests.sh runs unmodified: it downloads uv/pytest at grading time, which the task images
+serve offline (uv and a pytest wheelhouse in every image, the uv installer URL from a local copy,
+apt-get update/install of present packages succeed; sandbox/offline/).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import re
@@ -33,8 +37,9 @@ DEFAULT_TEST_TIMEOUT = 60.0
 _NOT_CONTEXT = {"task.yaml", "run-tests.sh", "solution.sh", "solution.yaml", "tests"}
 _METADATA_KEYS = ("difficulty", "category", "tags", "parser_name", "run_tests_in_same_shell",
                   "expert_time_estimate_min", "junior_time_estimate_min", "author_name", "author_email")
-_DOWNLOAD_RE = re.compile(r"^\s*(curl|wget|pip3? install|python3? -m pip install|uv (venv|init|add|pip)|"
-                          r"apt(-get)? (update|install)|source \$HOME/\.local/bin/env|\. \$HOME/\.local/bin/env)")
+# What TB1's docker-compose.yaml files reference (terminal-bench's harness sets these).
+COMPOSE_VARS = {"T_BENCH_TEST_DIR": "/tests", "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
+                "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent"}
 
 TEST_SH = """#!/bin/bash
 # Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then resolved = every
@@ -66,17 +71,6 @@ def _tb1_error(path: pathlib.Path, field: str, problem: str) -> TaskFormatError:
   return TaskFormatError(path, field, problem)
 
 
-def offline_run_tests(script: str) -> str:
-  """Comments out download/install lines and runs pytest from the image instead of through uv."""
-  out = []
-  for line in script.splitlines():
-    if _DOWNLOAD_RE.match(line):
-      out.append(f"# offline: {line}")
-      continue
-    out.append(re.sub(r"\buv run (python3? -m )?pytest\b", "python3 -m pytest", line))
-  return "\n".join(out) + "\n"
-
-
 def solution_yaml_to_script(entries: Any, file: pathlib.Path) -> str:
   """solution.yaml ([{command, min_timeout_sec, block, append_enter}]) -> a bash script.
   Non-blocking entries run in the background, then the script waits min_timeout_sec."""
@@ -97,6 +91,30 @@ def solution_yaml_to_script(entries: Any, file: pathlib.Path) -> str:
     if wait > 0 and e.get("block", True) is False:
       lines.append(f"sleep {wait:g}")
   return "\n".join(lines) + "\n"
+
+
+def _compose(path: pathlib.Path) -> tuple[dict[str, str], list[str]]:
+  """(environment of the single service, service names) of a TB1 docker-compose.yaml."""
+  if not path.is_file():
+    return {}, []
+  try:
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+  except yaml.YAMLError as err:
+    raise _tb1_error(path, "yaml", f"not valid YAML: {err}") from None
+  services = data.get("services") if isinstance(data, dict) else None
+  if not isinstance(services, dict) or not services:
+    raise _tb1_error(path, "services", "expected a mapping of at least one service")
+  if len(services) > 1:
+    return {}, list(services)
+  (service,) = services.values()
+  raw = (service or {}).get("environment") or {}
+  items = raw.items() if isinstance(raw, dict) else (str(e).partition("=")[::2] for e in raw)
+  env = {}
+  for key, value in items:
+    value = re.sub(r"\$\{(\w+)\}", lambda m: COMPOSE_VARS.get(m.group(1), ""), str(value or ""))
+    if value:
+      env[str(key)] = value
+  return env, list(services)
 
 
 def _instruction(cfg: dict, file: pathlib.Path) -> str:
@@ -152,6 +170,13 @@ def convert_tb1(src: str | os.PathLike, name: str | None = None) -> Task:
     agent=AgentConfig(timeout_sec=_timeout(cfg, "max_agent_timeout_sec", DEFAULT_AGENT_TIMEOUT, yaml_path)),
     verifier=VerifierConfig(timeout_sec=_timeout(cfg, "max_test_timeout_sec", DEFAULT_TEST_TIMEOUT, yaml_path)))
 
+  env, services = _compose(src / "docker-compose.yaml")
+  if env:
+    config = dataclasses.replace(config, environment=dataclasses.replace(config.environment,
+                                                                         env=env))
+  if len(services) > 1:
+    config = dataclasses.replace(config, metadata={**config.metadata,
+                                                   "compose_services": list(services)})
   environment, execs = {}, set()
   for p in sorted(src.rglob("*")):
     rel = p.relative_to(src)
@@ -163,7 +188,7 @@ def convert_tb1(src: str | os.PathLike, name: str | None = None) -> Task:
   execs |= test_execs
   if "test.sh" in tests:
     raise _tb1_error(src / "tests" / "test.sh", "tests/test.sh", "clashes with the generated TB2 entrypoint")
-  tests["run-tests.sh"] = offline_run_tests(run_tests.read_text(encoding="utf-8")).encode()
+  tests["run-tests.sh"] = run_tests.read_bytes()
   tests["test.sh"] = TEST_SH.format(workdir=shlex.quote(_workdir(src))).encode()
   tests["tb1_reward.py"] = REWARD_PY.encode()
 

@@ -2,6 +2,7 @@
 and a plausible wrong solution scores 0; a verifier that writes no reward is RewardMissingError;
 reward.json is preferred; a failing environment build and a sandbox failure are reward 0 with a reason."""
 
+import dataclasses
 import json
 import textwrap
 
@@ -203,3 +204,28 @@ def test_planted_usercustomize_cannot_hijack_the_checker(cfg, tmp_path):
   assert "not reached" not in probe["out"] and probe["out"].strip().endswith("1"), probe
   # ... but the checker runs isolated, so the task still scores 0
   assert res.reward == 0.0 and "reward 0 (0/1)" in res.logs["test-stdout.txt"], res
+
+
+def test_the_task_runs_in_the_image_its_dockerfile_builds(cfg, tmp_path):
+  """A root-only RUN (files outside the writable binds, a system package db edit) and ENV: only a
+  real build gives the oracle what it needs, and the trial records the image it ran in."""
+  task = _task({"test.sh": b"#!/bin/bash\ncd /workspace && [ \"$(cat out.txt)\" = '42 yes' ] && "
+                           b"echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"},
+               "cd /workspace && echo \"$(cat /opt/tool/answer) $FLAG\" > out.txt\n")
+  task = dataclasses.replace(task, environment={
+      "Dockerfile": b"FROM tmax-base:bookworm\nRUN mkdir -p /opt/tool && echo 42 > /opt/tool/answer "
+                    b"&& chmod 700 /root\nENV FLAG=yes\nWORKDIR /workspace\n"})
+  task = write_task(task, tmp_path / "built")
+  res = run_oracle(task, cfg)
+  assert res.reward == 1.0, res.logs
+  assert "FROM tmax-base:bookworm" in res.logs["environment.txt"]
+  assert run_noop(task, cfg).reward == 0.0
+
+
+def test_multi_service_compose_is_unsupported_not_zero(cfg, tmp_path):
+  from tmax_jax.tasks.runner import TaskUnsupportedError  # pylint: disable=import-outside-toplevel
+  task = _task({"test.sh": b"#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"}, "true\n")
+  task = dataclasses.replace(task, config=dataclasses.replace(
+      task.config, metadata={"compose_services": ["client", "db"]}))
+  with pytest.raises(TaskUnsupportedError, match="2 services.*client, db"):
+    run_oracle(write_task(task, tmp_path / "compose"), cfg)

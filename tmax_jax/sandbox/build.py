@@ -237,9 +237,11 @@ class _Builder:
     text = " ".join(argv)
     urls = mirror.prepare(text)
     for url, local in urls:
-      self.rewrites.append(f"{where}: {url} served from the local mirror ({local})")
+      self.rewrites.append(f"{where}: {url} " + (
+          f"replaced by the offline stand-in {local}" if local.startswith("bin/") else
+          f"served from the local mirror ({local})"))
     key = {"v": BUILD_VERSION, "cmd": "RUN", "argv": argv, "state": st.key(), "user": user,
-           "mirror": mirror.version() if urls or mirror_dir else ""}
+           "mirror": mirror.served_hash(urls) if urls else ""}
     if mirror_dir is not None:
       key["harness"] = mirror.harness_hash()
     env = st.run_env()

@@ -49,11 +49,20 @@ def offline_dir() -> pathlib.Path:
   return images.sandbox_dir() / "offline"
 
 
-def version() -> str:
+HARNESS_FILES = ("finalize.sh", "shim.sh", "apt-get", "uv-install.sh", "urls.tsv")
+
+
+def _digest(*parts: bytes) -> str:
   digest = hashlib.sha256(MIRROR_VERSION.encode())
-  for p in sorted(offline_dir().iterdir()):
-    digest.update(p.name.encode() + p.read_bytes())
+  for part in parts:
+    digest.update(hashlib.sha256(part).digest())
   return digest.hexdigest()[:16]
+
+
+def served_hash(served: list[tuple[str, str]]) -> str:
+  """What a build step's layer id depends on: the URLs and the bytes of what serves them."""
+  d = build_dir()
+  return _digest(*(url.encode() + b"\0" + (d / rel).read_bytes() for url, rel in served))
 
 
 def build_dir() -> pathlib.Path:
@@ -68,9 +77,13 @@ def build_dir() -> pathlib.Path:
   return d
 
 
+# Commands that need a stand-in at build time (sandbox/offline/<name> in /.tmax-build/bin).
+_COMMANDS = ("add-apt-repository",)
+
+
 def find_urls(text: str) -> list[tuple[str, str]]:
-  """[(url, kind)] of the known installer URLs in a RUN command's text."""
-  found = []
+  """[(url or command, kind)] of the known installer URLs (and commands) in a RUN's text."""
+  found = [(c, "command") for c in _COMMANDS if re.search(rf"(^|[\s;&|(]){c}\s", text)]
   for pattern, kind in _KNOWN:
     for m in pattern.finditer(text):
       found.append((m.group(0), kind))
@@ -90,6 +103,10 @@ def prepare(text: str) -> list[tuple[str, str]]:
         table.is_file()) else {}
     out = []
     for url, kind in urls:
+      if kind == "command":
+        shutil.copy2(offline_dir() / url, d / "bin" / url)
+        out.append((url, f"bin/{url}"))
+        continue
       if kind == "go":
         rel = _go_tarball(d, url)
         m = _GO.search(url)  # served for any arch spelling: a glob in urls.tsv
@@ -141,7 +158,8 @@ def _go_tarball(d: pathlib.Path, url: str) -> str:
 
 
 def harness_hash() -> str:
-  return hashlib.sha256(f"{version()}:{UV_VERSION}:{WHEELS}".encode()).hexdigest()[:16]
+  return _digest(f"{UV_VERSION}:{WHEELS}".encode(),
+                 *((offline_dir() / f).read_bytes() for f in HARNESS_FILES))
 
 
 def harness_dir() -> pathlib.Path:
@@ -156,7 +174,9 @@ def harness_dir() -> pathlib.Path:
       return d
     tmp = d.parent / f".{d.name}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(offline_dir(), tmp)
+    tmp.mkdir()
+    for f in HARNESS_FILES:
+      shutil.copy2(offline_dir() / f, tmp / f)
     try:
       _pip_download(tmp / "uvwheel", f"uv=={UV_VERSION}", extra=("--no-deps",))
       (wheel,) = (tmp / "uvwheel").glob("*.whl")

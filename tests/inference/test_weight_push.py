@@ -1,15 +1,18 @@
 """Versioned weight pushes through the Rollout service while requests are in flight."""
 
 import asyncio
+import dataclasses
 
+import grpc
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import inference_helpers as helpers
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
-from tmax_jax.inference import sampling, updates
+from tmax_jax.inference import rl_proto, sampling, updates
 from tmax_jax.inference import server as server_lib
 from tmax_jax.models import hf_io
 
@@ -62,29 +65,122 @@ def test_push_changes_outputs_and_inflight_requests_complete(served):
     assert np.all(np.diff(v) >= 0)  # one switch, between two decode steps
 
 
+def _greedy(server, prompt, n=12):
+  async def go():
+    async with client_lib.RolloutClient(server.address,
+                                        client_lib.ClientConfig(timeout_s=60)) as c:
+      return await c.generate(prompt, n, GREEDY)
+  return asyncio.run(go())
+
+
+async def _raw_push(address: str, messages: list) -> None:
+  """Sends hand-made UpdateWeights messages (a sender that breaks the protocol)."""
+  async with grpc.aio.insecure_channel(address) as channel:
+    call = channel.stream_unary(rl_proto.method_path("UpdateWeights"),
+                                request_serializer=lambda m: m.SerializeToString(),
+                                response_deserializer=rl_proto.UpdateWeightsResponse.FromString)
+    await call(iter(messages), timeout=30)
+
+
+def _stream(params, version: int, chunk: int = 1000) -> list:
+  """The messages RolloutClient.update_weights sends, as a list (to corrupt one of them)."""
+  specs = updates.manifest(params)
+  out = [rl_proto.UpdateWeightsRequest(version=version, manifest=[
+      rl_proto.TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in specs])]
+  for i, (spec, leaf) in enumerate(zip(specs, updates.named_leaves(params).values())):
+    data, crc = updates.tensor_bytes(leaf, spec)
+    for offset, piece in updates.chunks(data, chunk):
+      out.append(rl_proto.UpdateWeightsRequest(version=version, tensor=i, offset=offset,
+                                               data=piece, crc32=crc if offset == 0 else ""))
+  return out
+
+
+def test_refused_pushes_name_the_tensor_and_keep_serving(served):
+  server, prompt = served["server"], helpers.prompts(1, seed=3)[0]
+  before_version = server.driver.version
+  before = _greedy(server, prompt)
+  p2 = served["params2"]
+  name = "model/layers/mlp/down_proj/kernel"
+  assert name in updates.named_leaves(p2)
+
+  bad_shape = jax.tree.map(lambda x: x, p2)
+  bad_shape["model"]["norm"]["scale"] = np.ones(3, np.float32)
+  msgs = _stream(p2, before_version + 1)
+  target = next(i for i, m in enumerate(msgs) if m.tensor and m.data and m.offset > 0
+                and msgs[0].manifest[m.tensor].name == name)
+  corrupt = list(msgs)
+  data = bytearray(corrupt[target].data)
+  data[7] ^= 0x01  # one flipped bit in the middle of the tensor
+  corrupt[target] = rl_proto.UpdateWeightsRequest(
+      version=before_version + 1, tensor=corrupt[target].tensor, offset=corrupt[target].offset,
+      data=bytes(data))
+  truncated = msgs[:target]
+
+  async def go():
+    async with client_lib.RolloutClient(server.address,
+                                        client_lib.ClientConfig(timeout_s=60)) as c:
+      with pytest.raises(client_lib.RolloutError, match=r"model/norm/scale: shape \(3,\)"):
+        await c.update_weights(bad_shape, version=before_version + 1)
+    for messages, pattern in ((corrupt, f"{name}: checksum mismatch"),
+                              (truncated, "ended early: tensors .*" + name)):
+      with pytest.raises(grpc.aio.AioRpcError, match=pattern) as err:
+        await _raw_push(server.address, messages)
+      assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+  asyncio.run(go())
+  assert server.driver.version == before_version
+  after = _greedy(server, prompt)
+  assert after.token_ids == before.token_ids and set(after.versions) == {before_version}
+
+
+def test_bf16_push_is_rounded_once_and_swapped_whole(served):
+  server = served["server"]
+  fresh = jax.tree.map(lambda x: np.asarray(x) * 0.5, served["params2"])
+  version = server.driver.version + 1
+
+  async def go():
+    async with client_lib.RolloutClient(server.address,
+                                        client_lib.ClientConfig(timeout_s=60)) as c:
+      return await c.update_weights(fresh, version=version, dtype="bfloat16")
+
+  assert asyncio.run(go()) == version
+  got = updates.named_leaves(server.driver.served_params())
+  for key, want in updates.named_leaves(fresh).items():
+    rounded = np.asarray(want).astype(jnp.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(got[key]), rounded, err_msg=key)
+    assert got[key].dtype == np.float32  # cast to the served dtype
+
+
+def test_assembler_checks_the_protocol(served):
+  p = served["params2"]
+  specs = updates.manifest(p)
+  asm = updates.TensorStreamAssembler(p)
+  with pytest.raises(updates.WeightUpdateError, match="before the manifest"):
+    asm.chunk(0, 0, b"", "00000000")
+  asm.start(specs)
+  with pytest.raises(updates.WeightUpdateError, match=f"{specs[1].name}: must start at offset 0"):
+    asm.chunk(1, 0, b"x", "00000000")  # tensor 0 first
+  data, crc = updates.tensor_bytes(updates.named_leaves(p)[specs[0].name], specs[0])
+  asm.chunk(0, 0, bytes(data[:8]), crc)
+  with pytest.raises(updates.WeightUpdateError, match=f"{specs[0].name}: chunk at offset 16"):
+    asm.chunk(0, 16, bytes(data[16:24]), "")
+  with pytest.raises(updates.WeightUpdateError, match="dtype 'int8'"):
+    updates.check_manifest([dataclasses.replace(specs[0], dtype="int8")] + specs[1:], p)
+  with pytest.raises(updates.WeightUpdateError, match="missing .*" + specs[-1].name):
+    updates.check_manifest(specs[:-1], p)
+
+
 def test_push_from_checkpoint_path_and_version_checks(served):
   server = served["server"]
 
   async def go():
     async with client_lib.RolloutClient(server.address,
                                         client_lib.ClientConfig(timeout_s=60)) as c:
+      v0 = (await c.status()).version
       with pytest.raises(client_lib.RolloutError, match="must be greater"):
-        await c.update_weights(served["params2"], version=0)
-      bad = jax.tree.map(lambda x: x, served["params2"])
-      bad["model"]["norm"]["scale"] = np.ones(3, np.float32)
-      with pytest.raises(client_lib.RolloutError, match=r"model.*norm.*scale.*shape"):
-        await c.update_weights(bad, version=7)
-      v = await c.update_weights(path=str(served["d2"]), version=5)
-      return v, (await c.status()).version
+        await c.update_weights(served["params2"], version=v0)
+      v = await c.update_weights(path=str(served["d2"]), version=v0 + 5)
+      return v0, v, (await c.status()).version
 
-  assert asyncio.run(go()) == (5, 5)
-
-
-def test_update_payload_round_trip(served):
-  p = served["params2"]
-  blob = updates.to_bytes(p)
-  assert sum(len(c) for c in updates.chunks(blob, 1000)) == len(blob)
-  back = updates.from_bytes(blob, p)
-  jax.tree.map(np.testing.assert_array_equal, back, p)
-  with pytest.raises(updates.WeightUpdateError, match="msgpack"):
-    updates.from_bytes(b"not msgpack", p)
+  v0, v, status = asyncio.run(go())
+  assert v == status == v0 + 5

@@ -136,14 +136,28 @@ class RolloutClient:
     return out
 
   async def update_weights(self, params: Any = None, version: int = 0, path: str = "",
-                           timeout_s: float | None = None) -> int:
-    """Pushes a param tree (flax msgpack, chunked) or a checkpoint path; returns the new version."""
-    blob = b"" if path else updates.to_bytes(params)
+                           timeout_s: float | None = None, dtype: str | None = None) -> int:
+    """Pushes a param tree as a per-tensor stream (updates.py; `dtype` "bfloat16"/"float32" casts
+    on the wire, None keeps each leaf's) or names a checkpoint path on the server; returns the
+    served version. Holds one tensor on the host at a time, fetching the next while sending."""
+    specs = [] if path else updates.manifest(params, dtype)
+    leaves = [] if path else list(updates.named_leaves(params).values())
+    loop = asyncio.get_running_loop()
 
-    def messages():
-      yield rl_proto.UpdateWeightsRequest(version=version, path=path)
-      for chunk in updates.chunks(blob):
-        yield rl_proto.UpdateWeightsRequest(version=version, chunk=chunk)
+    async def messages():
+      if path:
+        yield rl_proto.UpdateWeightsRequest(version=version, path=path)
+        return
+      yield rl_proto.UpdateWeightsRequest(version=version, manifest=[
+          rl_proto.TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in specs])
+      fetch = lambda i: loop.run_in_executor(None, updates.tensor_bytes, leaves[i], specs[i])
+      pending = fetch(0) if specs else None
+      for i in range(len(specs)):
+        data, crc = await pending
+        pending = fetch(i + 1) if i + 1 < len(specs) else None
+        for offset, piece in updates.chunks(data):
+          yield rl_proto.UpdateWeightsRequest(version=version, tensor=i, offset=offset,
+                                              data=piece, crc32=crc if offset == 0 else "")
 
     async def attempt(remaining: float) -> int:
       return (await self._calls["UpdateWeights"](messages(), timeout=remaining)).version

@@ -22,12 +22,17 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     repeated int64 policy_versions = 3;   // weight version that produced each token
     string finish_reason = 4;             // "" while streaming; "stop" | "length" on the last one
   }
-  message UpdateWeightsRequest {          // client-streamed: inline flax-msgpack chunks or a path
+  message TensorSpec { string name = 1; repeated int64 shape = 2; string dtype = 3; }
+  message UpdateWeightsRequest {          // client-streamed; protocol in updates.py
     int64 version = 1;
-    string path = 2;
-    bytes chunk = 3;
+    string path = 2;                      // or: a checkpoint on the server's filesystem
+    repeated TensorSpec manifest = 3;     // first message of a tensor stream: every tensor, in order
+    int32 tensor = 4;                     // manifest index of this chunk's tensor
+    int64 offset = 5;                     // byte offset of `data` in that tensor
+    bytes data = 6;
+    string crc32 = 7;                     // on a tensor's first chunk: CRC-32 of all its bytes
   }
-  message UpdateWeightsResponse { int64 version = 1; double seconds = 2; }
+  message UpdateWeightsResponse { int64 version = 1; double seconds = 2; int64 bytes = 3; }
   message StatusRequest {}
   message StatusResponse {
     bool live = 1; int64 version = 2; int32 max_concurrent_decodes = 3; int32 max_len = 4;
@@ -55,10 +60,17 @@ _MESSAGES = {
   "GenerateResponse": [
     ("token_ids", _F.TYPE_INT32, True), ("logprobs", _F.TYPE_FLOAT, True),
     ("policy_versions", _F.TYPE_INT64, True), ("finish_reason", _F.TYPE_STRING, False)],
+  "TensorSpec": [
+    ("name", _F.TYPE_STRING, False), ("shape", _F.TYPE_INT64, True),
+    ("dtype", _F.TYPE_STRING, False)],
   "UpdateWeightsRequest": [
     ("version", _F.TYPE_INT64, False), ("path", _F.TYPE_STRING, False),
-    ("chunk", _F.TYPE_BYTES, False)],
-  "UpdateWeightsResponse": [("version", _F.TYPE_INT64, False), ("seconds", _F.TYPE_DOUBLE, False)],
+    ("manifest", "TensorSpec", True), ("tensor", _F.TYPE_INT32, False),
+    ("offset", _F.TYPE_INT64, False), ("data", _F.TYPE_BYTES, False),
+    ("crc32", _F.TYPE_STRING, False)],
+  "UpdateWeightsResponse": [
+    ("version", _F.TYPE_INT64, False), ("seconds", _F.TYPE_DOUBLE, False),
+    ("bytes", _F.TYPE_INT64, False)],
   "StatusRequest": [],
   "StatusResponse": [
     ("live", _F.TYPE_BOOL, False), ("version", _F.TYPE_INT64, False),
@@ -80,8 +92,12 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
   for name, fields in _MESSAGES.items():
     msg = fd.message_type.add(name=name)
     for number, (fname, ftype, repeated) in enumerate(fields, start=1):
-      msg.field.add(name=fname, number=number, type=ftype,
-                    label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL)
+      label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
+      if isinstance(ftype, str):  # a message type defined above
+        msg.field.add(name=fname, number=number, type=_F.TYPE_MESSAGE, label=label,
+                      type_name=f".{PACKAGE}.{ftype}")
+      else:
+        msg.field.add(name=fname, number=number, type=ftype, label=label)
   svc = fd.service.add(name="Rollout")
   for name, (req, resp, cstream, sstream) in METHODS.items():
     svc.method.add(name=name, input_type=f".{PACKAGE}.{req}", output_type=f".{PACKAGE}.{resp}",
@@ -96,6 +112,7 @@ _CLASSES = {name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"
 
 GenerateRequest = _CLASSES["GenerateRequest"]
 GenerateResponse = _CLASSES["GenerateResponse"]
+TensorSpec = _CLASSES["TensorSpec"]
 UpdateWeightsRequest = _CLASSES["UpdateWeightsRequest"]
 UpdateWeightsResponse = _CLASSES["UpdateWeightsResponse"]
 StatusRequest = _CLASSES["StatusRequest"]

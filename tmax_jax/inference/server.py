@@ -52,6 +52,7 @@ class RolloutServicer:
 
   def __init__(self, driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine):
     self._driver, self._engine = driver, engine
+    self._push_lock = asyncio.Lock()  # one staged copy of the weights at a time
 
   def _validate(self, req) -> str:
     cfg, vocab = self._engine.cfg, self._engine.model_cfg.vocab_size
@@ -97,25 +98,45 @@ class RolloutServicer:
       await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
   async def UpdateWeights(self, request_iterator, context):  # pylint: disable=invalid-name
+    """A per-tensor stream or a server-side path (protocol in updates.py); one push at a time."""
     start = time.perf_counter()
-    version, path, parts = None, "", []
-    async for msg in request_iterator:
-      version = msg.version if version is None else version
-      path = path or msg.path
-      parts.append(msg.chunk)
-    served = self._driver.served_params()
+    async with self._push_lock:
+      try:
+        version, nbytes = await self._receive_weights(request_iterator)
+      except updates.WeightUpdateError as e:
+        log.warning("weight update refused: %s", e)
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+    return rl_proto.UpdateWeightsResponse(version=version, seconds=time.perf_counter() - start,
+                                          bytes=nbytes)
+
+  async def _receive_weights(self, request_iterator) -> tuple[int, int]:
     loop = asyncio.get_running_loop()
-    try:
-      if path:
-        new = await loop.run_in_executor(
-            None, updates.from_path, path, served, self._engine.model_cfg)
+    served = self._driver.served_params()
+    assembler = updates.TensorStreamAssembler(served)
+    version, path, nbytes = None, "", 0
+    async for msg in request_iterator:
+      if version is None:
+        version = msg.version
+        if version <= self._driver.version:  # refuse before any data moves
+          raise updates.WeightUpdateError(
+              f"weight version {version} must be greater than the served version "
+              f"{self._driver.version}")
+      if msg.path:
+        path = msg.path
+      elif msg.manifest:
+        assembler.start([updates.TensorSpec(m.name, tuple(m.shape), m.dtype)
+                         for m in msg.manifest])
       else:
-        new = await loop.run_in_executor(None, updates.from_bytes, b"".join(parts), served)
-      self._driver.update_weights(new, int(version or 0))
-    except updates.WeightUpdateError as e:
-      await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-    return rl_proto.UpdateWeightsResponse(version=self._driver.version,
-                                          seconds=time.perf_counter() - start)
+        nbytes += len(msg.data)
+        await loop.run_in_executor(None, assembler.chunk, msg.tensor, msg.offset, msg.data,
+                                   msg.crc32)
+    if path:
+      new = await loop.run_in_executor(None, updates.from_path, path, served,
+                                       self._engine.model_cfg)
+    else:
+      new = assembler.finish()
+    self._driver.update_weights(new, int(version or 0))
+    return self._driver.version, nbytes
 
   async def Status(self, req, context):  # pylint: disable=invalid-name
     del req, context

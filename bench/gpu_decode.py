@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 from tmax_jax.inference import decode, sampling
-from tmax_jax.models import qwen, registry
+from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
 
 HF_ANCHOR_TOK_S = 960.0  # HF transformers bf16 sdpa generate, same shape, H200 (machine.md)
@@ -63,7 +63,7 @@ def bandwidth_bound(cfg, served, batch, max_len, mean_len):
 def main(argv=None):
   a = _args(argv)
   dtypes = DtypePolicy(param_dtype="bfloat16", compute_dtype="bfloat16", head_dtype="float32")
-  cfg = qwen.preset("qwen3-1.7b", dtypes=dtypes, **(TINY if a.tiny else {}))
+  cfg = registry.preset("qwen3-1.7b", dtypes=dtypes, **(TINY if a.tiny else {}))
   max_len = a.prompt + a.new
   params = registry.init_params(cfg, jax.random.key(0))
   core = decode.DecodeCore(cfg, a.batch, max_len)

@@ -21,7 +21,7 @@ def torch_param_count(cfg) -> int:
 
 @pytest.mark.parametrize("name", SIZES)
 def test_preset_param_count_matches_transformers(name):
-  cfg = presets.preset(name)
+  cfg = registry.preset(name)
   ours = count_params(abstract_params(cfg))
   assert ours == torch_param_count(cfg)
 
@@ -61,5 +61,5 @@ QWEN2_5_7B_INSTRUCT_CONFIG = {  # the published Qwen/Qwen2.5-7B-Instruct config.
                                       (QWEN2_5_7B_INSTRUCT_CONFIG, "qwen2.5-7b")])
 def test_published_configs_parse_to_presets(hf, name):
   parsed = from_hf_config(hf)
-  want = presets.preset(name, eos_token_id=hf["eos_token_id"])
+  want = registry.preset(name, eos_token_id=hf["eos_token_id"])
   assert parsed == want

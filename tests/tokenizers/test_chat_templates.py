@@ -122,6 +122,23 @@ def test_qwen3_5_thinking_switch_and_multiline_parameter(toks):
       "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
+def test_qwen3_5_tool_arguments_follow_the_official_template(toks):
+  # The official template loops over `tool_call.arguments|items` whenever arguments are defined:
+  # non-string values render as JSON, no arguments render an empty call, and OpenAI-style
+  # JSON-string arguments are an error (not a call silently rendered without its arguments).
+  msgs = _conversation()
+  call = msgs[2]["tool_calls"][0]["function"]
+  call["arguments"] = {"command": COMMAND, "env": {"A": 1}, "args": [1, "x"]}
+  assert ("<parameter=command>\nls -la /tmp\n</parameter>\n<parameter=env>\n{\"A\": 1}\n"
+          "</parameter>\n<parameter=args>\n[1, \"x\"]\n</parameter>\n</function>"
+          in _render(toks["qwen3_5"], msgs))
+  del call["arguments"]
+  assert "<function=bash>\n</function>" in _render(toks["qwen3_5"], msgs)
+  call["arguments"] = json.dumps({"command": COMMAND})
+  with pytest.raises(TypeError, match="mapping"):
+    _render(toks["qwen3_5"], msgs)
+
+
 def test_plain_chat_generation_prompts(toks):
   msgs = [{"role": "user", "content": "hi"}]
   q3 = toks["qwen3"].apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)

@@ -14,7 +14,8 @@ from transformers import AutoTokenizer
 
 from tmax_jax.tokenizers import (builder, copy_tokenizer_files, get_spec, load_tokenizer,
                                  write_tokenizer_dir)
-from tmax_jax.tokenizers.specs import QWEN2_PATTERN, QWEN3_5_PATTERN
+from tmax_jax.models.qwen.tokenizer import QWEN2_PATTERN
+from tmax_jax.models.qwen3_5.tokenizer import QWEN3_5_PATTERN
 
 # The tiktoken reference that ships with the ranks (its special-token table is not used).
 REFERENCE_MODEL = {"qwen3": "qwen2.5-72b-instruct", "qwen3_5": "qwen3.5-27b"}

@@ -48,9 +48,10 @@ class EpisodeConfig:
   enable_thinking: bool | None = None  # None: the template's default
 
   def __post_init__(self):
-    if self.family not in formats.FAMILY_FORMAT:
-      raise ValueError(f"EpisodeConfig.family={self.family!r}; expected one of "
-                       f"{sorted(formats.FAMILY_FORMAT)}")
+    try:
+      formats.tool_call_format(self.family)  # a registered tokenizer with a known syntax
+    except ValueError as e:
+      raise ValueError(f"EpisodeConfig.family={self.family!r}: {e}") from e
 
 
 @dataclasses.dataclass

@@ -30,14 +30,6 @@ from tmax_jax.models.config import DtypePolicy, ModelConfig
 log = logging.getLogger(__name__)
 
 
-def _preset(name: str, **overrides) -> ModelConfig:
-  if name.lower().startswith("qwen3.5"):
-    from tmax_jax.models import qwen3_5  # pylint: disable=import-outside-toplevel
-    return qwen3_5.preset(name, **overrides)
-  from tmax_jax.models import qwen  # pylint: disable=import-outside-toplevel
-  return qwen.preset(name, **overrides)
-
-
 def model_from_config(mc) -> tuple[ModelConfig, Any]:
   """-> (ModelConfig, params_fn)."""
   dtypes = DtypePolicy(param_dtype=mc.param_dtype, compute_dtype=mc.compute_dtype,
@@ -48,7 +40,7 @@ def model_from_config(mc) -> tuple[ModelConfig, Any]:
     return cfg, lambda: params
   if not mc.preset:
     raise ValueError("config.model: set `checkpoint` (an HF directory) or `preset`")
-  cfg = _preset(mc.preset, dtypes=dtypes, **dict(mc.overrides))
+  cfg = registry.preset(mc.preset, dtypes=dtypes, **dict(mc.overrides))
   return cfg, lambda: registry.init_params(cfg, jax.random.key(mc.seed))
 
 

@@ -4,10 +4,10 @@ from tmax_jax.models.config import (DtypePolicy, ModelConfig, RopeScaling, Unsup
                                     from_hf_config)
 from tmax_jax.models.logprobs import full_logits, token_logprobs
 from tmax_jax.models.registry import (abstract_params, build_model, count_params, head_weight,
-                                      init_params)
+                                      init_params, preset)
 
 __all__ = [
   "DtypePolicy", "ModelConfig", "RopeScaling", "UnsupportedConfigError", "abstract_params",
   "build_model", "count_params", "from_hf_config", "full_logits", "head_weight", "init_params",
-  "token_logprobs",
+  "preset", "token_logprobs",
 ]

@@ -101,6 +101,7 @@ class ModelConfig:
   attention_bias: bool = False  # bias on q/k/v projections
   o_proj_bias: bool = False
   qk_norm: bool = True  # Qwen3: RMSNorm over head_dim on q and k before rotary
+  attn_output_gate: bool = False  # Qwen3.5: q_proj also emits a per-head sigmoid output gate
   norm_zero_centered: bool = False  # RMSNorm scale stored as (weight - 1): y = x_hat * (1 + w)
   bos_token_id: int | None = None
   eos_token_id: int | tuple[int, ...] | None = None

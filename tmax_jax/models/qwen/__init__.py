@@ -5,7 +5,8 @@ from __future__ import annotations
 from tmax_jax.models import config as config_lib
 from tmax_jax.models import registry
 from tmax_jax.models.qwen.model import QwenForCausalLM
-from tmax_jax.models.qwen.presets import preset, qwen2_5, qwen3
+from tmax_jax.models.qwen.presets import PRESETS, qwen2_5, qwen3
+from tmax_jax.models.qwen.tokenizer import QWEN3
 from tmax_jax.models.qwen.weights import key_map
 
 _ARCH = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -38,15 +39,13 @@ def _check_representable(cfg: config_lib.ModelConfig) -> None:
   """Our config must be expressible by the HF class (the export would be wrong otherwise)."""
   want = (True, False, False) if cfg.model_type == "qwen2" else (
     cfg.attention_bias, cfg.attention_bias, True)
-  if (cfg.attention_bias, cfg.o_proj_bias, cfg.qk_norm) != want or cfg.norm_zero_centered:
+  want += (False, False)
+  got = (cfg.attention_bias, cfg.o_proj_bias, cfg.qk_norm, cfg.attn_output_gate,
+         cfg.norm_zero_centered)
+  if got != want:
     raise config_lib.UnsupportedConfigError(
-      f"{cfg.model_type}: (attention_bias, o_proj_bias, qk_norm, norm_zero_centered)="
-      f"{(cfg.attention_bias, cfg.o_proj_bias, cfg.qk_norm, cfg.norm_zero_centered)}; "
-      f"expected {want + (False,)}")
-
-
-def build(cfg: config_lib.ModelConfig) -> QwenForCausalLM:
-  return QwenForCausalLM(cfg)
+      f"{cfg.model_type}: (attention_bias, o_proj_bias, qk_norm, attn_output_gate, "
+      f"norm_zero_centered)={got}; expected {want}")
 
 
 def _to_hf_checked(cfg):
@@ -55,7 +54,7 @@ def _to_hf_checked(cfg):
 
 
 registry.register(registry.Family(
-  name="qwen", model_types=("qwen2", "qwen3"), build=build, parse_hf=parse_hf,
-  to_hf=_to_hf_checked, key_map=key_map))
+  name="qwen", model_types=("qwen2", "qwen3"), model_class=QwenForCausalLM, parse_hf=parse_hf,
+  to_hf=_to_hf_checked, key_map=key_map, presets=PRESETS, tokenizers={"qwen3": QWEN3}))
 
-__all__ = ["QwenForCausalLM", "key_map", "parse_hf", "preset", "qwen2_5", "qwen3", "to_hf"]
+__all__ = ["QwenForCausalLM", "key_map", "parse_hf", "qwen2_5", "qwen3", "to_hf"]

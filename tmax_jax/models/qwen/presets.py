@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from tmax_jax.models.config import ModelConfig
 
 _QWEN2_5_COMMON = dict(
@@ -55,13 +57,6 @@ def qwen3(size: str, **overrides) -> ModelConfig:
   return ModelConfig(**{**fields, **overrides})
 
 
-PRESETS = {f"qwen2.5-{s}": (qwen2_5, s) for s in _QWEN2_5} | {
-  f"qwen3-{s}": (qwen3, s) for s in _QWEN3}
-
-
-def preset(name: str, **overrides) -> ModelConfig:
-  """By name, e.g. preset("qwen3-8b", scan_layers=False)."""
-  if name.lower() not in PRESETS:
-    raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
-  fn, size = PRESETS[name.lower()]
-  return fn(size, **overrides)
+# Preset name -> constructor(**overrides), registered with the family (registry.preset).
+PRESETS = {f"qwen2.5-{s}": functools.partial(qwen2_5, s) for s in _QWEN2_5} | {
+  f"qwen3-{s}": functools.partial(qwen3, s) for s in _QWEN3}

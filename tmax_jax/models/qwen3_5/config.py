@@ -11,9 +11,9 @@ import dataclasses
 
 from tmax_jax.models import config as config_lib
 from tmax_jax.models.config import ModelConfig, UnsupportedConfigError
+from tmax_jax.models.decoder import FULL_ATTENTION as FULL
 
 LINEAR = "linear_attention"
-FULL = "full_attention"
 LAYER_TYPES = (LINEAR, FULL)
 TEXT_ARCH = "Qwen3_5ForCausalLM"
 MODEL_TYPES = ("qwen3_5_text", "qwen3_5")
@@ -79,16 +79,6 @@ def family(cfg: ModelConfig) -> Qwen3_5Config:
   return fam
 
 
-def layer_period(layer_types: tuple[str, ...]) -> int:
-  """Smallest P dividing L with layer_types[i] == layer_types[i % P]: layers are scanned in groups
-  of P (P = L when the pattern is not periodic)."""
-  n = len(layer_types)
-  for p in range(1, n + 1):
-    if n % p == 0 and all(layer_types[i] == layer_types[i % p] for i in range(n)):
-      return p
-  return n
-
-
 def parse_hf(hf: dict) -> dict:
   """HF Qwen3.5 text-config dict (flat, or nested already flattened by config.load_hf_dict) ->
   ModelConfig kwargs."""
@@ -115,16 +105,17 @@ def parse_hf(hf: dict) -> dict:
       "partial_rotary_factor" not in hf):
     fields["partial_rotary_factor"] = 0.25  # HF's Qwen3_5TextConfig default
   return dict(fields, attention_bias=False, o_proj_bias=False, qk_norm=True,
-              norm_zero_centered=True, family_config=fam)
+              attn_output_gate=True, norm_zero_centered=True, family_config=fam)
 
 
 def check_representable(cfg: ModelConfig) -> None:
   """Our config must be expressible by Qwen3_5TextConfig (the export would be wrong otherwise)."""
-  got = (cfg.attention_bias, cfg.o_proj_bias, cfg.qk_norm, cfg.norm_zero_centered)
-  if got != (False, False, True, True):
+  got = (cfg.attention_bias, cfg.o_proj_bias, cfg.qk_norm, cfg.attn_output_gate,
+         cfg.norm_zero_centered)
+  if got != (False, False, True, True, True):
     raise UnsupportedConfigError(
-      f"qwen3_5: (attention_bias, o_proj_bias, qk_norm, norm_zero_centered)={got}; "
-      "expected (False, False, True, True)")
+      f"qwen3_5: (attention_bias, o_proj_bias, qk_norm, attn_output_gate, norm_zero_centered)="
+      f"{got}; expected (False, False, True, True, True)")
   family(cfg)
 
 

@@ -2,7 +2,7 @@
 
 x -> in_proj_qkv -> causal depthwise conv (kernel Kc) + silu -> q, k, v;  in_proj_z -> output gate z;
 in_proj_b -> beta = sigmoid(b);  in_proj_a -> g = -exp(A_log) * softplus(a + dt_bias);
-gated delta rule (gated_delta.py) -> RMSNormGated(out, z) per value head -> out_proj.
+gated delta rule (gated_delta.py) -> RMSNorm(out, gate=z) per value head -> out_proj.
 
 Segments and padding (segment_ids 0): padded tokens' inputs are zeroed (as HF does with its 2-D mask)
 and they get g = beta = 0, so they leave the state untouched; a token starts a new state (conv window
@@ -17,16 +17,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import PartitionSpec
 
 from tmax_jax.models import gated_delta
-from tmax_jax.models.layers import constrain
+from tmax_jax.models.layers import RMSNorm, constrain, dense, param_init
 from tmax_jax.models.qwen3_5.config import Qwen3_5Config
 
 F32 = jnp.float32
-
-
-def _param_init(init_fn, axes):
-  return nn.with_logical_partitioning(init_fn, axes)
+# Logical axes of one layer's decode state (init_state), without the layer axis: conv channels
+# are sharded like in_proj_qkv's output, the recurrent state by value head.
+STATE_AXES = {
+  "conv": PartitionSpec("batch", None, "heads"),
+  "recurrent": PartitionSpec("batch", "heads", None, None),
+}
 
 
 def segment_resets(positions: jax.Array, segment_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -95,26 +98,8 @@ class ConvKernel(nn.Module):
   @nn.compact
   def __call__(self) -> jax.Array:
     init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(1, 2), out_axis=0)
-    return self.param("kernel", _param_init(init, ("heads", None, None)), self.shape,
+    return self.param("kernel", param_init(init, ("heads", None, None)), self.shape,
                       self.param_dtype)
-
-
-class RMSNormGated(nn.Module):
-  """HF `Qwen3_5RMSNormGated`: w * norm(x) (plain scale, init 1) times silu(gate), per head dim."""
-
-  eps: float = 1e-6
-  dtype: jnp.dtype = F32
-  param_dtype: jnp.dtype = F32
-
-  @nn.compact
-  def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
-    """x, gate [..., Hv] -> [..., Hv] in x's dtype (HF's cast order)."""
-    scale = self.param("scale", _param_init(nn.initializers.ones, ("head_dim",)), (x.shape[-1],),
-                       self.param_dtype)
-    x32 = x.astype(F32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    y = scale * normed.astype(x.dtype)
-    return (y * jax.nn.silu(gate.astype(F32))).astype(x.dtype)
 
 
 class GatedDeltaNet(nn.Module):
@@ -129,9 +114,7 @@ class GatedDeltaNet(nn.Module):
   def _dense(self, name, features, axes):
     # 2-D kernels only: flax's DenseGeneral inits multi-axis kernels flat, which breaks logical
     # sharding constraints when params are shape-checked under a mesh.
-    return nn.Dense(features, use_bias=False, dtype=self.dtype,
-                           param_dtype=self.param_dtype, name=name,
-                           kernel_init=_param_init(nn.initializers.normal(0.02), axes))
+    return dense(features, axes, self.dtype, self.param_dtype, name)
 
   @nn.compact
   def __call__(self, x, positions, segment_ids, cache=None):
@@ -147,9 +130,9 @@ class GatedDeltaNet(nn.Module):
     a = self._dense("in_proj_a", n, ("embed", "heads"))(x)  # [B,T,N]
     kernel = ConvKernel((sp.conv_dim, 1, sp.linear_conv_kernel_dim), self.param_dtype,
                         name="conv1d")()
-    dt_bias = self.param("dt_bias", _param_init(nn.initializers.ones, ("heads",)), (n,),
+    dt_bias = self.param("dt_bias", param_init(nn.initializers.ones, ("heads",)), (n,),
                          self.param_dtype)
-    a_log = self.param("A_log", _param_init(_a_log_init, ("heads",)), (n,), self.param_dtype)
+    a_log = self.param("A_log", param_init(_a_log_init, ("heads",)), (n,), self.param_dtype)
     state = init_state(sp, b, self.dtype) if cache is None else cache
     qkv, conv_state = causal_conv(qkv, kernel, state["conv"], reset, live)
     q, k, v = jnp.split(qkv, [sp.key_dim, 2 * sp.key_dim], axis=-1)
@@ -167,7 +150,9 @@ class GatedDeltaNet(nn.Module):
       out, rec = gated_delta.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=sp.chunk_size,
                                                     initial_state=init, reset=reset)
     out = constrain(out, ("batch", "length", "heads", "head_dim"))  # [B,T,N,Hv]
-    out = RMSNormGated(self.norm_eps, self.dtype, self.param_dtype, name="norm")(out, z)
+    # HF's Qwen3_5RMSNormGated: plain scale (init 1) per value head dim, then * silu(z).
+    out = RMSNorm(self.norm_eps, False, self.dtype, self.param_dtype, "head_dim", name="norm")(
+      out, gate=z)
     y = self._dense("out_proj", x.shape[-1], ("heads", "embed"))(out.reshape(b, t, n * hv))
     new_cache = None if cache is None else {"conv": conv_state, "recurrent": rec}
     return checkpoint_name(y, "attn_out"), new_cache  # same remat name as layers.Attention

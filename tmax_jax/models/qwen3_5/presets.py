@@ -7,13 +7,15 @@ config.json (not re-checkable offline here), so treat them as best effort.
 
 from __future__ import annotations
 
+import functools
+
 from tmax_jax.models.config import ModelConfig
 from tmax_jax.models.qwen3_5.config import Qwen3_5Config, default_layer_types
 
 _COMMON = dict(
   model_type="qwen3_5_text", vocab_size=248320, head_dim=256, rms_norm_eps=1e-6,
   rope_theta=10_000_000.0, partial_rotary_factor=0.25, max_position_embeddings=262144,
-  attention_bias=False, o_proj_bias=False, qk_norm=True,
+  attention_bias=False, o_proj_bias=False, qk_norm=True, attn_output_gate=True,
   norm_zero_centered=True, eos_token_id=248044)
 # name: (hidden, intermediate, layers, heads, kv_heads, linear key heads, linear value heads, tied)
 _SIZES = {
@@ -40,11 +42,5 @@ def qwen3_5(size: str, *, chunk_size: int = Qwen3_5Config.chunk_size, **override
   return ModelConfig(**{**fields, **overrides})
 
 
-PRESETS = {f"qwen3.5-{s}": s for s in _SIZES}
-
-
-def preset(name: str, **overrides) -> ModelConfig:
-  """By name, e.g. preset("qwen3.5-9b", remat_policy="full")."""
-  if name.lower() not in PRESETS:
-    raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
-  return qwen3_5(PRESETS[name.lower()], **overrides)
+# Preset name -> constructor(**overrides), registered with the family (registry.preset).
+PRESETS = {f"qwen3.5-{s}": functools.partial(qwen3_5, s) for s in _SIZES}

@@ -11,7 +11,8 @@ import dataclasses
 
 from tmax_jax.models.config import ModelConfig
 from tmax_jax.models.hf_io import KeyRule
-from tmax_jax.models.qwen3_5.config import LINEAR, family, layer_period
+from tmax_jax.models.decoder import layer_period
+from tmax_jax.models.qwen3_5.config import LINEAR, family
 
 # HF module (under model.layers.{i}.) -> in_axes (0: not a linear weight), hf_ndim, param leaf
 _LINEAR_ATTN = {

@@ -102,6 +102,7 @@ def test_tests_passing_untouched_are_flagged(auditor):
   assert checks["untouched"].details["rewards"]["g0"] == 1.0
 
 
+@pytest.mark.slow
 def test_shipped_script_that_does_the_work_is_found_by_a_probe(auditor):
   helper = "#!/bin/bash\ncd /workspace\ncat > calc.py <<'EOF'\n" + IMPL + "EOF\n" \
            "python3 calc.py nums.txt > result.txt\n"

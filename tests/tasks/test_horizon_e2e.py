@@ -89,14 +89,14 @@ def test_collect_then_sft(built, tokenizer, tmp_path):
   # one trajectory per step, the head only on the loss tokens (train/compact.py): CPU-sized
   loss_tokens = max(sum(r["loss_mask"]) for r in records)
   sft = SFTConfig(model=ModelSpec(preset="qwen3-0.6b", overrides=tiny), trajectories=cfg.out,
-                  train=TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-3, total_steps=3,
+                  train=TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-3, total_steps=2,
                                                               warmup_steps=0),
                                     loss=LossConfig(policy_loss="sft"), global_batch=1,
                                     logprob_chunk_size=512, loss_tokens_per_row=loss_tokens),
-                  steps=3, seq_len=seq, output_dir=str(tmp_path / "sft"))
+                  steps=2, seq_len=seq, output_dir=str(tmp_path / "sft"))
   result = run_sft(sft)
   losses = [m["loss"] for m in result.metrics]
-  assert len(losses) == 3 and all(math.isfinite(l) and l > 0 for l in losses), losses
+  assert len(losses) == 2 and all(math.isfinite(l) and l > 0 for l in losses), losses
   assert (tmp_path / "sft" / "metrics.jsonl").is_file()
 
 
@@ -113,7 +113,7 @@ def test_endpoint_teacher_through_the_harness(built, tokenizer, tmp_path):
   cfg = collect.CollectConfig(build_dir=str(built[0]), out=str(tmp_path / "x.jsonl"))
   with ChatServer(replies) as srv:
     policy = collect.EndpointTeacher(srv.client(), tokenizer)
-    got = collect.run_task(task, policy, tokenizer, cfg, 0)
+    got = collect.run_tasks([(task, 0)], policy, tokenizer, cfg)[0]
   assert got["rewards"] == [1.0] and got["status"] == "submitted", got
   first = srv.requests[0]["body"]["messages"]
   assert [m["role"] for m in first] == ["system", "user"] and "# Tools" in first[0]["content"]
@@ -126,10 +126,11 @@ def test_endpoint_teacher_through_the_harness(built, tokenizer, tmp_path):
 
 
 def test_chat_messages_and_think_prefill(tokenizer):
-  from tmax_jax.agents.episode import initial_prompt_ids  # pylint: disable=import-outside-toplevel
+  from tmax_jax.agents import harnesses  # pylint: disable=import-outside-toplevel
   from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
   tok35 = load_tokenizer("qwen3_5")
-  ids = initial_prompt_ids(tok35, "Do it.", EpisodeConfig(family="qwen3_5"))
+  cfg = EpisodeConfig(family="qwen3_5")
+  ids = harnesses.get("bash_tool").initial_prompt_ids(tok35, "Do it.", cfg)
   msgs, prefill = teacher.chat_messages(tok35.decode(ids, skip_special_tokens=False))
   assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "Do it."
   assert prefill == "<think>\n"

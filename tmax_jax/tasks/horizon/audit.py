@@ -14,14 +14,15 @@ not run (their evidence would be meaningless) and the report says so.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import pathlib
 import tempfile
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from tmax_jax.agents import scripted
-from tmax_jax.agents.episode import EpisodeConfig, GenerateFn, run_episode
+from tmax_jax.agents import scripted, worker as worker_lib
+from tmax_jax.agents.episode import EpisodeConfig, GenerateFn
 from tmax_jax.sandbox.api import Sandbox
 from tmax_jax.tasks import format as fmt, runner
 from tmax_jax.tasks.horizon import compose, static
@@ -154,6 +155,33 @@ def _snapshot(sb: Sandbox, workdir: str, tag: str, limit: int, into: dict) -> No
   sb.exec(["rm", "-f", path], timeout_s=30)
 
 
+def run_trials(policy, tokenizer, episode_cfg: EpisodeConfig, runner_cfg: runner.RunnerConfig,
+               jobs: Sequence[tuple[fmt.Task, int]], parallel: int = 1) -> list[worker_lib.Trial]:
+  """Scored episodes of (task, sample) jobs through the one scored-episode path
+  (agents/worker.EpisodeWorker; `policy` is a provider with generate_fn(task, group, sample))."""
+  async def main():
+    worker = worker_lib.EpisodeWorker(policy, tokenizer, episode_cfg, runner_cfg,
+                                      worker_lib.WorkerConfig(max_parallel_episodes=parallel))
+    try:
+      return list(await asyncio.gather(*(worker.trial(t, 0, s) for t, s in jobs)))
+    finally:
+      await worker.aclose()
+  return asyncio.run(main())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Attempts:
+  """The probe attempts of one task as a policy provider (sample i = attempt i)."""
+
+  attempts: tuple[ProbeAttempt, ...]
+  tokenizer: Any
+  cfg: EpisodeConfig
+
+  def generate_fn(self, task, group: int, sample: int) -> GenerateFn:
+    del task, group
+    return self.attempts[sample].policy(self.tokenizer, self.cfg)
+
+
 def _tail(res: runner.RunResult, n: int = 1500) -> str:
   return res.logs.get("test-stdout.txt", "")[-n:]
 
@@ -206,26 +234,20 @@ class Auditor:
     return Check("untouched", True, (), details)
 
   def _probes(self, task: fmt.Task) -> Check:
-    cfg, runs, evidence = self.config.probe_episode, [], []
-    for attempt in self.probe.attempts(task, self.config.probe_attempts):
-      box: dict = {}
-
-      def agent(sb, attempt=attempt, box=box):
-        policy = attempt.policy(self.tokenizer, cfg)
-        box["episode"] = run_episode(sb, task.instruction, policy, self.tokenizer, cfg)
-
-      try:
-        res = runner.run_trial(task, agent, self.config.runner)
-        reward, reason = res.reward, res.reason
-      except runner.RewardError as err:
-        reward, reason = 0.0, f"no reward: {err}"
-      ep = box.get("episode")
-      run = {"name": attempt.name, "reward": reward, "reason": reason,
+    attempts = tuple(self.probe.attempts(task, self.config.probe_attempts))
+    provider = _Attempts(attempts, self.tokenizer, self.config.probe_episode)
+    trials = run_trials(provider, self.tokenizer, self.config.probe_episode, self.config.runner,
+                        [(task, i) for i in range(len(attempts))])
+    runs, evidence = [], []
+    for attempt, trial in zip(attempts, trials):
+      ep = trial.episode
+      run = {"name": attempt.name, "reward": trial.reward,
+             "reason": f"error: {trial.error}" if trial.error else trial.reason,
              "status": ep.status if ep else "no_episode",
              "tool_calls": ep.num_tool_calls if ep else 0}
       runs.append(run)
-      if reward >= 1.0:
-        what = f" running {list(attempt.commands)[:2]}" if attempt.commands else ""
+      if trial.error is None and trial.reward >= 1.0:
+        what = f" running {attempt.commands[0][:160]!r}" if attempt.commands else ""
         evidence.append(f"probe attempt {attempt.name} passed the tests in {run['tool_calls']} "
                         f"tool call(s){what}: the task can be solved without its core work")
     return Check("probe", not evidence, tuple(evidence), {"attempts": runs})

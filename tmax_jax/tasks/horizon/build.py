@@ -174,7 +174,7 @@ class Builder:
                                              lambda rep: authoring.parse_reply(rep, kind),
                                              self.cfg.max_attempts)
       except (llm.ReplyError, llm.ChatError) as err:
-        self._finish(line, "rejected", f"reply: {err}", rounds)
+        self._finish(line, "rejected", f"reply: {type(err).__name__}: {err}", rounds)
         return None
       try:
         task = make(draft)

@@ -27,12 +27,12 @@ from typing import Protocol, Sequence
 
 import tqdm
 
-from tmax_jax.agents import formats, scripted
-from tmax_jax.agents.episode import EpisodeConfig, GenerateFn, run_episode
+from tmax_jax.agents import formats, harnesses, scripted
+from tmax_jax.agents.episode import EpisodeConfig, GenerateFn, template_kwargs
 from tmax_jax.agents.oracle_data import write_jsonl
 from tmax_jax.sandbox.api import Sandbox
 from tmax_jax.tasks import format as fmt, runner
-from tmax_jax.tasks.horizon import compose, patterns, record
+from tmax_jax.tasks.horizon import audit, compose, patterns, record
 from tmax_jax.tasks.procedural.chains import STEP_MARK
 
 
@@ -84,6 +84,7 @@ class CollectConfig:
   chains: bool = True
   keep_failed: bool = False
   setup_timeout_s: float = 600.0
+  parallel: int = 2  # task episodes in flight (chains run one at a time)
 
 
 class _Continuation:
@@ -119,7 +120,7 @@ def run_chain(tasks: Sequence[fmt.Task], teacher: Teacher, tokenizer, cfg: Colle
   """One trajectory over a whole lineage (root first) in one sandbox -> record fields."""
   ecfg, out = cfg.episode, {"tokens": [], "loss_mask": [], "rewards": [], "status": "",
                             "error": ""}
-  kw = {} if ecfg.enable_thinking is None else {"enable_thinking": ecfg.enable_thinking}
+  kw = template_kwargs(ecfg)
 
   def agent(sb):
     for k, task in enumerate(tasks):
@@ -128,7 +129,7 @@ def run_chain(tasks: Sequence[fmt.Task], teacher: Teacher, tokenizer, cfg: Colle
         _apply_stage(sb, task, k, cfg.setup_timeout_s)
         prefix = out["tokens"] + formats.user_observation_ids(tokenizer, task.instruction, **kw)
       gen = _Continuation(teacher.generate_fn(task, 0, sample), prefix)
-      ep = run_episode(sb, task.instruction, gen, tokenizer, ecfg)
+      ep = harnesses.run_episode(sb, task.instruction, gen, tokenizer, ecfg)
       traj, fresh = ep.trajectory, gen.fresh or len(ep.trajectory.tokens)
       if prefix is None:
         out["tokens"], out["loss_mask"] = list(traj.tokens), list(traj.loss_mask)
@@ -152,21 +153,18 @@ def run_chain(tasks: Sequence[fmt.Task], teacher: Teacher, tokenizer, cfg: Colle
   return out
 
 
-def run_task(task: fmt.Task, teacher: Teacher, tokenizer, cfg: CollectConfig, sample: int) -> dict:
-  box: dict = {}
-
-  def agent(sb):
-    box["ep"] = run_episode(sb, task.instruction, teacher.generate_fn(task, 0, sample), tokenizer,
-                            cfg.episode)
-  try:
-    res = runner.run_trial(task, agent, cfg.runner)
-    reward, error = res.reward, ""
-  except runner.RewardError as err:
-    reward, error = 0.0, str(err)
-  ep = box.get("ep")
-  return {"tokens": list(ep.trajectory.tokens) if ep else [],
-          "loss_mask": list(ep.trajectory.loss_mask) if ep else [], "rewards": [reward],
-          "status": ep.status if ep else "no_episode", "error": error}
+def run_tasks(tasks: Sequence[tuple[fmt.Task, int]], teacher: Teacher, tokenizer,
+              cfg: CollectConfig) -> list[dict]:
+  """One scored episode per (task, sample) through agents/worker.EpisodeWorker -> record fields."""
+  out = []
+  for trial in audit.run_trials(teacher, tokenizer, cfg.episode, cfg.runner, tasks,
+                                cfg.parallel):
+    ep = trial.episode
+    out.append({"tokens": list(ep.trajectory.tokens) if ep else [],
+                "loss_mask": list(ep.trajectory.loss_mask) if ep else [],
+                "rewards": [trial.reward], "status": ep.status if ep else "no_episode",
+                "error": str(trial.error) if trial.error else ""})
+  return out
 
 
 def _load(build: pathlib.Path, nid: str) -> fmt.Task:
@@ -188,9 +186,11 @@ def collect(cfg: CollectConfig, teacher: Teacher, tokenizer) -> dict:
     work += [("chain", path, s) for path in record.chains(tree) if len(path) > 1
              for s in range(cfg.runs_per_task)]
   records, failed = [], 0
+  tasks = [(_load(build, path[-1]), s) for kind, path, s in work if kind == "task"]
+  task_results = iter(run_tasks(tasks, teacher, tokenizer, cfg) if tasks else [])
   for kind, path, sample in tqdm.tqdm(work, desc="horizon collect", unit="traj"):
     if kind == "task":
-      got = run_task(_load(build, path[-1]), teacher, tokenizer, cfg, sample)
+      got = next(task_results)
     else:
       got = run_chain([_load(build, n) for n in path], teacher, tokenizer, cfg, sample)
     passed = len(got["rewards"]) == (len(path) if kind == "chain" else 1) and all(

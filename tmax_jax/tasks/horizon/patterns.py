@@ -33,8 +33,8 @@ import dataclasses
 import re
 from typing import Sequence
 
-from tmax_jax.agents import formats
-from tmax_jax.agents.formats.tool_calls import FAMILY_FORMAT
+from tmax_jax.agents import formats, harnesses
+from tmax_jax.agents.episode import EpisodeConfig
 
 KINDS = ("Explore", "Diagnose", "Build", "Verify", "Coordinate")
 
@@ -78,13 +78,12 @@ def _runs(tokens: Sequence[int], loss_mask: Sequence[int]) -> list[tuple[int, li
   return out
 
 
-def _command(text: str, harness: str, family: str) -> str | None:
+def _command(text: str, cfg: EpisodeConfig) -> str | None:
+  """The reply's command as the harness parses it (Terminus: its keystrokes joined)."""
   try:
-    if harness == "bash_tool":
-      return formats.parse_bash_call(text, family)
-    if harness == "terminus":
+    if cfg.harness == "terminus":
       return "".join(c.keystrokes for c in formats.parse_terminus(text).commands) or None
-    return formats.parse_fenced_bash(formats.strip_reasoning(text))
+    return harnesses.get(cfg.harness).parse_command(text, cfg)
   except formats.FormatError:
     return None
 
@@ -92,16 +91,14 @@ def _command(text: str, harness: str, family: str) -> str | None:
 def steps(tokens: Sequence[int], loss_mask: Sequence[int], tokenizer, harness: str = "bash_tool",
           family: str = "qwen3") -> tuple[list[Step], int]:
   """-> (tool calls in order, number of assistant turns) of a stored trajectory."""
-  if family not in FAMILY_FORMAT:
-    raise ValueError(f"family {family!r}; expected one of {sorted(FAMILY_FORMAT)}")
+  cfg = EpisodeConfig(harness=harness, family=family)  # validates both names
   runs, out, turns, submitted = _runs(tokens, loss_mask), [], 0, False
   eos = tokenizer.eos_token
   for i, (mask, ids) in enumerate(runs):
     if mask != 1:
       continue
     turns += 1
-    command = _command(tokenizer.decode(ids, skip_special_tokens=False).removesuffix(eos),
-                       harness, family)
+    command = _command(tokenizer.decode(ids, skip_special_tokens=False).removesuffix(eos), cfg)
     if command is None or formats.is_submit_command(command):
       submitted = submitted or command is not None
       continue

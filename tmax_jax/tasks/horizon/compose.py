@@ -12,13 +12,13 @@ Generation n's task directory (TB2/Harbor):
 
 The child starts from the parent's final state: its Dockerfile replays, in order, every ancestor's
 seeds + setup and then that ancestor's oracle (solve.sh) at build time, then its own seeds and
-setup.
-So the child environment = the parent environment after the parent's oracle, rebuilt from source
-(nothing is snapshotted, so a child stays a plain reproducible task). Staged files go to
-/tmp/horizon/ and are copied by RUN lines, because today's Dockerfile translation places every
-COPY before the first RUN (a real `docker build` would keep their order; both work), and the RUN
-that ends the build removes /tmp/horizon so the agent never sees an ancestor's oracle. An oracle
-that needs files of its own solution directory must refer to them relative to its own location.
+setup. So the child environment = the parent environment after the parent's oracle, rebuilt from
+source (nothing is snapshotted, so a child stays a plain reproducible task). Each stage's files are
+COPYed on their own, right before the RUN that uses them, so a child's image shares its parent's
+layers (the image builder caches layers by content) and siblings share their ancestors' oracle
+layers; they go to /tmp/horizon/g<i>/ and RUN lines move them, which also works with the legacy
+fixed-image translation that places every COPY first. The last RUN removes /tmp/horizon so the
+agent never sees an ancestor's oracle. An oracle must not need `/solution/...` paths at build time.
 """
 
 from __future__ import annotations
@@ -133,15 +133,19 @@ def _script(body: str) -> bytes:
   return ("#!/bin/bash\nset -e\ncd " + WORKDIR + "\n" + body.strip("\n") + "\n").encode()
 
 
-def dockerfile(generations: int) -> str:
+def dockerfile(environment: Mapping[str, bytes], generations: int) -> str:
   """Replays generations 0..n-1 (seeds, setup, oracle) and generation n (seeds, setup)."""
-  lines = [f"FROM {BASE_IMAGE}", f"WORKDIR {WORKDIR}", f"COPY stages/ {STAGING}/"]
+  lines = [f"FROM {BASE_IMAGE}", f"WORKDIR {WORKDIR}"]
   for i in range(generations):
-    g = f"{STAGING}/g{i}"
-    lines.append(f"RUN if [ -d {g}/seeds ]; then cp -a {g}/seeds/. {WORKDIR}/; fi "
-                 f"&& bash {g}/setup.sh")
+    src, g = f"stages/g{i}", f"{STAGING}/g{i}"
+    lines.append(f"COPY {src}/setup.sh {g}/setup.sh")
+    copy = ""
+    if any(rel.startswith(f"{src}/seeds/") for rel in environment):
+      lines.append(f"COPY {src}/seeds/ {g}/seeds/")
+      copy = f"cp -a {g}/seeds/. {WORKDIR}/ && "
+    lines.append(f"RUN {copy}bash {g}/setup.sh")
     if i < generations - 1:  # the parent's oracle: the child starts from its final state
-      lines.append(f"RUN bash {g}/solution/solve.sh")
+      lines += [f"COPY {src}/solution/ {g}/solution/", f"RUN bash {g}/solution/solve.sh"]
   lines.append(f"RUN rm -rf {STAGING}")
   return "\n".join(lines) + "\n"
 
@@ -178,7 +182,8 @@ def root_task(stage: Stage, lineage: Lineage, metadata: Mapping[str, Any] | None
   if lineage.generation != 0 or lineage.parent:
     raise ValueError(f"root_task: {lineage.id} has generation {lineage.generation} and parent "
                      f"{lineage.parent!r}; a root has generation 0 and no parent")
-  env = {"Dockerfile": dockerfile(1).encode(), **_stage_env(0, stage)}
+  env = _stage_env(0, stage)
+  env["Dockerfile"] = dockerfile(env, 1).encode()
   return fmt.Task(instruction=stage.instruction.strip() + "\n",
                   config=_config(lineage, stage.instruction, metadata or {}, agent_timeout_sec,
                                  verifier_timeout_sec),
@@ -213,7 +218,7 @@ def child_task(parent: fmt.Task, stage: Stage, lineage: Lineage, *,
   env = {rel: bytes(d) for rel, d in parent.environment.items() if rel.startswith("stages/")}
   env.update({f"stages/g{n - 1}/solution/{rel}": bytes(d) for rel, d in parent.solution.items()})
   env.update(_stage_env(n, stage))
-  env["Dockerfile"] = dockerfile(n + 1).encode()
+  env["Dockerfile"] = dockerfile(env, n + 1).encode()
   meta = {**{k: v for k, v in parent.config.metadata.items() if k != "horizon"}, **(metadata or {})}
   config = _config(lineage, stage.instruction, meta, parent.config.agent.timeout_sec,
                    parent.config.verifier.timeout_sec)

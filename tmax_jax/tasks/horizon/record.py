@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from typing import Any, Iterable, Mapping, Sequence
 
+from tmax_jax import json_io
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.horizon import compose
 
@@ -62,13 +63,7 @@ class BuildLog:
     self.path = out / "build.jsonl"
     self.entries: list[dict] = []
     if self.path.exists():
-      for n, line in enumerate(self.path.read_text().splitlines(), 1):
-        if line.strip():
-          try:
-            self.entries.append(json.loads(line))
-          except json.JSONDecodeError as err:
-            raise ValueError(f"{self.path}:{n}: not JSON ({err.msg}); remove the line to "
-                             "resume") from None
+      self.entries = [e for _, e in json_io.read_objects(self.path)]
 
   def append(self, entry: Mapping[str, Any]) -> None:
     self.entries.append(dict(entry))
@@ -153,7 +148,4 @@ def summary_table(s: Mapping[str, Any]) -> str:
   return "\n".join(lines)
 
 
-def write_json(path: pathlib.Path, data: Any) -> None:
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  tmp.write_text(json.dumps(data, indent=1))
-  os.replace(tmp, path)
+write_json = json_io.write_json_atomic

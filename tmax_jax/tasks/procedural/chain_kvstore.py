@@ -96,17 +96,11 @@ SNAPSHOT_APPEND = '''    self._apply(rec)
 assert _APPEND in IMPL
 
 CHECK_COMMON = '''
-import importlib.util, tempfile
+import tempfile
 
 
 def load():
-  spec = importlib.util.spec_from_file_location("store", "/workspace/kv/store.py")
-  mod = importlib.util.module_from_spec(spec)
-  try:
-    spec.loader.exec_module(mod)
-  except Exception as e:
-    fail(f"kv/store.py does not import: {e!r}")
-  return mod
+  return load_module("/workspace/kv/store.py")
 
 
 def run_ops(store, ops):

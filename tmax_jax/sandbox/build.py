@@ -481,3 +481,44 @@ def apptainer_def(context: pathlib.Path, dockerfile_name: str = "Dockerfile") ->
            *(f"  {c}" for c in post), "", "%environment",
            *(f"  export {k}={shlex.quote(v)}" for k, v in {**dict(base.env), **env}.items()), ""]
   return "\n".join(lines)
+
+
+def prune(max_age_days: float) -> list[str]:
+  """Deletes image records not used for `max_age_days` (file mtime; `build_image` rewrites the
+  record on every build) and every layer no remaining record references. Returns what went."""
+  root = layers.store()
+  cutoff = time.time() - max_age_days * 86400
+  removed, keep = [], set()
+  for rec in sorted((root / "images").glob("*.json")):
+    if rec.stat().st_mtime < cutoff:
+      rec.unlink()
+      removed.append(str(rec))
+    else:
+      keep.update(json.loads(rec.read_text()).get("layers", ()))
+  for layer in (root / "layers").iterdir() if (root / "layers").is_dir() else ():
+    if not layer.name.startswith(".") and layer.name not in keep:
+      shutil.rmtree(layer, ignore_errors=True)
+      removed.append(str(layer))
+  return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+  import argparse  # pylint: disable=import-outside-toplevel
+  parser = argparse.ArgumentParser(description="Build a task image from a Dockerfile context.")
+  parser.add_argument("context", nargs="?", help="directory holding the Dockerfile")
+  parser.add_argument("--apptainer", action="store_true", help="print the Apptainer definition")
+  parser.add_argument("--prune-days", type=float, default=None,
+                      help="delete images unused for this many days and unreferenced layers")
+  args = parser.parse_args(argv)
+  if args.prune_days is not None:
+    print(f"removed {len(prune(args.prune_days))} images/layers")
+  if args.context and args.apptainer:
+    print(apptainer_def(pathlib.Path(args.context)))
+  elif args.context:
+    image = build_image(args.context, quiet=False)
+    print(image.path)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

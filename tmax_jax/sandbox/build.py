@@ -11,7 +11,7 @@ step at all. The result, `Image`, is a base rootfs + layer list + config (env, w
 - a harness layer right on the base (sandbox/offline/finalize.sh: uv, pytest, offline stand-ins,
   the sandbox user), shared by every task image of that base,
 - `rootfs` for bubblewrap and podman (`layers.mount_image`; podman runs it with `--rootfs`),
-- `apptainer_definition()` (a `%post`/`%files`/`%environment` .def of the same steps),
+- `apptainer_def(context)` (a `%post`/`%files`/`%environment` .def of the same steps),
 - `warnings` / `rewrites`: where the build deviated from the Dockerfile (unknown FROM, installer
   URLs served from the local mirror), recorded in every trial.
 """
@@ -74,10 +74,6 @@ class Image:
     for key in ("layers", "warnings", "rewrites", "steps"):
       data[key] = tuple(data.get(key, ()))
     return Image(**data)
-
-  def apptainer_definition(self, context_dir: str | os.PathLike) -> str:
-    """The same build as an Apptainer definition (see apptainer_def)."""
-    return apptainer_def(pathlib.Path(context_dir))
 
 
 def is_image_file(image: str) -> bool:

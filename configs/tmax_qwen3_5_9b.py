@@ -13,6 +13,7 @@ from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.loop.config import ModelSpec, RLConfig, ServingConfig
+from tmax_jax.rl.losses import DPPOHyper
 from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 
 PRESET, FAMILY, TOKENIZER = "qwen3.5-9b", "qwen3_5", "qwen3_5"
@@ -36,8 +37,8 @@ def recipe(preset: str = PRESET, family: str = FAMILY, tokenizer: str = TOKENIZE
       train=TrainConfig(
           optimizer=OptimizerConfig(learning_rate=1e-6, schedule="constant", total_steps=500,
                                     max_grad_norm=1.0, weight_decay=0.0),
-          loss=LossConfig(policy_loss="dppo", divergence="tv", delta=0.1, kl_beta=0.0,
-                          aggregation="token"),
+          loss=LossConfig(policy_loss="dppo", hyper=DPPOHyper(divergence="tv", delta=0.1),
+                          kl_beta=0.0, aggregation="token"),
           global_batch=rollout.prompts_per_batch * rollout.group_size, epochs=1, micro_batches=256,
           temperature=1.0),
       serving=ServingConfig(max_concurrent_decodes=256, max_len=MAX_PROMPT + max_response,

@@ -53,8 +53,8 @@ def test_recipe_config_is_table_13():
   assert cfg.rollout.zero_std_filter and cfg.rollout.active_sampling
   assert cfg.train.optimizer.learning_rate == 1e-6 and cfg.train.optimizer.schedule == "constant"
   assert cfg.train.optimizer.max_grad_norm == 1.0 and cfg.steps == 500
-  assert cfg.train.loss.policy_loss == "dppo" and cfg.train.loss.divergence == "tv"
-  assert cfg.train.loss.delta == 0.1 and cfg.train.loss.kl_beta == 0.0
+  assert cfg.train.loss.policy_loss == "dppo" and cfg.train.loss.hyper.divergence == "tv"
+  assert cfg.train.loss.hyper.delta == 0.1 and cfg.train.loss.kl_beta == 0.0
   assert cfg.worker.temperature == 1.0 and cfg.train.temperature == 1.0
   assert cfg.model.head_dtype == "float32" and cfg.model.compute_dtype == "bfloat16"
   assert cfg.episode.max_tool_calls == 64 and cfg.episode.turn_max_tokens == 16384
@@ -74,3 +74,45 @@ def test_large_models_eval_shape(name):
   expected = {"tmax_qwen3_5_9b": (8e9, 10.5e9), "tmax_qwen3_8b": (8.0e9, 8.4e9),
               "tmax_qwen3_6_27b": (25e9, 29e9)}[name]
   assert expected[0] < n < expected[1], n
+
+
+def test_loss_inputs_nothing_produces_fail_at_config_time():
+  """A loss that reads a batch field its job's data path does not fill is refused when the job
+  config is built (by a config file or from a ConfigDict), naming the field to change."""
+  from tmax_jax.loop.config import ServingConfig
+  from tmax_jax.rl.losses import DPPOHyper
+  from tmax_jax.train.config import LossConfig, TrainConfig
+  topk = TrainConfig(loss=LossConfig(hyper=DPPOHyper(divergence="topk_tv", top_k=5)))
+  with pytest.raises(ValueError, match=r"train\.loss\.policy_loss='dppo' .*needs batch field "
+                     r"'topk_ids', which the RL rollout path \(serving\.top_logprobs=0\)"):
+    RLConfig(train=topk)
+  with pytest.raises(ValueError, match=r"train\.loss\.hyper\.top_k=5: .* needs 5 behaviour "
+                     r"logprobs per token, but .*serving\.top_logprobs=3\) returns 3"):
+    RLConfig(train=topk, serving=ServingConfig(top_logprobs=3))
+  assert RLConfig(train=topk, serving=ServingConfig(top_logprobs=5)).train.loss.top_k == 5
+  with pytest.raises(ValueError, match=r"train\.loss\.kl_beta=0\.1 needs batch field 'ref_logp'"):
+    RLConfig(train=TrainConfig(loss=LossConfig(kl_beta=0.1)))
+  with pytest.raises(ValueError, match=r"train\.loss\.policy_loss='dppo'.*'behaviour_logp', which "
+                     r"SFT data"):
+    SFTConfig(train=TrainConfig())
+  with pytest.raises(ValueError, match=r"rl_train\.loss\.kl_beta"):
+    DemoConfig(rl_train=TrainConfig(loss=LossConfig(kl_beta=0.1)))
+  cd = to_config_dict(RLConfig())  # as launch/train_rl.py builds it from flags
+  cd.train.loss.kl_beta = 0.1
+  with pytest.raises(ValueError, match=r"train\.loss\.kl_beta"):
+    from_config_dict(RLConfig, cd)
+  cd.train.loss.kl_beta = 0.0
+  cd.train.loss.hyper.divergence = "topk_kl"
+  with pytest.raises(ValueError, match=r"'topk_ids'"):
+    from_config_dict(RLConfig, cd)
+  cd.serving.top_logprobs = 20
+  assert from_config_dict(RLConfig, cd).train.loss.hyper.divergence == "topk_kl"
+
+
+def test_packing_buckets_are_checked_at_config_time():
+  from tmax_jax.train.config import PackingConfig, TrainConfig
+  short = TrainConfig(packing=PackingConfig(tokens_per_micro_batch=4096, row_lengths=(1024, 2048)))
+  with pytest.raises(ValueError, match=r"row_lengths=\(1024, 2048\): the longest row must hold "
+                     r"seq_len=8192"):
+    RLConfig(train=short)
+  assert RLConfig(train=short, seq_len=2048).train.packing.enabled

@@ -1,5 +1,7 @@
 """DPPO / GRPO / k3 losses and gradients against a NumPy reference of recipe.md's formulas."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,10 +60,10 @@ def _inputs(seed, b=4, t=64):
   return [a.astype(np.float32) for a in (lp, blp, adv)] + [mask]
 
 
-def _loss_and_grad(fn, lp, blp, adv, mask, **hyper):
+def _loss_and_grad(fn, lp, blp, adv, mask, hyper):
   def total(logp):
     terms = fn(rl.PolicyInputs(logp, jnp.asarray(blp), jnp.asarray(adv), jnp.asarray(mask)),
-               **hyper)
+               hyper)
     return jnp.sum(terms.loss), terms
   (_, terms), g = jax.value_and_grad(total, has_aux=True)(jnp.asarray(lp))
   return np.asarray(terms.loss), np.asarray(g), np.asarray(terms.kept)
@@ -71,9 +73,9 @@ def _loss_and_grad(fn, lp, blp, adv, mask, **hyper):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_dppo_matches_numpy(kind, seed):
   lp, blp, adv, mask = _inputs(seed)
-  delta = losses.DEFAULT_DELTA[kind]
+  delta = losses.DIVERGENCES[kind].delta
   loss, grad, kept = _loss_and_grad(rl.get("policy_loss", "dppo"), lp, blp, adv, mask,
-                                    divergence_kind=kind, delta=delta)
+                                    losses.DPPOHyper(divergence=kind, delta=delta))
   ref_loss, ref_grad, ref_kept = np_dppo(lp, blp, adv, mask, kind, delta)
   np.testing.assert_array_equal(kept.astype(bool), ref_kept)
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, atol=1e-6)
@@ -97,10 +99,10 @@ def test_dppo_masked_tokens_have_exactly_zero_gradient_even_with_garbage():
   lp, blp, adv, mask = _inputs(3)
   blp = np.where(mask > 0, blp, np.nan).astype(np.float32)  # padding garbage
   blp[0, -1] = -np.inf if mask[0, -1] == 0 else blp[0, -1]
-  for name, hyper in (("dppo", {"divergence_kind": "tv", "delta": 0.1}),
-                      ("dppo", {"divergence_kind": "kl", "delta": 0.05}),
-                      ("grpo", {"clip_low": 0.2, "clip_high": 0.272})):
-    loss, grad, kept = _loss_and_grad(rl.get("policy_loss", name), lp, blp, adv, mask, **hyper)
+  for name, hyper in (("dppo", losses.DPPOHyper(divergence="tv", delta=0.1)),
+                      ("dppo", losses.DPPOHyper(divergence="kl", delta=0.05)),
+                      ("grpo", losses.GRPOHyper(clip_low=0.2, clip_high=0.272))):
+    loss, grad, kept = _loss_and_grad(rl.get("policy_loss", name), lp, blp, adv, mask, hyper)
     off = mask == 0
     assert np.all(grad[off] == 0.0) and np.all(loss[off] == 0.0) and np.all(kept[off] == 0)
     assert np.all(np.isfinite(grad)) and np.all(np.isfinite(loss))
@@ -108,18 +110,21 @@ def test_dppo_masked_tokens_have_exactly_zero_gradient_even_with_garbage():
 
 def test_dppo_default_delta_and_unknown_divergence():
   lp, blp, adv, mask = _inputs(4)
-  a = _loss_and_grad(losses.dppo, lp, blp, adv, mask, divergence_kind="kl", delta=None)
-  b = _loss_and_grad(losses.dppo, lp, blp, adv, mask, divergence_kind="kl", delta=0.05)
+  a = _loss_and_grad(losses.dppo, lp, blp, adv, mask, losses.DPPOHyper(divergence="kl"))
+  b = _loss_and_grad(losses.dppo, lp, blp, adv, mask,
+                     losses.DPPOHyper(divergence="kl", delta=0.05))
   np.testing.assert_array_equal(a[2], b[2])
+  with pytest.raises(ValueError, match="divergence='js'; expected one of"):
+    losses.DPPOHyper(divergence="js")
   with pytest.raises(ValueError, match="unknown DPPO divergence"):
-    _loss_and_grad(losses.dppo, lp, blp, adv, mask, divergence_kind="js", delta=0.1)
+    losses.divergence(rl.PolicyInputs(*(jnp.asarray(v) for v in (lp, blp, adv, mask))), "js")
 
 
 @pytest.mark.parametrize("seed", [0, 5])
 def test_grpo_matches_numpy(seed):
   lp, blp, adv, mask = _inputs(seed)
   loss, grad, kept = _loss_and_grad(rl.get("policy_loss", "grpo"), lp, blp, adv, mask,
-                                    clip_low=0.2, clip_high=0.272)
+                                    losses.GRPOHyper(clip_low=0.2, clip_high=0.272))
   ref_loss, ref_grad = np_grpo(lp, blp, adv, mask, 0.2, 0.272)
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6)
@@ -152,13 +157,13 @@ def test_dppo_topk_variant(kind):
   blp_k = np.take_along_axis(lmu, ids, -1).astype(np.float32)
   adv = np.repeat(np.array([[1.0], [-1.0], [0.5]], np.float32), t, 1)
   mask = np.ones((b, t), np.float32)
-  delta = losses.DEFAULT_DELTA[kind]
+  delta = losses.DIVERGENCES[kind].delta
   x = rl.PolicyInputs(jnp.asarray(lp), jnp.asarray(blp), jnp.asarray(adv), jnp.asarray(mask),
                       jnp.asarray(lp_k), jnp.asarray(blp_k))
   div = np.asarray(losses.divergence(x, kind))
   ref = np_topk(lp_k, blp_k, kind)
   np.testing.assert_allclose(div, ref, rtol=1e-4, atol=1e-6)
-  terms = losses.dppo(x, divergence_kind=kind, delta=delta)
+  terms = losses.dppo(x, losses.DPPOHyper(divergence=kind, delta=delta))
   r = np.exp(lp.astype(np.float64) - blp)
   drop = (ref > delta) & (((adv > 0) & (r > 1)) | ((adv < 0) & (r < 1)))
   np.testing.assert_array_equal(np.asarray(terms.kept) > 0, ~drop)
@@ -173,7 +178,7 @@ def test_topk_needs_topk_inputs():
   lp, blp, adv, mask = _inputs(0)
   with pytest.raises(ValueError, match="topk_logp"):
     losses.dppo(rl.PolicyInputs(*(jnp.asarray(a) for a in (lp, blp, adv, mask))),
-                divergence_kind="topk_tv", delta=0.1)
+                losses.DPPOHyper(divergence="topk_tv", delta=0.1))
 
 
 def test_k3_matches_numpy_and_grad():
@@ -194,3 +199,27 @@ def test_registry_errors():
     rl.get("policy_loss", "ppo2")
   with pytest.raises(KeyError, match="already registered"):
     rl.register("policy_loss", "dppo")(lambda x: x)
+
+
+def test_losses_declare_hyperparameters_and_batch_inputs():
+  from tmax_jax.train.batch import TrainBatch
+  batch_fields = {f.name for f in dataclasses.fields(TrainBatch)}
+  dppo, grpo, sft = (rl.entry("policy_loss", n) for n in ("dppo", "grpo", "sft"))
+  assert (dppo.hyper, grpo.hyper, sft.hyper) == (losses.DPPOHyper, losses.GRPOHyper, None)
+  assert dppo.inputs(losses.DPPOHyper()) == ("behaviour_logp", "advantages")
+  assert dppo.inputs(losses.DPPOHyper(divergence="kl")) == ("behaviour_logp", "advantages")
+  for kind in ("topk_tv", "topk_kl"):
+    assert dppo.inputs(losses.DPPOHyper(divergence=kind)) == (
+      "behaviour_logp", "advantages", "topk_ids", "behaviour_topk_logp")
+  assert grpo.inputs(losses.GRPOHyper()) == ("behaviour_logp", "advantages")
+  assert sft.inputs(None) == ()
+  for name in rl.names("policy_loss"):  # every declared input is a real batch field
+    e = rl.entry("policy_loss", name)
+    if e.hyper is losses.DPPOHyper:
+      hypers = [losses.DPPOHyper(divergence=k) for k in losses.DIVERGENCES]
+    else:
+      hypers = [None if e.hyper is None else e.hyper()]
+    for h in hypers:
+      assert set(e.inputs(h)) <= batch_fields, (name, h)
+  with pytest.raises(TypeError, match="hyper must be a dataclass"):
+    rl.register("policy_loss", "bad_hyper", hyper=dict)

@@ -38,3 +38,11 @@ def test_cpu_train_step_bench_tiny(tmp_path):
   r = _run(["bench/train_step.py", "--tiny", "--steps", "1"], tmp_path)
   assert r["jax_tokens_per_s"] > 0 and r["torch_tokens_per_s"] > 0
   assert r["ratio"] == pytest.approx(r["jax_tokens_per_s"] / r["torch_tokens_per_s"], rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_packing_bench_tiny(tmp_path):
+  r = _run(["bench/packing.py", "--tiny"], tmp_path)
+  assert r["fixed_padding"] > 0.5 and r["packed_padding"] < r["fixed_padding"]
+  assert r["packed_tokens_per_s"] > 0 and r["fixed_tokens_per_s"] > 0 and len(r["ratios"]) >= 5

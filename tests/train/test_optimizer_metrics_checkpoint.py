@@ -43,7 +43,8 @@ def test_recipe_presets():
   rl = config_lib.rl_recipe()
   assert (rl.optimizer.learning_rate, rl.optimizer.schedule, rl.optimizer.max_grad_norm) == (
     1e-6, "constant", 1.0)
-  assert (rl.loss.policy_loss, rl.loss.divergence, rl.loss.kl_beta) == ("dppo", "tv", 0.0)
+  assert (rl.loss.policy_loss, rl.loss.hyper.divergence, rl.loss.kl_beta) == ("dppo", "tv", 0.0)
+  assert rl.loss.hyper.threshold == 0.1
   sft = config_lib.sft_tmax_qwen3_8b()
   assert sft.optimizer.warmup == 15 and sft.optimizer.schedule == "linear"
   assert (sft.epochs, sft.global_batch, sft.loss.policy_loss) == (2, 128, "sft")
@@ -138,3 +139,42 @@ def test_checkpoint_config_errors():
     ckpt_lib.Checkpointer(config_lib.CheckpointConfig())
   with pytest.raises(ValueError, match="save_every"):
     config_lib.CheckpointConfig(directory="x", save_every=0)
+
+
+def test_loss_config_validates_against_the_registry():
+  from tmax_jax import rl
+  from tmax_jax.rl.losses import DPPOHyper, GRPOHyper
+  with pytest.raises(ValueError, match=r"loss.aggregation='mean'; expected one of \['sequence', "
+                     r"'token'\]"):
+    config_lib.LossConfig(aggregation="mean")
+  with pytest.raises(ValueError, match="policy loss 'grpo' expects a GRPOHyper"):
+    config_lib.LossConfig(policy_loss="grpo", hyper=DPPOHyper())
+  with pytest.raises(ValueError, match="policy loss 'sft' takes no hyperparameters"):
+    config_lib.LossConfig(policy_loss="sft", hyper=GRPOHyper())
+  with pytest.raises(ValueError, match=r"loss.hyper: unknown field\(s\) \['divergense'\]"):
+    config_lib.LossConfig(hyper={"divergense": "kl"})
+  assert config_lib.LossConfig(hyper={"divergence": "kl"}).hyper == DPPOHyper(divergence="kl")
+  assert config_lib.LossConfig(policy_loss="grpo").hyper == GRPOHyper()
+  assert config_lib.LossConfig(policy_loss="sft").batch_fields() == ()
+  assert config_lib.LossConfig(kl_beta=0.5).batch_fields() == (
+    "behaviour_logp", "advantages", "ref_logp")
+
+  # a new loss is one registration: its hyperparameters and inputs reach LossConfig from there
+  import dataclasses
+
+  @dataclasses.dataclass(frozen=True)
+  class ScaledHyper:
+    scale: float = 1.0
+
+  name = "test_scaled_sft"
+  if name not in rl.names("policy_loss"):
+    @rl.register("policy_loss", name, hyper=ScaledHyper, inputs=("advantages",))
+    def _scaled(x, hyper):
+      terms = rl.get("policy_loss", "sft")(x)
+      return rl.PolicyTerms(loss=hyper.scale * terms.loss, kept=terms.kept)
+
+  cfg = config_lib.LossConfig(policy_loss=name, hyper={"scale": 2.0})
+  assert cfg.hyper == ScaledHyper(2.0) and cfg.batch_fields() == ("advantages",)
+  cfg.check_inputs(config_lib.BatchInputs(fields=("advantages",)))
+  with pytest.raises(ValueError, match="needs batch field 'advantages', which my data"):
+    cfg.check_inputs(config_lib.BatchInputs(source="my data"))

@@ -1,4 +1,5 @@
-"""A data x FSDP sharded step on 4 fake CPU devices equals the single-device step."""
+"""A data x FSDP sharded step on 4 fake CPU devices equals the single-device step, for a fixed-shape
+batch and for packed micro-batches (whose rows split evenly over the 4 batch shards)."""
 
 import os
 import pathlib
@@ -16,30 +17,38 @@ SCRIPT = textwrap.dedent("""
   from tmax_jax import sharding
   from tmax_jax.models import registry
   from tmax_jax.train import batch as batch_lib, step as step_lib, toy
-  from tmax_jax.train.config import OptimizerConfig, TrainConfig
+  from tmax_jax.train.config import OptimizerConfig, PackingConfig, TrainConfig
   assert jax.device_count() == 4
   mcfg = toy.model_config(toy.ToyConfig())
   model = registry.build_model(mcfg)
   cfg = TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-4), micro_batches=2,
                     logprob_chunk_size=8)
   batch = batch_lib.pack(random_trajectories(0, 16, 12), 24, num_rows=8)
+  packed_cfg = cfg.replace(packing=PackingConfig(tokens_per_micro_batch=96, row_lengths=(12, 24)))
+  trajs = random_trajectories(0, 16, 12)
   out = {}
-  for name, mesh in (("single", None), ("sharded", sharding.make_mesh(data=2, fsdp=2))):
+  mesh4 = sharding.make_mesh(data=2, fsdp=2)
+  for name, mesh, tcfg in (("single", None, cfg), ("sharded", mesh4, cfg),
+                           ("packed_single", None, packed_cfg), ("packed_sharded", mesh4, packed_cfg)):
     shard = None if mesh is None else sharding.param_shardings(mcfg, mesh)
     params = registry.init_params(mcfg, jax.random.key(1), shard)
-    trainer = step_lib.Trainer(model, mcfg, cfg, mesh)
+    trainer = step_lib.Trainer(model, mcfg, tcfg, mesh)
     state = trainer.init_state(params)
+    data = batch if tcfg is cfg else trainer.make_batch(trajs, 24)
+    if tcfg is packed_cfg and mesh is not None:
+      assert all(mb.shape[0] % 4 == 0 for mb in data.micro_batches), data
     for _ in range(2):
-      state, metrics = trainer.step(state, batch)
+      state, metrics = trainer.step(state, data)
     if mesh is not None:  # FSDP really shards: some param is split over devices
       specs = [x.sharding.spec for x in jax.tree.leaves(state.params)]
       assert any(any(a is not None for a in s) for s in specs), specs
       assert all(x.sharding == y for x, y in
                  zip(jax.tree.leaves(state.params), jax.tree.leaves(shard)))
     out[name] = (jax.device_get(state.params), metrics)
-  for a, b in zip(jax.tree.leaves(out["single"][0]), jax.tree.leaves(out["sharded"][0])):
-    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(out["sharded"][1]["loss"], out["single"][1]["loss"], rtol=1e-5)
+  for one, many in (("single", "sharded"), ("packed_single", "packed_sharded")):
+    for a, b in zip(jax.tree.leaves(out[one][0]), jax.tree.leaves(out[many][0])):
+      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[many][1]["loss"], out[one][1]["loss"], rtol=1e-5)
   print("SHARDED_OK")
 """)
 

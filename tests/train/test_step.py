@@ -10,6 +10,7 @@ import pytest
 from tests.train.conftest import random_trajectories
 from tmax_jax.models import logprobs as logprobs_lib
 from tmax_jax.models import registry
+from tmax_jax.rl.losses import DPPOHyper
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import step as step_lib
 from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
@@ -38,10 +39,10 @@ def _close(a, b, tol):
 
 
 @pytest.mark.parametrize("loss", [LossConfig(), LossConfig(policy_loss="grpo", aggregation="sequence"),
-                                  LossConfig(divergence="kl", kl_beta=0.1)])
+                                  LossConfig(hyper=DPPOHyper(divergence="kl"), kl_beta=0.1)])
 def test_four_micro_batches_equal_one_batch(tiny, loss):
   model, mcfg, params = tiny
-  batch = batch_lib.pack(random_trajectories(0, 12, 12), 24, num_rows=8, with_ref=True)
+  batch = batch_lib.pack(random_trajectories(0, 12, 12), 24, num_rows=8, fields=("ref_logp",))
   dev = jax.tree.map(jnp.asarray, batch)
   out = {}
   for m in (1, 4):
@@ -136,7 +137,8 @@ def test_topk_logprobs_and_topk_step(tiny):
     batch, topk_ids=rng.integers(0, mcfg.vocab_size, batch.shape + (k,)).astype(np.int32),
     behaviour_topk_logp=np.log(rng.dirichlet(np.ones(k + 1), batch.shape)[..., :k]).astype(
       np.float32))
-  _, rows = _one_step(tiny, _cfg(loss=LossConfig(divergence="topk_tv")), topk)
+  _, rows = _one_step(tiny, _cfg(loss=LossConfig(hyper=DPPOHyper(divergence="topk_tv", top_k=k))),
+                      topk)
   assert np.isfinite(rows[0]["loss"]) and 0.0 <= rows[0]["kept_frac"] <= 1.0
 
 

@@ -1,8 +1,10 @@
-"""Rollout groups -> trainer trajectories: advantages per group, token masks and behaviour logprobs.
+"""Rollout groups -> trainer trajectories: advantages per group, token masks, behaviour logprobs
+and (when the server returned them) the behaviour's top-K ids and logprobs per generated token.
 
 Each episode becomes one `train.batch.Trajectory` over its whole token sequence (prompt, generated
 and observation tokens); only generated tokens carry loss weight, and every token of a response gets
-the response's advantage (recipe.md).
+the response's advantage (recipe.md). `rollout_inputs` states what this path fills, so an RL config
+is checked against it before anything runs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ import numpy as np
 from tmax_jax import rl
 from tmax_jax.agents.rollout import Group
 from tmax_jax.train import batch as batch_lib
+from tmax_jax.train.config import BatchInputs
+
+
+def rollout_inputs(top_logprobs: int) -> BatchInputs:
+  """The batch fields the RL rollout path fills: the server's logprobs, group advantages, and the
+  top-K fields when the server returns `top_logprobs` > 0 alternatives per token (no reference
+  policy runs, so never `ref_logp`)."""
+  topk = rl.losses.TOPK_INPUTS if top_logprobs > 0 else ()
+  return BatchInputs(fields=rl.losses.RL_INPUTS + topk, top_k=top_logprobs,
+                     source=f"the RL rollout path (serving.top_logprobs={top_logprobs})")
 
 
 def group_advantages(groups: Sequence[Group], estimator: str = "centered") -> list[np.ndarray]:
@@ -30,10 +42,13 @@ def to_trajectories(groups: Sequence[Group], estimator: str = "centered"
   out = []
   for group, adv in zip(groups, group_advantages(groups, estimator)):
     for episode, a in zip(group.episodes, adv):
-      arrays = episode.trajectory.as_arrays()
+      traj = episode.trajectory
+      arrays = traj.as_arrays()
       out.append(batch_lib.Trajectory(tokens=arrays["tokens"],
                                       loss_mask=arrays["loss_mask"].astype(np.float32),
-                                      behaviour_logp=arrays["logprobs"], advantage=float(a)))
+                                      behaviour_logp=arrays["logprobs"], advantage=float(a),
+                                      topk_ids=traj.topk_ids or None,
+                                      topk_logp=traj.topk_logprobs or None))
   return out
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from tmax_jax.agents.batching import rollout_inputs
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
-from tmax_jax.train.config import TrainConfig
+from tmax_jax.train.config import BatchInputs, LossConfig, TrainConfig
+
+SFT_INPUTS = BatchInputs(source="SFT data (tokens and loss masks only)")
+SFT_TRAIN = TrainConfig(loss=LossConfig(policy_loss="sft"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,7 @@ class ServingConfig:
   max_len: int = 2048
   max_prefill_length: int = 1024
   port: int = 0  # 0 = a free port
+  top_logprobs: int = 0  # K top-K alternatives (ids + logprobs) per sampled token; 0 = none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +75,9 @@ class RLConfig:
   output_dir: str = "runs/rl"
   export_dir: str = ""  # HF export at the end ("" = <output_dir>/hf)
 
+  def __post_init__(self):
+    self.train.check_data(rollout_inputs(self.serving.top_logprobs), self.seq_len)
+
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
@@ -80,12 +88,15 @@ class SFTConfig:
   tasks: TaskSource = TaskSource()
   trajectories: str = ""  # JSONL of {"tokens": [...], "loss_mask": [...]}; "" = oracle runs
   episode: EpisodeConfig = EpisodeConfig()
-  train: TrainConfig = TrainConfig()
+  train: TrainConfig = SFT_TRAIN
   steps: int = 0  # 0 = epochs x batches
   seq_len: int = 8192
   sandbox_backend: str = ""
   output_dir: str = "runs/sft"
   export_dir: str = ""
+
+  def __post_init__(self):
+    self.train.check_data(SFT_INPUTS, self.seq_len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +111,7 @@ class DemoConfig:
   tokenizer: str = "qwen3"
   tasks: TaskSource = TaskSource()
   episode: EpisodeConfig = EpisodeConfig()
-  sft_train: TrainConfig = TrainConfig()
+  sft_train: TrainConfig = SFT_TRAIN
   sft_steps: int = 100
   rl_train: TrainConfig = TrainConfig()
   rl_steps: int = 20
@@ -112,3 +123,7 @@ class DemoConfig:
   seeds: tuple[int, ...] = (0,)
   sandbox_backend: str = ""
   output_dir: str = "runs/demo"
+
+  def __post_init__(self):
+    self.sft_train.check_data(SFT_INPUTS, self.seq_len, "sft_train")
+    self.rl_train.check_data(rollout_inputs(self.serving.top_logprobs), self.seq_len, "rl_train")

@@ -31,7 +31,6 @@ from tmax_jax.loop import common
 from tmax_jax.loop.config import RLConfig
 from tmax_jax.models import registry
 from tmax_jax.tokenizers.builder import load_tokenizer, tokenizer_dir
-from tmax_jax.train import batch as batch_lib
 from tmax_jax.train.checkpoint import Checkpointer
 from tmax_jax.train.metrics import MetricsWriter
 from tmax_jax.train.step import Trainer
@@ -49,7 +48,8 @@ class RLResult:
 
 
 def _rows(cfg: RLConfig) -> int:
-  """Fixed rows per optimizer batch (one trajectory per row) so the step compiles once."""
+  """Fixed rows per optimizer batch (one trajectory per row) so the step compiles once; unused
+  with `train.packing` (packed micro-batches compile once per bucket)."""
   return cfg.rollout.prompts_per_batch * cfg.rollout.group_size
 
 
@@ -87,7 +87,7 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
         rollout_s = time.perf_counter() - t0
         if groups:
           trajs = batching.to_trajectories(groups, cfg.advantage)
-          batch = batch_lib.pack(trajs, cfg.seq_len, num_rows=_rows(cfg), pack_rows=False)
+          batch = trainer.make_batch(trajs, cfg.seq_len, num_rows=_rows(cfg), pack_rows=False)
           state, m = await loop.run_in_executor(None, trainer.step, state, batch)
           version = step + 1
           await client.update_weights(state.params, version=version)

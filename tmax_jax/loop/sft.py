@@ -50,8 +50,9 @@ def sft_records(cfg: SFTConfig, tokenizer) -> list[dict]:
   return records
 
 
-def epoch_batches(records: list[dict], cfg: SFTConfig, rows: int, epoch: int):
-  """Yields packed [rows, seq_len] batches of one shuffled epoch."""
+def epoch_batches(records: list[dict], cfg: SFTConfig, rows: int, epoch: int, trainer: Trainer):
+  """Yields the batches of one shuffled epoch, `rows` trajectories each (packed [rows, seq_len],
+  or packed micro-batches with `train.packing`)."""
   order = np.random.default_rng(cfg.train.seed + epoch).permutation(len(records))
   trajs = [batch_lib.Trajectory(tokens=records[i]["tokens"],
                                 loss_mask=np.asarray(records[i]["loss_mask"], np.float32))
@@ -59,7 +60,7 @@ def epoch_batches(records: list[dict], cfg: SFTConfig, rows: int, epoch: int):
   per_batch = max(1, rows)
   for start in range(0, len(trajs), per_batch):
     chunk = trajs[start:start + per_batch]
-    yield batch_lib.pack(chunk, cfg.seq_len, num_rows=rows, pack_rows=True)
+    yield trainer.make_batch(chunk, cfg.seq_len, num_rows=rows, pack_rows=True)
 
 
 def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFTResult:
@@ -81,7 +82,7 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
     bar = tqdm.tqdm(total=total, desc="sft")
     epoch = 0
     while len(history) < total:
-      for batch in epoch_batches(records, cfg, rows, epoch):
+      for batch in epoch_batches(records, cfg, rows, epoch, trainer):
         state, m = trainer.step(state, batch)
         history.append({"step": len(history) + 1, **m})
         writer.write(len(history), m)

@@ -1,25 +1,23 @@
-"""Policy losses (DPPO, GRPO) and the k3 KL penalty, as pure per-token functions.
+"""Policy losses (DPPO, GRPO, SFT) and the k3 KL penalty, as pure per-token functions.
 
-Every policy loss has the signature `fn(x: PolicyInputs, **hyper) -> PolicyTerms` and is registered
-under kind "policy_loss". Per-token losses are NOT aggregated here: the trainer multiplies them by
-the aggregation weights of the whole optimizer batch (see aggregation.py), which keeps gradient
-accumulation exact. Formulas: ../shared/docs/recipe.md (DPPO section).
+Every policy loss has the signature `fn(x: PolicyInputs, hyper) -> PolicyTerms` and is registered
+under kind "policy_loss" with its hyperparameter dataclass (`hyper` is an instance of it, None for a
+loss without hyperparameters) and the batch fields it reads. Per-token losses are NOT aggregated
+here: the trainer multiplies them by the aggregation weights of the whole optimizer batch (see
+aggregation.py), which keeps gradient accumulation exact. Formulas: ../shared/docs/recipe.md (DPPO).
 """
 
 import dataclasses
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
 
 from tmax_jax.rl.registry import register
 
-# Trust-region thresholds of the recipe, per divergence (used when the config leaves delta unset).
-DEFAULT_DELTA = {"tv": 0.1, "kl": 0.05, "topk_tv": 0.1, "topk_kl": 0.05}
 PROB_EPS = 1e-9  # recipe: clamp probabilities to [1e-9, 1 - 1e-9] in the binary KL
-DEFAULT_DIVERGENCE = "tv"
-GRPO_CLIP_LOW = 0.2  # recipe baseline: clip low 0.2, clip high 0.272
-GRPO_CLIP_HIGH = 0.272
+RL_INPUTS = ("behaviour_logp", "advantages")  # what every importance-ratio loss reads
+TOPK_INPUTS = ("topk_ids", "behaviour_topk_logp")  # the behaviour's top-K ids and logprobs
 
 
 @jax.tree_util.register_dataclass
@@ -95,34 +93,74 @@ def topk_kl(topk_logp: jax.Array, behaviour_topk_logp: jax.Array) -> jax.Array:
   return head + rest_mu * (jnp.log(rest_mu) - jnp.log(rest_pi))
 
 
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+  """A DPPO trust-region divergence: fn(current, behaviour logprobs) -> [B, T]; binary ones take
+  the sampled token's [B, T] logprobs, top-K ones the [B, T, K] logprobs at the behaviour's top-K
+  ids (plus one rest bucket). delta: the recipe's threshold for it."""
+
+  fn: Callable[[jax.Array, jax.Array], jax.Array]
+  delta: float
+  topk: bool
+
+
+DIVERGENCES = {"tv": Divergence(binary_tv, 0.1, topk=False),
+               "kl": Divergence(binary_kl, 0.05, topk=False),
+               "topk_tv": Divergence(topk_tv, 0.1, topk=True),
+               "topk_kl": Divergence(topk_kl, 0.05, topk=True)}
+
+
 def divergence(x: PolicyInputs, kind: str) -> jax.Array:
   """Per-token divergence between behaviour and current policy, on stop-gradient inputs. [B, T]."""
-  logp = jax.lax.stop_gradient(x.logp)
-  blp = jnp.where(x.mask > 0, x.behaviour_logp, logp)  # masked tokens: divergence 0
-  if kind == "tv":
-    return binary_tv(logp, blp)
-  if kind == "kl":
-    return binary_kl(logp, blp)
-  if kind in ("topk_tv", "topk_kl"):
-    if x.topk_logp is None or x.behaviour_topk_logp is None:
-      raise ValueError(f"divergence {kind!r} needs topk_logp and behaviour_topk_logp [B, T, K]")
-    fn = topk_tv if kind == "topk_tv" else topk_kl
-    return fn(jax.lax.stop_gradient(x.topk_logp), x.behaviour_topk_logp)
-  raise ValueError(f"unknown DPPO divergence {kind!r}; expected one of {sorted(DEFAULT_DELTA)}")
+  if kind not in DIVERGENCES:
+    raise ValueError(f"unknown DPPO divergence {kind!r}; expected one of {sorted(DIVERGENCES)}")
+  div = DIVERGENCES[kind]
+  if not div.topk:
+    logp = jax.lax.stop_gradient(x.logp)
+    return div.fn(logp, jnp.where(x.mask > 0, x.behaviour_logp, logp))  # masked tokens: 0
+  if x.topk_logp is None or x.behaviour_topk_logp is None:
+    raise ValueError(f"divergence {kind!r} needs topk_logp and behaviour_topk_logp [B, T, K]")
+  return div.fn(jax.lax.stop_gradient(x.topk_logp), x.behaviour_topk_logp)
 
 
-@register("policy_loss", "dppo")
-def dppo(x: PolicyInputs, *, divergence_kind: str = DEFAULT_DIVERGENCE,
-         delta: Optional[float] = None) -> PolicyTerms:
+@dataclasses.dataclass(frozen=True)
+class DPPOHyper:
+  """divergence: tv | kl | topk_tv | topk_kl (DIVERGENCES); delta: trust-region threshold (None ->
+  the divergence's recipe value); top_k: K of the top-K divergences (TRL's default 20), i.e. how
+  many behaviour logprobs per token the rollouts must return."""
+
+  divergence: str = "tv"
+  delta: Optional[float] = None
+  top_k: int = 20
+
+  def __post_init__(self):
+    if self.divergence not in DIVERGENCES:
+      raise ValueError(f"divergence={self.divergence!r}; expected one of {sorted(DIVERGENCES)}")
+    if self.delta is not None and not self.delta > 0:
+      raise ValueError(f"delta={self.delta}; expected > 0 (or None for the recipe value)")
+    if self.top_k < 1:
+      raise ValueError(f"top_k={self.top_k}; expected >= 1")
+
+  @property
+  def threshold(self) -> float:
+    return DIVERGENCES[self.divergence].delta if self.delta is None else self.delta
+
+
+def dppo_inputs(hyper: DPPOHyper) -> tuple[str, ...]:
+  return RL_INPUTS + (TOPK_INPUTS if DIVERGENCES[hyper.divergence].topk else ())
+
+
+@register("policy_loss", "dppo", hyper=DPPOHyper, inputs=dppo_inputs)
+def dppo(x: PolicyInputs, hyper: DPPOHyper = DPPOHyper()) -> PolicyTerms:
   """DPPO: loss -A * r per kept token (r = pi/mu, not detached, no clip).
 
   A token is dropped only if it is outside the trust region AND the update pushes it further away:
-  drop = div > delta AND ((A > 0 AND r > 1) OR (A < 0 AND r < 1)). `delta` None -> DEFAULT_DELTA.
+  drop = div > delta AND ((A > 0 AND r > 1) OR (A < 0 AND r < 1)).
   """
-  delta = DEFAULT_DELTA[divergence_kind] if delta is None else delta
+  delta = hyper.threshold
   lr = log_ratio(x)  # [B, T]
   ratio = jnp.exp(lr)
-  div = divergence(x, divergence_kind)
+  div = divergence(x, hyper.divergence)
   a = x.advantages
   away = ((a > 0) & (lr > 0)) | ((a < 0) & (lr < 0))
   kept = (x.mask > 0) & ~((div > delta) & away)
@@ -130,13 +168,26 @@ def dppo(x: PolicyInputs, *, divergence_kind: str = DEFAULT_DIVERGENCE,
   return PolicyTerms(loss=loss, kept=kept.astype(jnp.float32))
 
 
-@register("policy_loss", "grpo")
-def grpo(x: PolicyInputs, *, clip_low: float = GRPO_CLIP_LOW, clip_high: float = GRPO_CLIP_HIGH
-         ) -> PolicyTerms:
+@dataclasses.dataclass(frozen=True)
+class GRPOHyper:
+  """PPO-clip range of the recipe's GRPO baseline: ratio clipped to [1 - low, 1 + high]."""
+
+  clip_low: float = 0.2
+  clip_high: float = 0.272
+
+  def __post_init__(self):
+    if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0):
+      raise ValueError(f"clip_low={self.clip_low}, clip_high={self.clip_high}; expected "
+                       "0 <= clip_low < 1 and clip_high >= 0")
+
+
+@register("policy_loss", "grpo", hyper=GRPOHyper, inputs=RL_INPUTS)
+def grpo(x: PolicyInputs, hyper: GRPOHyper = GRPOHyper()) -> PolicyTerms:
   """PPO clip against the behaviour logprobs: -min(r A, clip(r, 1-clip_low, 1+clip_high) A).
 
   `kept` marks tokens whose gradient is not clipped away.
   """
+  clip_low, clip_high = hyper.clip_low, hyper.clip_high
   lr = log_ratio(x)
   ratio = jnp.exp(lr)
   a = x.advantages
@@ -155,7 +206,8 @@ def k3_kl(logp: jax.Array, ref_logp: jax.Array, mask: jax.Array) -> jax.Array:
 
 
 @register("policy_loss", "sft")
-def cross_entropy(x: PolicyInputs) -> PolicyTerms:
+def cross_entropy(x: PolicyInputs, hyper: None = None) -> PolicyTerms:
   """SFT: -log pi(token) on the masked (assistant) tokens; behaviour/advantages unused."""
+  del hyper
   on = x.mask > 0
   return PolicyTerms(loss=jnp.where(on, -x.logp, 0.0), kept=on.astype(jnp.float32))

@@ -13,9 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tmax_jax.train.batch import TOPK_FIELDS
+
 # Per-token [B, T] fields gathered along time; [B, T, K] top-K fields use the same indices.
 PER_TOKEN = ("targets", "loss_mask", "behaviour_logp", "advantages", "ref_logp", "weights")
-PER_TOKEN_TOPK = ("topk_ids", "behaviour_topk_logp")
 
 
 def loss_token_index(loss_mask: jax.Array, k: int) -> jax.Array:
@@ -33,7 +34,7 @@ def gather_loss_tokens(hidden: jax.Array, mb: dict, k: int) -> tuple[jax.Array, 
   for name in PER_TOKEN:
     if mb.get(name) is not None:
       out[name] = jnp.take_along_axis(mb[name], idx, axis=1)
-  for name in PER_TOKEN_TOPK:
+  for name in TOPK_FIELDS:
     if mb.get(name) is not None:
       out[name] = jnp.take_along_axis(mb[name], idx[..., None], axis=1)
   h = jnp.take_along_axis(hidden, idx[..., None], axis=1)  # [B, K, D]

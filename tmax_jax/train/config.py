@@ -4,14 +4,14 @@ Presets at the bottom express the recipe's RL run and both SFT recipes of recipe
 """
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
-from tmax_jax.rl import losses as rl_losses
+from tmax_jax import rl
+from tmax_jax.config_dict import from_config_dict
 
 SCHEDULES = ("constant", "linear", "cosine")
-POLICY_LOSSES = ("dppo", "grpo", "sft")
-AGGREGATIONS = ("token", "sequence")
 ON_NONFINITE = ("raise", "skip")
+REF_INPUT = "ref_logp"  # what kl_beta > 0 reads: the reference policy's logprob of each token
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -50,31 +50,125 @@ class OptimizerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class BatchInputs:
+  """What a data path fills into the trainer's batch beyond tokens and loss mask: TrainBatch field
+  names, and K, the number of top-K behaviour logprobs per generated token (0 = none). `source`
+  names the path and its settings for error messages."""
+
+  fields: tuple[str, ...] = ()
+  top_k: int = 0
+  source: str = "the data path"
+
+
+@dataclasses.dataclass(frozen=True)
 class LossConfig:
-  """Policy loss by registry name (rl.get("policy_loss", ...)), its hyperparameters, the optional
-  k3 KL penalty to a reference policy (kl_beta > 0 needs `ref_logp` in the batch) and aggregation."""
+  """Policy loss by registry name, its hyperparameters, the optional k3 KL penalty to a reference
+  policy and the aggregation (also a registry name).
+
+  `hyper` is an instance of the hyperparameter dataclass the loss registered (rl.losses.DPPOHyper
+  for "dppo", ...); None -> its defaults; a dict (from a ConfigDict) is converted. A loss that
+  registered none takes `hyper=None`.
+  """
 
   policy_loss: str = "dppo"
-  divergence: str = rl_losses.DEFAULT_DIVERGENCE  # dppo: tv | kl | topk_tv | topk_kl
-  delta: Optional[float] = None  # None -> rl.losses.DEFAULT_DELTA[divergence]
-  top_k: int = 20  # K of the top-K variant (TRL's default)
-  clip_low: float = rl_losses.GRPO_CLIP_LOW
-  clip_high: float = rl_losses.GRPO_CLIP_HIGH
-  kl_beta: float = 0.0
+  hyper: Any = None
+  kl_beta: float = 0.0  # > 0 adds kl_beta * k3 KL(pi || ref) per token: needs `ref_logp`
   aggregation: str = "token"
 
   def __post_init__(self):
-    _choice("loss.policy_loss", self.policy_loss, POLICY_LOSSES)
-    _choice("loss.divergence", self.divergence, tuple(rl_losses.DEFAULT_DELTA))
-    _choice("loss.aggregation", self.aggregation, AGGREGATIONS)
+    _choice("loss.policy_loss", self.policy_loss, rl.names("policy_loss"))
+    _choice("loss.aggregation", self.aggregation, rl.names("aggregation"))
+    if self.kl_beta < 0:
+      raise ValueError(f"loss.kl_beta={self.kl_beta}; expected >= 0")
+    cls = rl.entry("policy_loss", self.policy_loss).hyper
+    hyper = self.hyper
+    if cls is None and hyper not in (None, {}):
+      raise ValueError(f"loss.hyper={hyper!r}: policy loss {self.policy_loss!r} takes no "
+                       "hyperparameters")
+    if cls is not None:
+      if hyper is None:
+        hyper = cls()
+      elif isinstance(hyper, dict):
+        hyper = from_config_dict(cls, hyper, "loss.hyper")
+      elif not isinstance(hyper, cls):
+        raise ValueError(f"loss.hyper={hyper!r}: policy loss {self.policy_loss!r} expects a "
+                         f"{cls.__name__}")
+    object.__setattr__(self, "hyper", None if cls is None else hyper)
 
-  def hyper(self) -> dict:
-    """Keyword arguments of the registered policy-loss function."""
-    if self.policy_loss == "dppo":
-      return {"divergence_kind": self.divergence, "delta": self.delta}
-    if self.policy_loss == "grpo":
-      return {"clip_low": self.clip_low, "clip_high": self.clip_high}
-    return {}
+  def batch_fields(self) -> tuple[str, ...]:
+    """The TrainBatch fields the loss reads (as its registration declares) plus `ref_logp` when
+    kl_beta > 0."""
+    fields = rl.entry("policy_loss", self.policy_loss).inputs(self.hyper)
+    return fields + ((REF_INPUT,) if self.kl_beta > 0 else ())
+
+  @property
+  def top_k(self) -> int:
+    """Top-K behaviour logprobs per token the loss needs (0 when it reads no top-K fields)."""
+    return self.hyper.top_k if "topk_ids" in self.batch_fields() else 0
+
+  def check_inputs(self, produced: BatchInputs, path: str = "train.loss") -> None:
+    """Raises ValueError naming the config field when the loss reads a batch field that
+    `produced` does not fill (or fewer top-K logprobs than it needs)."""
+    for field in self.batch_fields():
+      if field in produced.fields:
+        continue
+      if field == REF_INPUT:
+        raise ValueError(f"{path}.kl_beta={self.kl_beta} needs batch field {REF_INPUT!r} "
+                         f"(reference-policy logprobs), which {produced.source} does not produce; "
+                         f"set {path}.kl_beta=0")
+      raise ValueError(f"{path}.policy_loss={self.policy_loss!r} with {path}.hyper={self.hyper} "
+                       f"needs batch field {field!r}, which {produced.source} does not produce")
+    if self.top_k > produced.top_k:
+      raise ValueError(f"{path}.hyper.top_k={self.top_k}: the {self.hyper.divergence!r} divergence "
+                       f"needs {self.top_k} behaviour logprobs per token, but {produced.source} "
+                       f"returns {produced.top_k}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PackingConfig:
+  """Packed micro-batches (train/batch.pack_micro_batches): an optimizer step's trajectories go,
+  first-fit decreasing by length, several per row into micro-batches of `tokens_per_micro_batch`
+  token slots each: [tokens // L, L] for a row length L of `row_lengths` (the buckets), so the step
+  compiles once per bucket and the number of micro-batches follows the tokens that exist.
+
+  tokens_per_micro_batch 0 = off: one [rows, seq_len] batch split into `micro_batches`.
+  row_lengths () = one bucket, rows of the job's seq_len. Rows per micro-batch are rounded down to a
+  multiple of the mesh's batch shards (data x fsdp).
+  """
+
+  tokens_per_micro_batch: int = 0
+  row_lengths: tuple[int, ...] = ()
+
+  def __post_init__(self):
+    if self.tokens_per_micro_batch < 0:
+      raise ValueError(f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch}; "
+                       "expected >= 0 (0 = off)")
+    if any(n <= 0 for n in self.row_lengths) or list(self.row_lengths) != sorted(
+        set(self.row_lengths)):
+      raise ValueError(f"packing.row_lengths={self.row_lengths}; expected increasing lengths > 0")
+    if self.row_lengths and self.tokens_per_micro_batch < self.row_lengths[-1]:
+      raise ValueError(f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch} < the "
+                       f"longest row {self.row_lengths[-1]}; expected at least one row")
+
+  @property
+  def enabled(self) -> bool:
+    return self.tokens_per_micro_batch > 0
+
+  def buckets(self, seq_len: int, shards: int = 1) -> list[tuple[int, int]]:
+    """[(rows, row length)] per bucket, shortest rows first; rows a multiple of `shards`. Raises
+    naming the field when a bucket cannot hold `shards` rows or no row fits `seq_len` tokens."""
+    lengths = self.row_lengths or (seq_len,)
+    if lengths[-1] < seq_len:
+      raise ValueError(f"packing.row_lengths={self.row_lengths}: the longest row must hold "
+                       f"seq_len={seq_len} tokens (a trajectory may be that long)")
+    out = []
+    for n in lengths:
+      rows = self.tokens_per_micro_batch // n // shards * shards
+      if rows == 0:
+        raise ValueError(f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch} holds "
+                         f"fewer than {shards} rows of {n} tokens (one per batch shard)")
+      out.append((rows, n))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +193,10 @@ class TrainConfig:
   optimizer: OptimizerConfig = OptimizerConfig()
   loss: LossConfig = LossConfig()
   checkpoint: CheckpointConfig = CheckpointConfig()
+  packing: PackingConfig = PackingConfig()
   global_batch: int = 256  # sequences per optimizer step (RL: 8 prompts x 32 samples)
   epochs: int = 1
-  micro_batches: int = 1
+  micro_batches: int = 1  # fixed-shape batches only; packed ones get as many as their tokens need
   logprob_chunk_size: int = 512
   loss_tokens_per_row: int = 0  # > 0: head/loss only on each row's first K loss tokens (compact.py)
   temperature: float = 1.0  # the sampler's temperature: logprobs of the distribution it sampled
@@ -116,6 +211,13 @@ class TrainConfig:
 
   def replace(self, **changes) -> "TrainConfig":
     return dataclasses.replace(self, **changes)
+
+  def check_data(self, produced: BatchInputs, seq_len: int, path: str = "train") -> None:
+    """Config-time checks against a job's data path: every batch field the loss reads is produced,
+    and the packing buckets hold a `seq_len`-token trajectory."""
+    self.loss.check_inputs(produced, f"{path}.loss")
+    if self.packing.enabled:
+      self.packing.buckets(seq_len)
 
 
 def rl_recipe(**overrides) -> TrainConfig:

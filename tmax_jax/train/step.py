@@ -1,17 +1,24 @@
 """The RL / SFT train step: packed rows -> chunked fp32-head logprobs -> registered policy loss ->
 gradient accumulation over micro-batches -> global-norm clip + AdamW, under jit with mesh shardings.
 
-Exactness of accumulation: aggregation weights (rl/aggregation.py) are computed on the WHOLE global
-batch before it is split, so the micro-batch losses and gradients simply add up.
+Two batch forms share every piece: a fixed-shape TrainBatch [B, T] (one jit: split into
+`micro_batches` equal parts, scanned), and a PackedBatch (train/batch.pack_micro_batches) whose
+micro-batches have bucket shapes and whose number follows the step's tokens: one jitted
+accumulation per micro-batch (compiled once per bucket) and one jitted optimizer update.
+Exactness of accumulation: the aggregation's per-token weights depend only on their own row
+(rl/aggregation.py), so every micro-batch adds sum(w * loss), its gradient and sum(w), and the
+sums are divided by the batch's total sum(w) once, at the end.
 Non-finite handling: a step whose batch has no loss token, or whose loss or gradient is NaN/inf,
 leaves params and optimizer state untouched (selected inside the jit) and reports a reason code;
 `Trainer.step` then raises NonFiniteStepError or logs and skips, per `TrainConfig.on_nonfinite`.
 """
 
 import contextlib
+import functools
 import logging
+import math
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence, Union
 
 import flax.linen as nn
 import jax
@@ -24,6 +31,7 @@ from tmax_jax import rl, sharding
 from tmax_jax.models import logprobs as logprobs_lib
 from tmax_jax.models import registry
 from tmax_jax.models.config import ModelConfig
+from tmax_jax.rl import aggregation as rl_aggregation
 from tmax_jax.rl import losses as rl_losses
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import compact
@@ -67,13 +75,21 @@ def _split_micro(x: Optional[jax.Array], m: int, mesh: Optional[Mesh]) -> Option
 
 
 def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> Callable:
-  """(params, micro-batch dict with "weights") -> (weighted loss sum, stats sums)."""
-  policy_loss = rl.get("policy_loss", cfg.loss.policy_loss)
-  hyper = cfg.loss.hyper()
-  topk = cfg.loss.policy_loss == "dppo" and cfg.loss.divergence.startswith("topk")
+  """(params, micro-batch dict) -> (loss, stats), both UNNORMALISED sums over the micro-batch:
+  loss = sum(w * per-token loss) with w the aggregation's per-row weights, stats["weight"] =
+  sum(w); the caller divides by the whole batch's sum(w) (`_normalise`)."""
+  loss_entry = rl.entry("policy_loss", cfg.loss.policy_loss)
+  hyper = cfg.loss.hyper
+  aggregate = rl.get("aggregation", cfg.loss.aggregation)
+  reads_topk = "topk_ids" in cfg.loss.batch_fields()
   head_dtype = model_cfg.dtypes.head
 
   def loss_fn(params, mb):
+    mask = mb["loss_mask"].astype(jnp.float32)
+    w = aggregate(mask, mb["segment_ids"])  # [b, T]
+    counts = {"weight": jnp.sum(w), "n_loss_tokens": jnp.sum((mask > 0).astype(jnp.float32)),
+              "n_tokens": jnp.sum((mb["segment_ids"] > 0).astype(jnp.float32))}
+    mb = {**mb, "weights": w}
     hidden, _ = model.apply({"params": params}, mb["tokens"], mb["positions"], mb["segment_ids"])
     if cfg.loss_tokens_per_row:  # the head only where the loss is (train/compact.py)
       hidden, mb = compact.gather_loss_tokens(hidden, mb, cfg.loss_tokens_per_row)
@@ -83,12 +99,12 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
       temperature=cfg.temperature)  # [b, T] each
     mask = mb["loss_mask"]
     cur_topk = None
-    if topk:
+    if reads_topk:  # current logprobs at the behaviour's top-K ids [b, T, K]
       cur_topk = topk_logprobs(hidden, head_w, mb["topk_ids"], chunk_size=cfg.logprob_chunk_size,
                                head_dtype=head_dtype, temperature=cfg.temperature)
     x = rl.PolicyInputs(logp, mb["behaviour_logp"], mb["advantages"], mask, cur_topk,
                         mb.get("behaviour_topk_logp"))
-    terms = policy_loss(x, **hyper)
+    terms = loss_entry.fn(x, hyper)
     per_token = terms.loss
     if cfg.loss.kl_beta > 0:
       per_token = per_token + cfg.loss.kl_beta * rl_losses.k3_kl(logp, mb["ref_logp"], mask)
@@ -97,54 +113,66 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
     lp, blp = jax.lax.stop_gradient(logp), jnp.where(mask > 0, mb["behaviour_logp"], logp)
     stats = {"kept": jnp.sum(terms.kept * on), "entropy": jnp.sum(ent * on),
              "tv": jnp.sum(rl_losses.binary_tv(lp, blp) * on),
-             "kl": jnp.sum(rl_losses.binary_kl(lp, blp) * on)}
+             "kl": jnp.sum(rl_losses.binary_kl(lp, blp) * on), **counts}
     return loss, stats
 
   return loss_fn
 
 
+def _value_and_grad(loss_fn: Callable, params: Any, mb: dict):
+  (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
+  return loss, stats, grads
+
+
+def _zeros_like_sums(loss_fn: Callable, params: Any, mb: dict):
+  """fp32 zeros shaped like (loss, stats, grads) of one micro-batch (nothing is computed)."""
+  shapes = jax.eval_shape(functools.partial(_value_and_grad, loss_fn), params, mb)
+  return jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+
+
 def _accumulate(loss_fn: Callable, params: Any, mbs: dict, m: int):
   """Sum of loss, stats and fp32 grads over the M micro-batches (a scan when M > 1)."""
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   if m == 1:
-    (loss, stats), grads = grad_fn(params, jax.tree.map(lambda x: x[0], mbs))
-    return loss, stats, grads
+    return _value_and_grad(loss_fn, params, jax.tree.map(lambda x: x[0], mbs))
 
   def body(carry, mb):
-    (loss, stats), grads = grad_fn(params, mb)
-    return jax.tree.map(jnp.add, carry, (loss, stats, grads)), None
+    return jax.tree.map(jnp.add, carry, _value_and_grad(loss_fn, params, mb)), None
 
-  zero_loss, zero_stats = jax.eval_shape(loss_fn, params, jax.tree.map(lambda x: x[0], mbs))
-  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), (zero_loss, zero_stats, params))
+  zeros = _zeros_like_sums(loss_fn, params, jax.tree.map(lambda x: x[0], mbs))
   (loss, stats, grads), _ = jax.lax.scan(body, zeros, mbs)
   return loss, stats, grads
 
 
+def _normalise(loss: jax.Array, stats: dict, grads: Any):
+  """Divides the summed loss and gradient by the batch's total aggregation weight."""
+  scale = rl_aggregation.normaliser(stats["weight"])
+  return loss * scale, stats, jax.tree.map(lambda g: g * scale, grads)
+
+
+def _fields(batch: batch_lib.TrainBatch) -> dict:
+  return {k: v for k, v in batch.fields().items() if v is not None}
+
+
 def make_grad_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
                  mesh: Optional[Mesh] = None) -> Callable:
-  """(params, batch) -> (loss, stats sums, grads): the accumulated whole-batch gradient."""
+  """(params, fixed-shape batch) -> (loss, stats sums, grads): the whole-batch normalised loss and
+  gradient, accumulated over `cfg.micro_batches` equal micro-batches."""
   loss_fn = make_loss_fn(model, model_cfg, cfg)
-  aggregate = rl.get("aggregation", cfg.loss.aggregation)
 
   def grad_fn(params, batch: batch_lib.TrainBatch):
-    fields = {k: v for k, v in batch.fields().items() if v is not None}
-    mask = fields["loss_mask"].astype(jnp.float32)
-    fields["weights"] = aggregate(mask, fields["segment_ids"])  # whole-batch denominators
-    mbs = {k: _split_micro(v, cfg.micro_batches, mesh) for k, v in fields.items()}
-    return _accumulate(loss_fn, params, mbs, cfg.micro_batches)
+    mbs = {k: _split_micro(v, cfg.micro_batches, mesh) for k, v in _fields(batch).items()}
+    return _normalise(*_accumulate(loss_fn, params, mbs, cfg.micro_batches))
 
   return grad_fn
 
 
-def make_step_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
-                 optimizer: optax.GradientTransformation, mesh: Optional[Mesh] = None) -> Callable:
-  """The pure step (state, batch) -> (state, metrics); wrap in jax.jit (Trainer does)."""
-  grad_fn = make_grad_fn(model, model_cfg, cfg, mesh)
+def make_apply_fn(cfg: TrainConfig, optimizer: optax.GradientTransformation) -> Callable:
+  """(state, normalised loss, stats sums, grads) -> (state, metrics): the optimizer update, or the
+  unchanged state with a skip reason."""
   schedule = opt_lib.make_schedule(cfg.optimizer)
 
-  def step_fn(state: state_lib.TrainState, batch: batch_lib.TrainBatch):
-    loss, stats, grads = grad_fn(state.params, batch)
-    n_tokens = jnp.sum((batch.loss_mask > 0).astype(jnp.float32))
+  def apply_fn(state: state_lib.TrainState, loss, stats, grads):
+    n_tokens = stats["n_loss_tokens"]
     grad_norm = optax.tree.norm(grads)
     reason = jnp.where(n_tokens == 0, 1, jnp.where(~jnp.isfinite(loss), 2,
                                                     jnp.where(~jnp.isfinite(grad_norm), 3, 0)))
@@ -162,11 +190,22 @@ def make_step_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
     new_state = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
     denom = jnp.maximum(n_tokens, 1.0)
     metrics = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "n_loss_tokens": n_tokens,
-               "n_tokens": jnp.sum((batch.segment_ids > 0).astype(jnp.float32)),
-               "kept_frac": stats["kept"] / denom, "tv_mean": stats["tv"] / denom,
-               "kl_mean": stats["kl"] / denom, "entropy": stats["entropy"] / denom,
-               "skip_reason": reason}
+               "n_tokens": stats["n_tokens"], "kept_frac": stats["kept"] / denom,
+               "tv_mean": stats["tv"] / denom, "kl_mean": stats["kl"] / denom,
+               "entropy": stats["entropy"] / denom, "skip_reason": reason}
     return new_state, metrics
+
+  return apply_fn
+
+
+def make_step_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
+                 optimizer: optax.GradientTransformation, mesh: Optional[Mesh] = None) -> Callable:
+  """The pure fixed-shape step (state, batch) -> (state, metrics); jit it (Trainer does)."""
+  grad_fn = make_grad_fn(model, model_cfg, cfg, mesh)
+  apply_fn = make_apply_fn(cfg, optimizer)
+
+  def step_fn(state: state_lib.TrainState, batch: batch_lib.TrainBatch):
+    return apply_fn(state, *grad_fn(state.params, batch))
 
   return step_fn
 
@@ -178,60 +217,135 @@ def _mesh_context(mesh: Optional[Mesh], model_cfg: ModelConfig):
 
 
 class Trainer:
-  """Host-side driver of the jitted step: validation, global batch assembly, timing, MFU and the
-  non-finite policy. `step(state, batch)` donates `state`; use the returned one."""
+  """Host-side driver of the jitted step: batch building and validation, global batch assembly,
+  timing, MFU, padding and the non-finite policy. `step(state, batch)` donates `state`; use the
+  returned one."""
 
   def __init__(self, model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
                mesh: Optional[Mesh] = None):
     self.model, self.model_cfg, self.cfg, self.mesh = model, model_cfg, cfg, mesh
     self.optimizer = opt_lib.make_optimizer(cfg.optimizer)
+    self._loss_fn = make_loss_fn(model, model_cfg, cfg)
     self._step_fn = make_step_fn(model, model_cfg, cfg, self.optimizer, mesh)
-    self._step = None  # jitted on the first call, when the state's shardings are known
+    self._apply_fn = make_apply_fn(cfg, self.optimizer)
+    # jitted on first use, when the state's shardings are known
+    self._step = self._micro = self._zeros = self._finish = None
 
-  def _compiled(self, state: state_lib.TrainState) -> Callable:
-    """The state keeps its shardings (e.g. FSDP params) across steps; metrics are replicated."""
-    if self._step is None:
-      if self.mesh is None:
-        self._step = jax.jit(self._step_fn, donate_argnums=(0,))
-      else:
-        shardings = jax.tree.map(lambda x: x.sharding, state)
-        self._step = jax.jit(self._step_fn, donate_argnums=(0,),
-                             out_shardings=(shardings, NamedSharding(self.mesh, P())))
-    return self._step
+  @property
+  def batch_shards(self) -> int:
+    """How many ways the batch (row) axis is split: the mesh's data x fsdp size."""
+    if self.mesh is None:
+      return 1
+    return math.prod(self.mesh.shape.get(a, 1) for a in BATCH_AXES)
+
+  def make_batch(self, trajectories: Sequence[batch_lib.Trajectory], seq_len: int, *,
+                 num_rows: Optional[int] = None, pack_rows: bool = True
+                 ) -> Union[batch_lib.TrainBatch, batch_lib.PackedBatch]:
+    """The step's batch with exactly the fields the loss reads: packed micro-batches when
+    `cfg.packing` is on (num_rows / pack_rows are then unused), else one [num_rows, seq_len]
+    batch (batch.pack)."""
+    fields, k = self.cfg.loss.batch_fields(), self.cfg.loss.top_k
+    if self.cfg.packing.enabled:
+      buckets = self.cfg.packing.buckets(seq_len, self.batch_shards)
+      return batch_lib.pack_micro_batches(trajectories, buckets, shards=self.batch_shards,
+                                          fields=fields, top_k=k)
+    return batch_lib.pack(trajectories, seq_len, num_rows=num_rows, pack_rows=pack_rows,
+                          fields=fields, top_k=k)
+
+  def _replicated(self):
+    return None if self.mesh is None else NamedSharding(self.mesh, P())
+
+  def _jit(self, fn: Callable, state: state_lib.TrainState, donate=(0,)):
+    """jit of a (state, ...) -> (state, metrics) function: the state keeps its shardings (e.g.
+    FSDP params) across steps; metrics are replicated."""
+    if self.mesh is None:
+      return jax.jit(fn, donate_argnums=donate)
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    return jax.jit(fn, donate_argnums=donate, out_shardings=(shardings, self._replicated()))
 
   def init_state(self, params: Any) -> state_lib.TrainState:
-    replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
-    return state_lib.create(params, self.optimizer, self.cfg.seed, replicated)
+    return state_lib.create(params, self.optimizer, self.cfg.seed, self._replicated())
 
   def to_device(self, local: batch_lib.TrainBatch) -> batch_lib.TrainBatch:
     """This process's rows (NumPy) -> the global batch (sharded over the mesh's batch axes when a
     mesh is set; every process passes its own equal share, in process-index order)."""
-    batch_lib.validate(local)
+    batch_lib.validate(local, self.cfg.loss.batch_fields())
+    if self.cfg.loss_tokens_per_row:
+      compact.check_capacity(local.loss_mask, self.cfg.loss_tokens_per_row)
     if self.mesh is None:
       return jax.tree.map(jnp.asarray, local)
     from tmax_jax.train.distributed import global_batch
     return global_batch(local, self.mesh)
 
-  def step(self, state: state_lib.TrainState, batch: batch_lib.TrainBatch):
-    """-> (new state, metrics dict of Python floats). Raises NonFiniteStepError (on_nonfinite
-    "raise", with the unchanged state as `.state`) or logs and skips (on_nonfinite "skip")."""
+  def _fixed_step(self, state, batch: batch_lib.TrainBatch):
     if isinstance(batch.tokens, np.ndarray):
-      if self.cfg.loss_tokens_per_row:
-        compact.check_capacity(batch.loss_mask, self.cfg.loss_tokens_per_row)
       batch = self.to_device(batch)
     b, t = batch.tokens.shape
     if b % self.cfg.micro_batches:
       raise ValueError(f"global batch of {b} rows is not divisible by micro_batches="
                        f"{self.cfg.micro_batches}")
+    if self._step is None:
+      self._step = self._jit(self._step_fn, state)
+    state, metrics = self._step(state, batch)
+    return state, metrics, [(b, t)], self.cfg.micro_batches
+
+  def _packed_sums(self, params: Any, packed: batch_lib.PackedBatch):
+    """Unnormalised (loss, stats, grads) sums over the micro-batches, one compiled accumulation
+    per bucket shape; and the micro-batches' global shapes. Multi-process: every process packs
+    the same trajectories (packing is deterministic) and passes its own rows of each
+    micro-batch, as for a fixed batch."""
+    if self._micro is None:
+      self._micro = jax.jit(lambda acc, params, mb: jax.tree.map(
+          jnp.add, acc, _value_and_grad(self._loss_fn, params, mb)), donate_argnums=(0,))
+      grads_sharding = None if self.mesh is None else jax.tree.map(lambda x: x.sharding, params)
+      out = None if self.mesh is None else (self._replicated(), self._replicated(), grads_sharding)
+      self._zeros = jax.jit(functools.partial(_zeros_like_sums, self._loss_fn), out_shardings=out)
+    acc, shapes = None, []
+    for local in packed.micro_batches:
+      mb = _fields(self.to_device(local))
+      acc = self._zeros(params, mb) if acc is None else acc  # laid out like the sums
+      acc = self._micro(acc, params, mb)
+      shapes.append(tuple(mb["tokens"].shape))  # global rows
+    return acc, shapes
+
+  def _packed_step(self, state, packed: batch_lib.PackedBatch):
+    """The micro-batches' sums, then one optimizer update on their normalised gradient."""
+    acc, shapes = self._packed_sums(state.params, packed)
+    if self._finish is None:
+      self._finish = self._jit(lambda st, acc: self._apply_fn(st, *_normalise(*acc)), state)
+    state, metrics = self._finish(state, acc)
+    return state, metrics, shapes, len(shapes)
+
+  def grads(self, params: Any, batch: Union[batch_lib.TrainBatch, batch_lib.PackedBatch]):
+    """(loss, stats sums, grads) of a batch, normalised exactly as the step uses them (no
+    update): for tests and analysis."""
+    with _mesh_context(self.mesh, self.model_cfg):
+      if isinstance(batch, batch_lib.PackedBatch):
+        return jax.jit(_normalise)(*self._packed_sums(params, batch)[0])
+      dev = self.to_device(batch) if isinstance(batch.tokens, np.ndarray) else batch
+      return jax.jit(make_grad_fn(self.model, self.model_cfg, self.cfg, self.mesh))(params, dev)
+
+  def step(self, state: state_lib.TrainState,
+           batch: Union[batch_lib.TrainBatch, batch_lib.PackedBatch]):
+    """-> (new state, metrics dict of Python floats). Raises NonFiniteStepError (on_nonfinite
+    "raise", with the unchanged state as `.state`) or logs and skips (on_nonfinite "skip")."""
     start = time.perf_counter()
     with _mesh_context(self.mesh, self.model_cfg):
-      state, metrics = self._compiled(state)(state, batch)
+      if isinstance(batch, batch_lib.PackedBatch):
+        state, metrics, shapes, n_micro = self._packed_step(state, batch)
+      else:
+        state, metrics, shapes, n_micro = self._fixed_step(state, batch)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     elapsed = time.perf_counter() - start
+    slots = sum(b * t for b, t in shapes)
     metrics["step_time_s"] = elapsed
     metrics["tokens_per_s"] = metrics["n_tokens"] / elapsed
-    flops = flops_per_token(self.model_cfg, t) * metrics["n_tokens"]
-    metrics["mfu"] = flops / elapsed / (self.cfg.peak_flops_per_device * jax.device_count())
+    metrics["padding_fraction"] = 1.0 - metrics["n_tokens"] / max(slots, 1)
+    metrics["micro_batches"] = float(n_micro)
+    # attention FLOPs grow with the row length: weight each shape by its share of the slots
+    flops = sum(flops_per_token(self.model_cfg, t) * b * t for b, t in shapes) / max(slots, 1)
+    metrics["mfu"] = (flops * metrics["n_tokens"] / elapsed
+                      / (self.cfg.peak_flops_per_device * jax.device_count()))
     reason = int(metrics.pop("skip_reason"))
     metrics["skipped"] = float(reason != 0)
     if reason:

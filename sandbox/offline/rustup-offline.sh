@@ -7,7 +7,10 @@ set -eu
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 if apt-cache show rustc-web >/dev/null 2>&1; then tools="rustc-web cargo-web"; else tools="rustc cargo"; fi
-apt-get install -y -q --no-install-recommends $tools librust-anyhow-dev librust-regex-dev \
+# +default: Debian splits crate features into packages; regex's default features need aho-corasick
+regex=librust-regex-dev
+apt-cache show librust-regex+default-dev >/dev/null 2>&1 && regex=librust-regex+default-dev
+apt-get install -y -q --no-install-recommends $tools librust-anyhow-dev "$regex" \
   librust-thiserror-dev gcc libc6-dev
 bin=${CARGO_HOME:-$HOME/.cargo}/bin
 mkdir -p "$bin"

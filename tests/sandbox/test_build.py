@@ -182,3 +182,18 @@ def test_concurrent_builds_of_similar_contexts_keep_their_own_files(tmp_path):
     diff = build.layers.layer_path(img.layers[-1]) / "diff" / "w" / "v.txt"
     assert diff.read_text() == f"{n % 4}\n"
   assert images[0].id == images[4].id and len({i.id for i in images}) == 4
+
+
+def test_prune_keeps_layers_of_recent_images(tmp_path, monkeypatch):
+  monkeypatch.setenv("TMAX_CACHE_DIR", str(tmp_path))
+  root = build.layers.store()
+  for lid in ("a1", "b2", "c3"):
+    (root / "layers" / lid / "diff").mkdir(parents=True)
+  (root / "images").mkdir()
+  (root / "images" / "new.json").write_text('{"layers": ["a1"]}')
+  old = root / "images" / "old.json"
+  old.write_text('{"layers": ["b2"]}')
+  os.utime(old, (0, 0))
+  removed = build.prune(max_age_days=1)
+  assert sorted(pathlib.Path(r).name for r in removed) == ["b2", "c3", "old.json"]
+  assert (root / "layers" / "a1").is_dir() and (root / "images" / "new.json").is_file()

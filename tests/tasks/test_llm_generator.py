@@ -3,64 +3,18 @@ replies: strict parsing, the retry path (the error is fed back), the reject path
 sandbox - parse -> build -> smoke test -> keep."""
 
 import dataclasses
-import http.server
 import json
 import pathlib
-import threading
 
 import pytest
 
 from tmax_jax.tasks.format import load_task
 from tmax_jax.tasks.generator import llm, pipeline
 from tmax_jax.tasks.generator.axes import sample_axes
+from tasks_helpers import ChatServer
 
 DATA = pathlib.Path(__file__).with_name("data")
 GOOD = (DATA / "llm_task_reply.json").read_text()
-
-
-class ChatServer:
-  """A real HTTP server speaking the /v1/chat/completions shape; replies are popped in order."""
-
-  def __init__(self, replies):
-    self.replies, self.requests = list(replies), []
-    outer = self
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-      def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        outer.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-        content = outer.replies.pop(0) if outer.replies else "out of replies"
-        if isinstance(content, int):  # an HTTP error status
-          self.send_response(content)
-          self.end_headers()
-          return
-        data = json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": content}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-      def log_message(self, *args):
-        pass
-
-    self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-  def __enter__(self):
-    self.thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self.httpd.shutdown()
-    self.httpd.server_close()
-
-  def client(self):
-    port = self.httpd.server_address[1]
-    return llm.ChatClient(llm.ChatConfig(base_url=f"http://127.0.0.1:{port}/v1", model="recorded", api_key="k",
-                                         timeout_s=10))
 
 
 def _sample():

@@ -11,7 +11,7 @@ step at all. The result, `Image`, is a base rootfs + layer list + config (env, w
 - a harness layer right on the base (sandbox/offline/finalize.sh: uv, pytest, offline stand-ins,
   the sandbox user), shared by every task image of that base,
 - `rootfs` for bubblewrap and podman (`layers.mount_image`; podman runs it with `--rootfs`),
-- `apptainer_definition()` (a `%post`/`%files`/`%environment` .def of the same steps),
+- `apptainer_def(context)` (a `%post`/`%files`/`%environment` .def of the same steps),
 - `warnings` / `rewrites`: where the build deviated from the Dockerfile (unknown FROM, installer
   URLs served from the local mirror), recorded in every trial.
 """
@@ -74,10 +74,6 @@ class Image:
     for key in ("layers", "warnings", "rewrites", "steps"):
       data[key] = tuple(data.get(key, ()))
     return Image(**data)
-
-  def apptainer_definition(self, context_dir: str | os.PathLike) -> str:
-    """The same build as an Apptainer definition (see apptainer_def)."""
-    return apptainer_def(pathlib.Path(context_dir))
 
 
 def is_image_file(image: str) -> bool:
@@ -481,3 +477,44 @@ def apptainer_def(context: pathlib.Path, dockerfile_name: str = "Dockerfile") ->
            *(f"  {c}" for c in post), "", "%environment",
            *(f"  export {k}={shlex.quote(v)}" for k, v in {**dict(base.env), **env}.items()), ""]
   return "\n".join(lines)
+
+
+def prune(max_age_days: float) -> list[str]:
+  """Deletes image records not used for `max_age_days` (file mtime; `build_image` rewrites the
+  record on every build) and every layer no remaining record references. Returns what went."""
+  root = layers.store()
+  cutoff = time.time() - max_age_days * 86400
+  removed, keep = [], set()
+  for rec in sorted((root / "images").glob("*.json")):
+    if rec.stat().st_mtime < cutoff:
+      rec.unlink()
+      removed.append(str(rec))
+    else:
+      keep.update(json.loads(rec.read_text()).get("layers", ()))
+  for layer in (root / "layers").iterdir() if (root / "layers").is_dir() else ():
+    if not layer.name.startswith(".") and layer.name not in keep:
+      shutil.rmtree(layer, ignore_errors=True)
+      removed.append(str(layer))
+  return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+  import argparse  # pylint: disable=import-outside-toplevel
+  parser = argparse.ArgumentParser(description="Build a task image from a Dockerfile context.")
+  parser.add_argument("context", nargs="?", help="directory holding the Dockerfile")
+  parser.add_argument("--apptainer", action="store_true", help="print the Apptainer definition")
+  parser.add_argument("--prune-days", type=float, default=None,
+                      help="delete images unused for this many days and unreferenced layers")
+  args = parser.parse_args(argv)
+  if args.prune_days is not None:
+    print(f"removed {len(prune(args.prune_days))} images/layers")
+  if args.context and args.apptainer:
+    print(apptainer_def(pathlib.Path(args.context)))
+  elif args.context:
+    image = build_image(args.context, quiet=False)
+    print(image.path)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -26,7 +26,7 @@ WORKDIR = "/workspace"
 REQUIRED = {"name": str, "instruction": str, "difficulty": str, "environment": dict, "solution": str,
             "verifier": dict, "smoke_test": str}
 DIFFICULTIES = ("easy", "medium", "hard")
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
 
 
 class ReplyError(ValueError):
@@ -53,10 +53,12 @@ class ChatClient:
   def __init__(self, config: ChatConfig):
     self.config = config
 
-  def complete(self, messages: Sequence[Mapping[str, str]]) -> str:
+  def complete(self, messages: Sequence[Mapping[str, str]], max_tokens: int | None = None) -> str:
+    """The reply text; `max_tokens` caps this call below the configured limit."""
     c = self.config
+    limit = c.max_tokens if max_tokens is None else min(c.max_tokens, max_tokens)
     body = json.dumps({"model": c.model, "messages": list(messages), "temperature": c.temperature,
-                       "max_tokens": c.max_tokens}).encode()
+                       "max_tokens": limit}).encode()
     headers = {"Content-Type": "application/json"}
     if c.api_key:
       headers["Authorization"] = f"Bearer {c.api_key}"
@@ -106,7 +108,7 @@ def extract_json(reply: str) -> Any:
   return obj
 
 
-def _check_str_map(obj: Any, field: str) -> dict[str, str]:
+def check_str_map(obj: Any, field: str) -> dict[str, str]:
   if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
     raise ReplyError(f"{field}: expected an object mapping file paths to string contents")
   for k in obj:
@@ -140,14 +142,14 @@ def parse_task_reply(reply: str, sample: AxisSample) -> tuple[Task, str]:
   for k, typ in REQUIRED.items():
     if not isinstance(obj[k], typ) or (typ is str and not obj[k].strip()):
       raise ReplyError(f"{k}: expected a non-empty {typ.__name__}, got {type(obj[k]).__name__}")
-  if not _SLUG.match(obj["name"]):
+  if not SLUG.match(obj["name"]):
     raise ReplyError(f"name: expected a kebab-case slug, got {obj['name']!r}")
   if obj["difficulty"] not in DIFFICULTIES:
     raise ReplyError(f"difficulty: expected one of {DIFFICULTIES}, got {obj['difficulty']!r}")
   env = obj["environment"]
   if set(env) - {"seeds", "dockerfile"}:
     raise ReplyError(f"environment: unexpected keys {sorted(set(env) - {'seeds', 'dockerfile'})}")
-  environment = {f"seeds/{k}": v.encode() for k, v in _check_str_map(env.get("seeds", {}), "environment.seeds").items()}
+  environment = {f"seeds/{k}": v.encode() for k, v in check_str_map(env.get("seeds", {}), "environment.seeds").items()}
   if "dockerfile" in env:
     if not isinstance(env["dockerfile"], str):
       raise ReplyError("environment.dockerfile: expected a string")

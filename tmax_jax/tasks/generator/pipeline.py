@@ -14,7 +14,7 @@ import pathlib
 import shutil
 import tempfile
 import time
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 from tqdm import tqdm
 
@@ -26,6 +26,9 @@ from tmax_jax.tasks.generator.llm import ChatClient, ChatError, ReplyError, pars
 
 FIX_PROMPT = ("Your reply could not be used: {error}\n"
               "Reply again with only the corrected JSON object, following the schema exactly.")
+
+
+T = TypeVar("T")
 
 
 class SmokeTestError(RuntimeError):
@@ -51,10 +54,11 @@ class GenerationResult:
   seconds: float = 0.0
 
 
-def ask_for_task(client: ChatClient, sample: AxisSample, max_attempts: int):
-  """Calls the model until a reply parses -> (task, smoke command, attempts); raises ReplyError
-  (or ChatError) with the last problem after `max_attempts`."""
-  messages = render_prompt(sample)
+def ask_until_parsed(client: ChatClient, messages: list[dict[str, str]],
+                     parse: Callable[[str], T], max_attempts: int) -> tuple[T, int]:
+  """Calls the model until `parse(reply)` succeeds -> (parsed, attempts). A ReplyError is fed back
+  to the model as the next user turn; raises the last ReplyError (or ChatError) after
+  `max_attempts`."""
   last: Exception | None = None
   for attempt in range(1, max_attempts + 1):
     try:
@@ -63,14 +67,20 @@ def ask_for_task(client: ChatClient, sample: AxisSample, max_attempts: int):
       last = err
       continue
     try:
-      task, smoke = parse_task_reply(reply, sample)
-      return task, smoke, attempt
+      return parse(reply), attempt
     except ReplyError as err:
       last = err
       messages = messages + [{"role": "assistant", "content": reply},
                              {"role": "user", "content": FIX_PROMPT.format(error=err)}]
   assert last is not None
   raise type(last)(f"after {max_attempts} attempts: {last}")
+
+
+def ask_for_task(client: ChatClient, sample: AxisSample, max_attempts: int):
+  """Calls the model until a reply parses -> (task, smoke command, attempts)."""
+  (task, smoke), attempts = ask_until_parsed(client, render_prompt(sample),
+                                             lambda r: parse_task_reply(r, sample), max_attempts)
+  return task, smoke, attempts
 
 
 def _smoke(command: str, timeout_s: float):

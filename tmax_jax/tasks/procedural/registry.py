@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.procedural import core
-from tmax_jax.tasks.procedural import (fam_code, fam_data, fam_files, fam_media, fam_science,
-                                       fam_security, fam_services, fam_starter, fam_sysadmin,
-                                       fam_text, fam_vendor, fam_video)
+from tmax_jax.tasks.procedural import (chain_kvstore, chain_photos, fam_code, fam_data,
+                                       fam_files, fam_media, fam_science, fam_security,
+                                       fam_services, fam_starter, fam_sysadmin, fam_text,
+                                       fam_vendor, fam_video)
+from tmax_jax.tasks.procedural.chains import ChainFamily
 
 _MODULES = (fam_files, fam_text, fam_data, fam_science, fam_code, fam_security, fam_sysadmin,
-            fam_services, fam_media, fam_vendor, fam_starter, fam_video)
+            fam_services, fam_media, fam_vendor, fam_starter, fam_video, chain_photos,
+            chain_kvstore)
+# Extension chains (tasks/procedural/chains.py): their roots are ordinary families above.
+_CHAIN_MODULES = (chain_photos, chain_kvstore)
 
 
 def _collect() -> dict[str, core.Family]:
@@ -23,6 +28,7 @@ def _collect() -> dict[str, core.Family]:
 
 
 FAMILIES: dict[str, core.Family] = _collect()
+CHAINS: dict[str, ChainFamily] = {m.CHAIN.name: m.CHAIN for m in _CHAIN_MODULES}
 
 
 def get_family(name: str) -> core.Family:
@@ -30,6 +36,13 @@ def get_family(name: str) -> core.Family:
     return FAMILIES[name]
   except KeyError:
     raise KeyError(f"unknown procedural family {name!r}; known: {sorted(FAMILIES)}") from None
+
+
+def get_chain(name: str) -> ChainFamily:
+  try:
+    return CHAINS[name]
+  except KeyError:
+    raise KeyError(f"unknown extension chain {name!r}; known: {sorted(CHAINS)}") from None
 
 
 def build_spec(name: str, seed: int, difficulty: int) -> core.TaskSpec:
@@ -82,4 +95,5 @@ def summary() -> list[dict]:
           for f in FAMILIES.values()]
 
 
-__all__ = ["FAMILIES", "get_family", "build_spec", "build_task", "write", "task_name", "summary"]
+__all__ = ["CHAINS", "FAMILIES", "get_chain", "get_family", "build_spec", "build_task", "write",
+           "task_name", "summary"]

@@ -79,17 +79,17 @@ def test_large_models_eval_shape(name):
 def test_loss_inputs_nothing_produces_fail_at_config_time():
   """A loss that reads a batch field its job's data path does not fill is refused when the job
   config is built (by a config file or from a ConfigDict), naming the field to change."""
-  from tmax_jax.loop.config import ServingConfig
+  from tmax_jax.agents.worker import WorkerConfig
   from tmax_jax.rl.losses import DPPOHyper
   from tmax_jax.train.config import LossConfig, TrainConfig
   topk = TrainConfig(loss=LossConfig(hyper=DPPOHyper(divergence="topk_tv", top_k=5)))
   with pytest.raises(ValueError, match=r"train\.loss\.policy_loss='dppo' .*needs batch field "
-                     r"'topk_ids', which the RL rollout path \(serving\.top_logprobs=0\)"):
+                     r"'topk_ids', which the RL rollout path \(worker\.top_logprobs=0\)"):
     RLConfig(train=topk)
   with pytest.raises(ValueError, match=r"train\.loss\.hyper\.top_k=5: .* needs 5 behaviour "
-                     r"logprobs per token, but .*serving\.top_logprobs=3\) returns 3"):
-    RLConfig(train=topk, serving=ServingConfig(top_logprobs=3))
-  assert RLConfig(train=topk, serving=ServingConfig(top_logprobs=5)).train.loss.top_k == 5
+                     r"logprobs per token, but .*worker\.top_logprobs=3\) returns 3"):
+    RLConfig(train=topk, worker=WorkerConfig(top_logprobs=3))
+  assert RLConfig(train=topk, worker=WorkerConfig(top_logprobs=5)).train.loss.top_k == 5
   with pytest.raises(ValueError, match=r"train\.loss\.kl_beta=0\.1 needs batch field 'ref_logp'"):
     RLConfig(train=TrainConfig(loss=LossConfig(kl_beta=0.1)))
   with pytest.raises(ValueError, match=r"train\.loss\.policy_loss='dppo'.*'behaviour_logp', which "
@@ -105,7 +105,7 @@ def test_loss_inputs_nothing_produces_fail_at_config_time():
   cd.train.loss.hyper.divergence = "topk_kl"
   with pytest.raises(ValueError, match=r"'topk_ids'"):
     from_config_dict(RLConfig, cd)
-  cd.serving.top_logprobs = 20
+  cd.worker.top_logprobs = 20
   assert from_config_dict(RLConfig, cd).train.loss.hyper.divergence == "topk_kl"
 
 

@@ -21,11 +21,11 @@ from tmax_jax.train.config import BatchInputs
 
 def rollout_inputs(top_logprobs: int) -> BatchInputs:
   """The batch fields the RL rollout path fills: the server's logprobs, group advantages, and the
-  top-K fields when the server returns `top_logprobs` > 0 alternatives per token (no reference
-  policy runs, so never `ref_logp`)."""
+  top-K fields when the episodes ask the server for `top_logprobs` > 0 alternatives per generated
+  token (WorkerConfig.top_logprobs); no reference policy runs, so never `ref_logp`."""
   topk = rl.losses.TOPK_INPUTS if top_logprobs > 0 else ()
   return BatchInputs(fields=rl.losses.RL_INPUTS + topk, top_k=top_logprobs,
-                     source=f"the RL rollout path (serving.top_logprobs={top_logprobs})")
+                     source=f"the RL rollout path (worker.top_logprobs={top_logprobs})")
 
 
 def group_advantages(groups: Sequence[Group], estimator: str = "centered") -> list[np.ndarray]:

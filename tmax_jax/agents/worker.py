@@ -40,6 +40,7 @@ class WorkerConfig:
   top_k: int = 0
   seed: int = 0
   request_timeout_s: float = 600.0
+  top_logprobs: int = 0  # K > 0: each generated token also carries the server's top-K logprobs
 
 
 def episode_seed(base: int, task_name: str, group: int, sample: int) -> int:

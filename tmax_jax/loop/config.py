@@ -52,7 +52,6 @@ class ServingConfig:
   max_len: int = 2048
   max_prefill_length: int = 1024
   port: int = 0  # 0 = a free port
-  top_logprobs: int = 0  # K top-K alternatives (ids + logprobs) per sampled token; 0 = none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +75,7 @@ class RLConfig:
   export_dir: str = ""  # HF export at the end ("" = <output_dir>/hf)
 
   def __post_init__(self):
-    self.train.check_data(rollout_inputs(self.serving.top_logprobs), self.seq_len)
+    self.train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,4 +125,4 @@ class DemoConfig:
 
   def __post_init__(self):
     self.sft_train.check_data(SFT_INPUTS, self.seq_len, "sft_train")
-    self.rl_train.check_data(rollout_inputs(self.serving.top_logprobs), self.seq_len, "rl_train")
+    self.rl_train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len, "rl_train")

@@ -1,7 +1,12 @@
-"""TerminalHorizon SFT (Qwen3.5-27B, recipe.md): AdamW lr 1e-5, wd 0.1, cosine, 5% warmup.
+"""TerminalHorizon SFT (Qwen3.5-27B, recipe.md): AdamW lr 1e-5, wd 0.1, cosine, 5% warmup, on the
+long trajectories collected from the horizon tasks and chains:
 
+python3 -m tmax_jax.tasks.horizon.build --out runs/horizon ...        # stage 1 + stage 2
+python3 -m tmax_jax.tasks.horizon.collect --build runs/horizon --family qwen3_5 \
+    --teacher endpoint --base-url URL --model M --out runs/horizon/sft.jsonl
 python3 launch/train_sft.py --config=configs/sft_terminal_horizon.py \
-    --config.model.checkpoint=/ckpt/Qwen3.5-27B --config.trajectories=/data/th.jsonl
+    --config.model.checkpoint=/ckpt/Qwen3.5-27B --config.trajectories=runs/horizon/sft.jsonl
+Evaluation: configs/eval_terminal_horizon.py (3 runs per task, mean pass@1).
 """
 
 from tmax_jax.agents.episode import EpisodeConfig

@@ -126,7 +126,8 @@ open("backups/LATEST", "w").write("full-1\\n")
   wrong = ("mkdir -p backups && cp -r data backups/full-1 && (find data -type f | LC_ALL=C sort | "
            "xargs sha256sum > backups/full-1.manifest) && echo full-1 > backups/LATEST")
   return TaskSpec(instruction, FULL_CHECK, solve, wrong,
-                  files={f"data/{r}": b for r, b in files.items()}, data={"files": digests, "manifest": manifest, "state": files},
+                  files={f"data/{r}": b for r, b in files.items()},
+                  data={"files": digests, "manifest": manifest, "state": files},
                   complexity="moderate", language="python")
 
 

@@ -18,5 +18,9 @@ def get_config() -> ml_collections.ConfigDict:
       max_concurrent_decodes=8, max_len=256, max_prefill_length=128, stop_token_ids=[],
       temperature=0.0, tokenizer_path=""))
   c.server = ml_collections.ConfigDict(dict(port=9000, host="127.0.0.1", threads=0))
+  # OpenAI-compatible HTTP API: port -1 = off (the tiny vocabulary cannot hold a real tokenizer's
+  # ids; serve a checkpoint to use it), 0 = a free port.
+  c.openai = ml_collections.ConfigDict(dict(port=-1, host="127.0.0.1", model_name="",
+                                            tokenizer="", tool_call_format=""))
   c.ready_file = ""
   return c

@@ -7,6 +7,7 @@ Config layout (see configs/serve_tiny.py):
   model.{param,compute,head}_dtype, model.seed
   engine.*           EngineConfig fields; engine.temperature = default for JetStream Decode calls
   server.*           ServerConfig fields
+  openai.*           OpenAIConfig fields (inference/openai_api.py; port -1 = no HTTP API)
   ready_file         "" or a path: JSON {"address", "pid"} written atomically once serving
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 import jax
 
 from tmax_jax.inference import engine as engine_lib
-from tmax_jax.inference import sampling, server as server_lib
+from tmax_jax.inference import openai_api, sampling, server as server_lib
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy, ModelConfig
 
@@ -69,12 +70,15 @@ def serve_forever(config) -> None:
   logging.getLogger("tmax_jax").setLevel(logging.INFO)
   engine = engine_from_config(config)
   sc = config.server
-  server = server_lib.start_server(
-      engine, server_lib.ServerConfig(port=sc.port, host=sc.host, threads=sc.threads))
+  http = openai_api.OpenAIConfig(**config.openai) if "openai" in config else openai_api.OpenAIConfig()
+  server = server_lib.start_server(engine, server_lib.ServerConfig(
+      port=sc.port, host=sc.host, threads=sc.threads, openai=http))
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
   payload = {"address": server.address, "pid": os.getpid()}
+  if server.openai is not None:
+    payload["openai_base_url"] = server.openai.base_url
   if config.ready_file:
     _write_ready(config.ready_file, payload)
   print(f"SERVING {json.dumps(payload)}", flush=True)

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import socket
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import grpc
 
@@ -28,7 +28,7 @@ from jetstream.core.utils import async_multifuture
 
 from tmax_jax.inference import driver as driver_lib
 from tmax_jax.inference import engine as engine_lib
-from tmax_jax.inference import rl_proto, sampling, updates
+from tmax_jax.inference import openai_api, rl_proto, sampling, updates
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,53 @@ class ServerConfig:
   port: int = 9000
   host: str = compat.LOOPBACK
   threads: int = 0  # gRPC worker threads; 0 = max(64, slots) like server_lib.run
+  openai: openai_api.OpenAIConfig = openai_api.OpenAIConfig()  # the HTTP API (off by default)
 
 
 def free_port(host: str = compat.LOOPBACK) -> int:
   with socket.socket() as s:
     s.bind((host, 0))
     return s.getsockname()[1]
+
+
+def validate(engine: engine_lib.TmaxEngine, prompt_ids: Sequence[int], max_tokens: int,
+             top_logprobs: int = 0) -> str:
+  """"" if a token-id request fits the engine, else what is wrong with it."""
+  cfg, vocab = engine.cfg, engine.model_cfg.vocab_size
+  n = len(prompt_ids)
+  if n < 1:
+    return "the prompt is empty"
+  if n > cfg.max_prefill_length:
+    return f"prompt of {n} tokens exceeds max_prefill_length={cfg.max_prefill_length}"
+  if max_tokens < 1:
+    return f"max_tokens must be >= 1, got {max_tokens}"
+  if n + max_tokens > cfg.max_len:
+    return f"prompt {n} + max_tokens {max_tokens} exceeds max_len={cfg.max_len}"
+  if top_logprobs:
+    return (f"top_logprobs={top_logprobs}: this server does not return top-K logprobs "
+            "(max_topk=0)")
+  bad = [t for t in prompt_ids if not 0 <= t < vocab]
+  if bad:
+    return f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})"
+  return ""
+
+
+def submit(driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine, prompt_ids: Sequence[int],
+           max_tokens: int, params: sampling.SamplingParams, stop_ids: Sequence[int] = (),
+           top_logprobs: int = 0) -> async_multifuture.AsyncMultifuture:
+  """Validates and queues one token-id request (call on the server's event loop): its
+  `driver.RLStep`s arrive on the returned channel; cancelling the channel ends the request.
+  ValueError says what is wrong with a request that does not fit. Used by the Rollout service and
+  the OpenAI API alike."""
+  error = validate(engine, prompt_ids, max_tokens, top_logprobs)
+  if error:
+    raise ValueError(error)
+  channel = async_multifuture.AsyncMultifuture()
+  driver.place_request_on_prefill_queue(driver_lib.RLActiveRequest(
+      max_tokens=max_tokens, return_channel=channel, prefill_content=list(prompt_ids),
+      is_client_side_tokenization=True, sampling_params=params,
+      stop_ids=frozenset(stop_ids) | frozenset(engine.cfg.stop_token_ids)))
+  return channel
 
 
 class RolloutServicer:
@@ -54,46 +95,21 @@ class RolloutServicer:
     self._driver, self._engine = driver, engine
     self._push_lock = asyncio.Lock()  # one staged copy of the weights at a time
 
-  def _validate(self, req) -> str:
-    cfg, vocab = self._engine.cfg, self._engine.model_cfg.vocab_size
-    n = len(req.prompt_token_ids)
-    if n < 1:
-      return "prompt_token_ids is empty"
-    if n > cfg.max_prefill_length:
-      return f"prompt of {n} tokens exceeds max_prefill_length={cfg.max_prefill_length}"
-    if req.max_tokens < 1:
-      return f"max_tokens must be >= 1, got {req.max_tokens}"
-    if n + req.max_tokens > cfg.max_len:
-      return f"prompt {n} + max_tokens {req.max_tokens} exceeds max_len={cfg.max_len}"
-    bad = [t for t in req.prompt_token_ids if not 0 <= t < vocab]
-    if bad:
-      return f"prompt_token_ids {bad[:5]} outside the vocabulary [0, {vocab})"
-    return ""
-
   async def Generate(self, req, context):  # pylint: disable=invalid-name
-    error = self._validate(req)
     try:
       sp = sampling.SamplingParams(temperature=req.temperature, top_p=req.top_p or 1.0,
                                    top_k=req.top_k, seed=req.seed)
+      channel = submit(self._driver, self._engine, req.prompt_token_ids, req.max_tokens, sp,
+                       req.stop_token_ids)
     except ValueError as e:
-      error = error or str(e)
-    if error:
-      await context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
-    channel = async_multifuture.AsyncMultifuture()
+      await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
     context.add_done_callback(channel.cancel)
-    request = driver_lib.RLActiveRequest(
-        max_tokens=req.max_tokens, return_channel=channel,
-        prefill_content=list(req.prompt_token_ids), is_client_side_tokenization=True,
-        sampling_params=sp,
-        stop_ids=frozenset(req.stop_token_ids) | frozenset(self._engine.cfg.stop_token_ids))
-    self._driver.place_request_on_prefill_queue(request)
     try:
       async for step in channel:
+        some = step.token_id is not None
         yield rl_proto.GenerateResponse(
-            token_ids=[] if step.token_id is None else [step.token_id],
-            logprobs=[] if step.token_id is None else [step.logprob],
-            policy_versions=[] if step.token_id is None else [step.version],
-            finish_reason=step.finish_reason)
+            token_ids=[step.token_id] if some else [], logprobs=[step.logprob] if some else [],
+            policy_versions=[step.version] if some else [], finish_reason=step.finish_reason)
     except driver_lib.ServerShutdown as e:
       await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
@@ -166,12 +182,32 @@ class RolloutServer(server_lib.JetStreamServer):
     with compat.bind_host(host):
       super().__init__(driver, threads, port, grpc.insecure_server_credentials())
     self.port, self.host, self.driver, self.engine = port, host, driver, engine
+    self.openai: openai_api.OpenAIServer | None = None
     self._grpc_server.add_generic_rpc_handlers(
         (RolloutServicer(driver, engine).generic_handler(),))
 
   @property
   def address(self) -> str:
     return f"{self.host}:{self.port}"
+
+  def submit(self, prompt_ids: Sequence[int], max_tokens: int, params: sampling.SamplingParams,
+             stop_ids: Sequence[int] = (), top_logprobs: int = 0):
+    """`submit` on this server's driver and engine (call on its event loop)."""
+    return submit(self.driver, self.engine, prompt_ids, max_tokens, params, stop_ids,
+                  top_logprobs)
+
+  def start_openai(self, cfg: openai_api.OpenAIConfig) -> openai_api.OpenAIServer:
+    """Serves the OpenAI HTTP API on this server's event loop, engine and driver."""
+    tok, fmt = openai_api.load_tokenizer(cfg, self.engine.model_cfg.model_type)
+    self.openai = openai_api.OpenAIServer(cfg, self, tok, fmt)
+    asyncio.run_coroutine_threadsafe(self.openai.start(), self._loop).result()
+    return self.openai
+
+  def stop(self) -> None:
+    if self.openai is not None:  # close HTTP first: its open requests are cancelled cleanly
+      asyncio.run_coroutine_threadsafe(self.openai.stop(), self._loop).result()
+      self.openai = None
+    super().stop()
 
   def push_weights(self, params: Any, version: int) -> None:
     """In-process weight update (a trainer sharing the process skips gRPC)."""
@@ -193,4 +229,10 @@ def start_server(engine: engine_lib.TmaxEngine, cfg: ServerConfig = ServerConfig
   server.start()
   log.info("serving %s on %s (%d slots)", engine.model_cfg.model_type, server.address,
            engine.cfg.max_concurrent_decodes)
+  if cfg.openai.enabled:
+    try:
+      server.start_openai(cfg.openai)
+    except Exception:
+      server.stop()
+      raise
   return server

@@ -70,9 +70,8 @@ def _check_call(fmt: str, name: str, args: dict) -> str:
   return args[ARG_NAME]
 
 
-def parse_hermes_call(text: str) -> str:
-  """The command of the single Hermes JSON bash call in `text`; FormatError otherwise."""
-  body = _single_body(text, "hermes")
+def _hermes_call(body: str) -> tuple[str, dict]:
+  """(name, arguments) of one Hermes JSON call body; FormatError otherwise."""
   try:
     call = json.loads(body)
   except json.JSONDecodeError as e:
@@ -87,7 +86,7 @@ def parse_hermes_call(text: str) -> str:
       raise _error("hermes", '"arguments" is a string that is not JSON') from e
   if not isinstance(args, dict):
     raise _error("hermes", '"arguments" must be a JSON object like {"command": "..."}')
-  return _check_call("hermes", call["name"], args)
+  return call["name"], args
 
 
 def _param_value(raw: str) -> str:
@@ -96,9 +95,8 @@ def _param_value(raw: str) -> str:
   return raw[:-1] if raw.endswith("\n") else raw
 
 
-def parse_xml_call(text: str) -> str:
-  """The command of the single XML (`<function=bash>`) call in `text`; FormatError otherwise."""
-  body = _single_body(text, "xml")
+def _xml_call(body: str) -> tuple[str, dict]:
+  """(name, {parameter: string value}) of one XML call body; FormatError otherwise."""
   match = _FUNCTION.fullmatch(body)
   if match is None:
     raise _error("xml", "the tool call must contain one <function=NAME>...</function> block")
@@ -111,7 +109,34 @@ def parse_xml_call(text: str) -> str:
     if key.strip() in args:
       raise _error("xml", f"parameter {key.strip()!r} given twice")
     args[key.strip()] = _param_value(raw)
-  return _check_call("xml", name, args)
+  return name, args
+
+
+_CALL_PARSERS = {"hermes": _hermes_call, "xml": _xml_call}
+
+
+def parse_hermes_call(text: str) -> str:
+  """The command of the single Hermes JSON bash call in `text`; FormatError otherwise."""
+  return _check_call("hermes", *_hermes_call(_single_body(text, "hermes")))
+
+
+def parse_xml_call(text: str) -> str:
+  """The command of the single XML (`<function=bash>`) call in `text`; FormatError otherwise."""
+  return _check_call("xml", *_xml_call(_single_body(text, "xml")))
+
+
+def parse_tool_calls(text: str, fmt: str) -> tuple[str, list[tuple[str, dict]]]:
+  """Any number of calls of any tools (the OpenAI API's `tools`), in syntax `fmt` (a key of
+  PARSERS): (the text outside the calls, stripped; [(name, arguments)]). `text` is the part after
+  the reasoning. XML argument values stay strings (typing them needs the tool's schema). A
+  malformed or unclosed call raises FormatError."""
+  if fmt not in _CALL_PARSERS:
+    raise ValueError(f"tool_call_format={fmt!r}; supported: {sorted(_CALL_PARSERS)}")
+  bodies = _CALL.findall(text)
+  if text.count("<tool_call>") != len(bodies):
+    raise _error(fmt, "a tool call is not closed with </tool_call>")
+  calls = [_CALL_PARSERS[fmt](body) for body in bodies]
+  return _CALL.sub("", text).strip(), calls
 
 
 PARSERS = {"hermes": parse_hermes_call, "xml": parse_xml_call}

@@ -136,9 +136,14 @@ def test_against_the_projects_own_server(tmp_path, auditor):
   import time  # pylint: disable=import-outside-toplevel
   root = pathlib.Path(__file__).parents[2]
   ready = tmp_path / "ready.json"
+  # the tiny preset with the real Qwen3 vocabulary (the chat endpoint tokenises with it) and room
+  # for the build prompt (~1k tokens)
   proc = subprocess.Popen([sys.executable, str(root / "launch" / "serve.py"),
                            f"--config={root / 'configs' / 'serve_tiny.py'}",
-                           "--config.server.port=0", f"--config.ready_file={ready}"])
+                           "--config.server.port=0", "--config.openai.port=0",
+                           "--config.model.overrides.vocab_size=151936",
+                           "--config.engine.max_len=4096", "--config.engine.max_prefill_length=2048",
+                           f"--config.ready_file={ready}"])
   try:
     deadline = time.monotonic() + 600
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -147,7 +152,10 @@ def test_against_the_projects_own_server(tmp_path, auditor):
     info = json.loads(ready.read_text())
     assert "openai_base_url" in info, (f"the ready file {info} names no OpenAI base URL; update "
                                        "this test's wiring to the server's field")
-    client = llm.ChatClient(llm.ChatConfig(base_url=info["openai_base_url"], model="tiny",
+    import urllib.request  # pylint: disable=import-outside-toplevel
+    with urllib.request.urlopen(info["openai_base_url"] + "/models", timeout=60) as resp:
+      model = json.loads(resp.read())["data"][0]["id"]  # the id the server serves
+    client = llm.ChatClient(llm.ChatConfig(base_url=info["openai_base_url"], model=model,
                                            max_tokens=32, timeout_s=300))
     cfg = build.BuildConfig(out=str(tmp_path / "out"), mode="llm",
                             professional_seeds=_seeds(tmp_path), max_generations=1,

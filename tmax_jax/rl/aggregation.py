@@ -5,7 +5,7 @@ registered aggregation returns the unnormalised `w`, which depends only on the t
 (and segment), never on the rest of the batch; the normaliser is then just another sum. So a batch
 split into micro-batches of ANY shapes (packed buckets, gradient accumulation) is exact: each
 micro-batch adds its sum(w * loss), its gradient and its sum(w), and the trainer divides once at the
-end (`normalise`).
+end (by `normaliser(total sum(w))`).
 """
 
 import jax

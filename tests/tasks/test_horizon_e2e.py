@@ -163,3 +163,13 @@ def test_pattern_rules():
   assert patterns.count(labels) == {"Explore": 2, "Diagnose": 1, "Build": 2, "Verify": 2,
                                     "Coordinate": 1}
   assert chains.STEP_MARK == "# step"
+
+
+@pytest.mark.slow
+def test_collect_cli(built, tmp_path, capsys):
+  out = tmp_path / "c.jsonl"
+  assert collect.main(["--build", str(built[0]), "--out", str(out), "--no-chains"]) == 0
+  printed = capsys.readouterr().out
+  assert "task: 4 trajectories" in printed and "kept 4 of 4" in printed
+  summary = json.loads(out.with_suffix(".summary.json").read_text())
+  assert [t["pattern_total"] for t in summary["per_trajectory"]] == [3, 3, 3, 3]

@@ -1,38 +1,22 @@
 """launch/serve.py as a real subprocess: kill mid-stream, restart, clean SIGTERM shutdown."""
 
 import asyncio
-import json
-import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
+from tests.inference import serve_process
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import sampling
 from tmax_jax.inference.server import free_port
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
 
 def _start(port: int, ready: pathlib.Path, log: pathlib.Path) -> subprocess.Popen:
-  ready.unlink(missing_ok=True)
-  cmd = [sys.executable, str(ROOT / "launch/serve.py"), f"--config={ROOT}/configs/serve_tiny.py",
-         f"--config.server.port={port}", f"--config.ready_file={ready}",
-         "--config.engine.max_len=4096", "--config.engine.max_concurrent_decodes=2"]
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("a"), stderr=subprocess.STDOUT,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
-  deadline = time.monotonic() + 180
-  while not ready.exists():
-    if proc.poll() is not None or time.monotonic() > deadline:
-      proc.kill()
-      raise AssertionError(f"server did not start; log:\n{log.read_text()[-3000:]}")
-    time.sleep(0.2)
-  assert json.loads(ready.read_text())["address"] == f"127.0.0.1:{port}"
-  return proc
+  return serve_process.start(port, ready, log, "--config.engine.max_len=4096",
+                             "--config.engine.max_concurrent_decodes=2")
 
 
 @pytest.mark.slow

@@ -177,10 +177,11 @@ def test_push_from_checkpoint_path_and_version_checks(served):
     async with client_lib.RolloutClient(server.address,
                                         client_lib.ClientConfig(timeout_s=60)) as c:
       v0 = (await c.status()).version
-      with pytest.raises(client_lib.RolloutError, match="must be greater"):
-        await c.update_weights(served["params2"], version=v0)
       v = await c.update_weights(path=str(served["d2"]), version=v0 + 5)
-      return v0, v, (await c.status()).version
+      with pytest.raises(client_lib.RolloutError, match=f"older than the served version {v}"):
+        await c.update_weights(served["params2"], version=v - 1)
+      again = await c.update_weights(served["params2"], version=v)  # a resync: idempotent
+      return v0, v, again, (await c.status()).version
 
-  v0, v, status = asyncio.run(go())
-  assert v == status == v0 + 5
+  v0, v, again, status = asyncio.run(go())
+  assert v == again == status == v0 + 5

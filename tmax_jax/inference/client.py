@@ -6,6 +6,14 @@ mid-way) are retried from scratch with exponential backoff until the deadline or
 a partial stream is discarded, never spliced. When nothing answers, `ServerUnavailableError` says
 which address was tried, how often and for how long. A restarted server is picked up by the same
 client (gRPC channels reconnect).
+
+Restarts: every server start has its own `instance_id` (in Status, in the first Generate response
+and in the UpdateWeights response). A request that began while the client knew instance A and is
+answered by instance B lost its server (its KV, its prefix cache, maybe its weights): it raises
+`ServerRestartedError` (not retried; the caller drops the episode). The first sight of B runs the
+client's `on_restart` callback once (e.g. the RL loop pushes its current weights, so B serves the
+trainer's policy), then B becomes the known instance. A push answered by B makes B known without
+the callback (it just received the weights).
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import grpc
 
@@ -34,6 +42,10 @@ class RolloutError(RuntimeError):
 
 class ServerUnavailableError(RolloutError):
   """The server could not be reached (or kept failing) within the request's deadline."""
+
+
+class ServerRestartedError(ServerUnavailableError):
+  """The request began on one server instance and another one answered: the request is lost."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +69,35 @@ class Completion:
 class RolloutClient:
   """`async with RolloutClient("127.0.0.1:9000") as c: out = await c.generate(ids, 64)`."""
 
-  def __init__(self, address: str, cfg: ClientConfig = ClientConfig()):
-    self.address, self.cfg = address, cfg
+  def __init__(self, address: str, cfg: ClientConfig = ClientConfig(),
+               on_restart: Callable[[], Awaitable[None]] | None = None):
+    self.address, self.cfg, self._on_restart = address, cfg, on_restart
     self._channel = grpc.aio.insecure_channel(address)
     self._calls = {name: self._make_callable(name) for name in rl_proto.METHODS}
+    self.instance_id = ""  # the server instance this client knows ("" = none yet)
+    self.restarts = 0  # new instances seen after the first one
+    self._resync: asyncio.Lock | None = None
+
+  async def _seen(self, instance_id: str, synced: bool = False) -> None:
+    """A response came from `instance_id`. A new instance runs `on_restart` once, unless this
+    response answered a push (`synced`: it holds the pushed weights already)."""
+    if not instance_id or instance_id == self.instance_id:
+      return
+    if synced or not self.instance_id:
+      self._adopt(instance_id)
+      return
+    self._resync = self._resync or asyncio.Lock()
+    async with self._resync:
+      if instance_id == self.instance_id:
+        return  # another request resynced it meanwhile
+      if self._on_restart is not None:
+        await self._on_restart()  # its push adopts the instance (synced)
+      self._adopt(instance_id)
+
+  def _adopt(self, instance_id: str) -> None:
+    if instance_id != self.instance_id:
+      self.restarts += bool(self.instance_id)
+      self.instance_id = instance_id
 
   def _make_callable(self, name: str):
     _, _, cstream, sstream = rl_proto.METHODS[name]
@@ -120,9 +157,17 @@ class RolloutClient:
         temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=params.seed,
         stop_token_ids=list(stop_token_ids), request_id=request_id)
 
+    began_on = self.instance_id
+
     async def attempt(remaining: float) -> Completion:
       out = Completion([], [], [], "")
       async for resp in self._calls["Generate"](req, timeout=remaining, wait_for_ready=False):
+        if resp.instance_id and began_on and resp.instance_id != began_on:
+          await self._seen(resp.instance_id)
+          raise ServerRestartedError(
+              f"generate: the inference server at {self.address} restarted (instance "
+              f"{began_on} -> {resp.instance_id}) during the request; it is lost")
+        await self._seen(resp.instance_id)
         out.token_ids.extend(resp.token_ids)
         out.logprobs.extend(resp.logprobs)
         out.versions.extend(resp.policy_versions)
@@ -160,16 +205,22 @@ class RolloutClient:
                                               data=piece, crc32=crc if offset == 0 else "")
 
     async def attempt(remaining: float) -> int:
-      return (await self._calls["UpdateWeights"](messages(), timeout=remaining)).version
+      resp = await self._calls["UpdateWeights"](messages(), timeout=remaining)
+      await self._seen(resp.instance_id, synced=True)
+      return resp.version
 
     return (await self._with_retries("update_weights", attempt, timeout_s))[0]
 
   async def status(self, timeout_s: float = 5.0):
-    return await self._calls["Status"](rl_proto.StatusRequest(), timeout=timeout_s)
+    resp = await self._calls["Status"](rl_proto.StatusRequest(), timeout=timeout_s)
+    await self._seen(resp.instance_id)
+    return resp
 
   async def wait_until_ready(self, timeout_s: float = 120.0):
     """Polls Status until the server answers (e.g. after a restart) -> StatusResponse."""
     async def attempt(remaining: float):
-      return await self._calls["Status"](rl_proto.StatusRequest(), timeout=remaining,
+      resp = await self._calls["Status"](rl_proto.StatusRequest(), timeout=remaining,
                                          wait_for_ready=True)
+      await self._seen(resp.instance_id)
+      return resp
     return (await self._with_retries("status", attempt, timeout_s))[0]

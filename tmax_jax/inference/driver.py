@@ -98,9 +98,9 @@ class RLDriver(orchestrator.Driver):
   def update_weights(self, params: Any, version: int) -> None:
     """Installs `params` (already conformed) as `version` in every engine; lands between steps."""
     with self._update_lock:
-      if version <= self.version:
+      if version < self.version:  # equal: a resync (e.g. of a restarted server) is idempotent
         raise updates.WeightUpdateError(
-            f"weight version {version} must be greater than the served version {self.version}")
+            f"weight version {version} is older than the served version {self.version}")
       boxes = {id(b): b for b in list(self._prefill_params) + list(self._generate_params)}
       for box in boxes.values():
         box.swap(params, version)

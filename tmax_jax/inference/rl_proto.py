@@ -21,6 +21,7 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     repeated float logprobs = 2;          // behaviour logprob of each token (see sampling.py)
     repeated int64 policy_versions = 3;   // weight version that produced each token
     string finish_reason = 4;             // "" while streaming; "stop" | "length" on the last one
+    string instance_id = 5;               // on the first response: the serving process (see Status)
   }
   message TensorSpec { string name = 1; repeated int64 shape = 2; string dtype = 3; }
   message UpdateWeightsRequest {          // client-streamed; protocol in updates.py
@@ -32,11 +33,14 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     bytes data = 6;
     string crc32 = 7;                     // on a tensor's first chunk: CRC-32 of all its bytes
   }
-  message UpdateWeightsResponse { int64 version = 1; double seconds = 2; int64 bytes = 3; }
+  message UpdateWeightsResponse {
+    int64 version = 1; double seconds = 2; int64 bytes = 3; string instance_id = 4;
+  }
   message StatusRequest {}
   message StatusResponse {
     bool live = 1; int64 version = 2; int32 max_concurrent_decodes = 3; int32 max_len = 4;
     string model_type = 5; int32 active_requests = 6;
+    string instance_id = 7;  // random per server start: a restarted server has a new one
   }
   service Rollout {
     rpc Generate(GenerateRequest) returns (stream GenerateResponse);
@@ -59,7 +63,8 @@ _MESSAGES = {
     ("seed", _F.TYPE_UINT64, False), ("request_id", _F.TYPE_STRING, False)],
   "GenerateResponse": [
     ("token_ids", _F.TYPE_INT32, True), ("logprobs", _F.TYPE_FLOAT, True),
-    ("policy_versions", _F.TYPE_INT64, True), ("finish_reason", _F.TYPE_STRING, False)],
+    ("policy_versions", _F.TYPE_INT64, True), ("finish_reason", _F.TYPE_STRING, False),
+    ("instance_id", _F.TYPE_STRING, False)],
   "TensorSpec": [
     ("name", _F.TYPE_STRING, False), ("shape", _F.TYPE_INT64, True),
     ("dtype", _F.TYPE_STRING, False)],
@@ -70,12 +75,13 @@ _MESSAGES = {
     ("crc32", _F.TYPE_STRING, False)],
   "UpdateWeightsResponse": [
     ("version", _F.TYPE_INT64, False), ("seconds", _F.TYPE_DOUBLE, False),
-    ("bytes", _F.TYPE_INT64, False)],
+    ("bytes", _F.TYPE_INT64, False), ("instance_id", _F.TYPE_STRING, False)],
   "StatusRequest": [],
   "StatusResponse": [
     ("live", _F.TYPE_BOOL, False), ("version", _F.TYPE_INT64, False),
     ("max_concurrent_decodes", _F.TYPE_INT32, False), ("max_len", _F.TYPE_INT32, False),
-    ("model_type", _F.TYPE_STRING, False), ("active_requests", _F.TYPE_INT32, False)],
+    ("model_type", _F.TYPE_STRING, False), ("active_requests", _F.TYPE_INT32, False),
+    ("instance_id", _F.TYPE_STRING, False)],
 }
 
 # method -> (request, response, client_streaming, server_streaming)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import socket
 import time
 from typing import Any, Sequence
@@ -91,8 +92,9 @@ def submit(driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine, prompt_id
 class RolloutServicer:
   """Async handlers of tmax_rl.Rollout, bound to one RLDriver."""
 
-  def __init__(self, driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine):
-    self._driver, self._engine = driver, engine
+  def __init__(self, driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine,
+               instance_id: str):
+    self._driver, self._engine, self._instance = driver, engine, instance_id
     self._push_lock = asyncio.Lock()  # one staged copy of the weights at a time
 
   async def Generate(self, req, context):  # pylint: disable=invalid-name
@@ -104,12 +106,15 @@ class RolloutServicer:
     except ValueError as e:
       await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
     context.add_done_callback(channel.cancel)
+    first = True
     try:
       async for step in channel:
         some = step.token_id is not None
         yield rl_proto.GenerateResponse(
             token_ids=[step.token_id] if some else [], logprobs=[step.logprob] if some else [],
-            policy_versions=[step.version] if some else [], finish_reason=step.finish_reason)
+            policy_versions=[step.version] if some else [], finish_reason=step.finish_reason,
+            instance_id=self._instance if first else "")
+        first = False
     except driver_lib.ServerShutdown as e:
       await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
@@ -123,7 +128,7 @@ class RolloutServicer:
         log.warning("weight update refused: %s", e)
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
     return rl_proto.UpdateWeightsResponse(version=version, seconds=time.perf_counter() - start,
-                                          bytes=nbytes)
+                                          bytes=nbytes, instance_id=self._instance)
 
   async def _receive_weights(self, request_iterator) -> tuple[int, int]:
     loop = asyncio.get_running_loop()
@@ -133,9 +138,9 @@ class RolloutServicer:
     async for msg in request_iterator:
       if version is None:
         version = msg.version
-        if version <= self._driver.version:  # refuse before any data moves
+        if version < self._driver.version:  # refuse before any data moves
           raise updates.WeightUpdateError(
-              f"weight version {version} must be greater than the served version "
+              f"weight version {version} is older than the served version "
               f"{self._driver.version}")
       if msg.path:
         path = msg.path
@@ -161,7 +166,7 @@ class RolloutServicer:
         live=self._driver.live, version=self._driver.version,
         max_concurrent_decodes=cfg.max_concurrent_decodes, max_len=cfg.max_len,
         model_type=self._engine.model_cfg.model_type,
-        active_requests=self._driver.active_requests())
+        active_requests=self._driver.active_requests(), instance_id=self._instance)
 
   def generic_handler(self) -> grpc.GenericRpcHandler:
     kinds = {(False, True): grpc.unary_stream_rpc_method_handler,
@@ -182,9 +187,10 @@ class RolloutServer(server_lib.JetStreamServer):
     with compat.bind_host(host):
       super().__init__(driver, threads, port, grpc.insecure_server_credentials())
     self.port, self.host, self.driver, self.engine = port, host, driver, engine
+    self.instance_id = secrets.token_hex(8)  # clients tell a restarted server by a new one
     self.openai: openai_api.OpenAIServer | None = None
     self._grpc_server.add_generic_rpc_handlers(
-        (RolloutServicer(driver, engine).generic_handler(),))
+        (RolloutServicer(driver, engine, self.instance_id).generic_handler(),))
 
   @property
   def address(self) -> str:

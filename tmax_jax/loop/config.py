@@ -46,12 +46,17 @@ class TaskSource:
 
 @dataclasses.dataclass(frozen=True)
 class ServingConfig:
-  """The in-process JetStream server the rollouts talk to over gRPC (loopback)."""
+  """The JetStream server the rollouts talk to over gRPC: in-process (loopback), or a separately
+  launched one (`address`, e.g. launch/serve.py) that the loop pushes its weights to."""
 
   max_concurrent_decodes: int = 8
   max_len: int = 2048
   max_prefill_length: int = 1024
   port: int = 0  # 0 = a free port
+  address: str = ""  # "host:port" of an external server ("" = start one in-process)
+  # Retries per request (<= 2 s apart, within worker.request_timeout_s): a restarting external
+  # server is waited for; requests it cut are lost and their groups dropped (rollout/*_server).
+  max_attempts: int = 1000
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,12 @@ tokens from a policy older than that are dropped). After each optimizer step the
 pushed to the server through its UpdateWeights RPC with version = step; every sampled token carries
 the version that produced it. Checkpoints (Orbax) hold the train state and the data position; a
 restarted run resumes from the latest one. At the end the policy is exported as an HF checkpoint.
+
+With `serving.address` the server is a separately launched one (launch/serve.py): the loop pushes
+its weights there at the start and after every step (per-tensor stream). If that server dies and
+comes back, requests it cut are lost (their groups are dropped and counted as
+`rollout/groups_dropped_server`), the client pushes the current policy to the new instance once
+(`on_restart`, never while a step holds the state) and rollouts go on; `server_restarts` counts them.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from tmax_jax.agents import batching
 from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups, cycle_tasks
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
-from tmax_jax.inference.client import RolloutClient
+from tmax_jax.inference.client import ClientConfig, RolloutClient
 from tmax_jax.loop import common
 from tmax_jax.loop.config import RLConfig
 from tmax_jax.models import registry
@@ -63,14 +69,23 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
   tokenizer = load_tokenizer(cfg.tokenizer)
   train_tasks, _ = common.load_tasks(cfg.tasks)
   # the server gets its own copy: the trainer donates (and so frees) the state's buffers
-  server = common.start_serving(model_cfg, jax.tree.map(jnp.copy, state.params), cfg.serving,
-                                stop_token_ids(cfg.episode))
+  server = None if cfg.serving.address else common.start_serving(
+      model_cfg, jax.tree.map(jnp.copy, state.params), cfg.serving, stop_token_ids(cfg.episode))
   trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train)
   history: list[dict] = []
   loop = asyncio.get_running_loop()
-  async with RolloutClient(server.address) as client:
-    version = start_step  # the policy version the server holds
-    if start_step:
+  version = start_step  # the policy version the server holds
+  steps = asyncio.Lock()  # a trainer step donates `state`: no push reads it meanwhile
+
+  async def resync() -> None:  # a restarted server boots on other weights: push the policy's
+    async with steps:
+      await client.update_weights(state.params, version=version)
+
+  client_cfg = ClientConfig(max_attempts=cfg.serving.max_attempts, backoff_max_s=2.0)
+  async with RolloutClient(cfg.serving.address or server.address, client_cfg,
+                           on_restart=resync) as client:
+    await client.wait_until_ready(timeout_s=cfg.worker.request_timeout_s)
+    if start_step or server is None:
       await client.update_weights(state.params, version=start_step)
     worker = EpisodeWorker.served(client, tokenizer, cfg.episode,
                            common.runner_config(cfg.sandbox_backend, cfg.sandbox_memory_mb),
@@ -88,12 +103,14 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
         if groups:
           trajs = batching.to_trajectories(groups, cfg.advantage)
           batch = trainer.make_batch(trajs, cfg.seq_len, num_rows=_rows(cfg), pack_rows=False)
-          state, m = await loop.run_in_executor(None, trainer.step, state, batch)
-          version = step + 1
-          await client.update_weights(state.params, version=version)
+          async with steps:
+            state, m = await loop.run_in_executor(None, trainer.step, state, batch)
+            version = step + 1
+            await client.update_weights(state.params, version=version)
         m.update(batching.rollout_metrics(groups))
         m.update({f"rollout/{k}": float(v) for k, v in sched.stats.items()})
-        m.update(rollout_wait_s=rollout_s, policy_version=version)
+        m.update(rollout_wait_s=rollout_s, policy_version=version,
+                 server_restarts=float(client.restarts))
         writer.write(step + 1, m)
         history.append({"step": step + 1, **m})
         position = consumed + int(sched.stats["groups_generated"])
@@ -101,7 +118,8 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
     finally:
       await sched.close()
       await worker.aclose()
-      server.stop()
+      if server is not None:
+        server.stop()
   return state, history, consumed + int(sched.stats["groups_generated"])
 
 

@@ -29,7 +29,7 @@ TRIAL_KEYS = {"task": str, "category": str, "run": int, "reward": float, "passed
               "reward_reason": str, "status": str, "turns": int, "tool_calls": int,
               "format_errors": int, "response_tokens": int, "duration_s": float}
 AGG_KEYS = {"num_tasks", "num_trials", "runs_per_task", "pass_threshold", "pass@1", "pass@k",
-            "mean_reward", "num_errors", "status_counts", "mean_turns", "mean_tool_calls",
+            "mean_reward", "num_errors", "unsupported_tasks", "status_counts", "mean_turns", "mean_tool_calls",
             "mean_response_tokens", "mean_duration_s"}
 
 
@@ -177,6 +177,27 @@ def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
   rec = res["trials"][0]
   assert rec["status"] == "error" and "ServerUnavailableError" in rec["error"], rec
   assert res["aggregate"]["num_errors"] == 1
+
+
+def test_unsupported_tasks_are_reported_not_scored(tmp_path, tok):
+  """A multi-service compose task raises TaskUnsupportedError in the runner: its trials get
+  status "unsupported", and it is left out of pass@1 instead of counting as a failure."""
+  require_base_rootfs()
+  tasks = tmp_path / "t"
+  registry.write("csv_aggregate", 2, 0, tasks / "csv")
+  pod = registry.write("csv_aggregate", 3, 0, tasks / "pod")
+  toml = pod.path / "task.toml"
+  toml.write_text(toml.read_text().replace("[metadata]\n",
+                                           '[metadata]\ncompose_services = ["app", "db"]\n', 1))
+  res = E.evaluate(_cfg(tasks, tmp_path / "o", policy="oracle"), tokenizer=tok)
+  by_task = {r["task"]: r for r in res["trials"]}
+  assert by_task[pod.name]["status"] == "unsupported"
+  assert "2 services" in by_task[pod.name]["error"]
+  agg = res["aggregate"]
+  assert agg["unsupported_tasks"] == [pod.name] and agg["num_tasks"] == 1
+  assert agg["pass@1"]["mean"] == 1.0 and agg["num_errors"] == 0
+  assert agg["status_counts"]["unsupported"] == 1
+  assert "1 task(s) unsupported here" in E.summary_text(res)
 
 
 # --- no sandbox: discovery, config, aggregation ------------------------------------------------------

@@ -28,7 +28,10 @@ results.json schema (schema_version 1):
                              per-task rates / sqrt(num_tasks) (0 for one task)
     pass@k: {"<k>": mean unbiased pass@k over tasks} for each k in pass_ks up to runs_per_task
     mean_reward, num_errors (trials that raised instead of being scored; they count as reward 0)
-    status_counts: {episode status: count}
+    unsupported_tasks: [task] whose trials raised TaskUnsupportedError (e.g. multi-service
+                       compose); they are left out of every number above and below but the
+                       status counts (num_tasks, num_trials, pass@1, categories, tasks)
+    status_counts: {episode status: count} over all trials
     mean_turns, mean_tool_calls, mean_response_tokens, mean_duration_s
   categories: {category: {num_tasks, num_trials, pass@1, stderr, mean_reward}}
               (category = task.toml [metadata].category, "uncategorized" when absent)
@@ -38,8 +41,9 @@ results.json schema (schema_version 1):
               reward_reason (the runner's reason: "ok", verifier_timeout, build_failed: ...,
               or the episode status that zeroed it), status (episode status: submitted |
               max_tool_calls | max_turns | max_response_tokens | wall_time | oom | sandbox_crash |
-              no_episode | error), turns, tool_calls, format_errors, response_tokens,
-              duration_s, error (null, or the exception text for status "error")
+              no_episode | error | unsupported), turns, tool_calls, format_errors,
+              response_tokens, duration_s, error (null, or the exception text for status
+              "error" / "unsupported")
 """
 
 from tmax_jax.loop.evaluate.config import POLICIES, EvalConfig

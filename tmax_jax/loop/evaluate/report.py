@@ -13,6 +13,7 @@ from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.tasks.difficulty import pass_at_k
 
 SCHEMA_VERSION = 1
+UNSUPPORTED = "unsupported"  # trial status of a task the sandbox backends cannot run
 
 
 def mean_stderr(values: Sequence[float]) -> tuple[float, float]:
@@ -59,19 +60,22 @@ def _category_rows(tasks: dict) -> dict:
 def aggregate(records: Sequence[dict], cfg: EvalConfig) -> dict:
   """The aggregate, per-category and per-task blocks of results.json."""
   ks = sorted({k for k in cfg.pass_ks if 1 <= k})
-  tasks = _task_rows(records, ks)
+  unsupported = sorted({r["task"] for r in records if r["status"] == UNSUPPORTED})
+  scored = [r for r in records if r["task"] not in unsupported]
+  tasks = _task_rows(scored, ks)
   mean, err = mean_stderr([t["pass@1"] for t in tasks.values()])
   n_min = min((t["num_trials"] for t in tasks.values()), default=0)
   pass_k = {str(k): sum(t[f"pass@{k}"] for t in tasks.values()) / len(tasks)
             for k in ks if 1 < k <= n_min}
-  agg = {"num_tasks": len(tasks), "num_trials": len(records), "runs_per_task": cfg.runs_per_task,
+  agg = {"num_tasks": len(tasks), "num_trials": len(scored), "runs_per_task": cfg.runs_per_task,
          "pass_threshold": cfg.pass_threshold, "pass@1": {"mean": mean, "stderr": err},
-         "pass@k": pass_k, "mean_reward": _mean(records, "reward"),
-         "num_errors": sum(r["status"] == "error" for r in records),
+         "pass@k": pass_k, "mean_reward": _mean(scored, "reward"),
+         "num_errors": sum(r["status"] == "error" for r in scored),
+         "unsupported_tasks": unsupported,
          "status_counts": dict(Counter(r["status"] for r in records)),
-         "mean_turns": _mean(records, "turns"), "mean_tool_calls": _mean(records, "tool_calls"),
-         "mean_response_tokens": _mean(records, "response_tokens"),
-         "mean_duration_s": _mean(records, "duration_s")}
+         "mean_turns": _mean(scored, "turns"), "mean_tool_calls": _mean(scored, "tool_calls"),
+         "mean_response_tokens": _mean(scored, "response_tokens"),
+         "mean_duration_s": _mean(scored, "duration_s")}
   return {"aggregate": agg, "categories": _category_rows(tasks), "tasks": tasks}
 
 
@@ -97,6 +101,9 @@ def summary_text(results: dict) -> str:
            f"pass@1 = {agg['pass@1']['mean']:.4f} +- {agg['pass@1']['stderr']:.4f} "
            f"({agg['num_tasks']} tasks x {agg['runs_per_task']} runs)"]
   lines += [f"pass@{k} = {v:.4f}" for k, v in agg["pass@k"].items()]
+  if agg["unsupported_tasks"]:
+    lines.append(f"NOTE: {len(agg['unsupported_tasks'])} task(s) unsupported here, left out of "
+                 f"pass@1: {', '.join(agg['unsupported_tasks'])} (see trials.jsonl `error`)")
   if agg["num_errors"]:
     lines.append(f"WARNING: {agg['num_errors']} trial(s) raised errors (scored 0); see "
                  "trials.jsonl `error`")

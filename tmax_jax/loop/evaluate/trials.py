@@ -10,6 +10,7 @@ from typing import Sequence
 from tmax_jax.agents.worker import EpisodeWorker, Trial
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.tasks.format import Task
+from tmax_jax.tasks.runner import TaskUnsupportedError
 
 UNCATEGORIZED = "uncategorized"
 
@@ -27,8 +28,10 @@ def trial_record(task: Task, run: int, trial: Trial, pass_threshold: float) -> d
          "response_tokens": 0, "duration_s": round(trial.duration_s, 3), "error": None}
   ep = trial.episode
   if trial.error is not None:
-    rec.update(status="error", error=f"{type(trial.error).__name__}: {trial.error}",
-               reward=0.0, reward_reason="error")
+    # a task the sandboxes cannot run (e.g. multi-service compose) is reported, not scored
+    status = "unsupported" if isinstance(trial.error, TaskUnsupportedError) else "error"
+    rec.update(status=status, error=f"{type(trial.error).__name__}: {trial.error}",
+               reward=0.0, reward_reason=status)
   elif ep is not None:
     rec["status"] = ep.status
   if ep is not None:

@@ -70,7 +70,7 @@ def serve_forever(config) -> None:
   logging.getLogger("tmax_jax").setLevel(logging.INFO)
   engine = engine_from_config(config)
   sc = config.server
-  http = openai_api.OpenAIConfig(**config.openai) if "openai" in config else openai_api.OpenAIConfig()
+  http = openai_api.OpenAIConfig(**config.openai if "openai" in config else {})
   server = server_lib.start_server(engine, server_lib.ServerConfig(
       port=sc.port, host=sc.host, threads=sc.threads, openai=http))
   stop = threading.Event()

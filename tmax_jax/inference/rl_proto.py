@@ -27,7 +27,7 @@ built from a FileDescriptorProto below, equivalent to this .proto:
   message UpdateWeightsRequest {          // client-streamed; protocol in updates.py
     int64 version = 1;
     string path = 2;                      // or: a checkpoint on the server's filesystem
-    repeated TensorSpec manifest = 3;     // first message of a tensor stream: every tensor, in order
+    repeated TensorSpec manifest = 3;     // first message of a tensor stream: all tensors, in order
     int32 tensor = 4;                     // manifest index of this chunk's tensor
     int64 offset = 5;                     // byte offset of `data` in that tensor
     bytes data = 6;

@@ -1,9 +1,10 @@
-"""Versioned weight updates: the per-tensor wire stream and checked restoration into the served tree.
+"""Versioned weight updates: the per-tensor wire stream, checked and restored into the served tree.
 
 Wire protocol of `UpdateWeights` (client-streamed `UpdateWeightsRequest`s, rl_proto.py):
   1. one message with the `manifest`: every tensor's name ('/'-joined param path), shape and wire
      dtype (bfloat16 or float32), in the order the tensors follow. The server checks it against the
-     served tree before any data moves and refuses a missing, unexpected or mis-shaped tensor by name;
+     served tree before any data moves and refuses a missing, unexpected or mis-shaped tensor by
+     name;
   2. per tensor, in manifest order, chunks of its raw little-endian bytes (`tensor` = manifest
      index, `offset`, `data`); the tensor's first chunk carries its CRC-32 (`crc32`, "%08x").
      The checksum travels with the tensor rather than in the manifest so that the sender holds one

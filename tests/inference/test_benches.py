@@ -26,3 +26,9 @@ def test_decode_bench_tiny_runs(tmp_path):
   r = _load("decode_bench").main(["--tiny", "--batch", "2", "--prompt", "8", "--new", "8",
                                   "--out", str(tmp_path / "d.json")])
   assert r["hf_decode_tok_s"] > 0 and r["ours_decode_tok_s"] > 0
+
+
+def test_weight_push_bench_tiny_runs(tmp_path):
+  r = _load("weight_push").main(["--tiny", "--out", str(tmp_path / "w.json")])
+  assert r["bf16_s"] > 0 and r["fp32_s"] > 0 and r["params"] > 0
+  assert len(r["comparison"]["ratios"]) == 5

@@ -165,12 +165,15 @@ class OpenAIServer:
 
   async def _chat(self, request: web.Request) -> web.StreamResponse:
     body = await self._body(request)
-    req = openai_chat.chat_request(body, self._tok, self._max_len, self._max_topk)
+    # rendering + tokenising a long conversation takes ms: off the loop the gRPC streams share
+    req = await asyncio.get_running_loop().run_in_executor(
+        None, openai_chat.chat_request, body, self._tok, self._max_len, self._max_topk)
     return await self._generate(request, req, chat=True)
 
   async def _completions(self, request: web.Request) -> web.StreamResponse:
     body = await self._body(request)
-    req = openai_chat.completion_request(body, self._tok, self._max_len, self._max_topk)
+    req = await asyncio.get_running_loop().run_in_executor(
+        None, openai_chat.completion_request, body, self._tok, self._max_len, self._max_topk)
     if req.stream and req.logprobs:
       raise openai_chat.bad("logprobs", "not supported with stream=true on /v1/completions")
     return await self._generate(request, req, chat=False)
@@ -184,7 +187,7 @@ class OpenAIServer:
     except ValueError as e:
       for channel in channels:
         channel.cancel()
-      raise APIError(400, str(e), param="messages" if "prompt" in str(e) else None) from e
+      raise APIError(400, str(e)) from e
     return channels
 
   async def _generate(self, request, req: openai_chat.GenRequest, chat: bool):

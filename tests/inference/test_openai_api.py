@@ -8,6 +8,7 @@ replies between tests.
 
 import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -188,3 +189,24 @@ def test_llm_task_writer_talks_to_the_server(live):
   with pytest.raises(llm.ReplyError, match="after 2 attempts: keys: missing"):
     pipeline.ask_for_task(client, sample, max_attempts=2)  # the second one is multi-turn
   assert client.complete(llm.render_prompt(sample)) == "{}"
+
+
+def test_client_that_goes_away_frees_its_slot(live):
+  live["script"](None)
+  server = live["server"]
+
+  async def active() -> int:
+    async with client_lib.RolloutClient(server.address) as rc:
+      return (await rc.status()).active_requests
+
+  stream = live["client"].chat.completions.create(model=MODEL, messages=USER, max_tokens=900,
+                                                  stream=True, temperature=1.0)
+  for i, _ in enumerate(stream):
+    if i == 3:
+      break
+  assert asyncio.run(active()) == 1  # still decoding for us
+  stream.close()  # the HTTP connection goes away mid-stream
+  deadline = time.monotonic() + 30
+  while asyncio.run(active()) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert asyncio.run(active()) == 0

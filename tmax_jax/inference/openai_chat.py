@@ -426,6 +426,8 @@ class Choice:
       out["token_logprobs"].append(lp)
       out["top_logprobs"].append({self._tok.decode([t]): v for t, v in zip(top_ids, top_lps)})
       out["text_offset"].append(base + offset)
+    if not self.req.top_logprobs:
+      out["top_logprobs"] = None  # as OpenAI answers logprobs=0
     return out
 
   def chat_delta(self, final: bool) -> tuple[dict, list]:

@@ -18,6 +18,7 @@ import json
 import logging
 import pathlib
 import secrets
+import threading
 import time
 from typing import Any
 
@@ -90,6 +91,7 @@ class OpenAIServer:
   def __init__(self, cfg: OpenAIConfig, rollout_server, tokenizer, tool_format: str):
     self.cfg, self._server = cfg, rollout_server
     self._tok, self._fmt = tokenizer, tool_format
+    self._encode_lock = threading.Lock()
     engine = rollout_server.engine
     self.model_name = cfg.model_name or engine.model_cfg.model_type
     self._max_len = engine.cfg.max_len
@@ -165,18 +167,24 @@ class OpenAIServer:
 
   async def _chat(self, request: web.Request) -> web.StreamResponse:
     body = await self._body(request)
-    # rendering + tokenising a long conversation takes ms: off the loop the gRPC streams share
-    req = await asyncio.get_running_loop().run_in_executor(
-        None, openai_chat.chat_request, body, self._tok, self._max_len, self._max_topk)
+    req = await self._parse(openai_chat.chat_request, body)
     return await self._generate(request, req, chat=True)
 
   async def _completions(self, request: web.Request) -> web.StreamResponse:
     body = await self._body(request)
-    req = await asyncio.get_running_loop().run_in_executor(
-        None, openai_chat.completion_request, body, self._tok, self._max_len, self._max_topk)
+    req = await self._parse(openai_chat.completion_request, body)
     if req.stream and req.logprobs:
       raise openai_chat.bad("logprobs", "not supported with stream=true on /v1/completions")
     return await self._generate(request, req, chat=False)
+
+  async def _parse(self, parse_fn, body: dict) -> openai_chat.GenRequest:
+    """Renders and tokenises off the event loop (a long conversation takes ms, and the gRPC
+    streams share the loop), one request at a time: encoding may reconfigure the HF tokenizer,
+    which is not safe from two threads at once."""
+    def run():
+      with self._encode_lock:
+        return parse_fn(body, self._tok, self._max_len, self._max_topk)
+    return await asyncio.get_running_loop().run_in_executor(None, run)
 
   def _open(self, req: openai_chat.GenRequest) -> list:
     channels = []

@@ -1,14 +1,16 @@
 """Sandboxes for untrusted, model-written commands: `open_sandbox(spec, backend=...)`.
 
 Backends: "bubblewrap" (namespaces, default here), "podman" (runc containers), "apptainer"
-(clusters); "auto" picks apptainer when its binary is present, else bubblewrap.
+(clusters); "auto" picks apptainer when its binary is present, else bubblewrap. Several containers
+on one network (a task's multi-service compose file): `open_pod(PodSpec)`, podman only.
 """
 
 from __future__ import annotations
 
 import shutil
 
-from tmax_jax.sandbox.api import CommandResult, EnvironmentSpec, Limits, Sandbox, SandboxError
+from tmax_jax.sandbox.api import (CommandResult, EnvironmentSpec, HealthCheck, Limits, Mount,
+                                  PodSpec, Sandbox, SandboxError, ServiceSpec)
 
 BACKENDS = ("bubblewrap", "podman", "apptainer")
 
@@ -35,5 +37,27 @@ def open_sandbox(spec: EnvironmentSpec, backend: str = "auto") -> Sandbox:
   return ApptainerSandbox(spec)
 
 
-__all__ = ["CommandResult", "EnvironmentSpec", "Limits", "Sandbox", "SandboxError", "open_sandbox",
+def pod_unsupported(backend: str = "auto") -> str | None:
+  """None when `backend` can start a PodSpec here, else the reason it cannot."""
+  name = resolve_backend(backend)
+  if name != "podman":
+    return (f"the {name} backend runs one container per trial; several containers on one network "
+            "run as a podman pod (backend 'podman')")
+  from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+  reason = podman.podman_available()
+  return f"podman cannot run pods here: {reason}" if reason else None
+
+
+def open_pod(spec: PodSpec, backend: str = "podman") -> Sandbox:
+  """Starts a pod: the main sandbox (spec.main) and spec.services (sandbox/pod.py). Raises
+  SandboxError, also when `backend` cannot run pods (pod_unsupported says why)."""
+  reason = pod_unsupported(backend)
+  if reason:
+    raise SandboxError(reason)
+  from tmax_jax.sandbox.pod import PodmanPod  # pylint: disable=import-outside-toplevel
+  return PodmanPod(spec)
+
+
+__all__ = ["CommandResult", "EnvironmentSpec", "HealthCheck", "Limits", "Mount", "PodSpec",
+           "Sandbox", "SandboxError", "ServiceSpec", "open_pod", "open_sandbox", "pod_unsupported",
            "resolve_backend", "BACKENDS"]

@@ -58,6 +58,65 @@ class EnvironmentSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class HealthCheck:
+  """A service's readiness probe (compose `healthcheck:` / Dockerfile HEALTHCHECK): `test` argv
+  run in the service container; healthy on its first exit 0, failed when it has not passed within
+  start_period_s + retries * (interval_s + timeout_s)."""
+
+  test: tuple[str, ...]
+  interval_s: float = 30.0
+  timeout_s: float = 30.0
+  retries: int = 3
+  start_period_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Mount:
+  """A volume of a pod container. source: "logs" / "logs/agent" (the trial's /logs dirs),
+  "volume:<name>" (a per-sandbox dir shared by every container naming it), or an absolute host
+  path (copied into the sandbox at start, so the container never writes the task's own files)."""
+
+  source: str
+  target: str
+  read_only: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceSpec:
+  """A side service of a pod: a container next to the main one (the agent's), same network.
+
+  image: a built image record (sandbox/build.py .json); command: its argv (ENTRYPOINT + CMD);
+  env: exactly the variables it gets (image ENV + compose environment); user: as `podman --user`;
+  depends_on: (service, "service_started" | "service_healthy" | "service_completed_successfully").
+  """
+
+  name: str
+  image: str
+  command: tuple[str, ...]
+  env: tuple[tuple[str, str], ...] = ()
+  workdir: str = "/"
+  user: str = "root"
+  mounts: tuple[Mount, ...] = ()
+  healthcheck: HealthCheck | None = None
+  depends_on: tuple[tuple[str, str], ...] = ()
+  aliases: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class PodSpec:
+  """Several containers sharing one network namespace (a podman pod): `main` is the agent's
+  sandbox (shell, exec, files, verifier) under the name `main_name`; `services` start in
+  dependency order, each reachable from all containers on localhost and by name (and aliases).
+  main_mounts: volumes of the main container beyond the sandbox's own binds."""
+
+  main: EnvironmentSpec
+  main_name: str = "main"
+  services: tuple[ServiceSpec, ...] = ()
+  main_depends_on: tuple[tuple[str, str], ...] = ()
+  main_mounts: tuple[Mount, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class CommandResult:
   """Outcome of one command in the persistent shell.
 

@@ -122,6 +122,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
         posixpath.normpath(self.spec.workdir): self.root / "workspace", "/tmp": self.root / "tmp",
         "/logs": logs, "/tests": self.root / "tests", "/solution": self.root / "solution",
         HOME: self.root / "home"}
+    self.binds.update(self._extra_binds())
     for host in self.binds.values():
       host.mkdir(parents=True, exist_ok=True)
     self._mount_image()
@@ -140,6 +141,10 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     (self.ctl / "child.sh").write_text(shell.CHILD_SCRIPT)
     (self.ctl / "shell.sh").write_text(shell.SHELL_SCRIPT)
     self._make_cgroup()
+
+  def _extra_binds(self) -> dict[str, pathlib.Path]:
+    """More writable dirs {sandbox path: host dir under self.root} (a pod's shared volumes)."""
+    return {}
 
   def _make_cgroup(self) -> None:
     """This sandbox's cgroup, or (no usable hierarchy) an error / a warning per enforce_limits."""

@@ -59,6 +59,12 @@ class Image:
   rewrites: tuple[str, ...] = ()
   steps: tuple[dict, ...] = ()  # [{line, cmd, layer, cached, seconds}]
   build_seconds: float = 0.0
+  # The runtime-only instructions (CMD, ENTRYPOINT, HEALTHCHECK, EXPOSE, ...): their last text;
+  # a pod's side services start from CMD/ENTRYPOINT (sandbox/pod.py).
+  runtime: tuple[tuple[str, str], ...] = ()
+
+  def runtime_arg(self, cmd: str) -> str | None:
+    return dict(self.runtime).get(cmd)
 
   @property
   def path(self) -> pathlib.Path:
@@ -71,6 +77,7 @@ class Image:
   def load(path: str | os.PathLike) -> "Image":
     data = json.loads(pathlib.Path(path).read_text())
     data["env"] = tuple(tuple(kv) for kv in data["env"])
+    data["runtime"] = tuple(tuple(kv) for kv in data.get("runtime", ()))
     for key in ("layers", "warnings", "rewrites", "steps"):
       data[key] = tuple(data.get(key, ()))
     return Image(**data)
@@ -366,12 +373,15 @@ class _Builder:
   def image(self, seconds: float) -> Image:
     st = self.state
     env = {"PATH": DEFAULT_PATH, **st.env}
-    image_id = _hash(self.base_id, self.layers, sorted(env.items()), st.workdir, st.user)
+    runtime = tuple(sorted(self.meta.items()))
+    # (no runtime instructions: the id images had before they were recorded)
+    image_id = _hash(self.base_id, self.layers, sorted(env.items()), st.workdir, st.user,
+                     *([runtime] if runtime else []))
     return Image(id=image_id, base=str(self.base), layers=tuple(self.layers),
                  env=tuple(sorted(env.items())), workdir=st.workdir, user=st.user,
                  from_ref=self.from_ref, warnings=tuple(self.warnings),
                  rewrites=tuple(self.rewrites), steps=tuple(self.steps),
-                 build_seconds=round(seconds, 2))
+                 build_seconds=round(seconds, 2), runtime=runtime)
 
 
 @contextlib.contextmanager

@@ -73,6 +73,9 @@ def _podman(args: list[str], *, timeout: float = 120, check: bool = True, **kw) 
   return res
 
 
+run_podman = _podman  # public name (pods, tests): a podman command with this project's storage
+
+
 @functools.lru_cache(maxsize=1)
 def podman_available() -> str | None:
   """None when podman can run containers here, else the reason it cannot."""
@@ -124,16 +127,37 @@ def ensure_podman_image(rootfs: pathlib.Path | str) -> str:
 
 
 def sweep_stale_containers() -> list[str]:
-  """Removes tmax containers whose owner process died (normally they exit with it)."""
-  res = _podman(["ps", "-a", "--filter", "label=tmax_owner", "--format", "{{.Names}} {{.Labels.tmax_owner}}"],
-                check=False)
+  """Removes tmax pods and containers whose owner process died (normally they exit with it)."""
   removed = []
-  for line in res.stdout.decode(errors="replace").splitlines():
-    name, _, owner = line.partition(" ")
-    if owner and not runtime._tag_alive(owner):  # pylint: disable=protected-access
-      _podman(["rm", "-f", "-t", "0", name], check=False)
-      removed.append(name)
+  for kind, fmt, rm in ((["pod", "ps"], "{{.Name}}", ["pod", "rm"]),
+                        (["ps", "-a"], "{{.Names}}", ["rm"])):
+    for _ in range(3):  # a listing fails while containers are being removed: list again
+      res = _podman([*kind, "--filter", "label=tmax_owner", "--format",
+                     fmt + " {{.Labels.tmax_owner}}"], check=False)
+      if res.returncode == 0:
+        break
+      time.sleep(0.5)
+    for line in res.stdout.decode(errors="replace").splitlines():
+      name, _, owner = line.partition(" ")
+      if owner and not runtime._tag_alive(owner):  # pylint: disable=protected-access
+        if _podman([*rm, "-f", "-t", "0", name], check=False).returncode == 0:
+          removed.append(name)
   return removed
+
+
+def limit_args(lim) -> list[str]:
+  """`podman run` options for `Limits` (every container of a sandbox or pod gets them)."""
+  args = ["--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m",
+          "--pids-limit", str(lim.max_processes),
+          *(["--cpus", f"{lim.cpus:g}"] if lim.cpus else []),
+          # --ulimit replaces default_ulimits, and runc cannot raise nofile past our hard limit.
+          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
+          "--ulimit", f"fsize={lim.max_file_mb << 20}:{lim.max_file_mb << 20}",
+          # podman has no RLIMIT_AS; RLIMIT_DATA covers malloc/mmap (an 8 GB calloc fails at once).
+          "--ulimit", f"data={lim.memory_mb << 20}:{lim.memory_mb << 20}"]
+  if lim.cpu_seconds:
+    args += ["--ulimit", f"cpu={lim.cpu_seconds}:{lim.cpu_seconds}"]
+  return args
 
 
 class PodmanSandbox(base.SandboxBase):
@@ -170,27 +194,21 @@ class PodmanSandbox(base.SandboxBase):
 
   def run_args(self) -> list[str]:
     """The `podman run` arguments of the anchor container (after the global options)."""
-    lim = self.spec.limits
     # --init: catatonit as pid 1 reaps the orphans of killed commands.
     args = ["run", "--rm", "-i", "--init", "--name", self.container, "--label", f"tmax_owner={runtime.owner_tag()}",
-            "--network", "slirp4netns" if self.spec.allow_network else "none",
-            "--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m",
-            "--pids-limit", str(lim.max_processes),
-            *(["--cpus", f"{lim.cpus:g}"] if lim.cpus else []),
-            # --ulimit replaces default_ulimits, and runc cannot raise nofile past our hard limit.
-            "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
-            "--ulimit", f"fsize={lim.max_file_mb << 20}:{lim.max_file_mb << 20}",
-            # podman has no RLIMIT_AS; RLIMIT_DATA covers malloc/mmap (an 8 GB calloc fails at once).
-            "--ulimit", f"data={lim.memory_mb << 20}:{lim.memory_mb << 20}",
+            *self._network_args(), *limit_args(self.spec.limits),
             "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
             "--user", f"{base.SANDBOX_UID}:{base.SANDBOX_UID}", "--read-only", "--read-only-tmpfs=false",
-            "--hostname", "sandbox", "--workdir", self.spec.workdir, "--log-driver", "none"]
-    if lim.cpu_seconds:
-      args += ["--ulimit", f"cpu={lim.cpu_seconds}:{lim.cpu_seconds}"]
+            "--workdir", self.spec.workdir, "--log-driver", "none"]
     for target, host in sorted(self.binds.items()):
       args += ["-v", f"{host}:{target}:rw"]
     image = ["--rootfs", str(self.image_root)] if self.image_root else [self.image]
     return [*args, *image, "/bin/sh", "-c", "echo tmax-anchor-ready; read x; exit 0"]
+
+  def _network_args(self) -> list[str]:
+    """A container of its own: loopback only (or slirp4netns with allow_network), its hostname."""
+    return ["--network", "slirp4netns" if self.spec.allow_network else "none",
+            "--hostname", "sandbox"]
 
   def _start_anchor(self) -> None:
     _podman(["rm", "-f", "-t", "0", self.container], check=False)

@@ -175,19 +175,23 @@ class BuiltEnvironment:
 
 
 def built_spec(task: Task, *, memory_mb: int | None = None, allow_network: bool = False,
-               enforce_limits: bool = True, quiet: bool = True) -> BuiltEnvironment:
+               enforce_limits: bool = True, quiet: bool = True,
+               context: pathlib.Path | None = None,
+               dockerfile: str = "Dockerfile") -> BuiltEnvironment:
   """Builds (or finds cached) the task's image and returns the spec that starts from it.
+  context/dockerfile: another build context than environment/ (a compose main service's).
   Raises DockerfileError / SandboxError when the build fails."""
   if task.path is None:
     raise ValueError("built_spec needs a task on disk (load_task or write_task first)")
   env_dir = task.path / "environment"
   cfg = task.config.environment
-  if not (env_dir / "Dockerfile").is_file():  # nothing to build: the project base rootfs + seeds
+  if context is None and not (env_dir / "Dockerfile").is_file():  # the base rootfs + seeds
     from tmax_jax.sandbox import images  # pylint: disable=import-outside-toplevel
     spec = environment_spec(task, str(images.ensure_base_rootfs(quiet=True)), memory_mb=memory_mb,
                             allow_network=allow_network, enforce_limits=enforce_limits)
     return BuiltEnvironment(spec, None)
-  image = build.build_image(env_dir, seeds_into_workdir=True, timeout_s=max(
+  image = build.build_image(context or env_dir, dockerfile_name=dockerfile,
+                            seeds_into_workdir=True, timeout_s=max(
       cfg.build_timeout_sec, 600.0), quiet=quiet, extra_steps=prefetch_steps(task))
   env = dict(image.env)
   env.update(OFFLINE_ENV)

@@ -6,6 +6,9 @@ A trial: start a sandbox from the task environment -> let an "agent" act (nothin
 /logs/verifier/reward.json (flat dict of numbers) else reward.txt (one float, clamped to [0, 1]).
 A missing or empty reward file raises RewardMissingError; it is never read as a zero. An OOM, a
 verifier timeout or a sandbox failure (e.g. a failed reset) is reward 0 with the reason recorded.
+A task whose docker-compose.yaml has several services runs as a podman pod (tasks/compose.py,
+sandbox/pod.py): the agent and the verifier in the main service, the others next to it; off
+podman it raises TaskUnsupportedError (reported, never a zero).
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import tempfile
 import time
 from typing import Callable, Mapping
 
-from tmax_jax.sandbox.api import CommandResult, Sandbox, SandboxError
+from tmax_jax.sandbox import open_pod, open_sandbox, pod_unsupported
+from tmax_jax.sandbox.api import CommandResult, PodSpec, Sandbox, SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
+from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import environment as envlib
-from tmax_jax.tasks.format import Files, Task, write_task
+from tmax_jax.tasks.format import Files, Task, TaskFormatError, write_task
 
 VERIFIER_LOGS = "/logs/verifier"
 ORACLE_COMMAND = "(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1"
@@ -42,8 +47,9 @@ class RewardError(RuntimeError):
 
 
 class TaskUnsupportedError(RuntimeError):
-  """The task needs something no backend here provides (e.g. a multi-service compose file):
-  reported as unsupported with this reason, never scored as a zero."""
+  """The task needs something this backend or host does not provide (a multi-service compose
+  file off podman, a compose feature pods cannot honour): reported as unsupported with this
+  reason, never scored as a zero."""
 
 
 class RewardMissingError(RewardError):
@@ -203,23 +209,66 @@ Agent = Callable[[Sandbox], object]
 
 
 def _open(spec, config: RunnerConfig) -> Sandbox:
-  from tmax_jax.sandbox import open_sandbox  # pylint: disable=import-outside-toplevel
-  return open_sandbox(spec, backend=config.backend) if config.backend else open_sandbox(spec)
+  backend = config.backend or "auto"
+  return open_pod(spec, backend) if isinstance(spec, PodSpec) else open_sandbox(spec, backend)
 
 
-def task_spec(task: Task, config: RunnerConfig = RunnerConfig(), logs: dict | None = None):
+def task_spec(task: Task, config: RunnerConfig = RunnerConfig(), logs: dict | None = None, *,
+              context: pathlib.Path | None = None, dockerfile: str = "Dockerfile"):
   """The EnvironmentSpec a trial of `task` starts from: its own built image (the build's
   warnings and rewrites go to logs["environment.txt"]), or the Dockerfile translated onto
-  config.image. Raises SandboxError / DockerfileError when the environment cannot be built."""
+  config.image. context/dockerfile: another build context than environment/ (a compose main
+  service's). Raises SandboxError / DockerfileError when the environment cannot be built."""
   if config.image:
+    if context is not None:
+      raise SandboxError(f"RunnerConfig.image translates environment/Dockerfile only; this task's "
+                         f"main service builds from {context / dockerfile}")
     return envlib.environment_spec(task, config.image, memory_mb=config.memory_mb,
                                    allow_network=config.allow_network,
                                    enforce_limits=config.enforce_limits)
   built = envlib.built_spec(task, memory_mb=config.memory_mb, allow_network=config.allow_network,
-                            enforce_limits=config.enforce_limits)
+                            enforce_limits=config.enforce_limits, context=context,
+                            dockerfile=dockerfile)
   if logs is not None:
     logs["environment.txt"] = built.notes()
   return built.spec
+
+
+def trial_compose(task: Task, config: RunnerConfig = RunnerConfig()) -> compose_lib.Compose | None:
+  """The compose file of a multi-service task (None: one container). Raises
+  TaskUnsupportedError when this backend/host cannot run it as a podman pod."""
+  names = compose_lib.service_names(task)
+  if len(names) <= 1:
+    return None
+  file = compose_lib.compose_file(task)
+  reason = pod_unsupported(config.backend or "auto")
+  if reason is None and file is None:
+    reason = "metadata compose_services names them, but environment/ has no docker-compose.yaml"
+  if reason:
+    raise TaskUnsupportedError(f"{task.path or task.name}: docker-compose with {len(names)} "
+                               f"services ({', '.join(names)}): {reason}")
+  return compose_lib.load_compose(file)
+
+
+def pod_trial_spec(task: Task, comp: compose_lib.Compose, config: RunnerConfig = RunnerConfig(),
+                   logs: dict | None = None) -> PodSpec:
+  """The PodSpec of a multi-service trial: the main service as task_spec builds it, the side
+  services from their own images (notes to logs["environment.txt"]). Raises
+  TaskUnsupportedError for compose features pods cannot honour."""
+  own = (task.path / "environment").resolve()
+
+  def main(context: pathlib.Path, dockerfile: str):
+    default = context == own and dockerfile == "Dockerfile"
+    return task_spec(task, config, logs, context=None if default else context,
+                     dockerfile=dockerfile)
+
+  try:
+    pod, notes = compose_lib.pod_spec(task, comp, main)
+  except compose_lib.UnsupportedCompose as err:
+    raise TaskUnsupportedError(f"{task.path}: {err}") from None
+  if logs is not None:
+    logs["environment.txt"] = logs.get("environment.txt", "") + notes
+  return pod
 
 
 def _on_disk(task: Task, keep: list) -> Task:
@@ -235,21 +284,18 @@ def run_trial(task: Task, agent: Agent | None = None, config: RunnerConfig = Run
               before: Agent | None = None) -> RunResult:
   """One trial. `solution` (files with a solve.sh) replaces the task's own for wrong-solution
   checks; `agent(sandbox)` acts before the verifier; with neither, the agent does nothing.
-  `before(sandbox)` runs first, right after the environment is built (e.g. a smoke test)."""
-  services = task.config.metadata.get("compose_services") or []
-  if len(services) > 1:
-    raise TaskUnsupportedError(
-        f"{task.path or task.name}: docker-compose with {len(services)} services "
-        f"({', '.join(map(str, services))}); multi-service tasks are not supported by the "
-        "sandbox backends here (one container per trial)")
+  `before(sandbox)` runs first, right after the environment is built (e.g. a smoke test).
+  A multi-service compose task runs in a podman pod (its services' output goes to
+  logs["service-<name>.txt"]; open_fn then gets the PodSpec), or raises TaskUnsupportedError."""
   start, keep = time.monotonic(), []
   task = _on_disk(task, keep)
   logs: dict[str, str] = {}
   try:
-    try:
-      spec = task_spec(task, config, logs)
+    try:  # TaskUnsupportedError (a pod off podman, a compose feature pods lack) goes up
+      comp = trial_compose(task, config)
+      spec = pod_trial_spec(task, comp, config, logs) if comp else task_spec(task, config, logs)
       sb = (open_fn or (lambda s: _open(s, config)))(spec)
-    except (SandboxError, DockerfileError) as err:
+    except (SandboxError, DockerfileError, TaskFormatError) as err:  # a broken environment
       return RunResult(0.0, {"reward": 0.0}, f"build_failed: {err}", logs, time.monotonic() - start)
     if getattr(sb, "limit_warning", None):
       logs["environment.txt"] = logs.get("environment.txt", "") + f"warning: {sb.limit_warning}\n"
@@ -275,6 +321,9 @@ def run_trial(task: Task, agent: Agent | None = None, config: RunnerConfig = Run
         except RewardMissingError as err:
           err.logs.update(logs)
           raise
+        finally:
+          for name, text in getattr(sb, "service_logs", dict)().items():
+            logs[f"service-{name}.txt"] = text
     return dataclasses.replace(result, logs={**logs, **result.logs}, duration_s=time.monotonic() - start)
   finally:
     for t in keep:

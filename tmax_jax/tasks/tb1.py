@@ -9,9 +9,10 @@ tests/ (test_outputs.py ...), solution.sh or solution.yaml. Mapping (shared/docs
   tests/* + run-tests.sh                               -> tests/ + a generated test.sh that runs
         run-tests.sh, parses pytest's -rA summary and writes reward.txt (1 iff every test PASSED)
   solution.sh / solution.yaml                          -> solution/solve.sh
-  docker-compose.yaml, one service                   -> its `environment:` into [environment] env
-        (T_BENCH_* variables substituted); several services -> metadata compose_services (the
-        runner reports such a task as unsupported)
+  docker-compose.yaml                                -> the main service's `environment:` into
+        [environment] env (T_BENCH_* variables substituted; tasks/compose.py); several services
+        -> also metadata compose_services, and the runner starts them as a podman pod
+        (the file stays in environment/)
 run-tests.sh runs unmodified: it downloads uv/pytest at grading time, which the task images
 serve offline (uv and a pytest wheelhouse in every image, the uv installer URL from a local copy,
 apt-get update/install of present packages succeed; sandbox/offline/).
@@ -22,12 +23,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import re
 import shlex
 from typing import Any
 
 import yaml
 
+from tmax_jax.tasks import compose
 from tmax_jax.tasks.environment import dockerfile_instructions
 from tmax_jax.tasks.format import (AgentConfig, Task, TaskConfig, TaskFormatError, TaskInfo,
                                    VerifierConfig, validate_task, _read_tree)
@@ -37,9 +38,6 @@ DEFAULT_TEST_TIMEOUT = 60.0
 _NOT_CONTEXT = {"task.yaml", "run-tests.sh", "solution.sh", "solution.yaml", "tests"}
 _METADATA_KEYS = ("difficulty", "category", "tags", "parser_name", "run_tests_in_same_shell",
                   "expert_time_estimate_min", "junior_time_estimate_min", "author_name", "author_email")
-# What TB1's docker-compose.yaml files reference (terminal-bench's harness sets these).
-COMPOSE_VARS = {"T_BENCH_TEST_DIR": "/tests", "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
-                "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent"}
 
 TEST_SH = """#!/bin/bash
 # Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then resolved = every
@@ -94,27 +92,11 @@ def solution_yaml_to_script(entries: Any, file: pathlib.Path) -> str:
 
 
 def _compose(path: pathlib.Path) -> tuple[dict[str, str], list[str]]:
-  """(environment of the single service, service names) of a TB1 docker-compose.yaml."""
+  """(environment of the main service, service names) of a TB1 docker-compose.yaml."""
   if not path.is_file():
     return {}, []
-  try:
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-  except yaml.YAMLError as err:
-    raise _tb1_error(path, "yaml", f"not valid YAML: {err}") from None
-  services = data.get("services") if isinstance(data, dict) else None
-  if not isinstance(services, dict) or not services:
-    raise _tb1_error(path, "services", "expected a mapping of at least one service")
-  if len(services) > 1:
-    return {}, list(services)
-  (service,) = services.values()
-  raw = (service or {}).get("environment") or {}
-  items = raw.items() if isinstance(raw, dict) else (str(e).partition("=")[::2] for e in raw)
-  env = {}
-  for key, value in items:
-    value = re.sub(r"\$\{(\w+)\}", lambda m: COMPOSE_VARS.get(m.group(1), ""), str(value or ""))
-    if value:
-      env[str(key)] = value
-  return env, list(services)
+  comp = compose.load_compose(path)
+  return dict(comp.service(comp.main).environment), comp.names
 
 
 def _instruction(cfg: dict, file: pathlib.Path) -> str:

@@ -2,15 +2,17 @@
 procedural extension chains in real sandboxes: every child keeps its parent's tests unchanged,
 passes them and its own after its oracle, starts from the parent's final state (parents' checks
 already pass there, its own fail) and rejects the family's plausible wrong solution. The default
-suite covers the sandbox side through test_horizon_e2e.py (its build audits every node of the
-photo_sync tree: oracle on all generations, untouched); the slow suite runs every chain at every
-level here, wrong solutions included."""
+suite runs every node of every chain at one level (levels rotate over the chains, ~15 s a chain);
+the slow suite runs every chain at every level, and the build CLI with the full audit (static and
+probe checks) over every chain."""
+
+import json
 
 import pytest
 
 from tests.conftest import require_base_rootfs
 from tmax_jax.tasks import runner
-from tmax_jax.tasks.horizon import compose, offline
+from tmax_jax.tasks.horizon import build, compose, offline, record
 from tmax_jax.tasks.procedural import chains, core, registry
 
 
@@ -82,10 +84,40 @@ def _check_node(node):
   assert wrong.rewards[gen] == 0.0, (node.lineage.id, wrong.logs)
 
 
+CHAINS = sorted(registry.CHAINS)
+
+
+@pytest.mark.parametrize("name", CHAINS)
+def test_chain_sample_level_in_sandbox(name):
+  """Default suite: one level per chain, rotating so every level is covered across chains."""
+  require_base_rootfs()
+  for node in _tree(name, 11, CHAINS.index(name) % len(core.LEVELS)).values():
+    _check_node(node)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("level", core.LEVELS)
-@pytest.mark.parametrize("name", sorted(registry.CHAINS))
+@pytest.mark.parametrize("name", CHAINS)
 def test_every_chain_every_level_in_sandbox(name, level):
   require_base_rootfs()
   for node in _tree(name, 11, level).values():
     _check_node(node)
+
+
+@pytest.mark.slow
+def test_build_cli_accepts_every_chain(tmp_path, capsys):
+  """`python3 -m tmax_jax.tasks.horizon.build` over every chain: the whole audit (oracle,
+  untouched, static, shortcut probes) accepts every node and the lineage has every chain's tree."""
+  require_base_rootfs()
+  out = tmp_path / "build"
+  assert build.main(["--out", str(out), "--chains", *CHAINS, "--seeds", "3", "--level", "1"]) == 0
+  summary = json.loads((out / "summary.json").read_text())
+  nodes = sum(len(list(chains.tree_paths(registry.get_chain(n), 3))) for n in CHAINS)
+  assert summary["counts"] == {"accepted": nodes, "rebuilt": 0, "rejected": 0, "skipped": 0}, (
+      summary)
+  assert summary["depth"] == 3 and summary["branching_nodes"] == len(CHAINS), summary
+  tree = json.loads((out / "lineage.json").read_text())
+  assert {nid.split("-s3-d1")[0] for nid in tree["nodes"]} == set(CHAINS)
+  assert all(record.load_record(out / "tasks" / nid)["status"] == "accepted"
+             for nid in tree["nodes"])
+  assert "accepted" in capsys.readouterr().out

@@ -58,6 +58,17 @@ class ChainFamily:
                    f"{[e.name for e in self.extensions]}")
 
 
+def patched(text: str, *edits: tuple[str, str]) -> str:
+  """`text` with each (old, new) applied; `old` must occur exactly once (an oracle variant, a
+  wrong solution or a tool's next version is an edit of a known text, never a silent no-op)."""
+  for old, new in edits:
+    if text.count(old) != 1:
+      raise AssertionError(f"edit anchor found {text.count(old)} times, expected once: "
+                           f"{old[:60]!r}")
+    text = text.replace(old, new)
+  return text
+
+
 def stage_rng(path: Sequence[str], seed: int, level: int) -> random.Random:
   return core.family_rng("/".join(path), seed, level)
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.procedural import core
-from tmax_jax.tasks.procedural import (chain_backup, chain_kvstore, chain_photos, fam_code,
-                                       fam_data, fam_files, fam_media, fam_science, fam_security,
-                                       fam_services, fam_starter, fam_sysadmin, fam_text,
-                                       fam_vendor, fam_video)
+from tmax_jax.tasks.procedural import (chain_backup, chain_config, chain_contacts,
+                                       chain_kvstore, chain_photos, fam_code, fam_data, fam_files,
+                                       fam_media, fam_science, fam_security, fam_services,
+                                       fam_starter, fam_sysadmin, fam_text, fam_vendor, fam_video)
 from tmax_jax.tasks.procedural.chains import ChainFamily
 
 _MODULES = (fam_files, fam_text, fam_data, fam_science, fam_code, fam_security, fam_sysadmin,
             fam_services, fam_media, fam_vendor, fam_starter, fam_video, chain_photos,
-            chain_kvstore, chain_backup)
+            chain_kvstore, chain_backup, chain_contacts, chain_config)
 # Extension chains (tasks/procedural/chains.py): their roots are ordinary families above.
-_CHAIN_MODULES = (chain_photos, chain_kvstore, chain_backup)
+_CHAIN_MODULES = (chain_photos, chain_kvstore, chain_backup, chain_contacts, chain_config)
 
 
 def _collect() -> dict[str, core.Family]:

@@ -136,7 +136,8 @@ def test_untranslatable_environment_is_rejected_before_any_sandbox(tmp_path):
   with ChatServer([reply]) as srv:
     res = pipeline.generate_task(_sample(), srv.client(), tmp_path, config)
   assert res.status == "rejected" and res.attempts == 1
-  assert res.reason.startswith("environment: ") and "cannot be fetched offline" in res.reason
+  # the runner reports a broken environment as its build_failed reason (no sandbox was started)
+  assert res.reason.startswith("oracle run: build_failed: ") and "cannot be fetched offline" in res.reason
   assert [p.name for p in tmp_path.iterdir()] == ["generation.jsonl"]
 
 

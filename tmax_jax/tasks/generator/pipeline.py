@@ -98,8 +98,6 @@ def build_and_check(task, smoke: str, config: GenerationConfig) -> tuple[str | N
                            before=_smoke(smoke, config.smoke_timeout_s))
   except SmokeTestError as err:
     return str(err), None
-  except TaskFormatError as err:  # e.g. a Dockerfile instruction we cannot translate
-    return f"environment: {err}", None
   except runner.RewardError as err:
     return f"smoke test: {err}", None
   if res.reason != "ok":

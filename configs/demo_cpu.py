@@ -29,7 +29,6 @@ def get_config():
                           max_attempts_per_batch=12)
   cfg = DemoConfig(
       model=ModelSpec(preset="qwen3-0.6b", overrides=TINY),
-      tokenizer="qwen3",
       tasks=TaskSource(families=("line_tool",), difficulty=0, num_train=64, num_eval=16),
       episode=EpisodeConfig(family="qwen3", max_tool_calls=2, max_turns=2, turn_max_tokens=40,
                             max_response_tokens=192, command_timeout_s=10.0,

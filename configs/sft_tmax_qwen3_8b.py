@@ -14,7 +14,6 @@ def get_config():
   return to_config_dict(SFTConfig(
       model=ModelSpec(preset="qwen3-8b", param_dtype="float32", compute_dtype="bfloat16",
                       head_dtype="float32", overrides={"remat_policy": "full"}),
-      tokenizer="qwen3",
       train=train_config.sft_tmax_qwen3_8b(micro_batches=128),
       seq_len=65536,
       output_dir="runs/sft_qwen3_8b",

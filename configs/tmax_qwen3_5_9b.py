@@ -12,25 +12,24 @@ from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
-from tmax_jax.loop.config import ModelSpec, RLConfig, ServingConfig
+from tmax_jax.loop.config import ModelSpec, RLConfig, ServingConfig, preset_family
 from tmax_jax.rl.losses import DPPOHyper
 from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 
-PRESET, FAMILY, TOKENIZER = "qwen3.5-9b", "qwen3_5", "qwen3_5"
+PRESET = "qwen3.5-9b"
 MAX_PROMPT, MAX_RESPONSE = 2048, 65536
 
 
-def recipe(preset: str = PRESET, family: str = FAMILY, tokenizer: str = TOKENIZER,
-           max_response: int = MAX_RESPONSE) -> RLConfig:
-  """The Table 13 run for `preset` (shared by the Qwen3 / Qwen3.6 variants)."""
+def recipe(preset: str = PRESET, max_response: int = MAX_RESPONSE) -> RLConfig:
+  """The Table 13 run for `preset` (shared by the Qwen3 / Qwen3.6 variants); the tokenizer, tool-call
+  syntax and stop tokens follow the preset's model_type."""
   rollout = RolloutConfig(group_size=32, prompts_per_batch=8, async_steps=4,
                           zero_std_filter=True, active_sampling=True, max_groups_ahead=32)
   return RLConfig(
       model=ModelSpec(preset=preset, param_dtype="float32", compute_dtype="bfloat16",
                       head_dtype="float32", overrides={"remat_policy": "full"}),
-      tokenizer=tokenizer,
       rollout=rollout,
-      episode=EpisodeConfig(harness="bash_tool", family=family, max_tool_calls=64,
+      episode=EpisodeConfig(harness="bash_tool", family=preset_family(preset), max_tool_calls=64,
                             turn_max_tokens=16384, max_response_tokens=max_response,
                             command_timeout_s=120.0),
       worker=WorkerConfig(max_parallel_episodes=64, temperature=1.0),

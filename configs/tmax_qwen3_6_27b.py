@@ -13,4 +13,4 @@ _spec.loader.exec_module(_base)
 
 
 def get_config():
-  return to_config_dict(_base.recipe(preset="qwen3.5-27b", family="qwen3_5", tokenizer="qwen3_5"))
+  return to_config_dict(_base.recipe(preset="qwen3.5-27b"))

@@ -13,5 +13,4 @@ _spec.loader.exec_module(_base)
 
 
 def get_config():
-  return to_config_dict(_base.recipe(preset="qwen3-8b", family="qwen3", tokenizer="qwen3",
-                                     max_response=32768))
+  return to_config_dict(_base.recipe(preset="qwen3-8b", max_response=32768))

@@ -59,7 +59,7 @@ def test_recipe_config_is_table_13():
   assert cfg.model.head_dtype == "float32" and cfg.model.compute_dtype == "bfloat16"
   assert cfg.episode.max_tool_calls == 64 and cfg.episode.turn_max_tokens == 16384
   assert cfg.episode.max_response_tokens == 65536 and cfg.seq_len == 2048 + 65536
-  assert cfg.episode.family == "qwen3_5" and cfg.tokenizer == "qwen3_5"
+  assert cfg.episode.family == "qwen3_5"
   qwen3 = from_config_dict(RLConfig, _load(CONFIG_DIR / "tmax_qwen3_8b.py"))
   assert qwen3.episode.max_response_tokens == 32768 and qwen3.episode.family == "qwen3"
 
@@ -116,3 +116,32 @@ def test_packing_buckets_are_checked_at_config_time():
                      r"seq_len=8192"):
     RLConfig(train=short)
   assert RLConfig(train=short, seq_len=2048).train.packing.enabled
+
+
+def test_episode_family_must_be_the_models():
+  """One name for the tokenizer/tool-call/stop-token family: a preset's model_type fixes it."""
+  from tmax_jax.agents.episode import EpisodeConfig
+  from tmax_jax.loop.config import ModelSpec, preset_family
+  assert preset_family("qwen3.5-9b") == "qwen3_5" and preset_family("qwen3-8b") == "qwen3"
+  qwen3_5 = ModelSpec(preset="qwen3.5-9b")
+  with pytest.raises(ValueError, match=r"episode.family='qwen3'.*set episode.family='qwen3_5'"):
+    RLConfig(model=qwen3_5, episode=EpisodeConfig(family="qwen3"))
+  with pytest.raises(ValueError, match=r"episode.family='qwen3'.*'qwen3_5'"):
+    SFTConfig(model=qwen3_5)
+  RLConfig(model=qwen3_5, episode=EpisodeConfig(family="qwen3_5"))  # agrees: no error
+
+
+def test_checkpoint_family_is_checked_on_load(tmp_path):
+  """A checkpoint's model_type is only known on load: a Qwen3 checkpoint with Qwen3.5 episodes."""
+  import jax
+  from tmax_jax.loop import common
+  from tmax_jax.loop.config import ModelSpec
+  from tmax_jax.models import hf_io, registry
+  cfg = registry.preset("qwen3-0.6b", vocab_size=128, hidden_size=16, intermediate_size=32,
+                        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                        head_dim=8)
+  hf_io.save_pretrained(tmp_path / "ckpt", registry.init_params(cfg, jax.random.key(0)), cfg)
+  with pytest.raises(ValueError, match=r"model_type 'qwen3'.*set episode.family='qwen3'"):
+    common.load_policy(ModelSpec(checkpoint=str(tmp_path / "ckpt")), "qwen3_5")
+  model_cfg, _ = common.load_policy(ModelSpec(checkpoint=str(tmp_path / "ckpt")), "qwen3")
+  assert model_cfg.model_type == "qwen3"

@@ -84,7 +84,7 @@ def test_trajectory_logprobs_match_the_trainer(tmp_path):
   require_base_rootfs()
   cfg = _config(tmp_path, steps=1)
   tokenizer = load_tokenizer("qwen3")
-  model_cfg, params = common.load_policy(cfg.model)
+  model_cfg, params = common.load_policy(cfg.model, cfg.episode.family)
   tasks, _ = common.load_tasks(cfg.tasks)
   server = common.start_serving(model_cfg, params, cfg.serving, stop_token_ids(cfg.episode))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from tmax_jax.inference import launch_lib
-from tmax_jax.loop.config import ModelSpec, ServingConfig, TaskSource
+from tmax_jax.loop.config import ModelSpec, ServingConfig, TaskSource, check_family
 from tmax_jax.tasks import loader, runner as runner_lib
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,11 @@ def load_tasks(source: TaskSource) -> tuple[list, list]:
   return make(source.seed, source.num_train), make(source.seed + source.num_train, source.num_eval)
 
 
-def load_policy(spec: ModelSpec):
-  """-> (ModelConfig, params): an HF checkpoint, or the preset at random init."""
+def load_policy(spec: ModelSpec, family: str, where: str = ""):
+  """-> (ModelConfig, params): an HF checkpoint, or the preset at random init; its model_type
+  must be of the episodes' `family` (config.check_family)."""
   cfg, params_fn = launch_lib.model_from_config(spec)
+  check_family(cfg.model_type, family, where)
   return cfg, params_fn()
 
 

@@ -9,10 +9,32 @@ from tmax_jax.agents.batching import rollout_inputs
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
+from tmax_jax.models import registry
 from tmax_jax.train.config import BatchInputs, LossConfig, TrainConfig
 
 SFT_INPUTS = BatchInputs(source="SFT data (tokens and loss masks only)")
 SFT_TRAIN = TrainConfig(loss=LossConfig(policy_loss="sft"))
+
+
+def check_family(model_type: str, family: str, where: str = "") -> None:
+  """The episode's family (tokenizer, tool-call syntax, stop tokens) must be the model's."""
+  expected = registry.tokenizer_for(model_type).family
+  if family != expected:
+    raise ValueError(f"{where}episode.family={family!r}, but the model (model_type "
+                     f"{model_type!r}) uses the {expected!r} tokenizer family; set "
+                     f"{where}episode.family={expected!r}")
+
+
+def preset_family(preset: str) -> str:
+  """The tokenizer family (EpisodeConfig.family) of a model preset, from its model_type."""
+  return registry.tokenizer_for(registry.preset(preset).model_type).family
+
+
+def check_model_family(model: ModelSpec, episode: EpisodeConfig, where: str = "") -> None:
+  """Config time: a preset's model_type names its family (a checkpoint's is checked on load)."""
+  if model.preset and not model.checkpoint:
+    check_family(registry.preset(model.preset, **model.overrides).model_type, episode.family,
+                 where)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +86,6 @@ class RLConfig:
   """The RL run: recipe defaults come from the nested configs (recipe.md Table 13)."""
 
   model: ModelSpec = ModelSpec()
-  tokenizer: str = "qwen3"
   tasks: TaskSource = TaskSource()
   rollout: RolloutConfig = RolloutConfig()
   episode: EpisodeConfig = EpisodeConfig()
@@ -81,6 +102,7 @@ class RLConfig:
 
   def __post_init__(self):
     self.train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len)
+    check_model_family(self.model, self.episode)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +110,6 @@ class SFTConfig:
   """SFT on trajectories: a JSONL of token trajectories, or oracle trajectories of tasks."""
 
   model: ModelSpec = ModelSpec()
-  tokenizer: str = "qwen3"
   tasks: TaskSource = TaskSource()
   trajectories: str = ""  # JSONL of {"tokens": [...], "loss_mask": [...]}; "" = oracle runs
   episode: EpisodeConfig = EpisodeConfig()
@@ -101,6 +122,7 @@ class SFTConfig:
 
   def __post_init__(self):
     self.train.check_data(SFT_INPUTS, self.seq_len)
+    check_model_family(self.model, self.episode)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +134,6 @@ class DemoConfig:
   """
 
   model: ModelSpec = ModelSpec()
-  tokenizer: str = "qwen3"
   tasks: TaskSource = TaskSource()
   episode: EpisodeConfig = EpisodeConfig()
   sft_train: TrainConfig = SFT_TRAIN
@@ -131,3 +152,4 @@ class DemoConfig:
   def __post_init__(self):
     self.sft_train.check_data(SFT_INPUTS, self.seq_len, "sft_train")
     self.rl_train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len, "rl_train")
+    check_model_family(self.model, self.episode)

@@ -59,11 +59,11 @@ def pass_rate(rewards: np.ndarray) -> dict:
 
 def _phase_configs(cfg: DemoConfig, seed: int, out: pathlib.Path) -> tuple[SFTConfig, RLConfig]:
   model = dataclasses.replace(cfg.model, seed=seed)
-  sft = SFTConfig(model=model, tokenizer=cfg.tokenizer, tasks=cfg.tasks, episode=cfg.episode,
+  sft = SFTConfig(model=model, tasks=cfg.tasks, episode=cfg.episode,
                   train=dataclasses.replace(cfg.sft_train, seed=seed), steps=cfg.sft_steps,
                   seq_len=cfg.seq_len, sandbox_backend=cfg.sandbox_backend,
                   output_dir=str(out / "sft"))
-  rl = RLConfig(model=model, tokenizer=cfg.tokenizer, tasks=cfg.tasks,
+  rl = RLConfig(model=model, tasks=cfg.tasks,
                 rollout=cfg.rollout, episode=cfg.episode,
                 worker=dataclasses.replace(cfg.worker, seed=seed),
                 train=dataclasses.replace(cfg.rl_train, seed=seed), serving=cfg.serving,
@@ -78,7 +78,7 @@ def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
   if out.exists():  # a demo run starts from scratch: RL must not resume an older run's checkpoint
     log.warning("removing the previous demo output %s", out)
     shutil.rmtree(out)
-  tokenizer = load_tokenizer(cfg.tokenizer)
+  tokenizer = load_tokenizer(cfg.episode.family)
   _, eval_tasks = common.load_tasks(cfg.tasks)
   sft_cfg, rl_cfg = _phase_configs(cfg, seed, out)
   t0 = time.perf_counter()
@@ -114,7 +114,7 @@ def run_demo(cfg: DemoConfig) -> dict:
   out.mkdir(parents=True, exist_ok=True)
   start, seeds = time.perf_counter(), []
   # the oracle trajectories depend only on the tasks and the harness: make them once
-  records = sft_records(_phase_configs(cfg, cfg.seeds[0], out)[0], load_tokenizer(cfg.tokenizer))
+  records = sft_records(_phase_configs(cfg, cfg.seeds[0], out)[0], load_tokenizer(cfg.episode.family))
   for seed in cfg.seeds:
     result = run_seed(cfg, seed, records)
     seeds.append(result)

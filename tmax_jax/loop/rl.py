@@ -66,7 +66,7 @@ def _skip_consumed(tasks, seed: int, consumed: int):
 
 async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: int,
                     consumed: int, writer: MetricsWriter) -> tuple[object, list[dict], int]:
-  tokenizer = load_tokenizer(cfg.tokenizer)
+  tokenizer = load_tokenizer(cfg.episode.family)
   train_tasks, _ = common.load_tasks(cfg.tasks)
   # the server gets its own copy: the trainer donates (and so frees) the state's buffers
   server = None if cfg.serving.address else common.start_serving(
@@ -129,7 +129,7 @@ def run_rl(cfg: RLConfig, *, model_cfg=None, params=None) -> RLResult:
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   if params is None:
-    model_cfg, params = common.load_policy(cfg.model)
+    model_cfg, params = common.load_policy(cfg.model, cfg.episode.family)
   ckpt_cfg = dataclasses.replace(cfg.train.checkpoint,
                                  directory=cfg.train.checkpoint.directory or str(out / "ckpt"))
   trainer_cfg = dataclasses.replace(cfg.train, checkpoint=ckpt_cfg)
@@ -149,6 +149,6 @@ def run_rl(cfg: RLConfig, *, model_cfg=None, params=None) -> RLResult:
   checkpointer.close()
   export = cfg.export_dir or str(out / "hf")
   from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
-  hf_io.save_pretrained(export, state.params, model_cfg, tokenizer_dir=tokenizer_dir(cfg.tokenizer),
+  hf_io.save_pretrained(export, state.params, model_cfg, tokenizer_dir=tokenizer_dir(cfg.episode.family),
                         overwrite=True)
   return RLResult(cfg.steps, state.params, model_cfg, export, history)

@@ -67,9 +67,9 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
   """Trains `params` (default: cfg.model) on the SFT trajectories; exports when export_dir set."""
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
-  tokenizer = load_tokenizer(cfg.tokenizer)
+  tokenizer = load_tokenizer(cfg.episode.family)
   if params is None:
-    model_cfg, params = common.load_policy(cfg.model)
+    model_cfg, params = common.load_policy(cfg.model, cfg.episode.family)
   records = records if records is not None else sft_records(cfg, tokenizer)
   if not records:
     raise ValueError("SFT: no trajectories to train on")
@@ -96,5 +96,5 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
   if cfg.export_dir:
     from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
     export = str(hf_io.save_pretrained(cfg.export_dir, state.params, model_cfg,
-                                       tokenizer_dir=tokenizer_dir(cfg.tokenizer), overwrite=True))
+                                       tokenizer_dir=tokenizer_dir(cfg.episode.family), overwrite=True))
   return SFTResult(state.params, model_cfg, records, history, export)

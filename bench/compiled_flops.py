@@ -83,13 +83,16 @@ def decode_model_flops(cfg: ModelConfig, slots: int, context: int) -> float:
 
 
 def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int) -> dict:
-  """One `generate` step of the engine's decode core, every slot at context max_len."""
+  """One decode step of the engine's paged decode core, every slot's table at max_len."""
   from tmax_jax.inference import decode  # pylint: disable=import-outside-toplevel
-  core = decode.DecodeCore(cfg, slots, max_len)
+  shape = decode.CoreShape(slots=slots, max_len=max_len, page_size=16,
+                           num_pages=slots * -(-max_len // 16))
+  core = decode.PagedCore(cfg, shape)
   params = registry.abstract_params(cfg)
-  served = jax.eval_shape(core.prepare, params)
+  served = core.prepare.eval_shape(params)
   state = jax.eval_shape(core.init_state)
-  compiled = core.generate.lower(served, state, jax.ShapeDtypeStruct((), np.int32)).compile()
+  table = jax.ShapeDtypeStruct((slots, shape.max_pages), np.int32)
+  compiled = core.decode.lower(served, state, table, jax.ShapeDtypeStruct((), np.int32)).compile()
   cost = hlo_cost.compiled_cost(compiled)
   model_flops = decode_model_flops(cfg, slots, max_len)
   return {"what": "decode_step", "slots": slots, "max_len": max_len,

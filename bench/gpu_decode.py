@@ -1,10 +1,12 @@
-"""Decode throughput of the tmax_jax decode core at the Qwen3-1.7B shape (batch 64, prompt 512,
-256 new tokens, bf16 weights/compute, fp32 head) vs the HF/PyTorch anchor (960 tok/s on an H200)
-and the HBM bandwidth bound. Needs only JAX + Flax (no JetStream/ml_collections on the GPU host).
+"""Decode throughput of the paged serving engine (one replica: decode.PagedCore + scheduler, tensor
+parallel over --tensor devices) at the Qwen3-1.7B shape (batch 64, prompt 512, 256 new tokens,
+bf16 weights/compute, fp32 head) vs the HF/PyTorch anchor (960 tok/s on an H200) and the HBM
+bandwidth bound. Needs only JAX + Flax (no JetStream/ml_collections on the GPU host).
 
-  python3 bench/gpu_decode.py                  # GPU, full shape
+  python3 bench/gpu_decode.py                  # accelerator, full shape
   python3 bench/gpu_decode.py --tiny           # CPU smoke run (tiny shapes, same code path)
-Prints one JSON line and writes it to --out (default bench/gpu_decode.json) atomically.
+Without an accelerator and without --tiny it prints why and exits 0. Prints one JSON line and
+writes it to --out (default bench/gpu_decode.json) atomically.
 """
 
 import argparse
@@ -15,12 +17,12 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
-from tmax_jax.inference import decode, sampling
+from tmax_jax.inference import decode, paged, sampling, scheduler
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
 
@@ -36,71 +38,84 @@ def _args(argv):
   p.add_argument("--batch", type=int, default=64)
   p.add_argument("--prompt", type=int, default=512)
   p.add_argument("--new", type=int, default=256)
+  p.add_argument("--page_size", type=int, default=64)
+  p.add_argument("--tensor", type=int, default=1, help="devices of the replica (tensor parallel)")
   p.add_argument("--temperature", type=float, default=1.0)
   p.add_argument("--out", default=str(pathlib.Path(__file__).with_name("gpu_decode.json")))
   a = p.parse_args(argv)
   if a.tiny:
-    a.batch, a.prompt, a.new = min(a.batch, 4), min(a.prompt, 32), min(a.new, 16)
+    a.batch, a.prompt, a.new, a.page_size = min(a.batch, 4), min(a.prompt, 32), min(a.new, 16), 8
   return a
 
 
-def bandwidth_bound(cfg, served, batch, max_len, mean_len):
-  """tokens/s if every decode step only had to stream its weights and the KV cache once: all
-  params except the embedding table / bf16 lm_head (only B rows are gathered) + the fp32 head."""
+def bandwidth_bound(cfg, served, batch, max_len, mean_len, table_len):
+  """tokens/s if every decode step only had to stream its weights and KV once: all params except
+  the embedding table / bf16 lm_head (only B rows are gathered) + the fp32 head, plus the KV of
+  (a) every slot at max_len (a dense cache), (b) the live tokens, (c) the bucketed block tables
+  the paged decode actually reads."""
   flat = jax.tree_util.tree_flatten_with_path(served["params"])[0]
   body = sum(x.size * x.dtype.itemsize for path, x in flat
              if "embed_tokens" not in jax.tree_util.keystr(path)
              and "lm_head" not in jax.tree_util.keystr(path))
   weight_bytes = body + served["head"].size * served["head"].dtype.itemsize
   kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2  # bf16
-  full = weight_bytes + batch * max_len * kv_per_token  # what our cache layout reads per step
-  live = weight_bytes + batch * mean_len * kv_per_token  # the unavoidable part
+
+  def bound(tokens):
+    return batch * H200_HBM_BYTES_S / (weight_bytes + batch * tokens * kv_per_token)
   return dict(weight_bytes_per_step=int(weight_bytes), kv_bytes_per_token=kv_per_token,
-              bound_tok_s_full_cache=batch * H200_HBM_BYTES_S / full,
-              bound_tok_s_live_kv=batch * H200_HBM_BYTES_S / live)
+              bound_tok_s_full_cache=bound(max_len), bound_tok_s_live_kv=bound(mean_len),
+              bound_tok_s_paged_tables=bound(table_len))
+
+
+def _run(sched, prompts, new, sp):
+  """Submits every prompt; -> (prefill seconds until all decode, decode seconds until done)."""
+  for i, p in enumerate(prompts):
+    sched.submit(scheduler.Sequence(i, p.tolist(), new, sp))
+  t0 = time.perf_counter()
+  while len(sched.decoding) < len(prompts):
+    sched.step()
+  jax.block_until_ready(sched.state)
+  t1 = time.perf_counter()
+  sched.run_until_idle()
+  jax.block_until_ready(sched.state)
+  return t1 - t0, time.perf_counter() - t1
 
 
 def main(argv=None):
   a = _args(argv)
+  if jax.default_backend() == "cpu" and not a.tiny:
+    print("gpu_decode: no accelerator (JAX backend is cpu); run with --tiny for the CPU smoke "
+          "run", flush=True)
+    return {}
   dtypes = DtypePolicy(param_dtype="bfloat16", compute_dtype="bfloat16", head_dtype="float32")
   cfg = registry.preset("qwen3-1.7b", dtypes=dtypes, **(TINY if a.tiny else {}))
-  max_len = a.prompt + a.new
-  params = registry.init_params(cfg, jax.random.key(0))
-  core = decode.DecodeCore(cfg, a.batch, max_len)
-  served = core.prepare(params)
-  state = core.init_state()
+  max_len = a.prompt + a.new + 1
+  shape = decode.CoreShape(slots=a.batch, max_len=max_len, page_size=a.page_size,
+                           num_pages=a.batch * paged.pages_for(max_len, a.page_size))
+  mesh = Mesh(np.asarray(jax.devices()[:a.tensor]), (decode.TENSOR,))
+  core = decode.PagedCore(cfg, shape, mesh)
+  params = registry.init_params(cfg, jax.random.key(0), decode.param_shardings(cfg, mesh))
+  box = decode.ParamsBox(params, 0, core.prepare)
+  sched_cfg = scheduler.SchedulerConfig(prefill_chunk=min(512, a.prompt), prefill_batch=8,
+                                        prefix_cache=False)
+  sched = scheduler.Scheduler(core, box, sched_cfg, emit=lambda events: None)
   rng = np.random.default_rng(0)
   prompts = rng.integers(0, cfg.vocab_size, size=(a.batch, a.prompt)).astype(np.int32)
   sp = sampling.SamplingParams(temperature=a.temperature)
-
-  def prefill_all(state):
-    for b in range(a.batch):
-      state = core.insert(core.prefill(params, prompts[b], a.prompt, sp), state, jnp.int32(b))
-    return state
-
-  def decode_steps(state, n):
-    for _ in range(n):
-      state, data = core.generate(served, state, jnp.int32(0))
-      np.asarray(data)  # host copy every step, as the orchestrator does
-    return state
-
   t0 = time.perf_counter()
-  state = decode_steps(prefill_all(state), 2)  # compile + warm up
+  _run(sched, prompts, 2, sp)  # compile + warm up every program the timed run uses
   compile_s = time.perf_counter() - t0
-  state = core.init_state()
-  t0 = time.perf_counter()
-  state = jax.block_until_ready(prefill_all(state))
-  prefill_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  state = jax.block_until_ready(decode_steps(state, a.new))
-  decode_s = time.perf_counter() - t0
+  prefill_s, decode_s = _run(sched, prompts, a.new, sp)
   new_tokens = a.batch * a.new
+  table_len = scheduler.bucket(paged.pages_for(a.prompt + a.new, a.page_size), shape.max_pages,
+                               max(1, 512 // a.page_size)) * a.page_size
   result = dict(
       device=str(jax.devices()[0].device_kind), tiny=a.tiny, batch=a.batch, prompt=a.prompt,
-      new=a.new, compile_s=compile_s, prefill_s=prefill_s, decode_s=decode_s,
-      decode_tok_s=new_tokens / decode_s, end_to_end_tok_s=new_tokens / (prefill_s + decode_s),
-      hf_anchor_tok_s=HF_ANCHOR_TOK_S,
-      **bandwidth_bound(cfg, served, a.batch, max_len, a.prompt + a.new / 2))
+      new=a.new, page_size=a.page_size, tensor=a.tensor, compile_s=compile_s,
+      prefill_s=prefill_s, decode_s=decode_s, decode_tok_s=new_tokens / decode_s,
+      end_to_end_tok_s=new_tokens / (prefill_s + decode_s), hf_anchor_tok_s=HF_ANCHOR_TOK_S,
+      peak_pages_in_use=sched.stats["peak_pages_in_use"], **core.memory_bytes(),
+      **bandwidth_bound(cfg, box.get()[0], a.batch, max_len, a.prompt + a.new / 2, table_len))
   result["vs_hf_anchor"] = result["end_to_end_tok_s"] / HF_ANCHOR_TOK_S
   result["fraction_of_bound"] = result["decode_tok_s"] / result["bound_tok_s_live_kv"]
   line = json.dumps(result)

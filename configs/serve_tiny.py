@@ -15,8 +15,9 @@ def get_config() -> ml_collections.ConfigDict:
       overrides=dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)))
   c.engine = ml_collections.ConfigDict(dict(
-      max_concurrent_decodes=8, max_len=256, max_prefill_length=128, stop_token_ids=[],
-      temperature=0.0, tokenizer_path=""))
+      max_concurrent_decodes=8, max_len=256, max_prefill_length=128, page_size=16,
+      prefix_cache=True, max_topk=0, stop_token_ids=[], temperature=0.0, tokenizer_path="",
+      replicas=1, tensor=1))
   c.server = ml_collections.ConfigDict(dict(port=9000, host="127.0.0.1", threads=0))
   # OpenAI-compatible HTTP API: port -1 = off (the tiny vocabulary cannot hold a real tokenizer's
   # ids; serve a checkpoint to use it), 0 = a free port.

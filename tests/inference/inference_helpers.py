@@ -7,6 +7,10 @@ import torch
 import transformers
 
 VOCAB = 128
+# One serving shape for the tests: engines with the same model config and shape share compiled
+# programs (decode.PagedCore.shared), which keeps the suite's compile time down.
+ENGINE = dict(max_concurrent_decodes=4, max_len=512, max_prefill_length=64, page_size=8,
+              prefill_chunk=16, prefill_batch=4, max_topk=4)
 
 TINY = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
@@ -49,3 +53,24 @@ def hf_greedy(model, prompts: list[list[int]], new_tokens: int) -> list[list[int
 def prompts(n: int, seed: int = 0, lo: int = 3, hi: int = 40) -> list[list[int]]:
   rng = np.random.default_rng(seed)
   return [rng.integers(1, VOCAB, size=int(rng.integers(lo, hi))).tolist() for _ in range(n)]
+
+
+def collect(scheds, seqs):
+  """Submits scheduler.Sequences (`scheds` one scheduler, or one per sequence), steps every
+  scheduler until idle -> {handle: [Event, ...]} (also for requests submitted earlier)."""
+  events: dict = {}
+
+  def emit(evs):
+    for e in evs:
+      events.setdefault(e.handle, []).append(e)
+
+  per_seq = scheds if isinstance(scheds, list) else [scheds] * len(seqs)
+  everyone = set(scheds) if isinstance(scheds, list) else {scheds}
+  for s in everyone:
+    s.emit = emit
+  for sched, seq in zip(per_seq, seqs):
+    sched.submit(seq)
+  while any(s.busy or not s.inbox.empty() for s in everyone):
+    for s in everyone:
+      s.step()
+  return events

@@ -20,12 +20,20 @@ def test_gpu_decode_tiny_runs_on_cpu(tmp_path):
   assert json.loads(out.read_text())["decode_tok_s"] == r["decode_tok_s"]
   assert r["decode_tok_s"] > 0 and r["bound_tok_s_live_kv"] > r["decode_tok_s"]
   assert r["bound_tok_s_full_cache"] <= r["bound_tok_s_live_kv"]
+  assert 0 < r["peak_pages_in_use"] and r["kv_pool_bytes"] > 0
 
 
-def test_decode_bench_tiny_runs(tmp_path):
-  r = _load("decode_bench").main(["--tiny", "--batch", "2", "--prompt", "8", "--new", "8",
-                                  "--out", str(tmp_path / "d.json")])
-  assert r["hf_decode_tok_s"] > 0 and r["ours_decode_tok_s"] > 0
+def test_serve_bench_tiny_runs(tmp_path, capsys):
+  record = tmp_path / "BENCH.md"
+  r = _load("serve_bench").main(["--tiny", "--pairs", "5", "--record", str(record)])
+  assert [d["batch"] for d in r["decode"]] == [4]
+  assert all(d["ours_tok_s"] > 0 and d["hf_tok_s"] > 0 for d in r["decode"])
+  m = r["multi_turn"]
+  # Same episodes (greedy, same observations): the cache saves prompt tokens, never adds any.
+  assert m["prefill_tokens_cached"] + m["cached_tokens"] == m["prefill_tokens_plain"]
+  assert m["prefill_tokens_cached"] < m["prefill_tokens_plain"]
+  assert 0 < m["peak_kv_bytes_paged"] < m["kv_bytes_dense"]
+  assert "decode B=4" in capsys.readouterr().out
 
 
 def test_weight_push_bench_tiny_runs(tmp_path):

@@ -2,7 +2,9 @@
 seeds) against (a) the recipe's trainer: bf16 compute + fp32 head, and (b) an all-fp32 reference.
 
 (a) An fp32 head on the server removes nearly all of the gap to the trainer: the DPPO invariant
-(server and trainer compute the same logits) holds in bf16 only with the fp32 head.
+(server and trainer compute the same logits) holds in bf16 only with the fp32 head (for most
+prompts exactly; a rare bf16 rounding flip in the body, from a different reduction order of the
+paged attention, gives one prompt a ~1e-3 gap with either head).
 (b) Against an all-fp32 reference the gap (~0.025 mean |dlogp|) is dominated by the bf16 body,
 identical in both servers. Measured over 3 random models x 32 prompts (paired per prompt), the
 head's effect on it was -0.00012 +- 0.00034 (stderr): no detectable change. So (b) asserts only
@@ -40,9 +42,13 @@ def test_fp32_head_closes_gap_to_trainer(tmp_path):
   prompts = helpers.prompts(8, seed=3)
   (f_trainer,) = _per_prompt_gaps(tmp_path, "float32", prompts, [trainer])
   (b_trainer,) = _per_prompt_gaps(tmp_path, "bfloat16", prompts, [trainer])
-  print(f"mean |logp gap| vs bf16+fp32-head trainer: fp32 head {f_trainer.mean():.2e}, bf16 head "
-        f"{b_trainer.mean():.2e}")
-  assert f_trainer.mean() < 1e-5 < b_trainer.mean() / 10
+  print(f"per-prompt |logp gap| vs bf16+fp32-head trainer: fp32 head {f_trainer}, bf16 head "
+        f"{b_trainer}")
+  # Per prompt, not the mean: the served bf16 body reduces attention keys page block by page
+  # block, the trainer over its whole row, so now and then one bf16 rounding flips and that
+  # prompt's gap is ~1e-3 whatever the head (BUILD_NOTES "fp32 head finding").
+  assert np.median(f_trainer) < 1e-5 < np.median(b_trainer) / 10
+  assert np.all(b_trainer > 1e-4)  # with a bf16 head no prompt matches
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import inference_helpers as helpers
+from tmax_jax.agents import episode, formats
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling
@@ -19,7 +20,7 @@ from tmax_jax.inference import server as server_lib
 from tmax_jax.models import hf_io, logprobs, registry
 
 GREEDY = sampling.SamplingParams(temperature=0.0)
-ENGINE = engine_lib.EngineConfig(max_concurrent_decodes=4, max_len=256, max_prefill_length=64)
+ENGINE = engine_lib.EngineConfig(**helpers.ENGINE)
 
 
 class Served:
@@ -145,6 +146,33 @@ def test_bad_request_is_rejected_with_a_clear_error(served):
       with pytest.raises(client_lib.RolloutError, match="max_len"):
         await c.generate([1, 2], 1000)
   asyncio.run(go())
+
+
+def test_top_logprobs_through_grpc_and_status_pages(served):
+  prompt = helpers.prompts(1, seed=8)[0]
+
+  async def go():
+    async with served.client(timeout_s=60) as c:
+      out = await c.generate(prompt, 6, sampling.SamplingParams(seed=3), top_logprobs=3)
+      plain = await c.generate(prompt, 6, sampling.SamplingParams(seed=3))
+      with pytest.raises(client_lib.RolloutError, match="max_topk"):
+        await c.generate(prompt, 2, top_logprobs=5)
+      return out, plain, await c.status()
+
+  out, plain, status = asyncio.run(go())
+  assert out.token_ids == plain.token_ids and plain.topk_ids == []
+  assert len(out.topk_ids) == len(out.topk_logprobs) == 6
+  for tok, lp, ids, lps in zip(out.token_ids, out.logprobs, out.topk_ids, out.topk_logprobs):
+    assert len(ids) == 3 and lps == sorted(lps, reverse=True)
+    assert lps[0] >= lp and (tok not in ids or abs(lps[ids.index(tok)] - lp) < 1e-6)
+  traj = formats.TokenTrajectory(eos_id=0)
+  traj.add_prompt(prompt)
+  episode.add_generated(traj, out)  # the rollout's trajectory carries the top-K to the batch
+  assert traj.topk_ids == [[]] * len(prompt) + out.topk_ids
+  assert traj.topk_logprobs[len(prompt):] == out.topk_logprobs
+  assert status.max_topk == 4 and status.page_size == 8
+  assert status.pages_used == 0 and status.pages_free + status.pages_cached == status.pages_total
+  assert status.cached_prompt_tokens > 0  # the second request found the first one's prompt
 
 
 def test_jetstream_decode_and_health_check_still_served(served):

@@ -27,7 +27,7 @@ def served(tmp_path_factory):
   cfg, params = hf_io.load_pretrained(d1)
   _, params2 = hf_io.load_pretrained(d2)
   engine = engine_lib.TmaxEngine(
-      cfg, engine_lib.EngineConfig(max_concurrent_decodes=4, max_len=512, max_prefill_length=64),
+      cfg, engine_lib.EngineConfig(**helpers.ENGINE),
       lambda: params)
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=0))
   yield dict(server=server, m1=m1, m2=m2, params2=params2, d2=d2)
@@ -46,7 +46,10 @@ def test_push_changes_outputs_and_inflight_requests_complete(served):
               for i, p in enumerate(prompts)]
       while (await c.status()).active_requests < len(prompts):
         await asyncio.sleep(0.01)
-      await asyncio.sleep(0.2)  # let them stream a few tokens under version 0
+      stats = server.engine.replicas[0].scheduler.stats
+      started = stats["decode_steps"]
+      while stats["decode_steps"] < started + 3:  # every request has streamed under version 0
+        await asyncio.sleep(0.01)
       version = await c.update_weights(served["params2"], version=1)
       inflight = await asyncio.gather(*long)
       after = await c.generate(prompts[0], 16, GREEDY)

@@ -104,14 +104,18 @@ def reply_text(tokenizer, out: Completion, prefix: str = "") -> str:
 
 
 def add_generated(traj: formats.TokenTrajectory, out: Completion) -> None:
-  """Appends the completion in runs of equal policy version (a weight push can land mid-reply)."""
+  """Appends the completion in runs of equal policy version (a weight push can land mid-reply),
+  with the server's top-K ids/logprobs per token when it returned them."""
   ids, lps, vs = list(out.token_ids), list(out.logprobs), list(out.versions)
   if not (len(ids) == len(lps) == len(vs)):
     raise ValueError(f"completion has {len(ids)} ids, {len(lps)} logprobs, {len(vs)} versions")
+  top_ids, top_lps = getattr(out, "topk_ids", None), getattr(out, "topk_logprobs", None)
   start = 0
   for i in range(1, len(ids) + 1):
     if i == len(ids) or vs[i] != vs[start]:
-      traj.add_generated(ids[start:i], lps[start:i], vs[start])
+      traj.add_generated(ids[start:i], lps[start:i], vs[start],
+                         top_ids[start:i] if top_ids else None,
+                         top_lps[start:i] if top_lps else None)
       start = i
 
 

@@ -71,7 +71,8 @@ class ServerPolicy:
 
     def generate(ids, max_tokens):
       call = self.client.generate(ids, max_tokens, params, stop_token_ids=self.stop_ids,
-                                  timeout_s=self.cfg.request_timeout_s)
+                                  timeout_s=self.cfg.request_timeout_s,
+                                  top_logprobs=self.cfg.top_logprobs)
       return asyncio.run_coroutine_threadsafe(call, self._loop).result()
     return generate
 

@@ -58,12 +58,15 @@ class ClientConfig:
 
 @dataclasses.dataclass
 class Completion:
-  """Generated tokens with their behaviour logprobs and the policy version of each token."""
+  """Generated tokens with their behaviour logprobs and the policy version of each token; with
+  `top_logprobs=K`, each token's top-K ids and logprobs ([n][K]; empty lists when not asked)."""
   token_ids: list[int]
   logprobs: list[float]
   versions: list[int]
   finish_reason: str
   attempts: int = 1
+  topk_ids: list[list[int]] = dataclasses.field(default_factory=list)
+  topk_logprobs: list[list[float]] = dataclasses.field(default_factory=list)
 
 
 class RolloutClient:
@@ -150,12 +153,14 @@ class RolloutClient:
   async def generate(self, prompt_token_ids: Sequence[int], max_tokens: int,
                      params: sampling.SamplingParams = sampling.SamplingParams(),
                      stop_token_ids: Sequence[int] = (), request_id: str = "",
-                     timeout_s: float | None = None) -> Completion:
-    """Token-id prompt (the whole conversation for multi-turn) -> Completion."""
+                     timeout_s: float | None = None, top_logprobs: int = 0) -> Completion:
+    """Token-id prompt (the whole conversation for multi-turn) -> Completion. The server's
+    prefix cache makes resending the conversation cost only its new tokens."""
     req = rl_proto.GenerateRequest(
         prompt_token_ids=list(prompt_token_ids), max_tokens=max_tokens,
         temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=params.seed,
-        stop_token_ids=list(stop_token_ids), request_id=request_id)
+        stop_token_ids=list(stop_token_ids), request_id=request_id, top_logprobs=top_logprobs)
+    k = top_logprobs
 
     began_on = self.instance_id
 
@@ -171,6 +176,9 @@ class RolloutClient:
         out.token_ids.extend(resp.token_ids)
         out.logprobs.extend(resp.logprobs)
         out.versions.extend(resp.policy_versions)
+        for i in range(0, len(resp.topk_ids), max(k, 1)):
+          out.topk_ids.append(list(resp.topk_ids[i:i + k]))
+          out.topk_logprobs.append(list(resp.topk_logprobs[i:i + k]))
         out.finish_reason = resp.finish_reason or out.finish_reason
       if not out.finish_reason:
         raise _StreamCut("stream ended without a finish reason")

@@ -1,119 +1,378 @@
-"""The jitted decode core behind TmaxEngine: prefill / insert / generate on a per-slot cache.
+"""The jitted device side of one serving replica: a paged KV pool, per-slot decode state, and the
+programs the scheduler (scheduler.py) drives. Kept free of JetStream imports so benchmarks
+(bench/gpu_decode.py) run where only JAX/Flax exist.
 
-Kept free of JetStream imports so benchmarks (bench/gpu_decode.py) run where only JAX/Flax exist.
-Family-agnostic: only the Model API is used (`init_cache`, `apply(..., cache=)`, `head_weight`),
-and the only assumption about the cache pytree is that every leaf is `[L, B, ...]`.
+Family-agnostic: only the Model API is used. The model's own dense cache (`init_cache`) tells the
+layout: a sub-dict {k, v, segment_ids} is an attention layer (its K/V become pages of a shared pool,
+models/paged_attention.py), every other leaf `[L, B, ...]` is per-sequence state (Qwen3.5's Gated
+DeltaNet conv/recurrent state) kept as one small block per slot, plus `state_blocks` more blocks
+the prefix cache stores boundary states in.
 
-Protocol (see engine.py): prefill writes tokens[0:n-1] into a batch-1 cache of the full length S
-and keeps tokens[n-1] as the slot's next input; insert copies that whole row into slot b; generate
-feeds every slot's pending token, samples with the fp32 head and returns data [B, 5] int32:
-[token, valid, length, float32 bits of the behaviour logprob, policy version].
+Decode state (a dict of device arrays, donated through every program):
+  pool        the cache tree: attention sub-dicts {k_pages, v_pages: [L,NP,P,K,H]}, state leaves
+              [L, slots + state_blocks, ...]
+  token, position, counter, active, temperature, top_p, top_k, key: per slot [B]
+Programs: `prefill` writes a batch of prompt chunks [R,C] of R slots into their pages/state (no
+head, no sampling: the last prompt token stays pending); `decode` feeds every slot's pending token,
+samples with the fp32 head and returns data [B, 5 + 2K] int32:
+  [token, valid, length, float32 bits of the behaviour logprob, policy version,
+   K top-K ids, K float32 bits of their logprobs]   (K = max_topk; JetStream reads the first 3)
+`activate`/`deactivate` a slot, `copy_page` (copy-on-write of a shared prefix page), `save_state` /
+`load_state` (a slot's recurrent state to/from a prefix-cache block).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import threading
+from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from tmax_jax import sharding
 from tmax_jax.inference import sampling
 from tmax_jax.models import logprobs as logprobs_lib
 from tmax_jax.models import registry
 from tmax_jax.models.config import ModelConfig
 
-TOKEN, VALID, LENGTH, LOGPROB, VERSION = range(5)  # columns of generate's data
+TOKEN, VALID, LENGTH, LOGPROB, VERSION, TOPK = range(6)  # columns of decode's data (TOPK: first)
+TENSOR = "tensor"
+SLOT_FIELDS = ("token", "position", "temperature", "top_p", "top_k", "key")
 
 
-def slot_arrays(p: sampling.SamplingParams) -> dict[str, jax.Array]:
-  """Per-request sampling settings as the per-slot scalars of the decode state. The seed is taken
-  modulo 2^31 (PRNGKey silently keeps only 32 bits without x64)."""
-  return dict(temperature=jnp.float32(p.temperature), top_p=jnp.float32(p.top_p),
-              top_k=jnp.int32(p.top_k), key=jax.random.PRNGKey(p.seed % (1 << 31)))
+@dataclasses.dataclass(frozen=True)
+class CoreShape:
+  """Static sizes of one replica: slots, cache length, pages (NP of P tokens), extra state blocks
+  for the prefix cache, and the top-K width of decode's output."""
+  slots: int
+  max_len: int
+  page_size: int
+  num_pages: int
+  state_blocks: int = 0
+  max_topk: int = 0
+
+  @property
+  def max_pages(self) -> int:
+    """Block-table width: pages of one slot at max_len."""
+    return -(-self.max_len // self.page_size)
 
 
-class DecodeCore:
-  """Jitted prefill/insert/generate for `slots` concurrent sequences of up to `max_len` tokens."""
+def slot_arrays(p: sampling.SamplingParams) -> dict[str, np.ndarray]:
+  """Per-request sampling settings as per-slot scalars. The seed is taken modulo 2^31 (PRNGKey
+  silently keeps only 32 bits without x64)."""
+  return dict(temperature=np.float32(p.temperature), top_p=np.float32(p.top_p),
+              top_k=np.int32(p.top_k),
+              key=np.asarray(jax.random.PRNGKey(p.seed % (1 << 31)), np.uint32))
 
-  def __init__(self, model_cfg: ModelConfig, slots: int, max_len: int):
-    self.model_cfg, self.slots, self.max_len = model_cfg, slots, max_len
+
+def serving_rules(rules) -> tuple:
+  """The model's logical-axis rules restricted to a replica's one mesh axis ("tensor"): axes the
+  serving mesh does not have (data, fsdp, sequence) are dropped, i.e. replicated."""
+  out = []
+  for logical, mesh_axes in rules:
+    axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes or ())
+    kept = tuple(a for a in axes if a == TENSOR)
+    out.append((logical, kept[0] if len(kept) == 1 else (kept or None)))
+  return tuple(out)
+
+
+def serving_config(model_cfg: ModelConfig) -> ModelConfig:
+  """The model config with `serving_rules` (what serving meshes shard params with)."""
+  return dataclasses.replace(model_cfg,
+                             logical_axis_rules=serving_rules(model_cfg.logical_axis_rules))
+
+
+def param_shardings(model_cfg: ModelConfig, mesh: Mesh):
+  """NamedShardings of the served params on a serving mesh (only its "tensor" axis splits)."""
+  return sharding.param_shardings(serving_config(model_cfg), mesh)
+
+
+def _is_dense_kv(tree) -> bool:
+  return isinstance(tree, dict) and {"k", "v", "segment_ids"} <= set(tree)
+
+
+def _is_pool_kv(tree) -> bool:
+  return isinstance(tree, dict) and "k_pages" in tree
+
+
+def _map_layers(tree, is_kv, kv_fn, leaf_fn, *others):
+  """Maps attention sub-dicts (is_kv) with kv_fn and every other leaf with leaf_fn; `others` are
+  trees walked in parallel (same nesting of dicts down to the attention sub-dicts)."""
+  if is_kv(tree):
+    return kv_fn(tree, *others)
+  if isinstance(tree, dict):
+    return {name: _map_layers(sub, is_kv, kv_fn, leaf_fn, *(o[name] for o in others))
+            for name, sub in tree.items()}
+  return leaf_fn(tree, *others)
+
+
+def _dense_cache(model_cfg: ModelConfig, page_size: int):
+  model = registry.build_model(model_cfg)
+  return jax.eval_shape(lambda: model.init_cache(1, page_size))
+
+
+def is_stateful(model_cfg: ModelConfig) -> bool:
+  """Whether the family's cache has per-sequence state besides attention K/V (Qwen3.5)."""
+  leaves = []
+  _map_layers(_dense_cache(model_cfg, 1), _is_dense_kv, lambda kv: None, leaves.append)
+  return bool(leaves)
+
+
+class PagedCore:
+  """Jitted prefill/decode over a paged pool for one replica on `mesh` (1-D, axis "tensor").
+
+  Holds no device state (that is the scheduler's), so `shared` hands every engine with the same
+  model, shape and devices one instance, and its compiled programs.
+  """
+
+  @classmethod
+  @functools.lru_cache(maxsize=None)
+  def shared(cls, model_cfg: ModelConfig, shape: CoreShape, mesh: Mesh | None = None):
+    return cls(model_cfg, shape, mesh)
+
+  def __init__(self, model_cfg: ModelConfig, shape: CoreShape, mesh: Mesh | None = None):
+    self.model_cfg, self.shape = model_cfg, shape
+    self.mesh = mesh or Mesh(np.asarray(jax.devices()[:1]), (TENSOR,))
+    self.rules = serving_rules(model_cfg.logical_axis_rules)
     self.model = registry.build_model(model_cfg)
-    self.prepare = jax.jit(self._prepare_impl)
-    self.prefill_cache = jax.jit(self._prefill_impl)
-    self.insert = jax.jit(self._insert_impl, donate_argnums=(1,))
-    self.generate = jax.jit(self._generate_impl, donate_argnums=(1,))
+    self._dense = _dense_cache(model_cfg, shape.page_size)
+    self.stateful = is_stateful(model_cfg)
+    self._abstract_params = registry.abstract_params(model_cfg)
+    self.state_shardings = self._state_shardings()
+    rep = NamedSharding(self.mesh, PartitionSpec())
+    jit = _jit_in_mesh(self.mesh, self.rules)
+    self.prepare = jit(self._prepare_impl)
+    self.prefill = jit(self._prefill_impl, donate_argnums=(1,), out_shardings=self.state_shardings)
+    self.decode = jit(self._decode_impl, donate_argnums=(1,),
+                      out_shardings=(self.state_shardings, rep))
+    self.activate = jit(self._activate_impl, donate_argnums=(0,),
+                        out_shardings=self.state_shardings)
+    self.deactivate = jit(self._deactivate_impl, donate_argnums=(0,),
+                          out_shardings=self.state_shardings)
+    self.copy_page = jit(self._copy_page_impl, donate_argnums=(0,),
+                         out_shardings=self.state_shardings)
+    self.copy_state = jit(self._copy_state_impl, donate_argnums=(0,),
+                          out_shardings=self.state_shardings)
 
-  def init_state(self) -> dict[str, jax.Array]:
-    b = self.slots
-    return dict(
-        cache=self.model.init_cache(b, self.max_len),
-        token=jnp.zeros((b,), jnp.int32), position=jnp.zeros((b,), jnp.int32),
-        counter=jnp.zeros((b,), jnp.int32), active=jnp.zeros((b,), jnp.bool_),
-        temperature=jnp.zeros((b,), jnp.float32), top_p=jnp.ones((b,), jnp.float32),
-        top_k=jnp.zeros((b,), jnp.int32), key=jnp.zeros((b, 2), jnp.uint32))
+  # ---- state ---------------------------------------------------------------------------------
 
-  def prefill(self, params, tokens, true_length: int,
-              sp: sampling.SamplingParams) -> dict[str, jax.Array]:
-    """tokens [P] (right-padded) -> prefix: batch-1 cache + pending token + sampling settings."""
-    if not 1 <= true_length <= self.max_len:
-      raise ValueError(f"prompt length {true_length} must be in [1, max_len={self.max_len}]")
-    tokens = jnp.asarray(tokens, jnp.int32)
-    cache = self.prefill_cache(params, tokens, jnp.int32(true_length))
-    return dict(cache=cache, token=tokens[true_length - 1], position=jnp.int32(true_length - 1),
-                **slot_arrays(sp))
+  @property
+  def state_rows(self) -> int:
+    return self.shape.slots + self.shape.state_blocks
 
-  def _prefill_impl(self, params, tokens, true_length):
-    """tokens [P] int32, true_length [] -> batch-1 cache with tokens[0:n-1] written."""
-    p = tokens.shape[0]
-    positions = jnp.arange(p, dtype=jnp.int32)[None, :]  # [1,P]
-    segments = (positions < true_length - 1).astype(jnp.int32)  # [1,P]; the last token waits
-    cache = self.model.init_cache(1, self.max_len)
-    _, cache = self.model.apply({"params": params}, tokens[None, :], positions, segments,
-                                cache=cache)
-    return cache
+  def _kv_spec(self, kv_heads: int) -> PartitionSpec:
+    tp = self.mesh.shape[TENSOR]
+    return PartitionSpec(None, None, None, TENSOR if kv_heads % tp == 0 else None, None)
 
-  def _insert_impl(self, prefix, state, slot):
-    """Writes the batch-1 prefix into row `slot` of every [L,B,...] leaf and per-slot vector."""
+  def _abstract_state(self):
+    s = self.shape
 
-    def put_row(dst, src):  # dst [L,B,...], src [L,1,...]
-      start = (0, slot) + (0,) * (dst.ndim - 2)
-      return jax.lax.dynamic_update_slice(dst, src.astype(dst.dtype), start)
+    def kv(sub):
+      lx, _, _, k, h = sub["k"].shape
+      page = jax.ShapeDtypeStruct((lx, s.num_pages, s.page_size, k, h), sub["k"].dtype)
+      return {"k_pages": page, "v_pages": page}
 
+    def leaf(x):
+      return jax.ShapeDtypeStruct((x.shape[0], self.state_rows) + x.shape[2:], x.dtype)
+
+    b = s.slots
+    vec = lambda dt: jax.ShapeDtypeStruct((b,), dt)  # noqa: E731
+    return dict(pool=_map_layers(self._dense, _is_dense_kv, kv, leaf),
+                token=vec(jnp.int32), position=vec(jnp.int32), counter=vec(jnp.int32),
+                active=vec(jnp.bool_), temperature=vec(jnp.float32), top_p=vec(jnp.float32),
+                top_k=vec(jnp.int32), key=jax.ShapeDtypeStruct((b, 2), jnp.uint32))
+
+  def _state_shardings(self):
+    rep = NamedSharding(self.mesh, PartitionSpec())
+    abstract = self._abstract_state()
+
+    def kv(sub):
+      spec = NamedSharding(self.mesh, self._kv_spec(sub["k_pages"].shape[3]))
+      return {"k_pages": spec, "v_pages": spec}
+
+    pool = _map_layers(abstract["pool"], _is_pool_kv, kv, lambda x: rep)
+    return dict({k: rep for k in abstract if k != "pool"}, pool=pool)
+
+  def init_state(self) -> dict:
+    """Zeroed decode state, created on device with `state_shardings` (top_p 1 = off)."""
+    abstract = self._abstract_state()
+
+    def make():
+      state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), abstract)
+      return dict(state, top_p=jnp.ones_like(state["top_p"]))
+    return jax.jit(make, out_shardings=self.state_shardings)()
+
+  def memory_bytes(self) -> dict[str, int]:
+    """Bytes of this replica's page pool (K and V of every attention layer) and state blocks."""
+    out = {"kv_pool_bytes": 0, "state_bytes": 0}
+
+    def kv(sub):
+      pages = sub["k_pages"]
+      out["kv_pool_bytes"] += 2 * int(np.prod(pages.shape)) * np.dtype(pages.dtype).itemsize
+
+    def leaf(x):
+      out["state_bytes"] += int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+    _map_layers(self._abstract_state()["pool"], _is_pool_kv, kv, leaf)
+    return out
+
+  # ---- programs ------------------------------------------------------------------------------
+
+  def _prepare_impl(self, params):
+    """-> what `decode` takes: {params in the served dtypes, head [D,V] in the head dtype}. Done
+    once per weight version, so decode steps do not re-cast (or, when tied, re-transpose) it."""
+    cfg = self.model_cfg
+    params = jax.tree.map(lambda x, a: x.astype(a.dtype), params, self._abstract_params)
+    return {"params": params, "head": registry.head_weight(params, cfg).astype(cfg.dtypes.head)}
+
+  def _call_cache(self, pool, table, cached, rows):
+    """The model's paged cache for one call: pool pages + tables for attention layers, state rows
+    (`rows` [R] slot ids, or None = rows 0..B-1) for the rest."""
+    def kv(sub):
+      lx = sub["k_pages"].shape[0]
+      return dict(sub, table=jnp.broadcast_to(table, (lx,) + table.shape),
+                  cached=jnp.broadcast_to(cached, (lx,) + cached.shape))
+
+    def leaf(x):
+      if rows is None:
+        return x[:, :self.shape.slots]
+      return jnp.take(x, rows, axis=1, mode="clip")
+    return _map_layers(pool, _is_pool_kv, kv, leaf)
+
+  def _write_back(self, pool, out, table, positions, segments, rows):
+    """Scatters the call's new K/V into pages (padding dropped) and its new state into rows."""
+    ps, n_pages = self.shape.page_size, self.shape.num_pages
+    page = jnp.take_along_axis(table, positions // ps, axis=1, mode="clip")  # [R,T]
+    flat = jnp.where(segments != 0, page * ps + positions % ps, n_pages * ps).reshape(-1)
+
+    def kv(sub, new):
+      def put(pages, x):  # pages [L,NP,P,K,H], x [L,R,T,K,H]
+        lx, _, _, k, h = pages.shape
+        upd = pages.reshape(lx, n_pages * ps, k, h).at[:, flat].set(
+            x.reshape(lx, -1, k, h).astype(pages.dtype), mode="drop")
+        return upd.reshape(pages.shape)
+      return {"k_pages": put(sub["k_pages"], new["k"]), "v_pages": put(sub["v_pages"], new["v"])}
+
+    def leaf(x, new):
+      if rows is None:
+        return jax.lax.dynamic_update_slice_in_dim(x, new.astype(x.dtype), 0, axis=1)
+      return x.at[:, rows].set(new.astype(x.dtype), mode="drop")
+    return _map_layers(pool, _is_pool_kv, kv, leaf, out)
+
+  def _prefill_impl(self, params, state, tokens, positions, segments, rows, table, cached):
+    """tokens/positions/segments [R,C] (segment 0 = padding), rows [R] slot ids (padding rows:
+    any id >= state rows), table [R,NB], cached [R] tokens already in the rows' pages."""
+    cache = self._call_cache(state["pool"], table, cached, rows)
+    _, out = self.model.apply({"params": params}, tokens, positions, segments, cache=cache)
+    pool = self._write_back(state["pool"], out, table, positions, segments, rows)
+    return dict(state, pool=pool)
+
+  def _decode_impl(self, served, state, table, version):
+    """One decode step for every slot; table [B,NB] -> (state, data [B, 5 + 2K] int32)."""
+    cfg, shape = self.model_cfg, self.shape
+    live = state["active"] & (state["position"] < shape.max_len)  # [B]
+    pos, seg = state["position"][:, None], live.astype(jnp.int32)[:, None]  # [B,1]
+    cache = self._call_cache(state["pool"], table, state["position"], None)
+    hidden, out = self.model.apply({"params": served["params"]}, state["token"][:, None], pos,
+                                   seg, cache=cache)  # hidden [B,1,D]
+    pool = self._write_back(state["pool"], out, table, pos, seg, None)
+    logits = logprobs_lib.full_logits(hidden, served["head"], cfg.dtypes.head)[:, 0]  # [B,V]
+    tokens, logp = sampling.sample(logits, state["key"], state["counter"], state["temperature"],
+                                   state["top_p"], state["top_k"])
+    counter = state["counter"] + 1
+    bits = lambda x: jax.lax.bitcast_convert_type(x, jnp.int32)  # noqa: E731
+    versions = jnp.broadcast_to(jnp.asarray(version, jnp.int32), tokens.shape)
+    cols = [x[:, None] for x in (tokens, live.astype(jnp.int32), counter, bits(logp), versions)]
+    if shape.max_topk:
+      top_lp, top_ids = sampling.top_logprobs(logits, state["temperature"], shape.max_topk)
+      cols += [top_ids, bits(top_lp)]
+    data = jnp.concatenate(cols, axis=1)
+    new = dict(state, pool=pool, token=tokens, position=state["position"] + live, counter=counter)
+    return new, data
+
+  def _activate_impl(self, state, slot, token, position, temperature, top_p, top_k, key):
     new = dict(state)
-    new["cache"] = jax.tree.map(put_row, state["cache"], prefix["cache"])
-    for name in ("token", "position", "temperature", "top_p", "top_k", "key"):
-      new[name] = state[name].at[slot].set(prefix[name])
+    for name, value in zip(SLOT_FIELDS, (token, position, temperature, top_p, top_k, key)):
+      new[name] = state[name].at[slot].set(value)
     new["counter"] = state["counter"].at[slot].set(0)
     new["active"] = state["active"].at[slot].set(True)
     return new
 
-  def _prepare_impl(self, params):
-    """-> what `generate` takes: {params, head [D,V] already in the head dtype}. Done once per
-    weight version, so decode steps do not re-cast (and, when tied, re-transpose) the head."""
-    cfg = self.model_cfg
-    return {"params": params, "head": registry.head_weight(params, cfg).astype(cfg.dtypes.head)}
+  def _deactivate_impl(self, state, slot):
+    return dict(state, active=state["active"].at[slot].set(False))
 
-  def _generate_impl(self, served, state, version):
-    """One decode step for every slot; `served` from `prepare` -> (state, data [B,5] int32)."""
-    cfg = self.model_cfg
-    params = served["params"]
-    live = state["active"] & (state["position"] < self.max_len)  # [B]
-    hidden, cache = self.model.apply(
-        {"params": params}, state["token"][:, None], state["position"][:, None],
-        live.astype(jnp.int32)[:, None], cache=state["cache"])  # hidden [B,1,D]
-    logits = logprobs_lib.full_logits(hidden, served["head"], cfg.dtypes.head)[:, 0]  # [B,V] fp32
-    tokens, logp = sampling.sample(logits, state["key"], state["counter"], state["temperature"],
-                                   state["top_p"], state["top_k"])
-    counter = state["counter"] + 1
-    data = jnp.stack([
-        tokens, live.astype(jnp.int32), counter,
-        jax.lax.bitcast_convert_type(logp, jnp.int32),
-        jnp.broadcast_to(jnp.asarray(version, jnp.int32), tokens.shape)], axis=1)  # [B,5]
-    new = dict(state, cache=cache, token=tokens, position=state["position"] + 1, counter=counter)
-    return new, data
+  def _copy_page_impl(self, state, src, dst):
+    def kv(sub):
+      return {name: sub[name].at[:, dst].set(sub[name][:, src]) for name in ("k_pages", "v_pages")}
+    return dict(state, pool=_map_layers(state["pool"], _is_pool_kv, kv, lambda x: x))
+
+  def _copy_state_impl(self, state, src, dst):
+    return dict(state, pool=_map_layers(state["pool"], _is_pool_kv, lambda sub: sub,
+                                        lambda x: x.at[:, dst].set(x[:, src])))
 
 
-def decode_row(data: np.ndarray, slot: int) -> tuple[int, bool, int, float, int]:
-  """Host side: (token, valid, length, logprob, version) of one slot from generate's data."""
-  row = np.asarray(data[slot])
-  logp = float(row[LOGPROB:LOGPROB + 1].view(np.float32)[0])
-  return int(row[TOKEN]), bool(row[VALID]), int(row[LENGTH]), logp, int(row[VERSION])
+class _MeshJit:
+  """jax.jit whose calls (and `lower`) trace and run inside the replica's mesh + logical-rules
+  context, so the models' logical activation constraints shard over the replica's tensor axis."""
+
+  def __init__(self, fn, mesh: Mesh, rules, **kw):
+    self._jit, self._mesh, self._rules = jax.jit(fn, **kw), mesh, rules
+
+  def __call__(self, *args):
+    with sharding.use_mesh(self._mesh, self._rules):
+      return self._jit(*args)
+
+  def lower(self, *args):
+    with sharding.use_mesh(self._mesh, self._rules):
+      return self._jit.lower(*args)
+
+  def eval_shape(self, *args):
+    with sharding.use_mesh(self._mesh, self._rules):
+      return jax.eval_shape(self._jit, *args)
+
+
+def _jit_in_mesh(mesh: Mesh, rules):
+  return lambda fn, **kw: _MeshJit(fn, mesh, rules, **kw)
+
+
+class ParamsBox:
+  """Thread-safe holder of one replica's served weights and their version.
+
+  Holds `prepare(params)` = {"params", "head"} (see PagedCore.prepare), computed before the swap so
+  a decode step never waits for it.
+  """
+
+  def __init__(self, params: Any, version: int = 0, prepare: Callable[[Any], dict] | None = None):
+    self._lock = threading.Lock()
+    self._prepare = prepare or (lambda p: {"params": p})
+    self._served, self._version = self._prepare(params), version
+
+  def get(self) -> tuple[dict, int]:
+    """-> ({"params", "head"}, version), read atomically."""
+    with self._lock:
+      return self._served, self._version
+
+  def swap(self, params: Any, version: int) -> None:
+    self.set(self._prepare(params), version)
+
+  def set(self, served: dict, version: int) -> None:
+    with self._lock:
+      self._served, self._version = served, version
+
+  @property
+  def version(self) -> int:
+    with self._lock:
+      return self._version
+
+
+def decode_rows(data: np.ndarray, max_topk: int) -> dict[str, np.ndarray]:
+  """Host side: decode's data [B, 5 + 2K] -> token/valid/length/logprob/version [B] and
+  topk_ids/topk_logprobs [B,K]."""
+  data = np.asarray(data)
+  k = max_topk
+  return dict(token=data[:, TOKEN], valid=data[:, VALID].astype(bool), length=data[:, LENGTH],
+              logprob=np.ascontiguousarray(data[:, LOGPROB]).view(np.float32),
+              version=data[:, VERSION], topk_ids=data[:, TOPK:TOPK + k],
+              topk_logprobs=np.ascontiguousarray(data[:, TOPK + k:TOPK + 2 * k]).view(np.float32))

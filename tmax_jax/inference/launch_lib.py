@@ -5,7 +5,8 @@ Config layout (see configs/serve_tiny.py):
   model.preset       e.g. "qwen3-1.7b" / "qwen3.5-9b" (used when checkpoint is "")
   model.overrides    ModelConfig field overrides for random init (tiny shapes)
   model.{param,compute,head}_dtype, model.seed
-  engine.*           EngineConfig fields; engine.temperature = default for JetStream Decode calls
+  engine.*           EngineConfig fields; engine.temperature = default for JetStream Decode calls;
+                     engine.replicas x engine.tensor = the serving mesh
   server.*           ServerConfig fields
   openai.*           OpenAIConfig fields (inference/openai_api.py; port -1 = no HTTP API)
   ready_file         "" or a path: JSON {"address", "pid"} written atomically once serving
@@ -13,6 +14,7 @@ Config layout (see configs/serve_tiny.py):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -45,15 +47,24 @@ def model_from_config(mc) -> tuple[ModelConfig, Any]:
   return cfg, lambda: registry.init_params(cfg, jax.random.key(mc.seed))
 
 
+ENGINE_EXTRAS = ("temperature", "replicas", "tensor")  # config.engine keys that are not fields
+
+
 def engine_from_config(config) -> engine_lib.TmaxEngine:
+  """config.engine: EngineConfig fields, plus `temperature` (default sampling of JetStream Decode
+  calls) and the serving mesh `replicas` x `tensor` (first devices of this host)."""
   cfg, params_fn = model_from_config(config.model)
-  ec = config.engine
-  engine_cfg = engine_lib.EngineConfig(
-      max_concurrent_decodes=ec.max_concurrent_decodes, max_len=ec.max_len,
-      max_prefill_length=ec.max_prefill_length, stop_token_ids=tuple(ec.stop_token_ids),
-      default_sampling=sampling.SamplingParams(temperature=ec.temperature),
-      tokenizer_path=ec.tokenizer_path)
-  return engine_lib.TmaxEngine(cfg, engine_cfg, params_fn)
+  ec = dict(config.engine)
+  extras = {k: ec.pop(k) for k in ENGINE_EXTRAS if k in ec}
+  unknown = sorted(set(ec) - {f.name for f in dataclasses.fields(engine_lib.EngineConfig)})
+  if unknown:
+    raise ValueError(f"config.engine: unknown fields {unknown}")
+  if "stop_token_ids" in ec:
+    ec["stop_token_ids"] = tuple(ec["stop_token_ids"])
+  if "temperature" in extras:
+    ec["default_sampling"] = sampling.SamplingParams(temperature=extras["temperature"])
+  mesh = engine_lib.serving_mesh(extras.get("replicas", 1), extras.get("tensor", 1))
+  return engine_lib.TmaxEngine(cfg, engine_lib.EngineConfig(**ec), params_fn, mesh=mesh)
 
 
 def _write_ready(path: str, payload: dict) -> None:

@@ -15,6 +15,7 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     repeated int32 stop_token_ids = 6;    // added to the server's default stop ids
     uint64 seed = 7;
     string request_id = 8;
+    int32 top_logprobs = 9;               // K: also return each token's top-K (<= server max_topk)
   }
   message GenerateResponse {              // one per decode step (streamed)
     repeated int32 token_ids = 1;
@@ -22,6 +23,8 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     repeated int64 policy_versions = 3;   // weight version that produced each token
     string finish_reason = 4;             // "" while streaming; "stop" | "length" on the last one
     string instance_id = 5;               // on the first response: the serving process (see Status)
+    repeated int32 topk_ids = 6;          // K per token (most likely first), when asked for
+    repeated float topk_logprobs = 7;     // their logprobs under the same distribution as logprobs
   }
   message TensorSpec { string name = 1; repeated int64 shape = 2; string dtype = 3; }
   message UpdateWeightsRequest {          // client-streamed; protocol in updates.py
@@ -39,8 +42,13 @@ built from a FileDescriptorProto below, equivalent to this .proto:
   message StatusRequest {}
   message StatusResponse {
     bool live = 1; int64 version = 2; int32 max_concurrent_decodes = 3; int32 max_len = 4;
-    string model_type = 5; int32 active_requests = 6;
+    string model_type = 5; int32 active_requests = 6;  // slots decoding (all replicas)
     string instance_id = 7;  // random per server start: a restarted server has a new one
+    int32 replicas = 8; int32 page_size = 9; int32 max_topk = 10;
+    int32 pages_total = 11; int32 pages_used = 12;      // KV pages (all replicas); used: requests
+    int32 pages_free = 13; int32 pages_cached = 14;     // cached: held only by the prefix cache
+    int32 waiting_requests = 15;                        // queued for slots/pages, or prefilling
+    int64 prefill_tokens = 16; int64 cached_prompt_tokens = 17;  // computed / reused from cache
   }
   service Rollout {
     rpc Generate(GenerateRequest) returns (stream GenerateResponse);
@@ -60,11 +68,13 @@ _MESSAGES = {
     ("prompt_token_ids", _F.TYPE_INT32, True), ("max_tokens", _F.TYPE_INT32, False),
     ("temperature", _F.TYPE_FLOAT, False), ("top_p", _F.TYPE_FLOAT, False),
     ("top_k", _F.TYPE_INT32, False), ("stop_token_ids", _F.TYPE_INT32, True),
-    ("seed", _F.TYPE_UINT64, False), ("request_id", _F.TYPE_STRING, False)],
+    ("seed", _F.TYPE_UINT64, False), ("request_id", _F.TYPE_STRING, False),
+    ("top_logprobs", _F.TYPE_INT32, False)],
   "GenerateResponse": [
     ("token_ids", _F.TYPE_INT32, True), ("logprobs", _F.TYPE_FLOAT, True),
     ("policy_versions", _F.TYPE_INT64, True), ("finish_reason", _F.TYPE_STRING, False),
-    ("instance_id", _F.TYPE_STRING, False)],
+    ("instance_id", _F.TYPE_STRING, False),
+    ("topk_ids", _F.TYPE_INT32, True), ("topk_logprobs", _F.TYPE_FLOAT, True)],
   "TensorSpec": [
     ("name", _F.TYPE_STRING, False), ("shape", _F.TYPE_INT64, True),
     ("dtype", _F.TYPE_STRING, False)],
@@ -81,7 +91,12 @@ _MESSAGES = {
     ("live", _F.TYPE_BOOL, False), ("version", _F.TYPE_INT64, False),
     ("max_concurrent_decodes", _F.TYPE_INT32, False), ("max_len", _F.TYPE_INT32, False),
     ("model_type", _F.TYPE_STRING, False), ("active_requests", _F.TYPE_INT32, False),
-    ("instance_id", _F.TYPE_STRING, False)],
+    ("instance_id", _F.TYPE_STRING, False),
+    ("replicas", _F.TYPE_INT32, False), ("page_size", _F.TYPE_INT32, False),
+    ("max_topk", _F.TYPE_INT32, False), ("pages_total", _F.TYPE_INT32, False),
+    ("pages_used", _F.TYPE_INT32, False), ("pages_free", _F.TYPE_INT32, False),
+    ("pages_cached", _F.TYPE_INT32, False), ("waiting_requests", _F.TYPE_INT32, False),
+    ("prefill_tokens", _F.TYPE_INT64, False), ("cached_prompt_tokens", _F.TYPE_INT64, False)],
 }
 
 # method -> (request, response, client_streaming, server_streaming)

@@ -125,3 +125,13 @@ def sample(logits, keys, counters, temperature, top_p, top_k):
   tokens = jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
   token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
   return tokens, token_logp
+
+
+def top_logprobs(logits: jax.Array, temperature: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+  """The k most likely tokens under `tempered_log_probs` (the distribution a sampled token's
+  logprob is reported under), most likely first.
+
+  logits: [B, V] float32; temperature: [B]. Returns (logprobs [B, k] float32, ids [B, k] int32).
+  """
+  vals, ids = jax.lax.top_k(tempered_log_probs(logits, temperature), k)
+  return vals, ids.astype(jnp.int32)

@@ -24,7 +24,7 @@ from tmax_jax.inference import compat
 compat.apply()
 
 # pylint: disable=wrong-import-position
-from jetstream.core import config_lib, server_lib
+from jetstream.core import server_lib
 from jetstream.core.utils import async_multifuture
 
 from tmax_jax.inference import driver as driver_lib
@@ -62,9 +62,9 @@ def validate(engine: engine_lib.TmaxEngine, prompt_ids: Sequence[int], max_token
     return f"max_tokens must be >= 1, got {max_tokens}"
   if n + max_tokens > cfg.max_len:
     return f"prompt {n} + max_tokens {max_tokens} exceeds max_len={cfg.max_len}"
-  if top_logprobs:
-    return (f"top_logprobs={top_logprobs}: this server does not return top-K logprobs "
-            "(max_topk=0)")
+  if not 0 <= top_logprobs <= cfg.max_topk:
+    return (f"top_logprobs={top_logprobs} must be in [0, max_topk={cfg.max_topk}] "
+            "(EngineConfig.max_topk of this server)")
   bad = [t for t in prompt_ids if not 0 <= t < vocab]
   if bad:
     return f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})"
@@ -84,7 +84,7 @@ def submit(driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine, prompt_id
   channel = async_multifuture.AsyncMultifuture()
   driver.place_request_on_prefill_queue(driver_lib.RLActiveRequest(
       max_tokens=max_tokens, return_channel=channel, prefill_content=list(prompt_ids),
-      is_client_side_tokenization=True, sampling_params=params,
+      is_client_side_tokenization=True, sampling_params=params, top_logprobs=top_logprobs,
       stop_ids=frozenset(stop_ids) | frozenset(engine.cfg.stop_token_ids)))
   return channel
 
@@ -102,7 +102,7 @@ class RolloutServicer:
       sp = sampling.SamplingParams(temperature=req.temperature, top_p=req.top_p or 1.0,
                                    top_k=req.top_k, seed=req.seed)
       channel = submit(self._driver, self._engine, req.prompt_token_ids, req.max_tokens, sp,
-                       req.stop_token_ids)
+                       req.stop_token_ids, req.top_logprobs)
     except ValueError as e:
       await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
     context.add_done_callback(channel.cancel)
@@ -113,6 +113,7 @@ class RolloutServicer:
         yield rl_proto.GenerateResponse(
             token_ids=[step.token_id] if some else [], logprobs=[step.logprob] if some else [],
             policy_versions=[step.version] if some else [], finish_reason=step.finish_reason,
+            topk_ids=step.topk_ids, topk_logprobs=step.topk_logprobs,
             instance_id=self._instance if first else "")
         first = False
     except driver_lib.ServerShutdown as e:
@@ -161,12 +162,17 @@ class RolloutServicer:
 
   async def Status(self, req, context):  # pylint: disable=invalid-name
     del req, context
-    cfg = self._engine.cfg
+    engine = self._engine
+    cfg, st = engine.cfg, engine.status()
     return rl_proto.StatusResponse(
-        live=self._driver.live, version=self._driver.version,
+        live=self._driver.live, version=engine.version,
         max_concurrent_decodes=cfg.max_concurrent_decodes, max_len=cfg.max_len,
-        model_type=self._engine.model_cfg.model_type,
-        active_requests=self._driver.active_requests(), instance_id=self._instance)
+        model_type=engine.model_cfg.model_type, active_requests=st["active"],
+        replicas=len(engine.replicas), page_size=cfg.page_size, max_topk=cfg.max_topk,
+        pages_total=st["pages_total"], pages_used=st["pages_used"], pages_free=st["pages_free"],
+        pages_cached=st["pages_cached"], waiting_requests=st["waiting"] + st["prefilling"],
+        prefill_tokens=st["prefill_tokens"], cached_prompt_tokens=st["cached_tokens"],
+        instance_id=self._instance)
 
   def generic_handler(self) -> grpc.GenericRpcHandler:
     kinds = {(False, True): grpc.unary_stream_rpc_method_handler,
@@ -216,25 +222,21 @@ class RolloutServer(server_lib.JetStreamServer):
     super().stop()
 
   def push_weights(self, params: Any, version: int) -> None:
-    """In-process weight update (a trainer sharing the process skips gRPC)."""
-    self.driver.update_weights(updates.conform(params, self.driver.served_params()), version)
+    """In-process weight update (a trainer sharing the process skips gRPC). Params already on
+    device in `engine.param_shardings()` are swapped in without a host round trip."""
+    updates.check_tree(params, self.engine.served_params())
+    self.engine.swap(params, version)
 
 
 def start_server(engine: engine_lib.TmaxEngine, cfg: ServerConfig = ServerConfig()) -> RolloutServer:
-  """Builds the orchestrator around `engine` (interleaved prefill+generate) and starts serving."""
+  """Builds the orchestrator around `engine` (one scheduler per replica) and starts serving."""
   port = cfg.port or free_port(cfg.host)
-  config = config_lib.ServerConfig(
-      interleaved_slices=("cpu=1",), interleaved_engine_create_fns=(lambda devices: engine,))
-  engines = config_lib.get_engines(config, devices=[engine.mesh.devices.flat[0]])
-  shared = [e.load_params() for e in engines.interleaved_engines]
-  driver = driver_lib.RLDriver(
-      prefill_engines=engines.interleaved_engines, generate_engines=engines.interleaved_engines,
-      prefill_params=shared, generate_params=shared, interleaved_mode=True)
+  driver = driver_lib.RLDriver(engine)
   threads = cfg.threads or max(driver.get_total_concurrent_requests(), 64)
   server = RolloutServer(driver, engine, threads, port, cfg.host)
   server.start()
-  log.info("serving %s on %s (%d slots)", engine.model_cfg.model_type, server.address,
-           engine.cfg.max_concurrent_decodes)
+  log.info("serving %s on %s (%d replicas x %d slots)", engine.model_cfg.model_type,
+           server.address, len(engine.replicas), engine.cfg.max_concurrent_decodes)
   if cfg.openai.enabled:
     try:
       server.start_openai(cfg.openai)

@@ -34,13 +34,16 @@ def load_policy(spec: ModelSpec, family: str, where: str = ""):
   return cfg, params_fn()
 
 
-def start_serving(model_cfg, params, serving: ServingConfig, stop_token_ids=()):
-  """Starts the JetStream server (gRPC on 127.0.0.1) serving `params` at policy version 0."""
+def start_serving(model_cfg, params, serving: ServingConfig, stop_token_ids=(),
+                  max_topk: int = 0):
+  """Starts the JetStream server (gRPC on 127.0.0.1) serving `params` at policy version 0;
+  `max_topk`: the most top-K logprobs its requests may ask for (WorkerConfig.top_logprobs)."""
   # pylint: disable-next=import-outside-toplevel
   from tmax_jax.inference import engine as engine_lib, server as server_lib
   engine_cfg = engine_lib.EngineConfig(
       max_concurrent_decodes=serving.max_concurrent_decodes, max_len=serving.max_len,
-      max_prefill_length=serving.max_prefill_length, stop_token_ids=tuple(stop_token_ids))
+      max_prefill_length=serving.max_prefill_length, stop_token_ids=tuple(stop_token_ids),
+      max_topk=max_topk)
   engine = engine_lib.TmaxEngine(model_cfg, engine_cfg, lambda: params)
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=serving.port))
   log.info("rollout server on %s", server.address)

@@ -70,7 +70,8 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
   train_tasks, _ = common.load_tasks(cfg.tasks)
   # the server gets its own copy: the trainer donates (and so frees) the state's buffers
   server = None if cfg.serving.address else common.start_serving(
-      model_cfg, jax.tree.map(jnp.copy, state.params), cfg.serving, stop_token_ids(cfg.episode))
+      model_cfg, jax.tree.map(jnp.copy, state.params), cfg.serving, stop_token_ids(cfg.episode),
+      max_topk=cfg.worker.top_logprobs)
   trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train)
   history: list[dict] = []
   loop = asyncio.get_running_loop()

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
+from tmax_jax.models import paged_attention
 from tmax_jax.models.config import RopeScaling
 
 Dtype = Any
@@ -296,6 +297,9 @@ class Attention(nn.Module):
     if cache is None:
       mask = attention_mask(positions, segment_ids, positions, segment_ids)
       out = dot_product_attention(q, k, v, mask, q_chunk=sp.q_chunk)
+    elif paged_attention.is_paged(cache):  # serving: pages in, the call's new K/V out
+      mask = attention_mask(positions, segment_ids, positions, segment_ids)
+      out, cache = paged_attention.attend(q, k, v, mask, cache)
     else:
       cache = update_kv_cache(cache, k, v, positions, segment_ids)
       slots = jnp.broadcast_to(jnp.arange(cache["k"].shape[1]), cache["segment_ids"].shape)

@@ -1,0 +1,102 @@
+"""Attention over a paged KV cache: the serving path (inference/decode.py) of every family.
+
+The K/V of a sequence live in fixed-size pages of a shared pool; a row's block table lists its pages
+in order, so the token at position p sits in page `table[p // P]` at offset `p % P` (P = page size).
+A layer called with a paged cache attends over
+  * the row's `cached` tokens already in its pages (positions 0 .. cached-1, all visible: every
+    query of the call comes after them), read page block by page block (two passes: softmax
+    statistics, then normalised probabilities times V), so the work and the score buffer scale with
+    the table's length (bucketed by the caller), not with the maximum sequence length, and
+  * the call's own new tokens (causal and segment mask from the caller, as in the dense path),
+and returns, as its "cache", only the new K/V {k, v: [B,T,K,H]}: the caller scatters them into the
+pool after the model call, in place. Returning the updated pool from every scanned layer instead
+would copy the whole pool per step.
+
+Paged layer cache (leaves carry the model's leading layer axis outside the layer):
+  k_pages, v_pages [NP,P,K,H]   the pool of this layer (NP pages)
+  table            [B,NB] int32 page ids of each row's logical pages 0 .. NB-1 (unused: any id)
+  cached           [B] int32    tokens of the row already in its pages
+
+Scores and softmax statistics are fp32; fully masked rows give finite junk, as in the dense path.
+Shapes: B batch, T query time, S key time, N heads, K kv heads, G = N/K, H head dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+F32 = jnp.float32
+NEG = float(jnp.finfo(F32).min)
+BLOCK_TOKENS = 512  # keys per online-softmax block (a multiple of the page size is used)
+PAGED_KEYS = ("k_pages", "v_pages", "table", "cached")
+
+
+def is_paged(cache) -> bool:
+  """True for a layer cache in the paged layout above (dense caches have k/v/segment_ids)."""
+  return isinstance(cache, dict) and "k_pages" in cache
+
+
+def _scores(qg, k, mask, scale):
+  """qg [B,T,K,G,H], k [B,S,K,H], mask [B,T|1,S] -> fp32 scores [B,K,G,T,S] (masked: NEG)."""
+  s = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=F32) * scale
+  return jnp.where(mask[:, None, None], s, NEG)
+
+
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, new_mask: jax.Array, cache: dict,
+           scale: float | None = None,
+           block_tokens: int = BLOCK_TOKENS) -> tuple[jax.Array, dict]:
+  """q [B,T,N,H], k/v [B,T,K,H] (the call's tokens, rotary applied), new_mask [B,T,T] (which of the
+  call's tokens each query sees), cache: a paged layer cache -> (out [B,T,N,H], {k, v}).
+
+  Two passes over the key blocks: the softmax max and normaliser first, then the normalised
+  probabilities, cast to v's dtype as the dense path casts them, times V accumulated in fp32. So
+  with bf16 compute the rounding is the dense (training) path's, and served logprobs stay the
+  trainer's (a one-pass online softmax would round unnormalised probabilities instead).
+  """
+  b, t, n, h = q.shape
+  kv = k.shape[2]
+  g = n // kv
+  scale = h ** -0.5 if scale is None else scale
+  k_pages, v_pages, table, cached = (cache[name] for name in PAGED_KEYS)
+  page = k_pages.shape[1]
+  qg = q.reshape(b, t, kv, g, h)  # [B,T,K,G,H]
+  per_block = max(1, min(table.shape[1], block_tokens // page))  # pages per key block
+  n_blocks = -(-table.shape[1] // per_block)
+  table = jnp.pad(table, ((0, 0), (0, n_blocks * per_block - table.shape[1])))
+  width = per_block * page
+
+  def old_block(i):
+    """Key block i of the cached tokens: k, v [B,S,K,H] and mask [B,1,S]."""
+    ids = jax.lax.dynamic_slice_in_dim(table, i * per_block, per_block, axis=1)  # [B,nb]
+    kb = k_pages[ids].reshape(b, width, kv, h).astype(q.dtype)
+    vb = v_pages[ids].reshape(b, width, kv, h).astype(v.dtype)
+    j = i * width + jnp.arange(width)  # logical key positions
+    return kb, vb, (j[None, :] < cached[:, None])[:, None, :]
+
+  def stats(carry, s):  # running max and normaliser [B,K,G,T]
+    m, l = carry
+    m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+    return m_new, l * jnp.exp(m - m_new) + jnp.sum(jnp.exp(s - m_new[..., None]), axis=-1)
+
+  def pass1(carry, i):
+    kb, _, mask = old_block(i)
+    return stats(carry, _scores(qg, kb, mask, scale)), None
+
+  init = (jnp.full((b, kv, g, t), NEG, F32), jnp.zeros((b, kv, g, t), F32))
+  carry, _ = jax.lax.scan(pass1, init, jnp.arange(n_blocks))
+  s_new = _scores(qg, k, new_mask, scale)
+  m, l = stats(carry, s_new)
+
+  def pv(s, vb):  # normalised probabilities in v's dtype times V, accumulated in fp32
+    p = (jnp.exp(s - m[..., None]) / l[..., None]).astype(vb.dtype)
+    return jnp.einsum("bkgts,bskh->bkgth", p, vb, preferred_element_type=F32)
+
+  def pass2(acc, i):
+    kb, vb, mask = old_block(i)
+    return acc + pv(_scores(qg, kb, mask, scale), vb), None
+
+  acc, _ = jax.lax.scan(pass2, jnp.zeros((b, kv, g, t, h), F32), jnp.arange(n_blocks))
+  out = acc + pv(s_new, v)  # [B,K,G,T,H]
+  out = jnp.moveaxis(out, 3, 1).reshape(b, t, n, h).astype(v.dtype)
+  return out, {"k": k, "v": v}

@@ -8,7 +8,6 @@ import asyncio
 import jax
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec
 
 import inference_helpers as helpers
 from tmax_jax.inference import client as client_lib

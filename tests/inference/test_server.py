@@ -171,6 +171,9 @@ def test_top_logprobs_through_grpc_and_status_pages(served):
   assert traj.topk_ids == [[]] * len(prompt) + out.topk_ids
   assert traj.topk_logprobs[len(prompt):] == out.topk_logprobs
   assert status.max_topk == 4 and status.page_size == 8
+  client_lib.check_top_logprobs(status, 4, served.address)  # what the RL loop checks at start
+  with pytest.raises(ValueError, match="worker.top_logprobs=5 .* max_topk=4"):
+    client_lib.check_top_logprobs(status, 5, served.address)
   assert status.pages_used == 0 and status.pages_free + status.pages_cached == status.pages_total
   assert status.cached_prompt_tokens > 0  # the second request found the first one's prompt
 

@@ -232,3 +232,13 @@ class RolloutClient:
       await self._seen(resp.instance_id)
       return resp
     return (await self._with_retries("status", attempt, timeout_s))[0]
+
+
+def check_top_logprobs(status, wanted: int, address: str) -> None:
+  """Raises when a server (its Status response) returns fewer top-K logprobs per token than a
+  config asks for (`worker.top_logprobs`): the loop checks this before its first rollout."""
+  if wanted > status.max_topk:
+    raise ValueError(
+        f"worker.top_logprobs={wanted} but the server at {address} returns at most "
+        f"max_topk={status.max_topk} top-K logprobs per token: start it with engine.max_topk >= "
+        f"{wanted} (EngineConfig.max_topk) or lower worker.top_logprobs")

@@ -32,7 +32,7 @@ from tmax_jax.agents import batching
 from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups, cycle_tasks
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
-from tmax_jax.inference.client import ClientConfig, RolloutClient
+from tmax_jax.inference.client import ClientConfig, RolloutClient, check_top_logprobs
 from tmax_jax.loop import common
 from tmax_jax.loop.config import RLConfig
 from tmax_jax.models import registry
@@ -85,7 +85,8 @@ async def _rl_async(cfg: RLConfig, model_cfg, state, checkpointer, start_step: i
   client_cfg = ClientConfig(max_attempts=cfg.serving.max_attempts, backoff_max_s=2.0)
   async with RolloutClient(cfg.serving.address or server.address, client_cfg,
                            on_restart=resync) as client:
-    await client.wait_until_ready(timeout_s=cfg.worker.request_timeout_s)
+    ready = await client.wait_until_ready(timeout_s=cfg.worker.request_timeout_s)
+    check_top_logprobs(ready, cfg.worker.top_logprobs, client.address)
     if start_step or server is None:
       await client.update_weights(state.params, version=start_step)
     worker = EpisodeWorker.served(client, tokenizer, cfg.episode,

@@ -55,8 +55,9 @@ def test_scanned_and_unrolled_models_cost_the_same():
   scanned = bench.train_step_cost(bench.model_config(True, "none"), 2, 64, 32)
   cfg = dataclasses.replace(bench.model_config(True, "none"), scan_layers=False)
   unrolled = bench.train_step_cost(cfg, 2, 64, 64)  # one head chunk: no head loop either
-  assert scanned["compiled_matmul_flops"] == pytest.approx(unrolled["compiled_matmul_flops"],
-                                                           rel=1e-9)
+  assert scanned["compiled_matmul_flops"] == pytest.approx(
+    unrolled["compiled_matmul_flops"], rel=1e-9
+  )
 
 
 def test_train_step_flop_ratio_guard():

@@ -9,9 +9,18 @@ from jax.sharding import PartitionSpec as P
 from tmax_jax import sharding
 from tmax_jax.models import ModelConfig, build_model, full_logits, head_weight, init_params
 
-CFG = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  tie_word_embeddings=False, attention_bias=True, qk_norm=True)
+CFG = ModelConfig(
+  vocab_size=256,
+  hidden_size=64,
+  intermediate_size=128,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=16,
+  tie_word_embeddings=False,
+  attention_bias=True,
+  qk_norm=True,
+)
 
 
 def forward(cfg, params, tokens, positions, segments):

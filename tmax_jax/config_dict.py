@@ -1,9 +1,9 @@
 """ml_collections <-> frozen config dataclasses.
 
-The library's configs are typed, frozen dataclasses with their defaults defined once. A launch config
-file (`configs/*.py`) starts from `to_config_dict(SomeConfig())`, overrides fields, and the launcher
-turns the (flag-overridden, locked) ConfigDict back with `from_config_dict`, which rejects unknown
-fields with their dotted path.
+The library's configs are typed, frozen dataclasses with their defaults defined once. A launch
+config file (`configs/*.py`) starts from `to_config_dict(SomeConfig())`, overrides fields, and the
+launcher turns the (flag-overridden, locked) ConfigDict back with `from_config_dict`, which rejects
+unknown fields with their dotted path.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import ml_collections
 def to_config_dict(obj: Any) -> ml_collections.ConfigDict:
   """A dataclass instance -> ConfigDict (nested dataclasses become nested ConfigDicts; tuples stay
   tuples, which ml_collections can override from the command line: --config.seeds='(0,1,2)')."""
+
   def conv(v):
     if dataclasses.is_dataclass(v):
       return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
@@ -26,6 +27,7 @@ def to_config_dict(obj: Any) -> ml_collections.ConfigDict:
     if isinstance(v, dict):
       return {k: conv(x) for k, x in v.items()}
     return v
+
   return ml_collections.ConfigDict(conv(obj))
 
 

@@ -24,15 +24,44 @@ from typing import Any
 
 _COMP_HEADER = re.compile(r"^(ENTRY )?%([\w.\-]+) \((.*)\) -> .* \{$")
 _INSTR = re.compile(r"^\s*(ROOT )?%([\w.\-]+) = (.+?) ([\w\-]+)\((.*)$")
-_ARRAY = re.compile(r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f8e4m3fn|f8e5m2|bf16|f16|f32|"
-                    r"f64|c64|c128)\[([\d,]*)\]")
+_ARRAY = re.compile(
+  r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f8e4m3fn|f8e5m2|bf16|f16|f32|"
+  r"f64|c64|c128)\[([\d,]*)\]"
+)
 _PARAM = re.compile(r"([\w.\-]+): ((?:\([^)]*\))|(?:[\w]+\[[\d,]*\](?:\{[^}]*\})?))")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_BYTES = {"pred": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8, "u4": 1, "u8": 1, "u16": 2,
-          "u32": 4, "u64": 8, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2, "f32": 4, "f64": 8,
-          "c64": 8, "c128": 16}
-_FREE = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element", "after-all",
-         "partition-id", "replica-id", "iota"}
+_BYTES = {
+  "pred": 1,
+  "s4": 1,
+  "s8": 1,
+  "s16": 2,
+  "s32": 4,
+  "s64": 8,
+  "u4": 1,
+  "u8": 1,
+  "u16": 2,
+  "u32": 4,
+  "u64": 8,
+  "f8e4m3fn": 1,
+  "f8e5m2": 1,
+  "bf16": 2,
+  "f16": 2,
+  "f32": 4,
+  "f64": 8,
+  "c64": 8,
+  "c128": 16,
+}
+_FREE = {
+  "parameter",
+  "constant",
+  "bitcast",
+  "tuple",
+  "get-tuple-element",
+  "after-all",
+  "partition-id",
+  "replica-id",
+  "iota",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +80,9 @@ _ZERO = Cost(0.0, 0.0)
 
 
 def _shapes(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
-  return [(dt, tuple(int(d) for d in dims.split(",") if d))
-          for dt, dims in _ARRAY.findall(type_text)]
+  return [
+    (dt, tuple(int(d) for d in dims.split(",") if d)) for dt, dims in _ARRAY.findall(type_text)
+  ]
 
 
 def _nbytes(type_text: str) -> int:
@@ -137,8 +167,11 @@ def _called(ins: _Instr) -> tuple[list[str], float, bool]:
     return [body, cond], float(trip.group(1)), False
   if ins.op == "conditional":
     branches = re.search(r"branch_computations=\{([^}]*)\}", ins.rest)
-    names = (re.findall(r"%([\w.\-]+)", branches.group(1)) if branches else
-             re.findall(r"(?:true|false)_computation=%([\w.\-]+)", ins.rest))
+    names = (
+      re.findall(r"%([\w.\-]+)", branches.group(1))
+      if branches
+      else re.findall(r"(?:true|false)_computation=%([\w.\-]+)", ins.rest)
+    )
     return names, 1.0, True
   names = re.findall(r"(?:calls|to_apply)=%([\w.\-]+)", ins.rest)
   return names, 1.0, False
@@ -152,10 +185,16 @@ def _sliced_bytes(fused: list[_Instr], ftypes: dict[str, str]) -> tuple[dict[int
   touched: dict[int, int] = {}
   for name, index in params.items():
     users = [i for i in fused if name in _operand_names(i.rest)]
-    if users and all(u.op in ("dynamic-slice", "dynamic-update-slice")
-                     and _operand_names(u.rest)[0] == name for u in users):
-      touched[index] = sum(_nbytes(u.type_text) if u.op == "dynamic-slice" else
-                           _nbytes(ftypes[_operand_names(u.rest)[1]]) for u in users)
+    if users and all(
+      u.op in ("dynamic-slice", "dynamic-update-slice") and _operand_names(u.rest)[0] == name
+      for u in users
+    ):
+      touched[index] = sum(
+        _nbytes(u.type_text)
+        if u.op == "dynamic-slice"
+        else _nbytes(ftypes[_operand_names(u.rest)[1]])
+        for u in users
+      )
   root = next((i for i in fused if i.is_root), None)
   by_name = {i.name: i for i in fused}
   while root is not None and root.op == "bitcast":
@@ -212,8 +251,11 @@ def _cost(hlo_text: str) -> Cost:
         called, mult, pick_max = _called(ins)
         sub = [cost_of(c) for c in called if c in comps]
         if sub:
-          total += (max(sub, key=lambda c: c.matmul_flops) if pick_max else
-                    functools.reduce(Cost.__add__, sub)) * mult
+          total += (
+            max(sub, key=lambda c: c.matmul_flops)
+            if pick_max
+            else functools.reduce(Cost.__add__, sub)
+          ) * mult
         continue
       if ins.op in _FREE:
         continue

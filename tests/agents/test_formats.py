@@ -1,4 +1,4 @@
-"""Harness formats: reply parsing, format errors, observations, and drift-free token continuation."""
+"""Harness formats: reply parsing, format errors, observations, drift-free token continuation."""
 
 import json
 
@@ -9,8 +9,10 @@ from tmax_jax.agents import formats as F
 from tmax_jax.tokenizers import load_tokenizer
 
 HERMES = '<tool_call>\n{{"name": "bash", "arguments": {args}}}\n</tool_call>'
-XML = ("<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n"
-       "</tool_call>")
+XML = (
+  "<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n"
+  "</tool_call>"
+)
 
 
 def hermes(cmd):
@@ -18,6 +20,7 @@ def hermes(cmd):
 
 
 # --- native bash tool: Hermes JSON (Qwen3) ---------------------------------------------------
+
 
 @pytest.mark.parametrize("cmd", ["ls -la", 'echo "a\\tb" | tr -d x', "cat <<'EOF' > f\nx\nEOF"])
 def test_hermes_round_trip(cmd):
@@ -31,22 +34,32 @@ def test_hermes_accepts_string_arguments():
   assert F.parse_hermes_call(text) == "pwd"
 
 
-@pytest.mark.parametrize("text,reason", [
+@pytest.mark.parametrize(
+  "text,reason",
+  [
     ("I think I am done.", "no tool call found"),
     (hermes("ls") + "\n" + hermes("pwd"), "found 2 tool calls"),
     (hermes("ls") + "\n<tool_call>\n{", "found 2 tool calls"),
     ('<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}', "not closed"),
     ("<tool_call>\n{name: bash}\n</tool_call>", "not valid JSON"),
-    ('<tool_call>\n{"name": "python", "arguments": {"command": "1"}}\n</tool_call>',
-     "unknown tool 'python'"),
-    ('<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>',
-     "exactly one argument `command`"),
-    ('<tool_call>\n{"name": "bash", "arguments": {"command": 3}}\n</tool_call>', "must be a string"),
+    (
+      '<tool_call>\n{"name": "python", "arguments": {"command": "1"}}\n</tool_call>',
+      "unknown tool 'python'",
+    ),
+    (
+      '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>',
+      "exactly one argument `command`",
+    ),
+    (
+      '<tool_call>\n{"name": "bash", "arguments": {"command": 3}}\n</tool_call>',
+      "must be a string",
+    ),
     ('<tool_call>\n{"name": "bash", "arguments": {"command": "  "}}\n</tool_call>', "empty"),
     # A call written inside the reasoning is not a call.
     ("<think>\n" + hermes("ls") + "\n</think>\n\nnothing", "no tool call found"),
     ("<think>\nstill thinking " + hermes("ls"), "no tool call found"),
-])
+  ],
+)
 def test_hermes_format_errors(text, reason):
   with pytest.raises(F.FormatError, match=reason) as err:
     F.parse_hermes_call(text)
@@ -57,6 +70,7 @@ def test_hermes_format_errors(text, reason):
 
 # --- native bash tool: XML (Qwen3.5) ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cmd", ["ls -la", "printf '%s\\n' a b", "cat <<'EOF'\n  indented\n\nEOF"])
 def test_xml_round_trip(cmd):
   text = "reasoning\n</think>\n\nLet me look.\n\n" + XML.format(cmd=cmd) + "<|im_end|>"
@@ -64,20 +78,30 @@ def test_xml_round_trip(cmd):
   assert F.parse_bash_call(text, "qwen3_5") == cmd
 
 
-@pytest.mark.parametrize("text,reason", [
+@pytest.mark.parametrize(
+  "text,reason",
+  [
     ("done", "no tool call found"),
     (XML.format(cmd="ls") + "\n" + XML.format(cmd="pwd"), "found 2 tool calls"),
-    ("<tool_call>\n<function=bash>\n<parameter=command>\nls\n</parameter>\n</tool_call>",
-     "one <function=NAME>"),
+    (
+      "<tool_call>\n<function=bash>\n<parameter=command>\nls\n</parameter>\n</tool_call>",
+      "one <function=NAME>",
+    ),
     (XML.format(cmd="ls").replace("function=bash", "function=shell"), "unknown tool 'shell'"),
-    (XML.format(cmd="ls").replace("parameter=command", "parameter=cmd"),
-     "exactly one argument `command`"),
+    (
+      XML.format(cmd="ls").replace("parameter=command", "parameter=cmd"),
+      "exactly one argument `command`",
+    ),
     ("<tool_call>\n<function=bash>\nls\n</function>\n</tool_call>", "text outside"),
-    ("<tool_call>\n<function=bash>\n<parameter=command>\nls\n</parameter>\n<parameter=command>\n"
-     "pwd\n</parameter>\n</function>\n</tool_call>", "given twice"),
+    (
+      "<tool_call>\n<function=bash>\n<parameter=command>\nls\n</parameter>\n<parameter=command>\n"
+      "pwd\n</parameter>\n</function>\n</tool_call>",
+      "given twice",
+    ),
     # Qwen3.5 pre-fills "<think>\n": a completion that never closes it has no action yet.
     ("<think>\n" + "still thinking " + XML.format(cmd="ls"), "no tool call found"),
-])
+  ],
+)
 def test_xml_format_errors(text, reason):
   with pytest.raises(F.FormatError, match=reason) as err:
     F.parse_xml_call(text)
@@ -97,12 +121,15 @@ def test_bash_tool_schema():
 
 # --- mini-SWE-agent text mode ------------------------------------------------------------------
 
+
 def test_fenced_bash():
   assert F.parse_fenced_bash("THOUGHT: look\n\n```bash\nls -la\ncd /x\n```\n") == "ls -la\ncd /x"
-  for bad, reason in [("THOUGHT: nothing", "found 0 bash blocks"),
-                      ("```bash\nls\n```\n```bash\npwd\n```", "found 2 bash blocks"),
-                      ("```python\nprint(1)\n```", "not a closed ```bash block"),
-                      ("```bash\n\n```", "empty bash block")]:
+  for bad, reason in [
+    ("THOUGHT: nothing", "found 0 bash blocks"),
+    ("```bash\nls\n```\n```bash\npwd\n```", "found 2 bash blocks"),
+    ("```python\nprint(1)\n```", "not a closed ```bash block"),
+    ("```bash\n\n```", "empty bash block"),
+  ]:
     with pytest.raises(F.FormatError, match=reason) as err:
       F.parse_fenced_bash(bad)
     assert "```bash" in err.value.feedback
@@ -110,24 +137,32 @@ def test_fenced_bash():
 
 # --- Endless Terminals -------------------------------------------------------------------------
 
+
 def test_endless():
-  assert F.parse_endless("<think>hm</think>\n<command>ls /</command>") == F.EndlessAction("ls /", False)
+  assert F.parse_endless("<think>hm</think>\n<command>ls /</command>") == F.EndlessAction(
+    "ls /", False
+  )
   assert F.parse_endless("<think>ok</think><action>done</action>") == F.EndlessAction(None, True)
-  for bad, reason in [("<command>a</command><command>b</command>", "found 2 <command>"),
-                      ("<command>a</command><action>done</action>", "exactly one"),
-                      ("<action>quit</action>", "unknown action 'quit'"),
-                      ("<think><command>ls</command></think>", "found 0 <command>"),
-                      ("<command> </command>", "empty")]:
+  for bad, reason in [
+    ("<command>a</command><command>b</command>", "found 2 <command>"),
+    ("<command>a</command><action>done</action>", "exactly one"),
+    ("<action>quit</action>", "unknown action 'quit'"),
+    ("<think><command>ls</command></think>", "found 0 <command>"),
+    ("<command> </command>", "empty"),
+  ]:
     with pytest.raises(F.FormatError, match=reason):
       F.parse_endless(bad)
 
 
 # --- Terminus-2 JSON ---------------------------------------------------------------------------
 
+
 def test_terminus_defaults_cap_and_warnings():
-  reply = ('Sure! {"analysis": "empty dir", "plan": "make files", "commands": ['
-           '{"keystrokes": "touch a", "duration": 0.5}, {"keystrokes": "sleep 100\\n", '
-           '"duration": 500}, {"keystrokes": "C-c"}]}')
+  reply = (
+    'Sure! {"analysis": "empty dir", "plan": "make files", "commands": ['
+    '{"keystrokes": "touch a", "duration": 0.5}, {"keystrokes": "sleep 100\\n", '
+    '"duration": 500}, {"keystrokes": "C-c"}]}'
+  )
   act = F.parse_terminus(reply)
   assert act.analysis == "empty dir" and act.task_complete is False
   assert [c.keystrokes for c in act.commands] == ["touch a", "sleep 100\n", "C-c"]
@@ -138,20 +173,25 @@ def test_terminus_defaults_cap_and_warnings():
 
 
 def test_terminus_braces_inside_strings_and_completion():
-  reply = ('<think>{not json}</think>{"analysis": "a } b", "plan": "p {", "commands": [], '
-           '"task_complete": "true"}')
+  reply = (
+    '<think>{not json}</think>{"analysis": "a } b", "plan": "p {", "commands": [], '
+    '"task_complete": "true"}'
+  )
   act = F.parse_terminus(reply)
   assert act.analysis == "a } b" and act.plan == "p {" and act.task_complete is True
   assert act.commands == () and act.warning_text() == ""
 
 
-@pytest.mark.parametrize("reply,reason", [
+@pytest.mark.parametrize(
+  "reply,reason",
+  [
     ("no json here", "no JSON object found"),
     ('{"analysis": "a", "plan": "b"}', "missing required fields: commands"),
     ('{"analysis": "a", "plan": "b", "commands": "ls"}', "must be an array"),
     ('{"analysis": "a", "plan": "b", "commands": [{"duration": 1}]}', "'keystrokes'"),
     ('{"analysis": "a", "plan": "b", "commands": [], }', "invalid JSON"),
-])
+  ],
+)
 def test_terminus_errors(reply, reason):
   with pytest.raises(F.FormatError, match=reason) as err:
     F.parse_terminus(reply)
@@ -165,6 +205,7 @@ def test_terminus_bad_command_only_warns_when_complete():
 
 # --- observations and submission ---------------------------------------------------------------
 
+
 def test_observation_truncation_and_exit_code():
   assert F.format_observation("hello\n", 0) == "hello\n(exit_code=0)"
   assert F.format_observation("", 2) == "(exit_code=2)"
@@ -174,8 +215,9 @@ def test_observation_truncation_and_exit_code():
   assert obs.endswith(long[-5000:] + "\n(exit_code=1)")
   assert F.truncate_head_tail("x" * 10000) == "x" * 10000  # exactly at the limit: untouched
   assert "timed out after 120 s" in F.format_timeout("partial", 120)
-  assert F.format_endless_observation("ok", 0) == ("Command executed successfully. Output: ok"
-                                                   "\n\n(exit_code=0)")
+  assert F.format_endless_observation("ok", 0) == (
+    "Command executed successfully. Output: ok\n\n(exit_code=0)"
+  )
 
 
 def test_terminus_byte_cap():
@@ -198,9 +240,8 @@ def test_submit_sentinel():
 SYSTEM = "You are a terminal agent."
 USER = "Create hello.txt containing hi."
 TURNS = [  # (reasoning, thought, command, output, exit code)
-    ("The directory may not exist.", "Check first.", "ls -la /work", "total 0\n", 0),
-    ("Write it with a heredoc.", "Writing.", "cat <<'EOF' > /work/hello.txt\nhi \"x\"\nEOF",
-     "", 0),
+  ("The directory may not exist.", "Check first.", "ls -la /work", "total 0\n", 0),
+  ("Write it with a heredoc.", "Writing.", "cat <<'EOF' > /work/hello.txt\nhi \"x\"\nEOF", "", 0),
 ]
 
 
@@ -230,8 +271,9 @@ def test_token_continuation_has_no_drift(family):
     obs = F.format_observation(out, code)
     traj.add_observation(F.tool_observation_ids(tok, obs))
     messages += [F.bash_call_message(cmd, thought, reasoning), {"role": "tool", "content": obs}]
-  full = tok.apply_chat_template(messages, tools=[F.BASH_TOOL], tokenize=False,
-                                 add_generation_prompt=True)
+  full = tok.apply_chat_template(
+    messages, tools=[F.BASH_TOOL], tokenize=False, add_generation_prompt=True
+  )
   assert traj.tokens == tok.encode(full, add_special_tokens=False)
   assert tok.decode(traj.tokens) == full
 
@@ -241,7 +283,7 @@ def test_token_continuation_has_no_drift(family):
   assert traj.num_generated == sum(len(tok.encode(COMPLETIONS[family](*t[:3]))) for t in TURNS)
   ends = [i for i in gen_positions if i + 1 not in set(gen_positions)]
   assert [arr["tokens"][i] for i in ends] == [tok.eos_token_id] * 2
-  assert all(tok.decode(arr["tokens"][i + 1:i + 2]) == "\n" for i in ends)
+  assert all(tok.decode(arr["tokens"][i + 1 : i + 2]) == "\n" for i in ends)
   assert set(arr["versions"][arr["loss_mask"] == 1]) == {0, 1}
   assert np.all(arr["versions"][arr["loss_mask"] == 0] == -1)
   assert np.all(arr["logprobs"][arr["loss_mask"] == 0] == 0.0)
@@ -253,11 +295,16 @@ def test_user_observations_and_truncated_turns():
   tok = load_tokenizer("qwen3_5")
   text = F.continuation_text(tok, [{"role": "user", "content": "  out\n(exit_code=0)  "}])
   # Qwen3.5 trims message content; the next assistant turn opens with the think pre-fill.
-  assert text == "\n<|im_start|>user\nout\n(exit_code=0)<|im_end|>\n<|im_start|>assistant\n<think>\n"
-  text = F.continuation_text(load_tokenizer("qwen3"), [{"role": "tool", "content": "x"}],
-                             enable_thinking=False)
-  assert text == ("\n<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n"
-                  "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+  assert (
+    text == "\n<|im_start|>user\nout\n(exit_code=0)<|im_end|>\n<|im_start|>assistant\n<think>\n"
+  )
+  text = F.continuation_text(
+    load_tokenizer("qwen3"), [{"role": "tool", "content": "x"}], enable_thinking=False
+  )
+  assert text == (
+    "\n<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+  )
   traj = F.TokenTrajectory(eos_id=tok.eos_token_id)
   traj.add_prompt([1, 2])
   traj.add_generated([5, 6], [-1.0, -2.0], version=3)  # hit the token limit: no <|im_end|>
@@ -271,12 +318,16 @@ def test_user_observations_and_truncated_turns():
 def test_token_trajectory_topk_fields_stay_aligned():
   traj = F.TokenTrajectory(eos_id=9)
   traj.add_prompt([1, 2])
-  traj.add_generated([3, 9], [-0.1, -0.2], version=0, topk_ids=[[3, 4], [9, 5]],
-                     topk_logprobs=[[-0.1, -2.5], [-0.2, -3.0]])
+  traj.add_generated(
+    [3, 9],
+    [-0.1, -0.2],
+    version=0,
+    topk_ids=[[3, 4], [9, 5]],
+    topk_logprobs=[[-0.1, -2.5], [-0.2, -3.0]],
+  )
   traj.add_observation([6])
   traj.add_generated([7], [-0.3], version=1)  # a server that returned no top-K
   assert traj.topk_ids == [[], [], [3, 4], [9, 5], [], []]
   assert traj.topk_logprobs == [[], [], [-0.1, -2.5], [-0.2, -3.0], [], []]
   with pytest.raises(ValueError, match="topk_ids and topk_logprobs rows of equal K"):
-    traj.add_generated([1, 2], [-0.1, -0.1], version=0, topk_ids=[[1], [2]],
-                       topk_logprobs=[[-0.1]])
+    traj.add_generated([1, 2], [-0.1, -0.1], version=0, topk_ids=[[1], [2]], topk_logprobs=[[-0.1]])

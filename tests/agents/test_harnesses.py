@@ -32,9 +32,16 @@ def tok():
 
 
 def test_each_agents_module_imports_on_its_own():
-  procs = {m: subprocess.Popen([sys.executable, "-c", f"import {m}"], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for m in _modules()}
+  procs = {
+    m: subprocess.Popen(
+      [sys.executable, "-c", f"import {m}"],
+      cwd=REPO,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for m in _modules()
+  }
   failed = {}
   for m, p in procs.items():
     out, _ = p.communicate(timeout=300)
@@ -83,8 +90,9 @@ def test_registry_lookup_and_errors():
     harnesses.register(shell.ShellHarness("mini_swe", native_tool=False))
 
 
-@pytest.mark.parametrize("name,family", [("bash_tool", "qwen3"), ("bash_tool", "qwen3_5"),
-                                         ("mini_swe", "qwen3")])
+@pytest.mark.parametrize(
+  "name,family", [("bash_tool", "qwen3"), ("bash_tool", "qwen3_5"), ("mini_swe", "qwen3")]
+)
 def test_scripted_replies_parse_back_in_their_harness(name, family):
   tok = load_tokenizer(family)
   cfg = EpisodeConfig(harness=name, family=family, enable_thinking=False)
@@ -106,8 +114,9 @@ def test_scripted_replies_parse_back_in_their_harness(name, family):
 def test_noop_submits_at_once(tok):
   cfg = EpisodeConfig(harness="mini_swe")
   text = tok.decode(scripted.noop_policy(tok, cfg)([1], 1000).token_ids)
-  assert formats.is_submit_command(shell.MINI_SWE.parse_command(text.removesuffix(tok.eos_token),
-                                                                cfg))
+  assert formats.is_submit_command(
+    shell.MINI_SWE.parse_command(text.removesuffix(tok.eos_token), cfg)
+  )
 
 
 def test_zero_reward_statuses_override_the_verifier():
@@ -136,9 +145,11 @@ def test_stop_ids_are_the_familys_and_the_worker_checks_the_tokenizer(tok):
 
 def test_oracle_records_through_the_shared_worker(tok):
   from tests.conftest import require_base_rootfs
+
   require_base_rootfs()
   from tmax_jax.agents import oracle_data
   from tmax_jax.tasks.procedural import registry
+
   tasks = [registry.build_task("write_word", s, 0) for s in (0, 1)]
   cfg = EpisodeConfig(max_turns=4, enable_thinking=False)
   records = oracle_data.oracle_records(tasks, tok, cfg, RunnerConfig(memory_mb=2048), parallel=2)

@@ -40,6 +40,7 @@ def sandbox():
   root = _require_tmux_sandbox()
   from tmax_jax.sandbox import open_sandbox
   from tmax_jax.sandbox.api import EnvironmentSpec, Limits
+
   with open_sandbox(EnvironmentSpec(image=str(root), limits=Limits(memory_mb=2048))) as sb:
     yield sb
 
@@ -65,7 +66,7 @@ def _observations(traj, tok) -> list[str]:
 
 
 def _between(text: str, start: str, end: str) -> str:
-  return text[text.index(start) + len(start):text.rindex(end)]
+  return text[text.index(start) + len(start) : text.rindex(end)]
 
 
 TERMINUS = EpisodeConfig(harness="terminus")
@@ -76,6 +77,7 @@ def _complete(commands=()):
 
 
 # --- replies and prompt (no sandbox) -----------------------------------------------------------
+
 
 def test_scripted_replies_are_canonical_terminus_json(tok):
   script = "cd /workspace\nprintf 'a\\tb\\n' > x.txt\ncat <<'EOF' > y\n!$ $HOME\nEOF\n"
@@ -112,20 +114,24 @@ def test_prompt_is_one_user_turn(tok):
 def test_limits_come_from_the_episode_config():
   # The pane settings hold no episode limit of their own: EpisodeConfig's are the only ones.
   import dataclasses
+
   pane = {f.name for f in dataclasses.fields(T.TerminusConfig)}
   limits = {f.name for f in dataclasses.fields(EpisodeConfig)}
   assert not pane & limits and "width" in pane and "max_tool_calls" in limits
   from tmax_jax.agents import harnesses
+
   harness = harnesses.get("terminus")
   assert isinstance(harness, T.TerminusHarness) and harness.pane.width == 160
 
 
 # --- live: tmux pane in a real sandbox ----------------------------------------------------------
 
+
 def test_oracle_solves_procedural_task(tok):
   _require_tmux_sandbox()
   from tmax_jax.tasks.procedural import registry
   from tmax_jax.tasks.runner import RunnerConfig, run_trial
+
   task = registry.build_task("csv_aggregate", 0, 0)
   policy, box = scripted.oracle_policy(tok, task, TERMINUS, wait_s=0.3), {}
 
@@ -146,7 +152,7 @@ def test_oracle_solves_procedural_task(tok):
   assert "Are you sure" in obs[-1]  # the first task_complete was answered with a confirmation
   # No drift: up to the last observation, the appended ids equal tokenising the chat template's
   # rendering of the whole conversation.
-  prompt = tok.decode(traj.tokens[:traj.loss_mask.index(1)])
+  prompt = tok.decode(traj.tokens[: traj.loss_mask.index(1)])
   messages = [{"role": "user", "content": _between(prompt, "<|im_start|>user\n", "<|im_end|>")}]
   replies = _segments(traj, tok, 1)
   for reply, ob in zip(replies, obs):
@@ -158,10 +164,13 @@ def test_oracle_solves_procedural_task(tok):
 
 
 def test_task_complete_must_be_sent_twice_in_a_row(tok, sandbox):
-  replies = [_complete([("echo one > /workspace/a.txt\n", 0.3)]),
-             T.action_text([("echo two >> /workspace/a.txt\n", 0.3)]),
-             _complete(), _complete([("echo three >> /workspace/a.txt\n", 0.3)]),
-             T.action_text([("echo never >> /workspace/a.txt\n", 0.3)])]
+  replies = [
+    _complete([("echo one > /workspace/a.txt\n", 0.3)]),
+    T.action_text([("echo two >> /workspace/a.txt\n", 0.3)]),
+    _complete(),
+    _complete([("echo three >> /workspace/a.txt\n", 0.3)]),
+    T.action_text([("echo never >> /workspace/a.txt\n", 0.3)]),
+  ]
   ep = T.run_terminus_episode(sandbox, "Write a.txt.", scripted.Replies(tok, replies), tok)
   assert ep.status == "submitted" and ep.num_turns == 4 and ep.num_tool_calls == 3
   obs = _observations(ep.trajectory, tok)
@@ -172,9 +181,13 @@ def test_task_complete_must_be_sent_twice_in_a_row(tok, sandbox):
 
 
 def test_parse_errors_are_fed_back(tok, sandbox):
-  replies = ["I will just list the files.", '{"analysis": "x", "plan": "y"}',
-             T.action_text([("echo hi > /workspace/h.txt\n", 0.3)]) + "\ntrailing words",
-             _complete(), _complete()]
+  replies = [
+    "I will just list the files.",
+    '{"analysis": "x", "plan": "y"}',
+    T.action_text([("echo hi > /workspace/h.txt\n", 0.3)]) + "\ntrailing words",
+    _complete(),
+    _complete(),
+  ]
   ep = T.run_terminus_episode(sandbox, "Say hi.", scripted.Replies(tok, replies), tok)
   assert ep.status == "submitted" and ep.num_format_errors == 2 and ep.num_turns == 5
   obs = _observations(ep.trajectory, tok)
@@ -191,13 +204,16 @@ def test_parse_error_resets_pending_completion(tok, sandbox):
 
 
 def test_named_keys_new_output_and_byte_cap(tok, sandbox):
-  replies = [T.action_text([("sleep 30\n", 0.3), ("C-c", 0.3), ("echo after-$((6*7))\n", 0.3)]),
-             T.action_text([("seq 1 30000\n", 2.0)]),
-             T.action_text([("clear\n", 0.3)]),
-             T.action_text([("exit\n", 0.3)]),
-             T.action_text([("echo alive\n", 0.3)]),
-             T.action_text([("echo " + "ab" * 15_000 + " | wc -c\n", 1.0)]),
-             _complete(), _complete()]
+  replies = [
+    T.action_text([("sleep 30\n", 0.3), ("C-c", 0.3), ("echo after-$((6*7))\n", 0.3)]),
+    T.action_text([("seq 1 30000\n", 2.0)]),
+    T.action_text([("clear\n", 0.3)]),
+    T.action_text([("exit\n", 0.3)]),
+    T.action_text([("echo alive\n", 0.3)]),
+    T.action_text([("echo " + "ab" * 15_000 + " | wc -c\n", 1.0)]),
+    _complete(),
+    _complete(),
+  ]
   ep = T.run_terminus_episode(sandbox, "Play.", scripted.Replies(tok, replies), tok)
   assert ep.status == "submitted", ep.status
   obs = _observations(ep.trajectory, tok)
@@ -216,9 +232,11 @@ def test_named_keys_new_output_and_byte_cap(tok, sandbox):
 
 def test_unclosed_reasoning_is_not_an_action(sandbox):
   tok35 = load_tokenizer("qwen3_5")  # thinking on: the generation prompt pre-fills "<think>\n"
-  replies = ["I could reply " + _complete() + " but I keep thinking",
-             "Done thinking.\n</think>\n\n" + _complete(),
-             "Sure.\n</think>\n\n" + _complete()]
+  replies = [
+    "I could reply " + _complete() + " but I keep thinking",
+    "Done thinking.\n</think>\n\n" + _complete(),
+    "Sure.\n</think>\n\n" + _complete(),
+  ]
   ep = T.run_terminus_episode(sandbox, "Nothing.", scripted.Replies(tok35, replies), tok35)
   assert ep.status == "submitted" and ep.num_turns == 3 and ep.num_format_errors == 1
   assert "no JSON object found" in _observations(ep.trajectory, tok35)[0]

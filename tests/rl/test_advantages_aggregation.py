@@ -17,8 +17,9 @@ def test_centered_and_standard():
   for g in np.unique(groups):
     r = rewards[groups == g].astype(np.float64)
     np.testing.assert_allclose(cen[groups == g], r - r.mean(), atol=1e-6)
-    np.testing.assert_allclose(std[groups == g], (r - r.mean()) / (r.std() + 1e-8), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+      std[groups == g], (r - r.mean()) / (r.std() + 1e-8), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_advantage_bad_input():
@@ -64,9 +65,12 @@ def test_unnormalised_weights_are_row_local(name):
   m = np.where(seg > 0, m, 0.0)
   fn = rl.get("aggregation", name)
   whole = np.asarray(fn(jnp.asarray(m), jnp.asarray(seg)))
-  parts = np.concatenate([np.asarray(fn(jnp.asarray(m[i:i + 1]), jnp.asarray(seg[i:i + 1])))
-                          for i in range(4)])
+  parts = np.concatenate(
+    [np.asarray(fn(jnp.asarray(m[i : i + 1]), jnp.asarray(seg[i : i + 1]))) for i in range(4)]
+  )
   np.testing.assert_allclose(parts, whole, rtol=1e-7)
-  np.testing.assert_allclose(np.asarray(rl.aggregation.weights(name, jnp.asarray(m),
-                                                               jnp.asarray(seg))),
-                             whole / whole.sum(), rtol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(rl.aggregation.weights(name, jnp.asarray(m), jnp.asarray(seg))),
+    whole / whole.sum(),
+    rtol=1e-6,
+  )

@@ -46,7 +46,7 @@ def np_grpo(lp, blp, adv, mask, lo, hi):
 
 
 def _inputs(seed, b=4, t=64):
-  """Random inputs that populate all four cases (A>0/A<0 x inside/outside region), both directions."""
+  """Random inputs populating all four cases (A>0/A<0 x inside/outside region), both directions."""
   rng = np.random.default_rng(seed)
   blp = np.log(rng.uniform(0.02, 0.98, (b, t)))
   # current policy: small and large moves both up and down
@@ -55,16 +55,16 @@ def _inputs(seed, b=4, t=64):
   lp = np.log(p)
   adv = np.repeat(rng.choice([-1.0, -0.3, 0.5, 1.0], (b, 1)), t, axis=1)
   adv[0, : t // 2] = 0.7
-  adv[0, t // 2:] = -0.7
+  adv[0, t // 2 :] = -0.7
   mask = (rng.uniform(size=(b, t)) > 0.25).astype(np.float32)
   return [a.astype(np.float32) for a in (lp, blp, adv)] + [mask]
 
 
 def _loss_and_grad(fn, lp, blp, adv, mask, hyper):
   def total(logp):
-    terms = fn(rl.PolicyInputs(logp, jnp.asarray(blp), jnp.asarray(adv), jnp.asarray(mask)),
-               hyper)
+    terms = fn(rl.PolicyInputs(logp, jnp.asarray(blp), jnp.asarray(adv), jnp.asarray(mask)), hyper)
     return jnp.sum(terms.loss), terms
+
   (_, terms), g = jax.value_and_grad(total, has_aux=True)(jnp.asarray(lp))
   return np.asarray(terms.loss), np.asarray(g), np.asarray(terms.kept)
 
@@ -74,8 +74,14 @@ def _loss_and_grad(fn, lp, blp, adv, mask, hyper):
 def test_dppo_matches_numpy(kind, seed):
   lp, blp, adv, mask = _inputs(seed)
   delta = losses.DIVERGENCES[kind].delta
-  loss, grad, kept = _loss_and_grad(rl.get("policy_loss", "dppo"), lp, blp, adv, mask,
-                                    losses.DPPOHyper(divergence=kind, delta=delta))
+  loss, grad, kept = _loss_and_grad(
+    rl.get("policy_loss", "dppo"),
+    lp,
+    blp,
+    adv,
+    mask,
+    losses.DPPOHyper(divergence=kind, delta=delta),
+  )
   ref_loss, ref_grad, ref_kept = np_dppo(lp, blp, adv, mask, kind, delta)
   np.testing.assert_array_equal(kept.astype(bool), ref_kept)
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, atol=1e-6)
@@ -99,9 +105,11 @@ def test_dppo_masked_tokens_have_exactly_zero_gradient_even_with_garbage():
   lp, blp, adv, mask = _inputs(3)
   blp = np.where(mask > 0, blp, np.nan).astype(np.float32)  # padding garbage
   blp[0, -1] = -np.inf if mask[0, -1] == 0 else blp[0, -1]
-  for name, hyper in (("dppo", losses.DPPOHyper(divergence="tv", delta=0.1)),
-                      ("dppo", losses.DPPOHyper(divergence="kl", delta=0.05)),
-                      ("grpo", losses.GRPOHyper(clip_low=0.2, clip_high=0.272))):
+  for name, hyper in (
+    ("dppo", losses.DPPOHyper(divergence="tv", delta=0.1)),
+    ("dppo", losses.DPPOHyper(divergence="kl", delta=0.05)),
+    ("grpo", losses.GRPOHyper(clip_low=0.2, clip_high=0.272)),
+  ):
     loss, grad, kept = _loss_and_grad(rl.get("policy_loss", name), lp, blp, adv, mask, hyper)
     off = mask == 0
     assert np.all(grad[off] == 0.0) and np.all(loss[off] == 0.0) and np.all(kept[off] == 0)
@@ -111,8 +119,7 @@ def test_dppo_masked_tokens_have_exactly_zero_gradient_even_with_garbage():
 def test_dppo_default_delta_and_unknown_divergence():
   lp, blp, adv, mask = _inputs(4)
   a = _loss_and_grad(losses.dppo, lp, blp, adv, mask, losses.DPPOHyper(divergence="kl"))
-  b = _loss_and_grad(losses.dppo, lp, blp, adv, mask,
-                     losses.DPPOHyper(divergence="kl", delta=0.05))
+  b = _loss_and_grad(losses.dppo, lp, blp, adv, mask, losses.DPPOHyper(divergence="kl", delta=0.05))
   np.testing.assert_array_equal(a[2], b[2])
   with pytest.raises(ValueError, match="divergence='js'; expected one of"):
     losses.DPPOHyper(divergence="js")
@@ -123,8 +130,14 @@ def test_dppo_default_delta_and_unknown_divergence():
 @pytest.mark.parametrize("seed", [0, 5])
 def test_grpo_matches_numpy(seed):
   lp, blp, adv, mask = _inputs(seed)
-  loss, grad, kept = _loss_and_grad(rl.get("policy_loss", "grpo"), lp, blp, adv, mask,
-                                    losses.GRPOHyper(clip_low=0.2, clip_high=0.272))
+  loss, grad, kept = _loss_and_grad(
+    rl.get("policy_loss", "grpo"),
+    lp,
+    blp,
+    adv,
+    mask,
+    losses.GRPOHyper(clip_low=0.2, clip_high=0.272),
+  )
   ref_loss, ref_grad = np_grpo(lp, blp, adv, mask, 0.2, 0.272)
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6)
@@ -158,8 +171,14 @@ def test_dppo_topk_variant(kind):
   adv = np.repeat(np.array([[1.0], [-1.0], [0.5]], np.float32), t, 1)
   mask = np.ones((b, t), np.float32)
   delta = losses.DIVERGENCES[kind].delta
-  x = rl.PolicyInputs(jnp.asarray(lp), jnp.asarray(blp), jnp.asarray(adv), jnp.asarray(mask),
-                      jnp.asarray(lp_k), jnp.asarray(blp_k))
+  x = rl.PolicyInputs(
+    jnp.asarray(lp),
+    jnp.asarray(blp),
+    jnp.asarray(adv),
+    jnp.asarray(mask),
+    jnp.asarray(lp_k),
+    jnp.asarray(blp_k),
+  )
   div = np.asarray(losses.divergence(x, kind))
   ref = np_topk(lp_k, blp_k, kind)
   np.testing.assert_allclose(div, ref, rtol=1e-4, atol=1e-6)
@@ -177,20 +196,24 @@ def test_dppo_topk_variant(kind):
 def test_topk_needs_topk_inputs():
   lp, blp, adv, mask = _inputs(0)
   with pytest.raises(ValueError, match="topk_logp"):
-    losses.dppo(rl.PolicyInputs(*(jnp.asarray(a) for a in (lp, blp, adv, mask))),
-                losses.DPPOHyper(divergence="topk_tv", delta=0.1))
+    losses.dppo(
+      rl.PolicyInputs(*(jnp.asarray(a) for a in (lp, blp, adv, mask))),
+      losses.DPPOHyper(divergence="topk_tv", delta=0.1),
+    )
 
 
 def test_k3_matches_numpy_and_grad():
   lp, blp, _, mask = _inputs(8)
   ref = blp  # any reference logprobs
-  got, g = jax.value_and_grad(lambda l: jnp.sum(losses.k3_kl(l, jnp.asarray(ref),
-                                                              jnp.asarray(mask))))(jnp.asarray(lp))
+  got, g = jax.value_and_grad(
+    lambda x: jnp.sum(losses.k3_kl(x, jnp.asarray(ref), jnp.asarray(mask)))
+  )(jnp.asarray(lp))
   d = ref.astype(np.float64) - lp
   want = np.where(mask > 0, np.exp(d) - d - 1, 0)
   np.testing.assert_allclose(float(got), want.sum(), rtol=1e-5)
-  np.testing.assert_allclose(np.asarray(g), np.where(mask > 0, -np.exp(d) + 1, 0), rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(g), np.where(mask > 0, -np.exp(d) + 1, 0), rtol=1e-5, atol=1e-6
+  )
   assert (want >= 0).all()
 
 
@@ -203,6 +226,7 @@ def test_registry_errors():
 
 def test_losses_declare_hyperparameters_and_batch_inputs():
   from tmax_jax.train.batch import TrainBatch
+
   batch_fields = {f.name for f in dataclasses.fields(TrainBatch)}
   dppo, grpo, sft = (rl.entry("policy_loss", n) for n in ("dppo", "grpo", "sft"))
   assert (dppo.hyper, grpo.hyper, sft.hyper) == (losses.DPPOHyper, losses.GRPOHyper, None)
@@ -210,7 +234,11 @@ def test_losses_declare_hyperparameters_and_batch_inputs():
   assert dppo.inputs(losses.DPPOHyper(divergence="kl")) == ("behaviour_logp", "advantages")
   for kind in ("topk_tv", "topk_kl"):
     assert dppo.inputs(losses.DPPOHyper(divergence=kind)) == (
-      "behaviour_logp", "advantages", "topk_ids", "behaviour_topk_logp")
+      "behaviour_logp",
+      "advantages",
+      "topk_ids",
+      "behaviour_topk_logp",
+    )
   assert grpo.inputs(losses.GRPOHyper()) == ("behaviour_logp", "advantages")
   assert sft.inputs(None) == ()
   for name in rl.names("policy_loss"):  # every declared input is a real batch field

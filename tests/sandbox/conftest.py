@@ -17,12 +17,14 @@ def rootfs() -> pathlib.Path:
   if os.geteuid() != 0 and not (shutil.which("debootstrap")):
     pytest.skip("building the base rootfs needs root and debootstrap")
   from tmax_jax.sandbox.images import ensure_base_rootfs
+
   return ensure_base_rootfs(quiet=True)
 
 
 @pytest.fixture(scope="session")
 def podman_image(rootfs) -> str:
   from tmax_jax.sandbox import podman
+
   reason = podman.podman_available()
   if reason:
     pytest.skip(f"podman cannot run here: {reason}")
@@ -91,9 +93,15 @@ def resource_snapshot() -> dict[str, int]:
   count = 0
   for parent in cgroups.parents_for_sweep():
     if parent.is_dir():
-      count += sum(1 for c in parent.iterdir() if c.is_dir() and c.name.startswith(runtime.owner_tag()))
-  return {"procs": len(descendants()), "mounts": len(runtime.mounts_under(root)),
-          "dirs": dirs, "cgroups": count}
+      count += sum(
+        1 for c in parent.iterdir() if c.is_dir() and c.name.startswith(runtime.owner_tag())
+      )
+  return {
+    "procs": len(descendants()),
+    "mounts": len(runtime.mounts_under(root)),
+    "dirs": dirs,
+    "cgroups": count,
+  }
 
 
 @pytest.fixture

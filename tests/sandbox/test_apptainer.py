@@ -1,4 +1,4 @@
-"""Apptainer: exact command lines (the binary cannot be installed here); live tests where it exists."""
+"""Apptainer: exact command lines (the binary cannot be installed here); live tests where it is."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tmax_jax.sandbox import apptainer, base, open_sandbox, resolve_backend
+from tmax_jax.sandbox import apptainer, open_sandbox, resolve_backend
 from tmax_jax.sandbox.api import EnvironmentSpec, Limits, SandboxError
 
 
@@ -25,16 +25,27 @@ class _CommandLinesOnly(apptainer.ApptainerSandbox):
 
 @pytest.fixture
 def dry(rootfs):
-  sb = _CommandLinesOnly(EnvironmentSpec(image=str(rootfs), workdir="/app", limits=Limits(memory_mb=2048)),
-                         binary="/opt/apptainer/bin/apptainer")
+  sb = _CommandLinesOnly(
+    EnvironmentSpec(image=str(rootfs), workdir="/app", limits=Limits(memory_mb=2048)),
+    binary="/opt/apptainer/bin/apptainer",
+  )
   yield sb
   sb.close()
 
 
 def test_instance_start_command_line(dry, rootfs):
   args = dry.start_args()
-  assert args[:9] == ["/opt/apptainer/bin/apptainer", "instance", "start", "--containall", "--cleanenv",
-                      "--writable-tmpfs", "--no-home", "--no-mount", "hostfs,cwd"]
+  assert args[:9] == [
+    "/opt/apptainer/bin/apptainer",
+    "instance",
+    "start",
+    "--containall",
+    "--cleanenv",
+    "--writable-tmpfs",
+    "--no-home",
+    "--no-mount",
+    "hostfs,cwd",
+  ]
   assert args[9:12] == ["--net", "--network", "none"]
   binds = [args[i + 1] for i, a in enumerate(args) if a == "--bind"]
   assert binds == [f"{dry.binds[t]}:{t}:rw" for t in sorted(dry.binds)]
@@ -42,17 +53,37 @@ def test_instance_start_command_line(dry, rootfs):
   assert args[-2:] == [str(rootfs.resolve()), dry.instance]
   if os.geteuid() == 0:
     i = args.index("--security")
-    assert args[i:i + 6] == ["--security", "uid:1000,gid:1000", "--memory", "2048M", "--pids-limit", "512"]
+    assert args[i : i + 6] == [
+      "--security",
+      "uid:1000,gid:1000",
+      "--memory",
+      "2048M",
+      "--pids-limit",
+      "512",
+    ]
 
 
 def test_exec_and_stop_command_lines(dry):
   argv = dry._enter(dry._inner(["bash", "-c", "true"]))
   i = argv.index("/opt/apptainer/bin/apptainer")
-  assert argv[i:i + 6] == ["/opt/apptainer/bin/apptainer", "exec", "--cleanenv", "--pwd", "/app",
-                           f"instance://{dry.instance}"]
+  assert argv[i : i + 6] == [
+    "/opt/apptainer/bin/apptainer",
+    "exec",
+    "--cleanenv",
+    "--pwd",
+    "/app",
+    f"instance://{dry.instance}",
+  ]
   assert "prlimit" in argv[:i] and f"--as={2048 << 20}" in argv[:i]
   assert argv[-3:] == ["bash", "-c", "true"] and "/usr/bin/env" in argv and "-i" in argv
-  assert dry.stop_args() == ["/opt/apptainer/bin/apptainer", "instance", "stop", "--signal", "KILL", dry.instance]
+  assert dry.stop_args() == [
+    "/opt/apptainer/bin/apptainer",
+    "instance",
+    "stop",
+    "--signal",
+    "KILL",
+    dry.instance,
+  ]
 
 
 def test_network_allowed_drops_the_none_network(rootfs):
@@ -64,15 +95,21 @@ def test_network_allowed_drops_the_none_network(rootfs):
 
 
 def test_auto_picks_apptainer_only_when_present():
-  expected = "apptainer" if apptainer.apptainer_binary() and apptainer.apptainer_binary().endswith("apptainer") \
-      else "bubblewrap"
+  expected = (
+    "apptainer"
+    if apptainer.apptainer_binary() and apptainer.apptainer_binary().endswith("apptainer")
+    else "bubblewrap"
+  )
   assert resolve_backend("auto") == expected
   with pytest.raises(SandboxError, match="unknown sandbox backend"):
     resolve_backend("docker")
 
 
-@pytest.mark.skipif(apptainer.apptainer_binary() is None, reason="apptainer is not installed on this machine "
-                    "(not packaged for Debian 12; see shared/docs/machine.md)")
+@pytest.mark.skipif(
+  apptainer.apptainer_binary() is None,
+  reason="apptainer is not installed on this machine "
+  "(not packaged for Debian 12; see shared/docs/machine.md)",
+)
 def test_live_apptainer_shell(rootfs):
   with open_sandbox(EnvironmentSpec(image=str(rootfs)), backend="apptainer") as sb:
     sb.run("cd /tmp && export X=1")

@@ -16,7 +16,9 @@ from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
 
 
-def _context(tmp_path: pathlib.Path, dockerfile_text: str, files: dict | None = None) -> pathlib.Path:
+def _context(
+  tmp_path: pathlib.Path, dockerfile_text: str, files: dict | None = None
+) -> pathlib.Path:
   ctx = tmp_path / "ctx"
   ctx.mkdir()
   (ctx / "Dockerfile").write_text(dockerfile_text)
@@ -29,7 +31,9 @@ def _context(tmp_path: pathlib.Path, dockerfile_text: str, files: dict | None = 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory) -> build.Image:
   require_base_rootfs()
-  ctx = _context(tmp_path_factory.mktemp("img"), f"""
+  ctx = _context(
+    tmp_path_factory.mktemp("img"),
+    f"""
 # a comment
 FROM tmax-base:bookworm
 ARG GREETING=hello
@@ -46,7 +50,9 @@ USER agent
 RUN id -u > /tmp/user-step
 USER root
 EXPOSE 8080
-""", {"data.txt": "payload\n", "tree/a/b.txt": "deep\n", "owned.txt": "mine\n"})
+""",  # noqa: E501 (embedded script, kept verbatim)
+    {"data.txt": "payload\n", "tree/a/b.txt": "deep\n", "owned.txt": "mine\n"},
+  )
   (ctx / "data.txt").chmod(0o444)  # read-only checkouts: COPY normalises to git's modes
   img = build.build_image(ctx)
   _CONTEXTS[img.id] = ctx
@@ -68,6 +74,7 @@ def test_a_changed_file_rebuilds_only_from_its_step(image, tmp_path):
   ctx = _CONTEXTS[image.id]
   copy = tmp_path / "copy"
   import shutil  # pylint: disable=import-outside-toplevel
+
   shutil.copytree(ctx, copy)
   (copy / "tree" / "a" / "b.txt").write_text("changed\n")
   other = build.build_image(copy)
@@ -79,39 +86,66 @@ def test_a_changed_file_rebuilds_only_from_its_step(image, tmp_path):
 def test_sandbox_from_a_built_image(image, backend, monkeypatch):
   if backend == "podman":
     from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+
     if podman.podman_available():
       pytest.skip(podman.podman_available())
   planted = f"tmax-planted-{uuid.uuid4().hex}"
   monkeypatch.setenv("TMAX_PLANTED_API_KEY", planted)
   spec = EnvironmentSpec(image=str(image.path), workdir="/app", env=image.env)
   with open_sandbox(spec, backend=backend) as sb:
-    out = sb.run("cat /etc/tmax-greeting /etc/build-uid /app/data.txt /app/tree/a/b.txt "
-                 "/tmp/user-step /tmp/config.json; stat -c '%a %u' /app/data.txt /srv/owned.txt /etc/tmax-greeting; "
-                 "ls /etc/motd 2>&1; echo $A $C; id -u; touch /app/new && echo wrote").output
+    out = sb.run(
+      "cat /etc/tmax-greeting /etc/build-uid /app/data.txt /app/tree/a/b.txt /tmp/user-step "
+      "/tmp/config.json; stat -c '%a %u' /app/data.txt /srv/owned.txt /etc/tmax-greeting; ls "
+      "/etc/motd 2>&1; echo $A $C; id -u; touch /app/new && echo wrote"
+    ).output
     assert out.splitlines() == [
-        "hello from the build", "0", "payload", "deep", "1000", '{"x": 1}', "644 1000",
-        # bwrap maps only the sandbox uid: other owners (root, host uid 1000) show as nobody
-        *(("644 1000", "644 0") if backend == "podman" else ("644 65534", "644 65534")),
-        "ls: cannot access '/etc/motd': No such file or directory", "b d e", "1000", "wrote"]
+      "hello from the build",
+      "0",
+      "payload",
+      "deep",
+      "1000",
+      '{"x": 1}',
+      "644 1000",
+      # bwrap maps only the sandbox uid: other owners (root, host uid 1000) show as nobody
+      *(("644 1000", "644 0") if backend == "podman" else ("644 65534", "644 65534")),
+      "ls: cannot access '/etc/motd': No such file or directory",
+      "b d e",
+      "1000",
+      "wrote",
+    ]
     assert "Read-only" in sb.run("touch /etc/x").output
     leak = sb.run("cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c TMAX_PLANTED")
     assert leak.output.strip() == "0"
 
 
 def test_offline_stand_ins_serve_the_uv_installer_and_apt(image):
-  spec = EnvironmentSpec(image=str(image.path), workdir="/app", env=(
-      ("PATH", "/opt/tmax/offline/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),))
+  spec = EnvironmentSpec(
+    image=str(image.path),
+    workdir="/app",
+    env=(
+      (
+        "PATH",
+        "/opt/tmax/offline/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      ),
+    ),
+  )
   with open_sandbox(spec, backend="bubblewrap") as sb:
-    res = sb.run("set -e; curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh; "
-                 "source $HOME/.local/bin/env; command -v uv; uv --version")
+    res = sb.run(
+      "set -e; curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh; "
+      "source $HOME/.local/bin/env; command -v uv; uv --version"
+    )
     assert res.exit_code == 0 and "/home/agent/.local/bin/uv" in res.output, res.output
-    assert sb.run("apt-get update && apt-get install -y curl && echo fine").output.endswith("fine\n")
+    assert sb.run("apt-get update && apt-get install -y curl && echo fine").output.endswith(
+      "fine\n"
+    )
     res = sb.run("apt-get install -y no-such-package-xyz")
     assert res.exit_code == 100 and "cannot install" in res.output
     assert "astral.sh" in sb.run("cat /tmp/.tmax-offline.log").output
 
 
-@pytest.mark.parametrize("text,line,match", [
+@pytest.mark.parametrize(
+  "text,line,match",
+  [
     ("FROM tmax-base:bookworm\nRUN true\nFROM tmax-base:bookworm\n", 3, "multi-stage"),
     ("FROM tmax-base:bookworm\nCOPY --from=builder /x /y\n", 2, "--from"),
     ("FROM tmax-base:bookworm\nFROBNICATE now\n", 2, "expected a Dockerfile instruction"),
@@ -119,7 +153,8 @@ def test_offline_stand_ins_serve_the_uv_installer_and_apt(image):
     ("FROM tmax-base:bookworm\nCOPY missing.txt /x\n", 2, "does not exist"),
     ("FROM tmax-base:bookworm\nADD https://example.com/x.tgz /x\n", 2, "offline"),
     ("RUN true\nFROM tmax-base:bookworm\n", 1, "before FROM"),
-])
+  ],
+)
 def test_unbuildable_dockerfiles_name_the_line(tmp_path, text, line, match):
   require_base_rootfs()
   with pytest.raises(DockerfileError, match=match) as err:
@@ -143,9 +178,12 @@ def test_unknown_from_falls_back_with_a_warning():
 
 
 def test_apptainer_definition_has_post_files_and_environment(tmp_path):
-  ctx = _context(tmp_path, "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\n"
-                 "ENV K=v\nWORKDIR /app\nCOPY f.txt ./\nRUN echo $K > /app/k\n",
-                 {"f.txt": "x"})
+  ctx = _context(
+    tmp_path,
+    "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\n"
+    "ENV K=v\nWORKDIR /app\nCOPY f.txt ./\nRUN echo $K > /app/k\n",
+    {"f.txt": "x"},
+  )
   text = build.apptainer_def(ctx)
   assert "Bootstrap: debootstrap\nOSVersion: trixie" in text
   files = text.split("%files\n")[1].split("\n\n")[0]
@@ -156,10 +194,14 @@ def test_apptainer_definition_has_post_files_and_environment(tmp_path):
 
 
 def test_known_installer_urls_are_mapped():
-  found = mirror.find_urls('curl -L "https://golang.org/dl/go1.21.5.linux-$GOARCH.tar.gz" -o g.tgz'
-                           " && curl https://sh.rustup.rs | sh -s -- -y")
-  assert found == [("https://golang.org/dl/go1.21.5.linux-$GOARCH.tar.gz", "go"),
-                   ("https://sh.rustup.rs", "rustup-offline.sh")]
+  found = mirror.find_urls(
+    'curl -L "https://golang.org/dl/go1.21.5.linux-$GOARCH.tar.gz" -o g.tgz'
+    " && curl https://sh.rustup.rs | sh -s -- -y"
+  )
+  assert found == [
+    ("https://golang.org/dl/go1.21.5.linux-$GOARCH.tar.gz", "go"),
+    ("https://sh.rustup.rs", "rustup-offline.sh"),
+  ]
   assert dockerfile.substitute("${A:-x}/${B:+y}/$C", {"C": "c", "B": "1"}) == "x/y/c"
 
 
@@ -167,6 +209,7 @@ def test_concurrent_builds_of_similar_contexts_keep_their_own_files(tmp_path):
   """Threads (the eval runner's parallel trials) building look-alike tasks at once."""
   require_base_rootfs()
   import concurrent.futures  # pylint: disable=import-outside-toplevel
+
   token = uuid.uuid4().hex
   ctxs = []
   for n in range(4):

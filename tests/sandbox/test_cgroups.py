@@ -34,7 +34,11 @@ def test_v2_delegated_subtree_limits_and_events(tmp_path, monkeypatch):
   host = cgroups.detect(proc_cgroup=proc)
   job = fs / "system.slice" / "job42"
   assert host.version == 2 and host.parents == (job / "tmax_jax",), host
-  assert set(job.joinpath("cgroup.subtree_control").read_text().split()) == {"+cpu", "+memory", "+pids"}
+  assert set(job.joinpath("cgroup.subtree_control").read_text().split()) == {
+    "+cpu",
+    "+memory",
+    "+pids",
+  }
   cg = cgroups.Cgroup(host, "p1-2-0", 256, 64, cpus=1.5)
   d = job / "tmax_jax" / "p1-2-0"
   assert (d / "memory.max").read_text() == str(256 << 20)
@@ -94,14 +98,16 @@ def test_v1_hierarchies(tmp_path, monkeypatch):
 
 def test_unenforceable_limits_are_an_error_unless_allowed(monkeypatch):
   from tests.conftest import require_base_rootfs  # pylint: disable=import-outside-toplevel
+
   rootfs = str(require_base_rootfs())
   monkeypatch.setenv("TMAX_SANDBOX_NO_CGROUPS", "1")
   with pytest.raises(SandboxError, match="cannot be enforced.*enforce_limits=False"):
     open_sandbox(EnvironmentSpec(image=rootfs), backend="bubblewrap")
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    with open_sandbox(EnvironmentSpec(image=rootfs, limits=Limits(enforce_limits=False)),
-                      backend="bubblewrap") as sb:
+    with open_sandbox(
+      EnvironmentSpec(image=rootfs, limits=Limits(enforce_limits=False)), backend="bubblewrap"
+    ) as sb:
       assert sb.cgroup is None and "per process" in sb.limit_warning
       assert sb.run("echo ok").output == "ok\n"
   assert any("cannot be enforced" in str(w.message) for w in caught)

@@ -19,8 +19,15 @@ import pytest
 
 from tests.conftest import require_base_rootfs
 from tmax_jax.sandbox import build, open_pod, podman, runtime
-from tmax_jax.sandbox.api import (EnvironmentSpec, HealthCheck, Limits, Mount, PodSpec,
-                                  SandboxError, ServiceSpec)
+from tmax_jax.sandbox.api import (
+  EnvironmentSpec,
+  HealthCheck,
+  Limits,
+  Mount,
+  PodSpec,
+  SandboxError,
+  ServiceSpec,
+)
 from tmax_jax.sandbox.pod import start_order, validate_pod
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,8 +46,10 @@ WEB = textwrap.dedent("""\
   print("web up", os.getuid(), flush=True)
   http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()
 """)
-GET = ("python3 -c \"import sys, urllib.request; "
-       "print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().strip())\"")
+GET = (
+  'python3 -c "import sys, urllib.request; '
+  'print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().strip())"'
+)
 PROBE = ("python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/')")
 
 
@@ -60,17 +69,26 @@ def images(tmp_path_factory):
   if reason:
     pytest.skip(f"podman cannot run here: {reason}")
   tmp = tmp_path_factory.mktemp("pod-images")
-  web = _image(tmp, "web", "FROM tmax-base:bookworm\nCOPY web.py /srv/web.py\nENV GREETING=hi\n"
-               "CMD [\"python3\", \"/srv/web.py\"]\n", {"web.py": WEB})
+  web = _image(
+    tmp,
+    "web",
+    "FROM tmax-base:bookworm\nCOPY web.py /srv/web.py\nENV GREETING=hi\n"
+    'CMD ["python3", "/srv/web.py"]\n',
+    {"web.py": WEB},
+  )
   main = _image(tmp, "main", "FROM tmax-base:bookworm\nWORKDIR /app\n")
   return {"web": web, "main": main}
 
 
 def _web(images, **kw) -> ServiceSpec:
   image = build.Image.load(images["web"])
-  fields = dict(name="web", image=images["web"], command=("python3", "/srv/web.py"),
-                env=image.env, healthcheck=HealthCheck(PROBE, interval_s=0.5, timeout_s=5,
-                                                       retries=20))
+  fields = dict(
+    name="web",
+    image=images["web"],
+    command=("python3", "/srv/web.py"),
+    env=image.env,
+    healthcheck=HealthCheck(PROBE, interval_s=0.5, timeout_s=5, retries=20),
+  )
   fields.update(kw)
   return ServiceSpec(**fields)
 
@@ -79,8 +97,10 @@ def _leftovers() -> list[str]:
   """This process's pods and containers that podman still knows about."""
   tag = runtime.owner_tag()
   out = []
-  for args in (["pod", "ps", "--format", "{{.Name}} {{.Labels.tmax_owner}}"],
-               ["ps", "-a", "--format", "{{.Names}} {{.Labels.tmax_owner}}"]):
+  for args in (
+    ["pod", "ps", "--format", "{{.Name}} {{.Labels.tmax_owner}}"],
+    ["ps", "-a", "--format", "{{.Names}} {{.Labels.tmax_owner}}"],
+  ):
     res = podman.run_podman(args, check=False)
     out += [ln for ln in res.stdout.decode().splitlines() if ln.endswith(" " + tag)]
   return out
@@ -91,8 +111,9 @@ class _Host(socketserver.BaseRequestHandler):
     self.request.sendall(b"host-server\n")
 
 
-def test_services_share_the_network_not_the_processes_and_leave_nothing(images, snapshot,
-                                                                        monkeypatch):
+def test_services_share_the_network_not_the_processes_and_leave_nothing(
+  images, snapshot, monkeypatch
+):
   """A one-shot service seeds a named volume (service_completed_successfully), the web service
   reads it and becomes healthy after a delay (service_healthy), the agent reaches it by name and
   on localhost; no host variable reaches any container, no service process is visible, the pod
@@ -100,15 +121,26 @@ def test_services_share_the_network_not_the_processes_and_leave_nothing(images, 
   planted = f"tmax-planted-{uuid.uuid4().hex}"
   monkeypatch.setenv("TMAX_PLANTED_API_KEY", planted)
   before = snapshot()
-  init = ServiceSpec("init", images["main"], ("/bin/sh", "-c", "echo seeded > /data/seed.txt"),
-                     mounts=(Mount("volume:data", "/data"),))
-  web = _web(images, env=(*build.Image.load(images["web"]).env, ("BOOT_S", "1.5")),
-             mounts=(Mount("volume:data", "/data", read_only=True),),
-             depends_on=(("init", "service_completed_successfully"),), aliases=("api",))
-  spec = PodSpec(EnvironmentSpec(image=images["main"], workdir="/app",
-                                 limits=Limits(memory_mb=768)), "client", (web, init),
-                 main_depends_on=(("web", "service_healthy"),),
-                 main_mounts=(Mount("volume:data", "/data"),))
+  init = ServiceSpec(
+    "init",
+    images["main"],
+    ("/bin/sh", "-c", "echo seeded > /data/seed.txt"),
+    mounts=(Mount("volume:data", "/data"),),
+  )
+  web = _web(
+    images,
+    env=(*build.Image.load(images["web"]).env, ("BOOT_S", "1.5")),
+    mounts=(Mount("volume:data", "/data", read_only=True),),
+    depends_on=(("init", "service_completed_successfully"),),
+    aliases=("api",),
+  )
+  spec = PodSpec(
+    EnvironmentSpec(image=images["main"], workdir="/app", limits=Limits(memory_mb=768)),
+    "client",
+    (web, init),
+    main_depends_on=(("web", "service_healthy"),),
+    main_mounts=(Mount("volume:data", "/data"),),
+  )
   assert start_order(spec) == ["init", "web", "client"]
   server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Host)
   threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -117,26 +149,40 @@ def test_services_share_the_network_not_the_processes_and_leave_nothing(images, 
     token, seed, greeting = sb.run(f"{GET} http://web:8080/").output.split()
     assert (seed, greeting) == ("seeded", "hi") and len(token) == 16
     assert sb.run(f"{GET} http://api:8080/; {GET} http://localhost:8080/").output.split()[::3] == [
-        token, token]
+      token,
+      token,
+    ]
     assert sb.run("cat /data/seed.txt; id -u; hostname").output == "seeded\n1000\nsandbox\n"
     assert "web.py" not in sb.run("ps -eo args").output  # pid namespaces are per container
     env_check = "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c TMAX_PLANTED"
     assert sb.run(env_check).output.strip() == "0"
     web_env = podman.run_podman(
-        ["exec", f"tmax-{sb.name}-web", "sh", "-c", env_check], check=False).stdout.decode()
+      ["exec", f"tmax-{sb.name}-web", "sh", "-c", env_check], check=False
+    ).stdout.decode()
     assert web_env.strip() == "0", web_env
     devices = sb.run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '").output
     assert devices.split() == ["lo"]
-    res = sb.run(f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
-                 f"{server.server_address[1]}), timeout=3); print('CONNECTED')\"", timeout_s=30)
+    res = sb.run(
+      f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
+      f"{server.server_address[1]}), timeout=3); print('CONNECTED')\"",
+      timeout_s=30,
+    )
     assert "CONNECTED" not in res.output
-    inspect = podman.run_podman(["inspect", "--format", "{{.HostConfig.Memory}} "
-                              "{{.HostConfig.PidsLimit}}", f"tmax-{sb.name}-web"]).stdout.decode()
+    inspect = podman.run_podman(
+      [
+        "inspect",
+        "--format",
+        "{{.HostConfig.Memory}} {{.HostConfig.PidsLimit}}",
+        f"tmax-{sb.name}-web",
+      ]
+    ).stdout.decode()
     assert inspect.split() == [str(768 << 20), "512"]
     sb.run("sleep 300 &")
     sb.reset()  # the main container restarts, the services keep their state
     assert sb.run(f"{GET} http://web:8080/; pgrep -c sleep || true").output.split()[::3] == [
-        token, "0"]
+      token,
+      "0",
+    ]
     assert "web up 0" in sb.service_logs()["web"] and "served /" in sb.service_logs()["web"]
   finally:
     sb.close()
@@ -147,16 +193,29 @@ def test_services_share_the_network_not_the_processes_and_leave_nothing(images, 
 
 def test_a_service_that_never_gets_healthy_fails_the_start_naming_it(images, snapshot):
   before = snapshot()
-  web = _web(images, env=(("BOOT_S", "600"),), healthcheck=HealthCheck(
-      PROBE, interval_s=0.2, timeout_s=0.5, retries=3))
-  spec = PodSpec(EnvironmentSpec(image=images["main"]), "client", (web,),
-                 main_depends_on=(("web", "service_healthy"),))
+  web = _web(
+    images,
+    env=(("BOOT_S", "600"),),
+    healthcheck=HealthCheck(PROBE, interval_s=0.2, timeout_s=0.5, retries=3),
+  )
+  spec = PodSpec(
+    EnvironmentSpec(image=images["main"]),
+    "client",
+    (web,),
+    main_depends_on=(("web", "service_healthy"),),
+  )
   with pytest.raises(SandboxError, match=r"pod service web \(awaited by client\) was not healthy"):
     open_pod(spec)
   crash = ServiceSpec("job", images["main"], ("/bin/sh", "-c", "echo broken config; exit 3"))
   with pytest.raises(SandboxError, match=r"job.*did not complete successfully \(exit 3\).*broken"):
-    open_pod(PodSpec(EnvironmentSpec(image=images["main"]), "client", (crash,),
-                     main_depends_on=(("job", "service_completed_successfully"),)))
+    open_pod(
+      PodSpec(
+        EnvironmentSpec(image=images["main"]),
+        "client",
+        (crash,),
+        main_depends_on=(("job", "service_completed_successfully"),),
+      )
+    )
   assert _leftovers() == [] and snapshot() == before
 
 
@@ -171,8 +230,9 @@ def test_the_pod_of_a_killed_owner_stops_and_is_swept(images, tmp_path):
     time.sleep(1000)
   """)
   env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2])}
-  child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env,
-                           start_new_session=True)
+  child = subprocess.Popen(
+    [sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, start_new_session=True
+  )
   try:
     pod = child.stdout.readline().decode().strip()
     assert pod.startswith("tmax-pod-p"), pod
@@ -185,6 +245,7 @@ def test_the_pod_of_a_killed_owner_stops_and_is_swept(images, tmp_path):
     assert time.monotonic() < deadline, "the service outlived its owner"
     time.sleep(0.2)
   from tmax_jax.sandbox.pool import SandboxPool  # pylint: disable=import-outside-toplevel
+
   removed = SandboxPool.sweep()
   assert pod in removed
   res = podman.run_podman(["pod", "exists", pod], check=False)
@@ -197,18 +258,31 @@ def test_pod_spec_errors_name_the_field(tmp_path):
   main = EnvironmentSpec(image="/nonexistent")
   ok = ServiceSpec("db", str(record), ("db",))
   cases = [
-      (PodSpec(main, "db", (ok,)), "names must be unique"),
-      (PodSpec(main, services=(ServiceSpec("db", "busybox", ("x",)),)),
-       r"services\[0\] \(db\)\.image"),
-      (PodSpec(main, services=(ServiceSpec("db", str(record), ()),)), "command"),
-      (PodSpec(main, services=(ok,), main_depends_on=(("cache", "service_started"),)),
-       "depends on 'cache'"),
-      (PodSpec(main, services=(ok,), main_depends_on=(("db", "service_healthy"),)),
-       "db has no healthcheck"),
-      (PodSpec(main, services=(ok,), main_depends_on=(("db", "up"),)), "condition 'up'"),
-      (PodSpec(main, services=tuple(
+    (PodSpec(main, "db", (ok,)), "names must be unique"),
+    (
+      PodSpec(main, services=(ServiceSpec("db", "busybox", ("x",)),)),
+      r"services\[0\] \(db\)\.image",
+    ),
+    (PodSpec(main, services=(ServiceSpec("db", str(record), ()),)), "command"),
+    (
+      PodSpec(main, services=(ok,), main_depends_on=(("cache", "service_started"),)),
+      "depends on 'cache'",
+    ),
+    (
+      PodSpec(main, services=(ok,), main_depends_on=(("db", "service_healthy"),)),
+      "db has no healthcheck",
+    ),
+    (PodSpec(main, services=(ok,), main_depends_on=(("db", "up"),)), "condition 'up'"),
+    (
+      PodSpec(
+        main,
+        services=tuple(
           ServiceSpec(a, str(record), ("x",), depends_on=((b, "service_started"),))
-          for a, b in (("a", "b"), ("b", "a")))), "cycle a -> b -> a"),
+          for a, b in (("a", "b"), ("b", "a"))
+        ),
+      ),
+      "cycle a -> b -> a",
+    ),
   ]
   for spec, match in cases:
     with pytest.raises(SandboxError, match=match):
@@ -218,18 +292,34 @@ def test_pod_spec_errors_name_the_field(tmp_path):
 def test_service_command_line_has_the_limits_and_no_host_environment():
   """The exact `podman run` of a side service (a pod is not started: a fake instance)."""
   from tmax_jax.sandbox.pod import SERVICE_CAPS, PodmanPod  # pylint: disable=C0415
+
   pod = PodmanPod.__new__(PodmanPod)
   pod.name, pod.root, pod.hosts_file = "p1-2-0", pathlib.Path("/x"), pathlib.Path("/x/hosts")
   pod.spec = EnvironmentSpec(image="/x", limits=Limits(memory_mb=512, max_processes=64, cpus=0.5))
   pod.binds = {"/logs": pathlib.Path("/x/logs")}
-  svc = ServiceSpec("db", "/x.json", ("postgres", "-D", "/d"), env=(("PGDATA", "/d"),),
-                    user="postgres", mounts=(Mount("logs", "/var/log/tb"),))
+  svc = ServiceSpec(
+    "db",
+    "/x.json",
+    ("postgres", "-D", "/d"),
+    env=(("PGDATA", "/d"),),
+    user="postgres",
+    mounts=(Mount("logs", "/var/log/tb"),),
+  )
   args = pod._service_args(svc)  # pylint: disable=protected-access
   line = " ".join(args)
-  for part in ("--pod tmax-pod-p1-2-0", "--memory 512m", "--pids-limit 64", "--cpus 0.5",
-               "--cap-drop ALL", "--security-opt no-new-privileges", "--user postgres",
-               "-v /x/hosts:/etc/hosts:ro", "-v /x/logs:/var/log/tb:rw", "--env PGDATA=/d",
-               "--rootfs /x/services/db/rootfs"):
+  for part in (
+    "--pod tmax-pod-p1-2-0",
+    "--memory 512m",
+    "--pids-limit 64",
+    "--cpus 0.5",
+    "--cap-drop ALL",
+    "--security-opt no-new-privileges",
+    "--user postgres",
+    "-v /x/hosts:/etc/hosts:ro",
+    "-v /x/logs:/var/log/tb:rw",
+    "--env PGDATA=/d",
+    "--rootfs /x/services/db/rootfs",
+  ):
     assert part in line, part
   caps = [a for a, b in zip(args, args[1:]) if b in SERVICE_CAPS]
   assert caps == ["--cap-add"] * len(SERVICE_CAPS)

@@ -89,7 +89,8 @@ def test_parent_crash_leaves_nothing_after_sweep(rootfs, tmp_path):
   """A process SIGKILLed with live sandboxes: its sandbox processes die with it (anchor pipe EOF);
   the sweeper removes its temp dirs, mounts and cgroups."""
   script = tmp_path / "crash.py"
-  script.write_text(textwrap.dedent(f"""
+  script.write_text(
+    textwrap.dedent(f"""
       import os, sys, time
       sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parents[2])!r})
       from tmax_jax.sandbox import open_sandbox, runtime
@@ -98,7 +99,8 @@ def test_parent_crash_leaves_nothing_after_sweep(rootfs, tmp_path):
       sbs[0].run("sleep 1000 >/dev/null 2>&1 &")
       print(runtime.owner_tag(), flush=True)
       time.sleep(1000)
-  """))
+  """)  # noqa: E501 (embedded script, kept verbatim)
+  )
   proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
   tag = proc.stdout.readline().strip()
   assert tag.startswith("p")
@@ -108,7 +110,9 @@ def test_parent_crash_leaves_nothing_after_sweep(rootfs, tmp_path):
   proc.wait()
   deadline = time.monotonic() + 10
   while time.monotonic() < deadline:  # the sandboxes' processes die on their own
-    out = subprocess.run(["pgrep", "-f", "sleep 1000"], capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+      ["pgrep", "-f", "sleep 1000"], capture_output=True, text=True
+    ).stdout.split()
     if not out:
       break
     time.sleep(0.2)
@@ -164,7 +168,10 @@ def test_load_32_podman_sandboxes_x_20_commands_no_leaks(podman_image, snapshot)
   assert results == [[f"{i}-{j}\n" for j in range(20)] for i in range(32)]
   assert _settle(snapshot, before) == before
   from tmax_jax.sandbox import podman
-  ps = podman._podman(["ps", "-a", "--filter", f"label=tmax_owner={runtime.owner_tag()}", "--format", "{{.Names}}"])
+
+  ps = podman._podman(
+    ["ps", "-a", "--filter", f"label=tmax_owner={runtime.owner_tag()}", "--format", "{{.Names}}"]
+  )
   assert ps.stdout.strip() == b""
 
 

@@ -63,8 +63,13 @@ def test_upload_download_files_and_dirs(sb, tmp_path):
   (src / "sub" / "b.bin").write_bytes(bytes(range(256)))
   sb.upload(src, "/workspace/proj")
   sb.upload(src / "a.txt", "/tests/a.txt")
-  assert sb.run("cat /workspace/proj/a.txt /tests/a.txt; wc -c < proj/sub/b.bin").output == "alphaalpha256\n"
-  sb.run("mkdir -p out/deep && echo result > out/deep/r.txt && echo log > /logs/verifier/reward.txt")
+  assert (
+    sb.run("cat /workspace/proj/a.txt /tests/a.txt; wc -c < proj/sub/b.bin").output
+    == "alphaalpha256\n"
+  )
+  sb.run(
+    "mkdir -p out/deep && echo result > out/deep/r.txt && echo log > /logs/verifier/reward.txt"
+  )
   sb.download("/workspace/out", tmp_path / "out")
   sb.download("/logs/verifier/reward.txt", tmp_path / "reward.txt")
   assert (tmp_path / "out" / "deep" / "r.txt").read_text() == "result\n"
@@ -97,7 +102,8 @@ def test_reset_restarts_processes_and_keeps_files(sb):
   sb.run("export X=1; cd /tmp; echo kept > /workspace/k; sleep 100 &")
   sb.reset()
   assert sb.run("echo ${X:-unset}; pwd; cat /workspace/k; pgrep -c -x sleep || true").output == (
-      "unset\n/workspace\nkept\n0\n")
+    "unset\n/workspace\nkept\n0\n"
+  )
 
 
 def test_close_is_idempotent_and_removes_everything(make_sb):
@@ -124,14 +130,21 @@ def test_no_network_egress_and_no_dns(sb):
   try:
     with socket.create_connection(("127.0.0.1", port), timeout=3) as conn:  # the server works
       assert conn.recv(64) == b"host-server\n"
-    res = sb.run(f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); "
-                 f"print('CONNECTED')\"", timeout_s=30)
+    res = sb.run(
+      f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); "
+      f"print('CONNECTED')\"",
+      timeout_s=30,
+    )
     assert res.exit_code != 0 and "CONNECTED" not in res.output
-    res = sb.run("getent hosts deb.debian.org || echo DNS-FAILED; "
-                 "python3 -c \"import socket; socket.getaddrinfo('deb.debian.org', 80)\" || echo PY-DNS-FAILED",
-                 timeout_s=30)
+    res = sb.run(
+      'getent hosts deb.debian.org || echo DNS-FAILED; python3 -c "import socket; '
+      "socket.getaddrinfo('deb.debian.org', 80)\" || echo PY-DNS-FAILED",
+      timeout_s=30,
+    )
     assert "DNS-FAILED" in res.output and "PY-DNS-FAILED" in res.output
-    assert sb.run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '").output.split() == ["lo"]
+    assert sb.run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '").output.split() == [
+      "lo"
+    ]
   finally:
     server.shutdown()
     server.server_close()
@@ -145,10 +158,14 @@ def test_host_secret_unreadable_and_only_workspace_writable(sb):
   try:
     res = sb.run(f"cat {secret} {home_secret} /etc/shadow 2>&1; ls /root 2>&1 | head -3")
     assert "host secret" not in res.output and "root secret" not in res.output
-    res = sb.run("for p in /usr/x /etc/x /x /var/x /home/x /opt/x /root/x; do "
-                 "touch $p 2>/dev/null && echo WROTE $p; done; touch /workspace/ok /tmp/ok && echo fine")
+    res = sb.run(
+      "for p in /usr/x /etc/x /x /var/x /home/x /opt/x /root/x; do "
+      "touch $p 2>/dev/null && echo WROTE $p; done; touch /workspace/ok /tmp/ok && echo fine"
+    )
     assert "WROTE" not in res.output and res.output.endswith("fine\n")
-    assert not any(pathlib.Path(p).exists() and p != "/x" for p in ("/usr/x", "/etc/x", "/var/x", "/opt/x"))
+    assert not any(
+      pathlib.Path(p).exists() and p != "/x" for p in ("/usr/x", "/etc/x", "/var/x", "/opt/x")
+    )
   finally:
     secret.unlink()
     home_secret.unlink()
@@ -161,9 +178,11 @@ def test_no_host_environment_variable_is_visible_inside(make_sb, monkeypatch):
   monkeypatch.setenv("TMAX_PLANTED_API_KEY", planted)
   sb = make_sb()
   sb.run("sleep 30 &")  # one more process whose environ must be clean
-  script = ("n=0; for f in /proc/[0-9]*/environ; do cat $f >/dev/null 2>&1 && n=$((n+1)); done; "
-            "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c TMAX_PLANTED; "
-            "echo readable=$n")
+  script = (
+    "n=0; for f in /proc/[0-9]*/environ; do cat $f >/dev/null 2>&1 && n=$((n+1)); done; "
+    "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c TMAX_PLANTED; "
+    "echo readable=$n"
+  )
   for res in (sb.run(script), sb.exec(["bash", "-c", script])):
     count, readable = res.output.split()
     assert count == "0", res.output
@@ -202,7 +221,9 @@ def test_8gb_allocation_is_reported_as_oom(make_sb):
   assert sb.run("echo fine").output == "fine\n"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the disk limit is a size-limited tmpfs, mounted only as root")
+@pytest.mark.skipif(
+  os.geteuid() != 0, reason="the disk limit is a size-limited tmpfs, mounted only as root"
+)
 def test_disk_filling_write_is_reported_as_limit(make_sb):
   sb = make_sb(limits=Limits(disk_mb=128, max_file_mb=1024))
   res = sb.run("dd if=/dev/zero of=/workspace/big bs=1M count=2000 status=none", timeout_s=60)
@@ -221,12 +242,15 @@ def test_missing_image_is_a_clear_error(backend):
     open_sandbox(EnvironmentSpec(image=image), backend=backend)
 
 
-@pytest.mark.parametrize("field,kw,match", [
+@pytest.mark.parametrize(
+  "field,kw,match",
+  [
     ("workdir", {"workdir": "relative/dir"}, "workdir"),
     ("env", {"env": (("BAD NAME", "x"),)}, r"env\[0\]"),
     ("limits", {"limits": Limits(memory_mb=-1)}, "limits.memory_mb"),
     ("files", {"files": (("/nonexistent/seed", "/workspace/x"),)}, r"files\[0\]"),
-])
+  ],
+)
 def test_malformed_spec_names_the_field(rootfs, field, kw, match):
   with pytest.raises(SandboxError, match=match):
     open_sandbox(EnvironmentSpec(image=str(rootfs), **kw), backend="bubblewrap")
@@ -262,9 +286,11 @@ def test_gigabytes_of_output_never_hang(sb):
 def test_setup_commands_and_files_seed_the_sandbox(make_sb, tmp_path):
   seed = tmp_path / "seed.txt"
   seed.write_text("seeded")
-  sb = make_sb(files=((str(seed), "/workspace/data/seed.txt"),),
-               setup_commands=("cp data/seed.txt copy.txt", "export FROM_SETUP=1"),
-               env=(("TASK_VAR", "v"),))
+  sb = make_sb(
+    files=((str(seed), "/workspace/data/seed.txt"),),
+    setup_commands=("cp data/seed.txt copy.txt", "export FROM_SETUP=1"),
+    env=(("TASK_VAR", "v"),),
+  )
   assert sb.run("pwd; cat copy.txt; echo $TASK_VAR").output == "/workspace\nseededv\n"
   with pytest.raises(SandboxError, match=r"setup_commands\[0\]"):
     make_sb(setup_commands=("exit 3",))
@@ -280,7 +306,9 @@ def test_killed_shell_is_restarted_with_state(sb):
 def test_close_during_a_command_returns_promptly(make_sb):
   sb = make_sb()
   result = {}
-  worker = threading.Thread(target=lambda: result.setdefault("r", sb.run("sleep 100", timeout_s=200)))
+  worker = threading.Thread(
+    target=lambda: result.setdefault("r", sb.run("sleep 100", timeout_s=200))
+  )
   worker.start()
   time.sleep(1.0)
   start = time.monotonic()
@@ -310,10 +338,14 @@ def test_exec_with_endless_output_stops_at_the_output_limit(make_sb):
 
 
 def test_protocol_files_cannot_be_replaced_by_the_sandbox_user(sb):
-  res = sb.run("rm -f /tmp/.tmax/child.sh; echo 'echo HACKED' > /tmp/.tmax/child.sh; "
-               "mv /tmp/.tmax/shell.sh /tmp/x 2>/dev/null; echo done")
+  res = sb.run(
+    "rm -f /tmp/.tmax/child.sh; echo 'echo HACKED' > /tmp/.tmax/child.sh; "
+    "mv /tmp/.tmax/shell.sh /tmp/x 2>/dev/null; echo done"
+  )
   assert res.output.strip().endswith("done")
   assert sb.run("echo still-fine").output == "still-fine\n"
   assert "HACKED" not in sb.run("true; echo ok").output
   token = sb._token.decode()
-  assert token not in sb.run("cat /tmp/.tmax/*.sh /tmp/.tmax/state.* 2>/dev/null; env; echo end").output
+  assert (
+    token not in sb.run("cat /tmp/.tmax/*.sh /tmp/.tmax/state.* 2>/dev/null; env; echo end").output
+  )

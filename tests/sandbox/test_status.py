@@ -14,7 +14,9 @@ def ev(kind="done", rc=0, why="done", after=None, tail=b""):
   return status.Evidence(kind, rc, why, Z, after or Z, b"", tail)
 
 
-@pytest.mark.parametrize("evidence,expected", [
+@pytest.mark.parametrize(
+  "evidence,expected",
+  [
     (ev(), "ok"),
     (ev(rc=1, tail=b"plain failure"), "ok"),
     (ev(kind="eof", rc=None), "crashed"),
@@ -28,7 +30,8 @@ def ev(kind="done", rc=0, why="done", after=None, tail=b""):
     (ev(rc=None, why="timeout"), "timeout"),
     (ev(rc=128 + 25), "limit"),
     (ev(rc=1, tail=b"write error: No space left on device"), "limit"),
-])
+  ],
+)
 def test_classify(evidence, expected):
   state, note = status.classify(evidence, Limits(memory_mb=123))
   assert state == expected
@@ -40,6 +43,7 @@ def test_classify(evidence, expected):
 def test_oom_wins_over_a_timeout_and_killed_rules():
   both = ev(rc=None, why="timeout", after={"oom_kill": 2, "pids_max_hits": 0})
   assert status.classify(both, Limits())[0] == "oom"
-  assert status.was_killed("done", "done", "oom", 137) and not status.was_killed("done", "done",
-                                                                                 "oom", 1)
+  assert status.was_killed("done", "done", "oom", 137) and not status.was_killed(
+    "done", "done", "oom", 1
+  )
   assert status.was_killed("eof", "done", "crashed", None)

@@ -4,7 +4,6 @@ mount plan, image hashing and mirror detection (no sandbox started)."""
 from __future__ import annotations
 
 import os
-import pathlib
 import time
 
 import pytest
@@ -54,6 +53,7 @@ def test_sentinel_reader_finds_a_marker_split_across_reads():
   os.write(w, b"a" * 5000 + b"\nTOK")
   cap = shell.OutputCapture(100_000)
   import threading
+
   threading.Timer(0.2, lambda: os.write(w, b"EN 1 0 done\n")).start()
   assert reader.read_until(1, cap, time.monotonic() + 5) == ("done", 0, "done")
   assert bytes(cap.head) == b"a" * 5000
@@ -61,13 +61,16 @@ def test_sentinel_reader_finds_a_marker_split_across_reads():
   os.close(r)
 
 
-@pytest.mark.parametrize("kw,match", [
+@pytest.mark.parametrize(
+  "kw,match",
+  [
     ({"image": ""}, "image"),
     ({"image": "x", "workdir": "/"}, "workdir"),
     ({"image": "x", "files": (("a",),)}, r"files\[0\]"),
     ({"image": "x", "setup_commands": (3,)}, r"setup_commands\[0\]"),
     ({"image": "x", "env": (("1X", "v"),)}, r"env\[0\]"),
-])
+  ],
+)
 def test_validate_spec_names_the_field(kw, match):
   with pytest.raises(SandboxError, match=match):
     base.validate_spec(EnvironmentSpec(**kw))
@@ -78,7 +81,7 @@ def test_mount_plan_mirrors_dirs_that_hold_binds(tmp_path):
     (tmp_path / d).mkdir(parents=True)
   (tmp_path / "bin").symlink_to("usr/bin")
   plan = bubblewrap.mount_plan(tmp_path, ["/workspace", "/opt/app", "/tmp", "/home/agent"])
-  assert ["--symlink", "usr/bin", "/bin"] == plan[plan.index("/bin") - 2:plan.index("/bin") + 1]
+  assert ["--symlink", "usr/bin", "/bin"] == plan[plan.index("/bin") - 2 : plan.index("/bin") + 1]
   assert "--ro-bind" == plan[plan.index(str(tmp_path / "usr")) - 1]
   assert plan[plan.index("/opt") - 1] == "--dir" and str(tmp_path / "opt" / "tool") in plan
   assert "/proc" not in plan and "/tmp" not in plan and "/home/agent" not in plan
@@ -102,19 +105,31 @@ def test_base_def_installs_the_shared_package_list():
   text = (images.sandbox_dir() / "base.def").read_text()
   assert "sandbox/packages.txt /opt/tmax/packages.txt" in text and "/opt/tmax/packages.txt)" in text
   pkgs = images.read_packages()
-  for needed in ("python3", "python3-pytest", "git", "build-essential", "sqlite3", "tesseract-ocr", "ffmpeg",
-                 "curl", "jq"):
+  for needed in (
+    "python3",
+    "python3-pytest",
+    "git",
+    "build-essential",
+    "sqlite3",
+    "tesseract-ocr",
+    "ffmpeg",
+    "curl",
+    "jq",
+  ):
     assert needed in pkgs
 
 
 def test_detect_mirror_reads_deb822_and_one_line_sources(tmp_path):
   (tmp_path / "sources.list.d").mkdir()
   (tmp_path / "sources.list.d" / "debian.sources").write_text(
-      "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
-      "Types: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n")
+    "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
+    "Types: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
+  )
   assert images.detect_mirror(tmp_path) == "http://mirror.example/debian"
   (tmp_path / "sources.list.d" / "debian.sources").unlink()
-  (tmp_path / "sources.list").write_text("deb [arch=amd64] http://other.example/debian bookworm main\n")
+  (tmp_path / "sources.list").write_text(
+    "deb [arch=amd64] http://other.example/debian bookworm main\n"
+  )
   assert images.detect_mirror(tmp_path) == "http://other.example/debian"
   (tmp_path / "sources.list").unlink()
   assert images.detect_mirror(tmp_path) == images.DEFAULT_MIRROR

@@ -1,4 +1,5 @@
-"""Shared helpers for tests/tasks (a plain module, not a conftest, to avoid clashes): run a generated checker on the host, free ports, a local chat endpoint replaying recorded replies."""
+"""Shared helpers for tests/tasks (a plain module, not a conftest, to avoid clashes): run a
+generated checker on the host, free ports, a local chat endpoint replaying recorded replies."""
 
 import http.server
 import json
@@ -19,7 +20,7 @@ def free_port() -> int:
 
 
 def run_checker_on_host(tests: dict, tmp: pathlib.Path) -> tuple[dict, str]:
-  """Runs a generated tests/ bundle's checker.py on the host (logs under tmp/logs) -> (reward.json, stdout)."""
+  """Runs a generated tests/ bundle's checker.py on the host (logs: tmp/logs) -> (reward, out)."""
   tdir, logs = tmp / "tests", tmp / "logs"
   tdir.mkdir(exist_ok=True)
   for name, data in tests.items():
@@ -27,8 +28,13 @@ def run_checker_on_host(tests: dict, tmp: pathlib.Path) -> tuple[dict, str]:
   for f in logs.glob("*"):
     f.unlink()
   env = {**os.environ, "TMAX_VERIFIER_LOGS": str(logs)}
-  proc = subprocess.run([sys.executable, str(tdir / "checker.py"), str(tdir / "spec.json")], env=env,
-                        capture_output=True, text=True, timeout=120)
+  proc = subprocess.run(
+    [sys.executable, str(tdir / "checker.py"), str(tdir / "spec.json")],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   out = proc.stdout + proc.stderr
   if proc.returncode != 0:
     raise RuntimeError(f"checker crashed:\n{out}")
@@ -45,16 +51,28 @@ class ChatServer:
     class Handler(http.server.BaseHTTPRequestHandler):
       def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        outer.requests.append({"path": self.path, "body": body,
-                               "auth": self.headers.get("Authorization")})
+        outer.requests.append(
+          {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+        )
         content = outer.replies.pop(0) if outer.replies else "out of replies"
         if isinstance(content, int):  # an HTTP error status
           self.send_response(content)
           self.end_headers()
           return
-        data = json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": content}}]}).encode()
+        data = json.dumps(
+          {
+            "id": "x",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [
+              {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content},
+              }
+            ],
+          }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -77,5 +95,8 @@ class ChatServer:
 
   def client(self):
     port = self.httpd.server_address[1]
-    return llm.ChatClient(llm.ChatConfig(base_url=f"http://127.0.0.1:{port}/v1", model="recorded",
-                                         api_key="k", timeout_s=10))
+    return llm.ChatClient(
+      llm.ChatConfig(
+        base_url=f"http://127.0.0.1:{port}/v1", model="recorded", api_key="k", timeout_s=10
+      )
+    )

@@ -29,47 +29,69 @@ SERVER = textwrap.dedent("""\
   print("server ready", flush=True)
   http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()
 """)
-COMPOSE = {"services": {
+COMPOSE = {
+  "services": {
     "client": {
-        "build": {"context": ".", "dockerfile": "Dockerfile"},
-        "image": "${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}",
-        "container_name": "${T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME}",
-        "command": ["sh", "-c", "sleep infinity"],
-        "environment": ["TEST_DIR=${T_BENCH_TEST_DIR}", "TOKEN_URL=http://server:8080/token"],
-        "volumes": ["${T_BENCH_TASK_LOGS_PATH}:${T_BENCH_CONTAINER_LOGS_PATH}",
-                    "${T_BENCH_TASK_AGENT_LOGS_PATH}:${T_BENCH_CONTAINER_AGENT_LOGS_PATH}"],
-        "depends_on": {"server": {"condition": "service_healthy"}}},
+      "build": {"context": ".", "dockerfile": "Dockerfile"},
+      "image": "${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}",
+      "container_name": "${T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME}",
+      "command": ["sh", "-c", "sleep infinity"],
+      "environment": ["TEST_DIR=${T_BENCH_TEST_DIR}", "TOKEN_URL=http://server:8080/token"],
+      "volumes": [
+        "${T_BENCH_TASK_LOGS_PATH}:${T_BENCH_CONTAINER_LOGS_PATH}",
+        "${T_BENCH_TASK_AGENT_LOGS_PATH}:${T_BENCH_CONTAINER_AGENT_LOGS_PATH}",
+      ],
+      "depends_on": {"server": {"condition": "service_healthy"}},
+    },
     "server": {
-        "build": "./server", "image": "${T_BENCH_TASK_DOCKER_NAME_PREFIX}__server",
-        "environment": {"GREETING": "hello"}, "ports": ["8080:8080"]}}}
+      "build": "./server",
+      "image": "${T_BENCH_TASK_DOCKER_NAME_PREFIX}__server",
+      "environment": {"GREETING": "hello"},
+      "ports": ["8080:8080"],
+    },
+  }
+}
 
 
 def _tb1_pod_task(root: pathlib.Path, compose_doc: dict = COMPOSE) -> pathlib.Path:
   d = root / "token-fetch"
   (d / "tests").mkdir(parents=True)
   (d / "server").mkdir()
-  (d / "task.yaml").write_text(yaml.safe_dump({
-      "instruction": "Write the token served at $TOKEN_URL to /app/token.txt.",
-      "max_agent_timeout_sec": 60, "max_test_timeout_sec": 60, "parser_name": "pytest"}))
+  (d / "task.yaml").write_text(
+    yaml.safe_dump(
+      {
+        "instruction": "Write the token served at $TOKEN_URL to /app/token.txt.",
+        "max_agent_timeout_sec": 60,
+        "max_test_timeout_sec": 60,
+        "parser_name": "pytest",
+      }
+    )
+  )
   (d / "Dockerfile").write_text("FROM tmax-base:bookworm\nWORKDIR /app\n")
   (d / "server" / "server.py").write_text(SERVER)
   (d / "server" / "Dockerfile").write_text(
-      "FROM tmax-base:bookworm\nCOPY server.py /srv/server.py\n"
-      "HEALTHCHECK --interval=1s --timeout=3s --retries=10 CMD python3 -c \"import urllib.request;"
-      " urllib.request.urlopen('http://127.0.0.1:8080/')\"\n"
-      "CMD [\"python3\", \"/srv/server.py\"]\n")
+    "FROM tmax-base:bookworm\nCOPY server.py /srv/server.py\n"
+    'HEALTHCHECK --interval=1s --timeout=3s --retries=10 CMD python3 -c "import urllib.request;'
+    " urllib.request.urlopen('http://127.0.0.1:8080/')\"\n"
+    'CMD ["python3", "/srv/server.py"]\n'
+  )
   (d / "docker-compose.yaml").write_text(yaml.safe_dump(compose_doc))
-  (d / "run-tests.sh").write_text("#!/bin/bash\ncd \"$TEST_DIR\"\npython3 -m pytest -rA "
-                                  "test_outputs.py\n")
-  (d / "tests" / "test_outputs.py").write_text(textwrap.dedent("""\
+  (d / "run-tests.sh").write_text(
+    '#!/bin/bash\ncd "$TEST_DIR"\npython3 -m pytest -rA test_outputs.py\n'
+  )
+  (d / "tests" / "test_outputs.py").write_text(
+    textwrap.dedent("""\
       import os, urllib.request
       def test_token_from_the_server():
         want = urllib.request.urlopen(os.environ["TOKEN_URL"], timeout=10).read().decode()
         assert open("/app/token.txt").read().strip() == want
-  """))
-  (d / "solution.sh").write_text("#!/bin/bash\npython3 -c \"import os, urllib.request; "
-                                 "print(urllib.request.urlopen(os.environ['TOKEN_URL']).read()"
-                                 ".decode())\" > /app/token.txt\n")
+  """)
+  )
+  (d / "solution.sh").write_text(
+    '#!/bin/bash\npython3 -c "import os, urllib.request; '
+    "print(urllib.request.urlopen(os.environ['TOKEN_URL']).read()"
+    '.decode())" > /app/token.txt\n'
+  )
   return d
 
 
@@ -84,8 +106,7 @@ def _load(tmp_path, doc) -> compose.Compose:
 def test_the_main_service_is_the_harness_client_else_client_or_main_else_the_own_build(tmp_path):
   assert _load(tmp_path, COMPOSE).main == "client"
   harness = "${T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME}"
-  named = {"services": {"app": {"build": ".", "container_name": harness},
-                        "client": {"image": "x"}}}
+  named = {"services": {"app": {"build": ".", "container_name": harness}, "client": {"image": "x"}}}
   assert _load(tmp_path, named).main == "app"
   harbor = {"services": {"db": {"image": "x"}, "main": {"build": "sub"}}}
   assert _load(tmp_path, harbor).main == "main"
@@ -98,19 +119,45 @@ def test_the_main_service_is_the_harness_client_else_client_or_main_else_the_own
 
 def test_volumes_depends_on_healthchecks_and_what_is_not_honoured(tmp_path):
   (tmp_path / "task" / "environment" / "conf").mkdir(parents=True)
-  comp = _load(tmp_path, {"services": {"client": {"build": ".", "depends_on": ["db"]}, "db": {
-      "image": "python:3.11-slim", "command": "python3 -m http.server 5432",
-      "volumes": ["${T_BENCH_TASK_LOGS_PATH}:/var/log/tb", "data:/data:ro", "/scratch",
-                  "./conf:/etc/db", {"type": "volume", "source": "data", "target": "/d2"}],
-      "depends_on": {"client": {"condition": "service_started"}},
-      "healthcheck": {"test": ["CMD-SHELL", "pg_isready"], "interval": "1m30s",
-                      "timeout": "500ms", "retries": 2},
-      "ports": ["5432:5432"], "privileged": True, "x-note": 1, "frobnicate": 2}}})
+  comp = _load(
+    tmp_path,
+    {
+      "services": {
+        "client": {"build": ".", "depends_on": ["db"]},
+        "db": {
+          "image": "python:3.11-slim",
+          "command": "python3 -m http.server 5432",
+          "volumes": [
+            "${T_BENCH_TASK_LOGS_PATH}:/var/log/tb",
+            "data:/data:ro",
+            "/scratch",
+            "./conf:/etc/db",
+            {"type": "volume", "source": "data", "target": "/d2"},
+          ],
+          "depends_on": {"client": {"condition": "service_started"}},
+          "healthcheck": {
+            "test": ["CMD-SHELL", "pg_isready"],
+            "interval": "1m30s",
+            "timeout": "500ms",
+            "retries": 2,
+          },
+          "ports": ["5432:5432"],
+          "privileged": True,
+          "x-note": 1,
+          "frobnicate": 2,
+        },
+      }
+    },
+  )
   db = comp.service("db")
   conf = str((tmp_path / "task" / "environment" / "conf").resolve())
-  assert db.mounts == (Mount("logs", "/var/log/tb"), Mount("volume:data", "/data", True),
-                       Mount("volume:anon-db-2", "/scratch"), Mount(conf, "/etc/db"),
-                       Mount("volume:data", "/d2"))
+  assert db.mounts == (
+    Mount("logs", "/var/log/tb"),
+    Mount("volume:data", "/data", True),
+    Mount("volume:anon-db-2", "/scratch"),
+    Mount(conf, "/etc/db"),
+    Mount("volume:data", "/d2"),
+  )
   assert comp.service("client").depends_on == (("db", "service_started"),)
   assert db.healthcheck == HealthCheck(("/bin/sh", "-c", "pg_isready"), 90.0, 0.5, 2, 0.0)
   assert db.command == ("python3", "-m", "http.server", "5432")
@@ -118,43 +165,74 @@ def test_volumes_depends_on_healthchecks_and_what_is_not_honoured(tmp_path):
   assert any("ports ignored (no effect" in n for n in db.notes)
   assert any("frobnicate ignored (unknown key)" in n for n in db.notes)
   assert not any("x-note" in n for n in db.notes)
-  bad = {"services": {"client": {"build": "."}, "db": {
-      "image": "x", "volumes": ["/etc:/host"], "build": {"context": "db", "args": {"A": 1}}}}}
+  bad = {
+    "services": {
+      "client": {"build": "."},
+      "db": {"image": "x", "volumes": ["/etc:/host"], "build": {"context": "db", "args": {"A": 1}}},
+    }
+  }
   assert _load(tmp_path, bad).service("db").unsupported == (
-      "build.args is not supported by the image builder",
-      "service db mounts host path '/etc', which is not in the task's environment/")
+    "build.args is not supported by the image builder",
+    "service db mounts host path '/etc', which is not in the task's environment/",
+  )
   with pytest.raises(TaskFormatError, match=r"services\.db\.healthcheck\.interval.*duration"):
-    _load(tmp_path, {"services": {"client": {"build": "."}, "db": {
-        "image": "x", "healthcheck": {"test": "true", "interval": "soon"}}}})
+    _load(
+      tmp_path,
+      {
+        "services": {
+          "client": {"build": "."},
+          "db": {"image": "x", "healthcheck": {"test": "true", "interval": "soon"}},
+        }
+      },
+    )
 
 
 def test_service_command_follows_dockerfile_and_compose_rules():
   def image(**runtime):
-    return build.Image("id", "/base", (), (), "/", "root", "tmax-base:bookworm",
-                       runtime=tuple(runtime.items()))
+    return build.Image(
+      "id", "/base", (), (), "/", "root", "tmax-base:bookworm", runtime=tuple(runtime.items())
+    )
+
   svc = compose.Service("s", context=".")
   assert compose.service_command(svc, image(CMD='["redis", "--port", "1"]')) == (
-      "redis", "--port", "1")
+    "redis",
+    "--port",
+    "1",
+  )
   assert compose.service_command(svc, image(CMD="redis --port 1")) == (
-      "/bin/sh", "-c", "redis --port 1")
+    "/bin/sh",
+    "-c",
+    "redis --port 1",
+  )
   assert compose.service_command(svc, image(ENTRYPOINT='["tini", "--"]', CMD='["run"]')) == (
-      "tini", "--", "run")
+    "tini",
+    "--",
+    "run",
+  )
   assert compose.service_command(svc, image(ENTRYPOINT="run.sh", CMD='["ignored"]')) == (
-      "/bin/sh", "-c", "run.sh")
+    "/bin/sh",
+    "-c",
+    "run.sh",
+  )
   override = dataclasses.replace(svc, entrypoint=("py",), command=("-m", "x"))
   assert compose.service_command(override, image(ENTRYPOINT='["e"]', CMD='["c"]')) == (
-      "py", "-m", "x")
+    "py",
+    "-m",
+    "x",
+  )
   with pytest.raises(compose.UnsupportedCompose, match="nothing to run"):
     compose.service_command(svc, image())
-  check = compose.image_healthcheck(image(HEALTHCHECK="--interval=2s --retries=4 CMD curl -f x"),
-                                    "Dockerfile")
+  check = compose.image_healthcheck(
+    image(HEALTHCHECK="--interval=2s --retries=4 CMD curl -f x"), "Dockerfile"
+  )
   assert check == HealthCheck(("/bin/sh", "-c", "curl -f x"), 2.0, 30.0, 4, 0.0)
   assert compose.image_healthcheck(image(HEALTHCHECK="NONE"), "Dockerfile") is None
 
 
 def test_a_registry_only_image_without_a_command_is_unsupported_not_zero(tmp_path):
-  d = _tb1_pod_task(tmp_path, {"services": {"client": {"build": "."},
-                                            "db": {"image": "postgres:16"}}})
+  d = _tb1_pod_task(
+    tmp_path, {"services": {"client": {"build": "."}, "db": {"image": "postgres:16"}}}
+  )
   task = write_task(tb1.convert_tb1(d), tmp_path / "converted")
   comp = compose.load_compose(compose.compose_file(task))
   with pytest.raises(compose.UnsupportedCompose, match="postgres:16 has no local equivalent"):
@@ -164,16 +242,27 @@ def test_a_registry_only_image_without_a_command_is_unsupported_not_zero(tmp_pat
 def test_only_the_environment_compose_file_counts_and_a_broken_one_fails_the_build(tmp_path):
   """A docker-compose.yml the agent is asked to fix is task data (a TB2 sample task has one);
   environment/docker-compose.yaml that does not parse is a broken environment (reward 0)."""
-  data = {"Dockerfile": b"FROM tmax-base:bookworm\n",
-          "docker-compose.yml": b"services: {a: {image: x}, b: {image: '${B'}}\n"}
-  task = write_task(Task("fix it", TaskConfig(), environment=data,
-                         tests={"test.sh": b"#!/bin/bash\n"}), tmp_path / "data-file")
+  data = {
+    "Dockerfile": b"FROM tmax-base:bookworm\n",
+    "docker-compose.yml": b"services: {a: {image: x}, b: {image: '${B'}}\n",
+  }
+  task = write_task(
+    Task("fix it", TaskConfig(), environment=data, tests={"test.sh": b"#!/bin/bash\n"}),
+    tmp_path / "data-file",
+  )
   assert compose.service_names(task) == [] and compose.compose_file(task) is None
-  broken = write_task(dataclasses.replace(task, path=None, environment={
-      **data, "docker-compose.yaml": b"services: [a\n"}), tmp_path / "broken")
+  broken = write_task(
+    dataclasses.replace(
+      task, path=None, environment={**data, "docker-compose.yaml": b"services: [a\n"}
+    ),
+    tmp_path / "broken",
+  )
   res = run_noop(broken)
-  assert res.reward == 0.0 and res.reason.startswith("build_failed") and (
-      "docker-compose.yaml" in res.reason), res
+  assert (
+    res.reward == 0.0
+    and res.reason.startswith("build_failed")
+    and ("docker-compose.yaml" in res.reason)
+  ), res
 
 
 # ----------------------------------------------------------------------------- real pods
@@ -183,19 +272,25 @@ def pod_task(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("pod-task")
   task = tb1.convert_tb1(_tb1_pod_task(tmp))
   assert task.config.metadata["compose_services"] == ["client", "server"]
-  assert dict(task.config.environment.env) == {"TEST_DIR": "/tests",
-                                               "TOKEN_URL": "http://server:8080/token"}
+  assert dict(task.config.environment.env) == {
+    "TEST_DIR": "/tests",
+    "TOKEN_URL": "http://server:8080/token",
+  }
   return write_task(task, tmp / "converted")
 
 
 def test_off_podman_a_multi_service_task_is_unsupported_with_the_reason(pod_task):
-  with pytest.raises(TaskUnsupportedError, match=r"2 services \(client, server\): the bubblewrap "
-                     "backend runs one container per trial"):
+  with pytest.raises(
+    TaskUnsupportedError,
+    match=r"2 services \(client, server\): the bubblewrap "
+    "backend runs one container per trial",
+  ):
     run_oracle(pod_task, RunnerConfig(backend="bubblewrap"))
 
 
 def test_two_service_task_runs_as_a_pod_oracle_passes_noop_fails(pod_task, tmp_path):
   from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+
   reason = podman.podman_available()
   if reason:
     pytest.skip(f"podman cannot run here: {reason}")

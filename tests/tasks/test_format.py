@@ -6,8 +6,14 @@ import pathlib
 import pytest
 
 from tmax_jax.tasks import environment as envlib
-from tmax_jax.tasks.format import (Task, TaskConfig, TaskFormatError, load_task, load_task_config,
-                                   parse_size_mb, write_task)
+from tmax_jax.tasks.format import (
+  Task,
+  TaskConfig,
+  TaskFormatError,
+  load_task,
+  parse_size_mb,
+  write_task,
+)
 
 FULL_TOML = """
 schema_version = "1.1"
@@ -45,7 +51,11 @@ env = {HINT = "1"}
 """
 
 
-def _task_dir(root: pathlib.Path, toml: str = FULL_TOML, test_sh: str | None = "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"):
+def _task_dir(
+  root: pathlib.Path,
+  toml: str = FULL_TOML,
+  test_sh: str | None = "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+):
   d = root / "t"
   (d / "tests").mkdir(parents=True)
   (d / "solution").mkdir()
@@ -65,19 +75,34 @@ def test_every_field_parsed(tmp_path):
   assert cfg.task.name == "fix-server" and cfg.task.keywords == ("web", "http")
   assert cfg.task.authors == ("Ada <ada@example.com>", "Bob bob@example.com")
   assert cfg.metadata["difficulty"] == "hard" and cfg.metadata["expert_time_estimate_min"] == 30
-  assert cfg.verifier.timeout_sec == 120.0 and dict(cfg.verifier.env) == {"MODE": "strict", "LEVEL": "3"}
-  assert cfg.verifier.user == "root" and cfg.agent.user == "agent" and cfg.agent.timeout_sec == 900.5
+  assert cfg.verifier.timeout_sec == 120.0 and dict(cfg.verifier.env) == {
+    "MODE": "strict",
+    "LEVEL": "3",
+  }
+  assert (
+    cfg.verifier.user == "root" and cfg.agent.user == "agent" and cfg.agent.timeout_sec == 900.5
+  )
   e = cfg.environment
   assert (e.build_timeout_sec, e.docker_image, e.cpus, e.memory_mb, e.storage_mb, e.gpus) == (
-    300.0, "ghcr.io/example/img:1", 2.0, 4096, 20480, 0)
-  assert e.allow_internet is False and e.workdir == "/app" and dict(e.env) == {"PATH_EXTRA": "/opt/bin"}
+    300.0,
+    "ghcr.io/example/img:1",
+    2.0,
+    4096,
+    20480,
+    0,
+  )
+  assert (
+    e.allow_internet is False and e.workdir == "/app" and dict(e.env) == {"PATH_EXTRA": "/opt/bin"}
+  )
   assert e.healthcheck["command"] == "curl -f localhost"
   assert cfg.extra == {"environment.future_field": "kept"}
   assert dict(cfg.solution.env) == {"HINT": "1"}
 
 
 def test_defaults_and_old_memory_forms(tmp_path):
-  cfg = load_task(_task_dir(tmp_path, toml='version = "1.0"\n[environment]\nmemory = "2G"\nstorage = "10G"\n')).config
+  cfg = load_task(
+    _task_dir(tmp_path, toml='version = "1.0"\n[environment]\nmemory = "2G"\nstorage = "10G"\n')
+  ).config
   assert cfg.environment.memory_mb == 2048 and cfg.environment.storage_mb == 10240
   assert cfg.verifier.timeout_sec == 600.0 and cfg.agent.timeout_sec == 600.0
   assert parse_size_mb("512M", "f", "x") == 512 and parse_size_mb("1.5G", "f", "x") == 1536
@@ -92,8 +117,14 @@ def test_round_trip_is_exact(tmp_path):
   again = load_task(out.path)
   assert again.config == task.config
   assert again.instruction == task.instruction
-  assert again.environment == task.environment and again.tests == task.tests and again.solution == task.solution
-  assert os.access(out.path / "tests" / "test.sh", os.X_OK) and os.access(out.path / "solution" / "solve.sh", os.X_OK)
+  assert (
+    again.environment == task.environment
+    and again.tests == task.tests
+    and again.solution == task.solution
+  )
+  assert os.access(out.path / "tests" / "test.sh", os.X_OK) and os.access(
+    out.path / "solution" / "solve.sh", os.X_OK
+  )
   assert not os.access(out.path / "environment" / "seeds" / "data.bin", os.X_OK)
 
 
@@ -106,7 +137,9 @@ def test_write_is_atomic_and_refuses_overwrite(tmp_path):
   with pytest.raises(TaskFormatError):
     write_task(bad, tmp_path / "b")
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
-  write_task(Task("y", TaskConfig(), tests={"test.sh": b"exit 1\n"}), tmp_path / "a", overwrite=True)
+  write_task(
+    Task("y", TaskConfig(), tests={"test.sh": b"exit 1\n"}), tmp_path / "a", overwrite=True
+  )
   assert (tmp_path / "a" / "instruction.md").read_text() == "y"
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
 
@@ -126,18 +159,21 @@ def test_bad_toml_names_file_and_line(tmp_path):
   assert e.value.file == str(d / "task.toml") and "line 2" in str(e.value)
 
 
-@pytest.mark.parametrize("toml,field", [
-  ('[verifier]\ntimeout_sec = "fast"\n', "verifier.timeout_sec"),
-  ("[agent]\ntimeout_sec = -1\n", "agent.timeout_sec"),
-  ('[environment]\nallow_internet = "yes"\n', "environment.allow_internet"),
-  ('[environment]\nmemory = "lots"\n', "environment.memory_mb"),
-  ('[environment]\nworkdir = "app"\n', "environment.workdir"),
-  ("[environment]\nenv = {A = [1]}\n", "environment.env.A"),
-  ('[task]\nkeywords = [1]\n', "task.keywords[0]"),
-  ('schema_version = "2.0"\n', "schema_version"),
-  ("verifier = 3\n", "verifier"),
-  ('[environment]\nhealthcheck = {interval = 1}\n', "environment.healthcheck"),
-])
+@pytest.mark.parametrize(
+  "toml,field",
+  [
+    ('[verifier]\ntimeout_sec = "fast"\n', "verifier.timeout_sec"),
+    ("[agent]\ntimeout_sec = -1\n", "agent.timeout_sec"),
+    ('[environment]\nallow_internet = "yes"\n', "environment.allow_internet"),
+    ('[environment]\nmemory = "lots"\n', "environment.memory_mb"),
+    ('[environment]\nworkdir = "app"\n', "environment.workdir"),
+    ("[environment]\nenv = {A = [1]}\n", "environment.env.A"),
+    ("[task]\nkeywords = [1]\n", "task.keywords[0]"),
+    ('schema_version = "2.0"\n', "schema_version"),
+    ("verifier = 3\n", "verifier"),
+    ("[environment]\nhealthcheck = {interval = 1}\n", "environment.healthcheck"),
+  ],
+)
 def test_bad_fields_are_named(tmp_path, toml, field):
   d = _task_dir(tmp_path, toml=toml)
   with pytest.raises(TaskFormatError) as e:
@@ -165,20 +201,28 @@ def test_solution_without_solve_sh(tmp_path):
 
 
 def test_environment_spec_from_dockerfile(tmp_path):
-  d = _task_dir(tmp_path, toml="[environment]\nmemory_mb = 1024\nenv = {A = \"1\"}\n")
+  d = _task_dir(tmp_path, toml='[environment]\nmemory_mb = 1024\nenv = {A = "1"}\n')
   env = d / "environment"
   (env / "app").mkdir()
   (env / "app" / "main.py").write_text("print(1)\n")
   (env / "conf.ini").write_text("[x]\n")
   (env / "Dockerfile").write_text(
-    "FROM python:3.11\n# comment\nWORKDIR /srv\nENV B=2 C=\"x y\"\nENV D 4\n"
-    "COPY app/ /srv/app/\nCOPY conf.ini .\nRUN echo one && \\\n    echo two\nCMD [\"python3\"]\n")
+    'FROM python:3.11\n# comment\nWORKDIR /srv\nENV B=2 C="x y"\nENV D 4\n'
+    'COPY app/ /srv/app/\nCOPY conf.ini .\nRUN echo one && \\\n    echo two\nCMD ["python3"]\n'
+  )
   spec = envlib.environment_spec(load_task(d), "/rootfs", memory_mb=None)
   assert spec.image == "/rootfs" and spec.workdir == "/srv" and spec.limits.memory_mb == 1024
   assert dict(spec.env) == {"A": "1", "B": "2", "C": "x y", "D": "4"}
-  assert [dst for _, dst in spec.files] == ["/srv/data.bin", "/srv/app/main.py", "/srv/conf.ini"]  # seeds first
+  assert [dst for _, dst in spec.files] == [
+    "/srv/data.bin",
+    "/srv/app/main.py",
+    "/srv/conf.ini",
+  ]  # seeds first
   assert spec.setup_commands[0] == "mkdir -p /srv"
-  assert spec.setup_commands[1].endswith("echo one &&      echo two") and "cd /srv" in spec.setup_commands[1]
+  assert (
+    spec.setup_commands[1].endswith("echo one &&      echo two")
+    and "cd /srv" in spec.setup_commands[1]
+  )
   (env / "Dockerfile").write_text("FROM x\nCOPY missing.txt /a\n")
   with pytest.raises(TaskFormatError, match=r"line 2 \(COPY\).*missing.txt"):
     envlib.environment_spec(load_task(d), "/rootfs")
@@ -196,10 +240,15 @@ def test_environment_spec_seeds_without_dockerfile(tmp_path):
 
 
 def test_round_trip_nested_metadata_unknown_sections_and_dates(tmp_path):
-  toml = ('version = "1.0"\ncreated = 2025-01-02T03:04:05Z\n[metadata]\ndifficulty = "medium"\n'
-          'limits = {a = 1, b = [1.5, "x"]}\nsteps = [{name = "one", n = 1}]\nday = 2025-05-06\n'
-          '[custom]\nflag = true\nquote = "a \\"b\\"\\n"\n')
+  toml = (
+    'version = "1.0"\ncreated = 2025-01-02T03:04:05Z\n[metadata]\ndifficulty = "medium"\n'
+    'limits = {a = 1, b = [1.5, "x"]}\nsteps = [{name = "one", n = 1}]\nday = 2025-05-06\n'
+    '[custom]\nflag = true\nquote = "a \\"b\\"\\n"\n'
+  )
   task = load_task(_task_dir(tmp_path, toml=toml))
-  assert task.config.extra["created"].year == 2025 and task.config.extra["custom"] == {"flag": True, "quote": 'a "b"\n'}
+  assert task.config.extra["created"].year == 2025 and task.config.extra["custom"] == {
+    "flag": True,
+    "quote": 'a "b"\n',
+  }
   again = load_task(write_task(task, tmp_path / "copy").path)
   assert again.config == task.config

@@ -20,31 +20,40 @@ def totals(path):
 if __name__ == "__main__":
   print(totals(sys.argv[1]))
 '''
-IMPL = STUB.replace('  raise NotImplementedError\n', '''  total = 0.0
+IMPL = STUB.replace(
+  "  raise NotImplementedError\n",
+  """  total = 0.0
   for line in open(path):
     if line.strip():
       total += float(line)
   return round(total, 2)
-''')
-CHECK = '''import subprocess, sys
+""",
+)
+CHECK = """import subprocess, sys
 out = subprocess.run([sys.executable, "/workspace/calc.py", "/workspace/nums.txt"],
                      capture_output=True, text=True).stdout.strip()
 if out != "7.75":
   sys.exit(f"calc.py printed {out!r}")
 if open("/workspace/result.txt").read().strip() != "7.75":
   sys.exit("result.txt is wrong")
-'''
-SOLVE = ("#!/bin/bash\nset -e\ncd /workspace\ncat > calc.py <<'EOF'\n" + IMPL + "EOF\n"
-         "python3 calc.py nums.txt > result.txt\n")
+"""
+SOLVE = (
+  "#!/bin/bash\nset -e\ncd /workspace\ncat > calc.py <<'EOF'\n" + IMPL + "EOF\n"
+  "python3 calc.py nums.txt > result.txt\n"
+)
 NUMS = b"1.5\n2.25\n4\n"
 
 
 def _task(name, seeds, solve=SOLVE, check=CHECK):
-  stage = compose.Stage(name=name, instruction="Implement totals() in /workspace/calc.py and write "
-                        "its result for nums.txt to /workspace/result.txt.", requirement=name,
-                        solve=solve, tests={"check.py": check.encode()},
-                        seeds={k: v if isinstance(v, bytes) else v.encode()
-                               for k, v in seeds.items()})
+  stage = compose.Stage(
+    name=name,
+    instruction="Implement totals() in /workspace/calc.py and write "
+    "its result for nums.txt to /workspace/result.txt.",
+    requirement=name,
+    solve=solve,
+    tests={"check.py": check.encode()},
+    seeds={k: v if isinstance(v, bytes) else v.encode() for k, v in seeds.items()},
+  )
   return compose.root_task(stage, compose.Lineage(name, name, 0, name, name))
 
 
@@ -65,8 +74,10 @@ def test_clean_task_passes(auditor):
   checks = _by_name(report)
   assert checks["oracle"].details["rewards"] == {"reward": 1.0, "g0": 1.0}
   assert checks["untouched"].details["rewards"]["g0"] == 0.0
-  assert [a["name"] for a in checks["probe"].details["attempts"]] == ["run_existing",
-                                                                      "restore_copies"]
+  assert [a["name"] for a in checks["probe"].details["attempts"]] == [
+    "run_existing",
+    "restore_copies",
+  ]
 
 
 def test_environment_with_the_oracles_function_is_flagged(auditor):
@@ -82,11 +93,16 @@ def test_environment_with_the_oracles_function_is_flagged(auditor):
 @pytest.mark.slow
 def test_environment_with_the_oracles_file_is_flagged(auditor):
   conf = "[server]\nport = 8080\nworkers = 4\nroot = /srv/www\n"
-  solve = ("#!/bin/bash\nset -e\ncd /workspace\nmkdir -p etc\nprintf '%s' '" + conf +
-           "' > etc/app.conf\necho ready > status.txt\n")
-  check = ("import sys\nif open('/workspace/etc/app.conf').read() != " + repr(conf) + ":\n"
-           "  sys.exit('conf')\nif open('/workspace/status.txt').read() != 'ready\\n':\n"
-           "  sys.exit('status')\n")
+  solve = (
+    "#!/bin/bash\nset -e\ncd /workspace\nmkdir -p etc\nprintf '%s' '"
+    + conf
+    + "' > etc/app.conf\necho ready > status.txt\n"
+  )
+  check = (
+    "import sys\nif open('/workspace/etc/app.conf').read() != " + repr(conf) + ":\n"
+    "  sys.exit('conf')\nif open('/workspace/status.txt').read() != 'ready\\n':\n"
+    "  sys.exit('status')\n"
+  )
   report = auditor.audit(_task("predone-file", {"etc/app.conf": conf}, solve, check))
   assert report.failed() == ["static"], report.to_json()
   finding = _by_name(report)["static"].details["findings"][0]
@@ -94,8 +110,9 @@ def test_environment_with_the_oracles_file_is_flagged(auditor):
 
 
 def test_tests_passing_untouched_are_flagged(auditor):
-  report = auditor.audit(_task("untouched", {"calc.py": IMPL, "nums.txt": NUMS,
-                                             "result.txt": "7.75\n"}))
+  report = auditor.audit(
+    _task("untouched", {"calc.py": IMPL, "nums.txt": NUMS, "result.txt": "7.75\n"})
+  )
   checks = _by_name(report)
   assert not checks["untouched"].passed, report.to_json()
   assert "already pass on the untouched environment" in checks["untouched"].evidence[0]
@@ -104,14 +121,19 @@ def test_tests_passing_untouched_are_flagged(auditor):
 
 @pytest.mark.slow
 def test_shipped_script_that_does_the_work_is_found_by_a_probe(auditor):
-  helper = "#!/bin/bash\ncd /workspace\ncat > calc.py <<'EOF'\n" + IMPL + "EOF\n" \
-           "python3 calc.py nums.txt > result.txt\n"
-  own = SOLVE.replace("cat > calc.py <<'EOF'\n" + IMPL + "EOF\n",
-                      "python3 - <<'EOF'\nsrc = open('calc.py').read().replace('  raise "
-                      "NotImplementedError', '  return round(sum(float(l) for l in open(path) "
-                      "if l.strip()), 2)')\nopen('calc.py', 'w').write(src)\nEOF\n")
-  report = auditor.audit(_task("probe", {"calc.py": STUB, "nums.txt": NUMS,
-                                         "tools/regen.sh": helper}, solve=own))
+  helper = (
+    "#!/bin/bash\ncd /workspace\ncat > calc.py <<'EOF'\n" + IMPL + "EOF\n"
+    "python3 calc.py nums.txt > result.txt\n"
+  )
+  own = SOLVE.replace(
+    "cat > calc.py <<'EOF'\n" + IMPL + "EOF\n",
+    "python3 - <<'EOF'\nsrc = open('calc.py').read().replace('  raise "
+    "NotImplementedError', '  return round(sum(float(l) for l in open(path) "
+    "if l.strip()), 2)')\nopen('calc.py', 'w').write(src)\nEOF\n",
+  )
+  report = auditor.audit(
+    _task("probe", {"calc.py": STUB, "nums.txt": NUMS, "tools/regen.sh": helper}, solve=own)
+  )
   checks = _by_name(report)
   assert report.failed() == ["probe"], report.to_json()
   assert "run_existing" in checks["probe"].evidence[0]
@@ -120,7 +142,8 @@ def test_shipped_script_that_does_the_work_is_found_by_a_probe(auditor):
 
 @pytest.mark.slow
 def test_a_failing_oracle_stops_the_audit(auditor):
-  report = auditor.audit(_task("broken", {"calc.py": STUB, "nums.txt": NUMS},
-                               solve="#!/bin/bash\nexit 0\n"))
+  report = auditor.audit(
+    _task("broken", {"calc.py": STUB, "nums.txt": NUMS}, solve="#!/bin/bash\nexit 0\n")
+  )
   assert report.failed() == ["oracle", "untouched", "static", "probe"]
   assert "does not pass its own tests" in report.evidence()[0]

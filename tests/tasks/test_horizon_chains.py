@@ -74,12 +74,15 @@ def _check_node(node):
   gen = f"g{n}"
   oracle = runner.run_oracle(task)
   assert oracle.rewards == {"reward": 1.0, **{f"g{i}": 1.0 for i in range(n + 1)}}, (
-      node.lineage.id, oracle.logs)
+    node.lineage.id,
+    oracle.logs,
+  )
   untouched = runner.run_noop(task)
   assert untouched.rewards[gen] == 0.0 and untouched.reward == 0.0, node.lineage.id
   assert all(untouched.rewards[f"g{i}"] == 1.0 for i in range(n)), (
-      f"{node.lineage.id}: the child environment must start from the parent's final state, where "
-      f"the parents' checks pass: {untouched.rewards}")
+    f"{node.lineage.id}: the child environment must start from the parent's final state, where "
+    f"the parents' checks pass: {untouched.rewards}"
+  )
   wrong = runner.run_script(task, core.bash_script(node.spec.wrong))
   assert wrong.rewards[gen] == 0.0, (node.lineage.id, wrong.logs)
 
@@ -114,10 +117,12 @@ def test_build_cli_accepts_every_chain(tmp_path, capsys):
   summary = json.loads((out / "summary.json").read_text())
   nodes = sum(len(list(chains.tree_paths(registry.get_chain(n), 3))) for n in CHAINS)
   assert summary["counts"] == {"accepted": nodes, "rebuilt": 0, "rejected": 0, "skipped": 0}, (
-      summary)
+    summary
+  )
   assert summary["depth"] == 3 and summary["branching_nodes"] == len(CHAINS), summary
   tree = json.loads((out / "lineage.json").read_text())
   assert {nid.split("-s3-d1")[0] for nid in tree["nodes"]} == set(CHAINS)
-  assert all(record.load_record(out / "tasks" / nid)["status"] == "accepted"
-             for nid in tree["nodes"])
+  assert all(
+    record.load_record(out / "tasks" / nid)["status"] == "accepted" for nid in tree["nodes"]
+  )
   assert "accepted" in capsys.readouterr().out

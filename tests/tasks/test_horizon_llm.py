@@ -7,8 +7,8 @@ import json
 import pathlib
 
 import pytest
-
 from tasks_helpers import ChatServer
+
 from tests.conftest import require_base_rootfs
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.generator import llm
@@ -18,8 +18,14 @@ DATA = pathlib.Path(__file__).with_name("data") / "horizon"
 CLEAN = (DATA / "root_clean.json").read_text()
 PREDONE = (DATA / "root_predone.json").read_text()
 EXTEND = (DATA / "extend.json").read_text()
-SEED = [{"id": "h-shop", "job": "keep a shop's sales reports", "domain": "retail",
-         "tools": ["python3", "csv"]}]
+SEED = [
+  {
+    "id": "h-shop",
+    "job": "keep a shop's sales reports",
+    "domain": "retail",
+    "tools": ["python3", "csv"],
+  }
+]
 
 
 def _mutate(text, **changes):
@@ -33,8 +39,9 @@ def test_parse_and_prompts():
   assert draft.name == "sales-report" and draft.goal.startswith("keep the regional")
   assert set(draft.stage.tests) == {"test_report.py"} and "sales.csv" in draft.stage.seeds
   with pytest.raises(llm.ReplyError, match=r"missing \['goal'\]"):
-    authoring.parse_reply(json.dumps({k: v for k, v in json.loads(CLEAN).items() if k != "goal"}),
-                          "build")
+    authoring.parse_reply(
+      json.dumps({k: v for k, v in json.loads(CLEAN).items() if k != "goal"}), "build"
+    )
   with pytest.raises(llm.ReplyError, match="tests: expected one or more pytest files"):
     authoring.parse_reply(_mutate(CLEAN, tests={"check.sh": "x"}), "build")
   with pytest.raises(llm.ReplyError, match=r"unexpected \['goal'\]"):
@@ -60,9 +67,14 @@ def _seeds(tmp_path):
 
 
 def test_predone_root_is_rebuilt_then_extended(tmp_path, auditor):
-  cfg = build.BuildConfig(out=str(tmp_path / "out"), mode="llm",
-                          professional_seeds=_seeds(tmp_path),
-                          max_generations=2, branches=1, rebuild_rounds=1)
+  cfg = build.BuildConfig(
+    out=str(tmp_path / "out"),
+    mode="llm",
+    professional_seeds=_seeds(tmp_path),
+    max_generations=2,
+    branches=1,
+    rebuild_rounds=1,
+  )
   with ChatServer([PREDONE, CLEAN, EXTEND]) as srv:
     summary = build.Builder(cfg, auditor, srv.client()).run()
   assert summary["counts"] == {"accepted": 1, "rebuilt": 1, "rejected": 0, "skipped": 0}, summary
@@ -87,9 +99,13 @@ def test_predone_root_is_rebuilt_then_extended(tmp_path, auditor):
 
 @pytest.mark.slow
 def test_rejected_after_the_rebuild_rounds_and_resume(tmp_path, auditor):
-  cfg = build.BuildConfig(out=str(tmp_path / "out"), mode="llm",
-                          professional_seeds=_seeds(tmp_path),
-                          max_generations=1, rebuild_rounds=1)
+  cfg = build.BuildConfig(
+    out=str(tmp_path / "out"),
+    mode="llm",
+    professional_seeds=_seeds(tmp_path),
+    max_generations=1,
+    rebuild_rounds=1,
+  )
   with ChatServer([PREDONE, "not json", PREDONE]) as srv:
     summary = build.Builder(cfg, auditor, srv.client()).run()
   assert summary["counts"]["rejected"] == 1 and len(srv.requests) == 3
@@ -105,9 +121,27 @@ def test_build_cli_llm_mode(tmp_path, capsys):
   require_base_rootfs()
   with ChatServer([CLEAN]) as srv:
     url = srv.client().config.base_url
-    assert build.main(["--out", str(tmp_path / "o"), "--mode", "llm", "--base-url", url,
-                       "--model", "m", "--professional-seeds", _seeds(tmp_path),
-                       "--max-generations", "1", "--probe-attempts", "1"]) == 0
+    assert (
+      build.main(
+        [
+          "--out",
+          str(tmp_path / "o"),
+          "--mode",
+          "llm",
+          "--base-url",
+          url,
+          "--model",
+          "m",
+          "--professional-seeds",
+          _seeds(tmp_path),
+          "--max-generations",
+          "1",
+          "--probe-attempts",
+          "1",
+        ]
+      )
+      == 0
+    )
   out = capsys.readouterr().out
   assert "accepted" in out and "lineage: depth 1 generations" in out
   assert (tmp_path / "o" / "tasks" / "h-shop" / "horizon.json").is_file()
@@ -118,8 +152,10 @@ def _openai_route_reason() -> str:
   src = pathlib.Path(__file__).parents[2] / "tmax_jax" / "inference"
   if any("chat/completions" in p.read_text() for p in src.glob("*.py")):
     return ""
-  return ("the project's server has no OpenAI-compatible /v1/chat/completions on main yet "
-          "(server-surface, issue #14 part 6)")
+  return (
+    "the project's server has no OpenAI-compatible /v1/chat/completions on main yet "
+    "(server-surface, issue #14 part 6)"
+  )
 
 
 @pytest.mark.slow
@@ -134,32 +170,49 @@ def test_against_the_projects_own_server(tmp_path, auditor):
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
+
   root = pathlib.Path(__file__).parents[2]
   ready = tmp_path / "ready.json"
   # the tiny preset with the real Qwen3 vocabulary (the chat endpoint tokenises with it) and room
   # for the build prompt (~1k tokens)
-  proc = subprocess.Popen([sys.executable, str(root / "launch" / "serve.py"),
-                           f"--config={root / 'configs' / 'serve_tiny.py'}",
-                           "--config.server.port=0", "--config.openai.port=0",
-                           "--config.model.overrides.vocab_size=151936",
-                           "--config.engine.max_len=4096", "--config.engine.max_prefill_length=2048",
-                           f"--config.ready_file={ready}"])
+  proc = subprocess.Popen(
+    [
+      sys.executable,
+      str(root / "launch" / "serve.py"),
+      f"--config={root / 'configs' / 'serve_tiny.py'}",
+      "--config.server.port=0",
+      "--config.openai.port=0",
+      "--config.model.overrides.vocab_size=151936",
+      "--config.engine.max_len=4096",
+      "--config.engine.max_prefill_length=2048",
+      f"--config.ready_file={ready}",
+    ]
+  )
   try:
     deadline = time.monotonic() + 600
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
       time.sleep(1)
     assert ready.exists(), "launch/serve.py did not become ready"
     info = json.loads(ready.read_text())
-    assert "openai_base_url" in info, (f"the ready file {info} names no OpenAI base URL; update "
-                                       "this test's wiring to the server's field")
+    assert "openai_base_url" in info, (
+      f"the ready file {info} names no OpenAI base URL; update "
+      "this test's wiring to the server's field"
+    )
     import urllib.request  # pylint: disable=import-outside-toplevel
+
     with urllib.request.urlopen(info["openai_base_url"] + "/models", timeout=60) as resp:
       model = json.loads(resp.read())["data"][0]["id"]  # the id the server serves
-    client = llm.ChatClient(llm.ChatConfig(base_url=info["openai_base_url"], model=model,
-                                           max_tokens=32, timeout_s=300))
-    cfg = build.BuildConfig(out=str(tmp_path / "out"), mode="llm",
-                            professional_seeds=_seeds(tmp_path), max_generations=1,
-                            rebuild_rounds=0, max_attempts=1)
+    client = llm.ChatClient(
+      llm.ChatConfig(base_url=info["openai_base_url"], model=model, max_tokens=32, timeout_s=300)
+    )
+    cfg = build.BuildConfig(
+      out=str(tmp_path / "out"),
+      mode="llm",
+      professional_seeds=_seeds(tmp_path),
+      max_generations=1,
+      rebuild_rounds=0,
+      max_attempts=1,
+    )
     summary = build.Builder(cfg, auditor, client).run()
     entry = record.BuildLog(tmp_path / "out").nodes()["h-shop"]
     assert summary["counts"]["rejected"] == 1 and entry["reason"].startswith("reply: ReplyError")

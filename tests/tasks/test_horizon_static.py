@@ -37,8 +37,12 @@ def main():
 
 def entry(text, mtime=1):
   data = text.encode()
-  return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "mtime_ns": mtime,
-          "text": text}
+  return {
+    "sha256": hashlib.sha256(data).hexdigest(),
+    "size": len(data),
+    "mtime_ns": mtime,
+    "text": text,
+  }
 
 
 def rules(findings):
@@ -66,8 +70,9 @@ def test_copy_of_an_existing_implementation_into_a_new_file_is_named():
 
 
 def test_small_edits_next_to_real_new_work_are_an_extension_not_pre_done():
-  ext = IMPL.replace('    out[row["region"]]', '    if row.get("void"):\n      continue\n'
-                                                  '    out[row["region"]]')
+  ext = IMPL.replace(
+    '    out[row["region"]]', '    if row.get("void"):\n      continue\n    out[row["region"]]'
+  )
   ext += "\n\ndef monthly(path):\n" + "".join(f"  x{i} = {i}\n" for i in range(8)) + "  return x0\n"
   found = static.static_audit({"report.py": entry(IMPL)}, {"report.py": entry(ext, 2)})
   assert found == []
@@ -85,15 +90,19 @@ def test_identical_rewrite_is_named_and_small_files_ignored():
 
 
 def test_line_overlap_of_other_code():
-  ref = "#!/bin/bash\nset -e\nfor f in data/*.csv; do\n" \
-        "  sort -u \"$f\" > \"out/$(basename $f)\"\n" \
-        "  gzip -9 \"out/$(basename $f)\"\ndone\necho archived\n"
+  ref = (
+    "#!/bin/bash\nset -e\nfor f in data/*.csv; do\n"
+    '  sort -u "$f" > "out/$(basename $f)"\n'
+    '  gzip -9 "out/$(basename $f)"\ndone\necho archived\n'
+  )
   before = {"tools/archive_ref.sh": entry(ref), "archive.sh": entry("#!/bin/bash\n# TODO\n")}
   found = static.static_audit(before, {**before, "archive.sh": entry(ref, 2)})
   assert rules(found) == [("line_overlap", "archive.sh", "")]
   assert "tools/archive_ref.sh" in found[0].evidence and "100%" in found[0].evidence
-  own = "#!/bin/bash\nset -e\nmkdir -p out\nfor f in data/*.csv; do\n  cut -d, -f2 \"$f\" | " \
-        "sort -n > \"out/$f\"\ndone\npaste out/* > merged.txt\nwc -l merged.txt\n"
+  own = (
+    '#!/bin/bash\nset -e\nmkdir -p out\nfor f in data/*.csv; do\n  cut -d, -f2 "$f" | '
+    'sort -n > "out/$f"\ndone\npaste out/* > merged.txt\nwc -l merged.txt\n'
+  )
   assert static.static_audit(before, {**before, "archive.sh": entry(own, 2)}) == []
 
 
@@ -104,12 +113,20 @@ def test_data_outputs_are_not_line_compared():
 
 
 def test_trivial_bodies():
-  src = ("def a():\n  pass\n\ndef b():\n  '''doc'''\n  ...\n\ndef c():\n  raise "
-         "NotImplementedError('x')\n\ndef d():\n  return 0\n\ndef e(x):\n  return x + 1\n\n"
-         "class K:\n  def m(self):\n    return self.v * 2\n")
+  src = (
+    "def a():\n  pass\n\ndef b():\n  '''doc'''\n  ...\n\ndef c():\n  raise "
+    "NotImplementedError('x')\n\ndef d():\n  return 0\n\ndef e(x):\n  return x + 1\n\n"
+    "class K:\n  def m(self):\n    return self.v * 2\n"
+  )
   fns = static.python_functions(src)
-  assert {n: f.trivial for n, f in fns.items()} == {"a": True, "b": True, "c": True, "d": True,
-                                                     "e": False, "K.m": False}
+  assert {n: f.trivial for n, f in fns.items()} == {
+    "a": True,
+    "b": True,
+    "c": True,
+    "d": True,
+    "e": False,
+    "K.m": False,
+  }
   assert static.python_functions("def broken(:\n") is None
 
 
@@ -121,8 +138,9 @@ def test_snapshot_script(tmp_path):
   (tmp_path / "w" / ".git" / "HEAD").write_text("ref\n")
   (tmp_path / "w" / "link").symlink_to("sub/a.py")
   out = tmp_path / "snap.json"
-  subprocess.run([sys.executable, "-c", static.SNAPSHOT_PY, str(tmp_path / "w"), str(out), "100"],
-                 check=True)
+  subprocess.run(
+    [sys.executable, "-c", static.SNAPSHOT_PY, str(tmp_path / "w"), str(out), "100"], check=True
+  )
   snap = json.loads(out.read_text())
   assert sorted(snap) == ["bin", "link", "sub/a.py"]
   assert snap["sub/a.py"]["text"] == "x = 1\n" and "text" not in snap["bin"]

@@ -1,17 +1,17 @@
-"""The LLM task-writing path against a real OpenAI-compatible HTTP server on 127.0.0.1 serving recorded
-replies: strict parsing, the retry path (the error is fed back), the reject path, and - with a real
-sandbox - parse -> build -> smoke test -> keep."""
+"""The LLM task-writing path against a real OpenAI-compatible HTTP server on 127.0.0.1 serving
+recorded replies: strict parsing, the retry path (the error is fed back), the reject path, and -
+with a real sandbox - parse -> build -> smoke test -> keep."""
 
 import dataclasses
 import json
 import pathlib
 
 import pytest
+from tasks_helpers import ChatServer
 
 from tmax_jax.tasks.format import load_task
 from tmax_jax.tasks.generator import llm, pipeline
 from tmax_jax.tasks.generator.axes import sample_axes
-from tasks_helpers import ChatServer
 
 DATA = pathlib.Path(__file__).with_name("data")
 GOOD = (DATA / "llm_task_reply.json").read_text()
@@ -25,8 +25,17 @@ def test_prompt_mentions_every_axis():
   s = _sample()
   msgs = llm.render_prompt(s)
   assert [m["role"] for m in msgs] == ["system", "user"]
-  for value in (s.domain, s.skill_type, s.persona, s.language, s.task_complexity, s.command_complexity, s.fixture,
-                s.verifier, *s.primitive_skills):
+  for value in (
+    s.domain,
+    s.skill_type,
+    s.persona,
+    s.language,
+    s.task_complexity,
+    s.command_complexity,
+    s.fixture,
+    s.verifier,
+    *s.primitive_skills,
+  ):
     assert value in msgs[1]["content"]
   assert "$" not in msgs[1]["content"] and "exactly one JSON object" in msgs[0]["content"]
 
@@ -36,7 +45,10 @@ def test_parse_recorded_reply_and_fence():
   assert task.config.task.name == "sales-by-region" and smoke.startswith("test -s")
   assert task.environment["seeds/sales.csv"].startswith(b"region,amount")
   assert set(task.tests) == {"test.sh", "checker.py", "spec.json"}
-  assert task.config.metadata["domain"] == "data_querying" and task.config.metadata["verifier"] == "exact_text"
+  assert (
+    task.config.metadata["domain"] == "data_querying"
+    and task.config.metadata["verifier"] == "exact_text"
+  )
   assert task.solution["solve.sh"].startswith(b"#!/bin/bash")
 
 
@@ -50,21 +62,30 @@ def _mutate(**changes):
   return json.dumps(obj)
 
 
-@pytest.mark.parametrize("reply,match", [
-  ("Sure! Here is the task: {}", "does not start with"),
-  ("```json\n{}\n```\n```json\n{}\n```", "2 fenced blocks"),
-  ('{"name": "x",', "invalid JSON"),
-  ("[1, 2]", "does not start with"),
-  (_mutate(smoke_test=None), r"missing \['smoke_test'\]"),
-  (_mutate(extra_key=1), r"unexpected \['extra_key'\]"),
-  (_mutate(name="Not A Slug"), "name: expected a kebab-case slug"),
-  (_mutate(difficulty="trivial"), "difficulty"),
-  (_mutate(verifier={"kind": "fuzz_equivalence", "params": {}}), "verifier.kind: expected 'exact_text'"),
-  (_mutate(verifier={"kind": "exact_text", "params": {"targets": [], "strictness": 1}}), "verifier.params: targets"),
-  (_mutate(verifier={"kind": "exact_text", "params": {"bogus": 1}}), "verifier.params"),
-  (_mutate(environment={"seeds": {"../escape": "x"}}), r"environment.seeds.../escape"),
-  (_mutate(instruction=""), "instruction: expected a non-empty str"),
-])
+@pytest.mark.parametrize(
+  "reply,match",
+  [
+    ("Sure! Here is the task: {}", "does not start with"),
+    ("```json\n{}\n```\n```json\n{}\n```", "2 fenced blocks"),
+    ('{"name": "x",', "invalid JSON"),
+    ("[1, 2]", "does not start with"),
+    (_mutate(smoke_test=None), r"missing \['smoke_test'\]"),
+    (_mutate(extra_key=1), r"unexpected \['extra_key'\]"),
+    (_mutate(name="Not A Slug"), "name: expected a kebab-case slug"),
+    (_mutate(difficulty="trivial"), "difficulty"),
+    (
+      _mutate(verifier={"kind": "fuzz_equivalence", "params": {}}),
+      "verifier.kind: expected 'exact_text'",
+    ),
+    (
+      _mutate(verifier={"kind": "exact_text", "params": {"targets": [], "strictness": 1}}),
+      "verifier.params: targets",
+    ),
+    (_mutate(verifier={"kind": "exact_text", "params": {"bogus": 1}}), "verifier.params"),
+    (_mutate(environment={"seeds": {"../escape": "x"}}), r"environment.seeds.../escape"),
+    (_mutate(instruction=""), "instruction: expected a non-empty str"),
+  ],
+)
 def test_strict_parse_errors(reply, match):
   with pytest.raises(llm.ReplyError, match=match):
     llm.parse_task_reply(reply, _sample())
@@ -83,8 +104,12 @@ def test_retry_feeds_the_error_back_then_succeeds():
 
 def test_reject_after_max_attempts_writes_nothing(tmp_path):
   with ChatServer(["nope", "[]", '{"name": 1}']) as srv:
-    res = pipeline.generate_task(_sample(), srv.client(), tmp_path, pipeline.GenerationConfig(max_attempts=3))
-  assert res.status == "rejected" and res.attempts == 3 and "ReplyError: after 3 attempts" in res.reason
+    res = pipeline.generate_task(
+      _sample(), srv.client(), tmp_path, pipeline.GenerationConfig(max_attempts=3)
+    )
+  assert (
+    res.status == "rejected" and res.attempts == 3 and "ReplyError: after 3 attempts" in res.reason
+  )
   assert [p.name for p in tmp_path.iterdir()] == ["generation.jsonl"]
   rec = json.loads((tmp_path / "generation.jsonl").read_text())
   assert rec["status"] == "rejected" and rec["sample_id"] == _sample().id
@@ -102,7 +127,7 @@ def test_http_errors_count_as_attempts():
 def _sandbox_or_skip():
   try:
     from tmax_jax.sandbox import open_sandbox  # noqa: F401
-    from tmax_jax.sandbox.images import ensure_base_rootfs, is_built, rootfs_path
+    from tmax_jax.sandbox.images import is_built, rootfs_path
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   if not is_built(rootfs_path()):
@@ -111,7 +136,9 @@ def _sandbox_or_skip():
 
 def test_end_to_end_keep_and_build_reject(tmp_path):
   _sandbox_or_skip()
-  broken_build = _mutate(name="broken-build", environment={"dockerfile": "FROM debian\nRUN exit 3\n"})
+  broken_build = _mutate(
+    name="broken-build", environment={"dockerfile": "FROM debian\nRUN exit 3\n"}
+  )
   failing_smoke = _mutate(name="failing-smoke", smoke_test="test -f /workspace/nope.csv")
   wrong_oracle = _mutate(name="wrong-oracle", solution="echo 'east 7' > /workspace/totals.txt\n")
   samples = [dataclasses.replace(_sample(), id=f"s{i}") for i in range(4)]
@@ -120,35 +147,70 @@ def test_end_to_end_keep_and_build_reject(tmp_path):
   recs = [json.loads(x) for x in (tmp_path / "out" / "generation.jsonl").read_text().splitlines()]
   assert [r["status"] for r in recs] == ["kept", "rejected", "rejected", "rejected"], recs
   assert recs[0]["oracle_reward"] == 1.0
-  assert recs[1]["reason"].startswith("oracle run: build_failed") and "exit 3" in recs[1]["reason"], recs[1]
+  assert (
+    recs[1]["reason"].startswith("oracle run: build_failed") and "exit 3" in recs[1]["reason"]
+  ), recs[1]
   assert "smoke test" in recs[2]["reason"], recs[2]
   assert "oracle scored 0" in recs[3]["reason"], recs[3]
   kept = load_task(recs[0]["task_dir"])
-  assert kept.config.task.name == "sales-by-region" and kept.config.metadata["generator"] == "tmax-llm"
-  assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["generation.jsonl", "s0-sales-by-region",
-                                                                  "summary.json"]
-  assert summary == {"requested": 4, "kept": 1, "rejected": 3, "balance_score": pytest.approx(1 / 9)}
+  assert (
+    kept.config.task.name == "sales-by-region" and kept.config.metadata["generator"] == "tmax-llm"
+  )
+  assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+    "generation.jsonl",
+    "s0-sales-by-region",
+    "summary.json",
+  ]
+  assert summary == {
+    "requested": 4,
+    "kept": 1,
+    "rejected": 3,
+    "balance_score": pytest.approx(1 / 9),
+  }
 
 
 def test_untranslatable_environment_is_rejected_before_any_sandbox(tmp_path):
   reply = _mutate(environment={"dockerfile": "FROM debian\nADD https://example.com/x.tgz /x\n"})
-  config = pipeline.GenerationConfig(runner=pipeline.runner.RunnerConfig(image="/nonexistent-rootfs"))
+  config = pipeline.GenerationConfig(
+    runner=pipeline.runner.RunnerConfig(image="/nonexistent-rootfs")
+  )
   with ChatServer([reply]) as srv:
     res = pipeline.generate_task(_sample(), srv.client(), tmp_path, config)
   assert res.status == "rejected" and res.attempts == 1
   # the runner reports a broken environment as its build_failed reason (no sandbox was started)
-  assert res.reason.startswith("oracle run: build_failed: ") and "cannot be fetched offline" in res.reason
+  assert (
+    res.reason.startswith("oracle run: build_failed: ")
+    and "cannot be fetched offline" in res.reason
+  )
   assert [p.name for p in tmp_path.iterdir()] == ["generation.jsonl"]
 
 
 def test_generate_llm_cli(tmp_path, capsys):
   _sandbox_or_skip()
   from tmax_jax.tasks import generate_llm
+
   start = next(i for i in range(100) if sample_axes(7, i).verifier == "exact_text")
   with ChatServer([GOOD]) as srv:
     url = srv.client().config.base_url
-    assert generate_llm.main(["--base-url", url, "--model", "m", "--n", "1", "--seed", "7", "--start", str(start),
-                              "--out", str(tmp_path)]) == 0
+    assert (
+      generate_llm.main(
+        [
+          "--base-url",
+          url,
+          "--model",
+          "m",
+          "--n",
+          "1",
+          "--seed",
+          "7",
+          "--start",
+          str(start),
+          "--out",
+          str(tmp_path),
+        ]
+      )
+      == 0
+    )
   summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
   assert summary["kept"] == 1 and summary["balance_score"] == pytest.approx(1 / 9)
   assert (tmp_path / f"{sample_axes(7, start).id}-sales-by-region" / "task.toml").is_file()

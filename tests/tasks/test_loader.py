@@ -14,10 +14,12 @@ from tmax_jax.tasks.procedural import registry
 
 def _tb1(d):
   (d / "tests").mkdir(parents=True)
-  (d / "task.yaml").write_text(textwrap.dedent("""\
+  (d / "task.yaml").write_text(
+    textwrap.dedent("""\
       instruction: Write hi to /app/hi.txt.
       category: file-operations
-      """))
+      """)
+  )
   (d / "Dockerfile").write_text("FROM ubuntu:24.04\nWORKDIR /app\n")
   (d / "run-tests.sh").write_text("#!/bin/bash\nuv run pytest $TEST_DIR/test_outputs.py -rA\n")
   (d / "tests" / "test_outputs.py").write_text("def test_hi():\n  assert True\n")

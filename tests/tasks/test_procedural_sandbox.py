@@ -28,8 +28,10 @@ def _expect(name: str, level: int, mode: str, want: float):
     res = runner.run_noop(task)
   else:
     res = runner.run_script(task, core.bash_script(spec.wrong))
-  assert res.reward == want, (f"{name} level {level}: the {mode} solution scored {res.reward} "
-                              f"(expected {want}; reason {res.reason})\n{_logs(res)}")
+  assert res.reward == want, (
+    f"{name} level {level}: the {mode} solution scored {res.reward} "
+    f"(expected {want}; reason {res.reason})\n{_logs(res)}"
+  )
 
 
 def _check_family(name: str, level: int):
@@ -40,7 +42,7 @@ def _check_family(name: str, level: int):
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_family_sample_level_in_sandbox(name):
-  """Default suite: one difficulty per family, rotating so every level is covered across families."""
+  """Default suite: one difficulty per family, rotating so every level is covered over families."""
   _check_family(name, FAMILIES.index(name) % len(core.LEVELS))
 
 

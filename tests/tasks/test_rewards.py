@@ -2,8 +2,14 @@
 
 import pytest
 
-from tmax_jax.tasks.runner import (RewardFormatError, RewardMissingError, parse_reward_json, parse_reward_txt,
-                                   read_reward_dir, scalar_reward)
+from tmax_jax.tasks.runner import (
+  RewardFormatError,
+  RewardMissingError,
+  parse_reward_json,
+  parse_reward_txt,
+  read_reward_dir,
+  scalar_reward,
+)
 
 
 def test_txt_clamped(tmp_path):
@@ -27,8 +33,14 @@ def test_json_takes_precedence(tmp_path):
   assert read_reward_dir(tmp_path)[0] == 0.0
 
 
-@pytest.mark.parametrize("files,state", [({}, "missing"), ({"reward.txt": "  \n"}, "empty"),
-                                         ({"reward.json": "", "reward.txt": ""}, "empty")])
+@pytest.mark.parametrize(
+  "files,state",
+  [
+    ({}, "missing"),
+    ({"reward.txt": "  \n"}, "empty"),
+    ({"reward.json": "", "reward.txt": ""}, "empty"),
+  ],
+)
 def test_missing_or_empty_is_an_error_not_zero(tmp_path, files, state):
   for name, text in files.items():
     (tmp_path / name).write_text(text)
@@ -37,9 +49,18 @@ def test_missing_or_empty_is_an_error_not_zero(tmp_path, files, state):
   assert e.value.logs["test-stdout.txt"] == "Traceback ..."
 
 
-@pytest.mark.parametrize("text,match", [("[1]", "flat dict"), ("{}", "flat dict"), ('{"reward": "1"}', "reward"),
-                                        ('{"reward": true}', "reward"), ('{"a": {"b": 1}}', "a:"),
-                                        ("{nope", "not valid JSON"), ('{"reward": NaN}', "finite")])
+@pytest.mark.parametrize(
+  "text,match",
+  [
+    ("[1]", "flat dict"),
+    ("{}", "flat dict"),
+    ('{"reward": "1"}', "reward"),
+    ('{"reward": true}', "reward"),
+    ('{"a": {"b": 1}}', "a:"),
+    ("{nope", "not valid JSON"),
+    ('{"reward": NaN}', "finite"),
+  ],
+)
 def test_bad_json(text, match):
   with pytest.raises(RewardFormatError, match=match):
     parse_reward_json(text)

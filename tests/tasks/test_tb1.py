@@ -1,7 +1,6 @@
 """Terminal-Bench 1 -> TB2 conversion: fields, the unmodified test script, compose, solution.yaml,
 reward parsing with a real pytest run, and precise errors."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -27,24 +26,52 @@ RUN_TESTS = textwrap.dedent("""\
 def _tb1_dir(root, solution="sh", **yaml_overrides):
   d = root / "hello-world"
   (d / "tests").mkdir(parents=True)
-  cfg = {"instruction": "Create hello.txt containing Hello, world!", "author_name": "Ada", "author_email": "a@b.c",
-         "difficulty": "easy", "category": "file-operations", "tags": ["file-operations", "bash"],
-         "parser_name": "pytest", "max_agent_timeout_sec": 180, "max_test_timeout_sec": 30,
-         "run_tests_in_same_shell": False, **yaml_overrides}
+  cfg = {
+    "instruction": "Create hello.txt containing Hello, world!",
+    "author_name": "Ada",
+    "author_email": "a@b.c",
+    "difficulty": "easy",
+    "category": "file-operations",
+    "tags": ["file-operations", "bash"],
+    "parser_name": "pytest",
+    "max_agent_timeout_sec": 180,
+    "max_test_timeout_sec": 30,
+    "run_tests_in_same_shell": False,
+    **yaml_overrides,
+  }
   (d / "task.yaml").write_text(yaml.safe_dump(cfg))
-  (d / "Dockerfile").write_text("FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest\nWORKDIR /app\nCOPY data /app/data\n")
+  (d / "Dockerfile").write_text(
+    "FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest\nWORKDIR /app\nCOPY data /app/data\n"
+  )
   (d / "docker-compose.yaml").write_text("services: {client: {build: .}}\n")
   (d / "data").mkdir()
   (d / "data" / "seed.txt").write_text("seed\n")
   (d / "run-tests.sh").write_text(RUN_TESTS)
   (d / "tests" / "test_outputs.py").write_text(
-    "from pathlib import Path\n\ndef test_hello():\n  assert Path('/app/hello.txt').read_text().strip() == 'Hello, world!'\n")
+    "from pathlib import Path\n\ndef test_hello():\n  assert "
+    "Path('/app/hello.txt').read_text().strip() == 'Hello, world!'\n"
+  )
   if solution == "sh":
     (d / "solution.sh").write_text("#!/bin/bash\necho 'Hello, world!' > hello.txt\n")
   elif solution == "yaml":
-    (d / "solution.yaml").write_text(yaml.safe_dump([
-      {"command": "python3 -m http.server 8000", "min_timeout_sec": 2, "block": False, "append_enter": True},
-      {"command": "echo 'Hello, world!' > hello.txt", "min_timeout_sec": 0.1, "block": True, "append_enter": True}]))
+    (d / "solution.yaml").write_text(
+      yaml.safe_dump(
+        [
+          {
+            "command": "python3 -m http.server 8000",
+            "min_timeout_sec": 2,
+            "block": False,
+            "append_enter": True,
+          },
+          {
+            "command": "echo 'Hello, world!' > hello.txt",
+            "min_timeout_sec": 0.1,
+            "block": True,
+            "append_enter": True,
+          },
+        ]
+      )
+    )
   return d
 
 
@@ -87,16 +114,27 @@ def test_solution_yaml(tmp_path):
   assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("mutate,file,field", [
-  (lambda d: (d / "task.yaml").unlink(), "task.yaml", "task.yaml"),
-  (lambda d: (d / "task.yaml").write_text("a: [1"), "task.yaml", "yaml"),
-  (lambda d: (d / "run-tests.sh").unlink(), "run-tests.sh", "run-tests.sh"),
-  (lambda d: (d / "task.yaml").write_text("tags: [x]\n"), "task.yaml", "instruction"),
-  (lambda d: (d / "task.yaml").write_text("instruction: x\nmax_test_timeout_sec: soon\n"), "task.yaml",
-   "max_test_timeout_sec"),
-  (lambda d: (d / "solution.yaml").write_text(yaml.safe_dump([{"command": "C-c", "append_enter": False}])),
-   "solution.yaml", "[0].append_enter"),
-])
+@pytest.mark.parametrize(
+  "mutate,file,field",
+  [
+    (lambda d: (d / "task.yaml").unlink(), "task.yaml", "task.yaml"),
+    (lambda d: (d / "task.yaml").write_text("a: [1"), "task.yaml", "yaml"),
+    (lambda d: (d / "run-tests.sh").unlink(), "run-tests.sh", "run-tests.sh"),
+    (lambda d: (d / "task.yaml").write_text("tags: [x]\n"), "task.yaml", "instruction"),
+    (
+      lambda d: (d / "task.yaml").write_text("instruction: x\nmax_test_timeout_sec: soon\n"),
+      "task.yaml",
+      "max_test_timeout_sec",
+    ),
+    (
+      lambda d: (d / "solution.yaml").write_text(
+        yaml.safe_dump([{"command": "C-c", "append_enter": False}])
+      ),
+      "solution.yaml",
+      "[0].append_enter",
+    ),
+  ],
+)
 def test_precise_errors(tmp_path, mutate, file, field):
   d = _tb1_dir(tmp_path, solution="yaml" if "solution" in file else "sh")
   mutate(d)
@@ -108,12 +146,24 @@ def test_precise_errors(tmp_path, mutate, file, field):
 def _run_reward_script(tmp_path, test_source):
   """Runs real pytest -rA on a test file, then the converted reward script on its output."""
   (tmp_path / "test_x.py").write_text(test_source)
-  proc = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_x.py"), "-rA", "-p", "no:cacheprovider"],
-                        capture_output=True, text=True, cwd=tmp_path)
+  proc = subprocess.run(
+    [sys.executable, "-m", "pytest", str(tmp_path / "test_x.py"), "-rA", "-p", "no:cacheprovider"],
+    capture_output=True,
+    text=True,
+    cwd=tmp_path,
+  )
   (tmp_path / "out.txt").write_text(proc.stdout)
   (tmp_path / "tb1_reward.py").write_text(tb1.REWARD_PY)
-  subprocess.run([sys.executable, str(tmp_path / "tb1_reward.py"), str(tmp_path / "out.txt"),
-                  str(tmp_path / "reward.txt")], check=True, capture_output=True)
+  subprocess.run(
+    [
+      sys.executable,
+      str(tmp_path / "tb1_reward.py"),
+      str(tmp_path / "out.txt"),
+      str(tmp_path / "reward.txt"),
+    ],
+    check=True,
+    capture_output=True,
+  )
   return (tmp_path / "reward.txt").read_text().strip()
 
 
@@ -126,13 +176,23 @@ def test_reward_script_on_real_pytest_output(tmp_path):
 
 def test_compose_environment_and_multi_service(tmp_path):
   d = _tb1_dir(tmp_path)
-  (d / "docker-compose.yaml").write_text(yaml.safe_dump({"services": {"client": {
-      "build": {"dockerfile": "Dockerfile"}, "environment": ["TEST_DIR=${T_BENCH_TEST_DIR}",
-                                                           "LANG=C.UTF-8"]}}}))
+  (d / "docker-compose.yaml").write_text(
+    yaml.safe_dump(
+      {
+        "services": {
+          "client": {
+            "build": {"dockerfile": "Dockerfile"},
+            "environment": ["TEST_DIR=${T_BENCH_TEST_DIR}", "LANG=C.UTF-8"],
+          }
+        }
+      }
+    )
+  )
   task = tb1.convert_tb1(d)
   assert dict(task.config.environment.env) == {"TEST_DIR": "/tests", "LANG": "C.UTF-8"}
   assert "compose_services" not in task.config.metadata
-  (d / "docker-compose.yaml").write_text(yaml.safe_dump({"services": {
-      "client": {"build": "."}, "db": {"image": "postgres:16"}}}))
+  (d / "docker-compose.yaml").write_text(
+    yaml.safe_dump({"services": {"client": {"build": "."}, "db": {"image": "postgres:16"}}})
+  )
   task = tb1.convert_tb1(d)
   assert task.config.metadata["compose_services"] == ["client", "db"]

@@ -6,8 +6,8 @@ import sys
 import textwrap
 
 import pytest
-
 from tasks_helpers import free_port, run_checker_on_host
+
 from tmax_jax.tasks import verifiers as V
 
 
@@ -17,13 +17,23 @@ def _work(tmp_path):
   return w
 
 
-@pytest.mark.parametrize("strictness,got,ok", [
-  (2, "a b\nc\n", True), (2, "a b\nc", False), (1, "a b  \nc\n\n", True), (1, "a  b\nc\n", False),
-  (0, "a\n b   c", True), (0, "a bc", False)])
+@pytest.mark.parametrize(
+  "strictness,got,ok",
+  [
+    (2, "a b\nc\n", True),
+    (2, "a b\nc", False),
+    (1, "a b  \nc\n\n", True),
+    (1, "a  b\nc\n", False),
+    (0, "a\n b   c", True),
+    (0, "a bc", False),
+  ],
+)
 def test_exact_text_strictness(tmp_path, strictness, got, ok):
   w = _work(tmp_path)
   (w / "out.txt").write_text(got)
-  tests = V.exact_text([{"path": "out.txt", "expected": "a b\nc\n"}], strictness=strictness, workdir=str(w))
+  tests = V.exact_text(
+    [{"path": "out.txt", "expected": "a b\nc\n"}], strictness=strictness, workdir=str(w)
+  )
   reward, log = run_checker_on_host(tests, tmp_path)
   assert reward["reward"] == (1.0 if ok else 0.0), log
 
@@ -31,8 +41,13 @@ def test_exact_text_strictness(tmp_path, strictness, got, ok):
 def test_exact_text_command_and_missing_file(tmp_path):
   w = _work(tmp_path)
   (w / "prog.sh").write_text("tr a-z A-Z\n")
-  tests = V.exact_text([{"command": "bash prog.sh", "stdin": "hello", "expected": "HELLO"},
-                        {"path": "missing.txt", "expected": "x"}], workdir=str(w))
+  tests = V.exact_text(
+    [
+      {"command": "bash prog.sh", "stdin": "hello", "expected": "HELLO"},
+      {"path": "missing.txt", "expected": "x"},
+    ],
+    workdir=str(w),
+  )
   reward, log = run_checker_on_host(tests, tmp_path)
   assert reward == {"reward": 0.0, "passed": 1, "total": 2}, log
   assert "cannot read" in log
@@ -42,7 +57,9 @@ def test_metric_threshold_accuracy_knob(tmp_path):
   w = _work(tmp_path)
   (w / "pred.txt").write_text("a\nb\nb\nd\n")  # 3 of 4 right
   for thr, want in ((0.75, 1.0), (0.8, 0.0)):
-    tests = V.metric_threshold("accuracy", thr, predictions="pred.txt", reference=["a", "b", "c", "d"], workdir=str(w))
+    tests = V.metric_threshold(
+      "accuracy", thr, predictions="pred.txt", reference=["a", "b", "c", "d"], workdir=str(w)
+    )
     reward, log = run_checker_on_host(tests, tmp_path)
     assert reward["reward"] == want, log
 
@@ -50,8 +67,14 @@ def test_metric_threshold_accuracy_knob(tmp_path):
 def test_metric_threshold_rmse_lower_is_better_and_missing(tmp_path):
   w = _work(tmp_path)
   (w / "pred.txt").write_text("1.0\n2.1\n")
-  tests = V.metric_threshold("rmse", 0.1, higher_is_better=False, predictions="pred.txt", reference=[1.0, 2.0],
-                             workdir=str(w))
+  tests = V.metric_threshold(
+    "rmse",
+    0.1,
+    higher_is_better=False,
+    predictions="pred.txt",
+    reference=[1.0, 2.0],
+    workdir=str(w),
+  )
   assert run_checker_on_host(tests, tmp_path)[0]["reward"] == 1.0
   (w / "pred.txt").unlink()
   assert run_checker_on_host(tests, tmp_path)[0]["reward"] == 0.0
@@ -62,11 +85,13 @@ def test_metric_threshold_speedup(tmp_path):
   (w / "slow.sh").write_text("sleep 0.3; echo 42\n")
   (w / "fast.sh").write_text("echo 42\n")
   (w / "wrong.sh").write_text("echo 41\n")
-  tests = V.metric_threshold("speedup", 1.5, baseline="bash slow.sh", candidate="bash fast.sh", repeats=1,
-                             workdir=str(w))
+  tests = V.metric_threshold(
+    "speedup", 1.5, baseline="bash slow.sh", candidate="bash fast.sh", repeats=1, workdir=str(w)
+  )
   assert run_checker_on_host(tests, tmp_path)[0]["reward"] == 1.0
-  tests = V.metric_threshold("speedup", 1.5, baseline="bash slow.sh", candidate="bash wrong.sh", repeats=1,
-                             workdir=str(w))
+  tests = V.metric_threshold(
+    "speedup", 1.5, baseline="bash slow.sh", candidate="bash wrong.sh", repeats=1, workdir=str(w)
+  )
   reward, log = run_checker_on_host(tests, tmp_path)
   assert reward["reward"] == 0.0 and "differs" in log
 
@@ -91,15 +116,24 @@ def test_adversarial_corpus(tmp_path):
   reward, log = run_checker_on_host(lax, tmp_path)
   assert reward == {"reward": 0.0, "passed": 5, "total": 6} and "etc/passwd" in log
   # knob: a pass rate of 5/6 is enough at min_pass_rate 0.8
-  lax = V.adversarial_corpus(f"{sys.executable} lax.py", benign, malicious, min_pass_rate=0.8, workdir=str(w))
+  lax = V.adversarial_corpus(
+    f"{sys.executable} lax.py", benign, malicious, min_pass_rate=0.8, workdir=str(w)
+  )
   assert run_checker_on_host(lax, tmp_path)[0]["reward"] == 1.0
 
 
 def test_adversarial_corpus_path_and_stdout_verdict(tmp_path):
   w = _work(tmp_path)
   (w / "judge.sh").write_text('if grep -q evil "$1"; then echo BLOCK; else echo ALLOW; fi\n')
-  tests = V.adversarial_corpus("bash judge.sh {path}", ["nice", "kind"], ["evil one", "so evil"], verdict="stdout",
-                               sample=3, seed=1, workdir=str(w))
+  tests = V.adversarial_corpus(
+    "bash judge.sh {path}",
+    ["nice", "kind"],
+    ["evil one", "so evil"],
+    verdict="stdout",
+    sample=3,
+    seed=1,
+    workdir=str(w),
+  )
   reward, _ = run_checker_on_host(tests, tmp_path)
   assert reward == {"reward": 1.0, "passed": 3, "total": 3}
 
@@ -109,12 +143,18 @@ REF = "def reference(data):\n  return ' '.join(sorted(data.split(), key=int)) + 
 
 def test_fuzz_equivalence(tmp_path):
   w = _work(tmp_path)
-  (w / "sort.py").write_text("import sys\nprint(' '.join(sorted(sys.stdin.read().split(), key=int)))\n")
+  (w / "sort.py").write_text(
+    "import sys\nprint(' '.join(sorted(sys.stdin.read().split(), key=int)))\n"
+  )
   (w / "lexsort.py").write_text("import sys\nprint(' '.join(sorted(sys.stdin.read().split())))\n")
   gen = {"type": "ints", "min_len": 1, "max_len": 8, "lo": -50, "hi": 50}
-  ok = V.fuzz_equivalence(f"{sys.executable} sort.py", gen, n=30, reference_code=REF, workdir=str(w))
+  ok = V.fuzz_equivalence(
+    f"{sys.executable} sort.py", gen, n=30, reference_code=REF, workdir=str(w)
+  )
   assert run_checker_on_host(ok, tmp_path)[0]["reward"] == 1.0
-  bad = V.fuzz_equivalence(f"{sys.executable} lexsort.py", gen, n=30, reference_code=REF, workdir=str(w))
+  bad = V.fuzz_equivalence(
+    f"{sys.executable} lexsort.py", gen, n=30, reference_code=REF, workdir=str(w)
+  )
   reward, log = run_checker_on_host(bad, tmp_path)
   assert reward["reward"] == 0.0 and "differs" in log
 
@@ -123,9 +163,15 @@ def test_fuzz_equivalence_reference_command_and_edge_cases(tmp_path):
   w = _work(tmp_path)
   (w / "rev.sh").write_text("rev\n")
   extra = {"ref.py": b"import sys\nfor l in sys.stdin.read().splitlines(): print(l[::-1])\n"}
-  tests = V.fuzz_equivalence("bash rev.sh", {"type": "lines", "line": {"type": "text", "alphabet": "xyz"}}, n=10,
-                             reference_command=f"{sys.executable} {tmp_path}/tests/ref.py", edge_cases=["ab\n"],
-                             workdir=str(w), extra=extra)
+  tests = V.fuzz_equivalence(
+    "bash rev.sh",
+    {"type": "lines", "line": {"type": "text", "alphabet": "xyz"}},
+    n=10,
+    reference_command=f"{sys.executable} {tmp_path}/tests/ref.py",
+    edge_cases=["ab\n"],
+    workdir=str(w),
+    extra=extra,
+  )
   assert run_checker_on_host(tests, tmp_path)[0]["reward"] == 1.0
   (w / "rev.sh").write_text("cat\n")
   assert run_checker_on_host(tests, tmp_path)[0]["reward"] == 0.0
@@ -147,29 +193,38 @@ SERVER = textwrap.dedent("""
   socketserver.TCPServer.allow_reuse_address = True
   threading.Thread(target=socketserver.TCPServer(("127.0.0.1", tp), T).serve_forever, daemon=True).start()
   http.server.HTTPServer(("127.0.0.1", hp), H).serve_forever()
-""")
+""")  # noqa: E501 (embedded script, kept verbatim)
 
 
 def test_multi_protocol_http_and_tcp(tmp_path):
   w = _work(tmp_path)
   (w / "server.py").write_text(SERVER)
   hp, tp = free_port(), free_port()
-  probes = [{"protocol": "http", "port": hp, "path": "/health", "expect_json": {"status": "ok"}},
-            {"protocol": "tcp", "port": tp, "send": "PING\n", "expect": "PONG\n"}]
-  tests = V.multi_protocol(probes, start_command=f"{sys.executable} server.py {hp} {tp}", workdir=str(w))
+  probes = [
+    {"protocol": "http", "port": hp, "path": "/health", "expect_json": {"status": "ok"}},
+    {"protocol": "tcp", "port": tp, "send": "PING\n", "expect": "PONG\n"},
+  ]
+  tests = V.multi_protocol(
+    probes, start_command=f"{sys.executable} server.py {hp} {tp}", workdir=str(w)
+  )
   reward, log = run_checker_on_host(tests, tmp_path)
   assert reward == {"reward": 1.0, "passed": 2, "total": 2}, log
   # a wrong service: the TCP side answers ERR
   (w / "server.py").write_text(SERVER.replace('"PONG\\n" if', '"ERR\\n" if'))
-  tests = V.multi_protocol(probes, start_command=f"{sys.executable} server.py {hp} {tp}", workdir=str(w))
+  tests = V.multi_protocol(
+    probes, start_command=f"{sys.executable} server.py {hp} {tp}", workdir=str(w)
+  )
   reward, log = run_checker_on_host(tests, tmp_path)
   assert reward == {"reward": 0.0, "passed": 1, "total": 2}, log
 
 
 def test_multi_protocol_nothing_listening(tmp_path):
   w = _work(tmp_path)
-  tests = V.multi_protocol([{"protocol": "tcp", "port": free_port(), "send": "x", "expect": "y"}],
-                           startup_timeout_s=0.5, workdir=str(w))
+  tests = V.multi_protocol(
+    [{"protocol": "tcp", "port": free_port(), "send": "x", "expect": "y"}],
+    startup_timeout_s=0.5,
+    workdir=str(w),
+  )
   reward, log = run_checker_on_host(tests, tmp_path)
   assert reward["reward"] == 0.0 and "nothing listens" in log
 
@@ -231,22 +286,35 @@ SMTP_UDP_SERVER = textwrap.dedent("""
   socketserver.TCPServer.allow_reuse_address = True
   threading.Thread(target=socketserver.UDPServer(("127.0.0.1", up), Udp).serve_forever, daemon=True).start()
   socketserver.ThreadingTCPServer(("127.0.0.1", sp), Smtp).serve_forever()
-""")
+""")  # noqa: E501 (embedded script, kept verbatim)
 
 
 def test_multi_protocol_smtp_and_udp(tmp_path):
   w = _work(tmp_path)
   (w / "mail.py").write_text(SMTP_UDP_SERVER)
   sp, up = free_port(), free_port()
-  probes = [{"protocol": "smtp", "port": sp, "from": "a@x.org", "to": ["b@y.org"],
-             "data": "Subject: hi\r\n\r\nbody\r\n", "expect_file": "spool.txt"},
-            {"protocol": "udp", "port": up, "send": "ping", "expect": "PING"}]
-  tests = V.multi_protocol(probes, start_command=f"{sys.executable} mail.py {sp} {up} spool.txt", workdir=str(w))
+  probes = [
+    {
+      "protocol": "smtp",
+      "port": sp,
+      "from": "a@x.org",
+      "to": ["b@y.org"],
+      "data": "Subject: hi\r\n\r\nbody\r\n",
+      "expect_file": "spool.txt",
+    },
+    {"protocol": "udp", "port": up, "send": "ping", "expect": "PING"},
+  ]
+  tests = V.multi_protocol(
+    probes, start_command=f"{sys.executable} mail.py {sp} {up} spool.txt", workdir=str(w)
+  )
   reward, log = run_checker_on_host(tests, tmp_path)
   assert reward == {"reward": 1.0, "passed": 2, "total": 2}, log
   assert "Subject: hi" in (w / "spool.txt").read_text()
-  # a server that never spools the message fails the smtp condition; a udp echo without upper-casing fails too
+  # a server that never spools the message fails the smtp condition; a udp echo without upper-casing
+  # fails too
   (w / "spool.txt").unlink()
-  (w / "mail.py").write_text(SMTP_UDP_SERVER.replace("open(spool, \"w\").write", "len").replace("data.upper()", "data"))
+  (w / "mail.py").write_text(
+    SMTP_UDP_SERVER.replace('open(spool, "w").write', "len").replace("data.upper()", "data")
+  )
   reward, log = run_checker_on_host(tests, tmp_path)
   assert reward == {"reward": 0.0, "passed": 0, "total": 2}, log

@@ -29,8 +29,11 @@ def test_readers_share_the_vocabulary():
 
 def test_values_outside_the_vocabulary_are_named():
   build = registry.get_family("csv_aggregate").build
-  with pytest.raises(ValueError, match=r"procedural family f: fixture 'multi_service' is not in "
-                                       r"tasks/vocabulary.py"):
+  with pytest.raises(
+    ValueError,
+    match=r"procedural family f: fixture 'multi_service' is not in "
+    r"tasks/vocabulary.py",
+  ):
     core.Family("f", "security", "exact_text", "multi_service", build)
   with pytest.raises(ValueError, match="task_complexity 'huge'"):
     core.TaskSpec(instruction="i", check="", solve="", wrong="", complexity="huge")
@@ -55,8 +58,13 @@ def test_old_fixture_spelling_loads_in_the_current_one(tmp_path):
   task = registry.build_task("backend_gateway", 0, 0)
   assert task.config.metadata["fixture"] == "multi_service_compose"
   import dataclasses
-  old = dataclasses.replace(task, config=dataclasses.replace(
-      task.config, metadata={**task.config.metadata, "fixture": "multi_service"}))
+
+  old = dataclasses.replace(
+    task,
+    config=dataclasses.replace(
+      task.config, metadata={**task.config.metadata, "fixture": "multi_service"}
+    ),
+  )
   write_task(old, tmp_path / "old")
   loaded = loader.load_task_dir(tmp_path / "old")
   assert loaded.config.metadata["fixture"] == "multi_service_compose"

@@ -24,8 +24,11 @@ def rollout_inputs(top_logprobs: int) -> BatchInputs:
   top-K fields when the episodes ask the server for `top_logprobs` > 0 alternatives per generated
   token (WorkerConfig.top_logprobs); no reference policy runs, so never `ref_logp`."""
   topk = rl.losses.TOPK_INPUTS if top_logprobs > 0 else ()
-  return BatchInputs(fields=rl.losses.RL_INPUTS + topk, top_k=top_logprobs,
-                     source=f"the RL rollout path (worker.top_logprobs={top_logprobs})")
+  return BatchInputs(
+    fields=rl.losses.RL_INPUTS + topk,
+    top_k=top_logprobs,
+    source=f"the RL rollout path (worker.top_logprobs={top_logprobs})",
+  )
 
 
 def group_advantages(groups: Sequence[Group], estimator: str = "centered") -> list[np.ndarray]:
@@ -36,19 +39,25 @@ def group_advantages(groups: Sequence[Group], estimator: str = "centered") -> li
   return np.split(adv, np.cumsum([len(g.episodes) for g in groups])[:-1])
 
 
-def to_trajectories(groups: Sequence[Group], estimator: str = "centered"
-                    ) -> list[batch_lib.Trajectory]:
+def to_trajectories(
+  groups: Sequence[Group], estimator: str = "centered"
+) -> list[batch_lib.Trajectory]:
   """One trainer trajectory per episode with its group advantage."""
   out = []
   for group, adv in zip(groups, group_advantages(groups, estimator)):
     for episode, a in zip(group.episodes, adv):
       traj = episode.trajectory
       arrays = traj.as_arrays()
-      out.append(batch_lib.Trajectory(tokens=arrays["tokens"],
-                                      loss_mask=arrays["loss_mask"].astype(np.float32),
-                                      behaviour_logp=arrays["logprobs"], advantage=float(a),
-                                      topk_ids=traj.topk_ids or None,
-                                      topk_logp=traj.topk_logprobs or None))
+      out.append(
+        batch_lib.Trajectory(
+          tokens=arrays["tokens"],
+          loss_mask=arrays["loss_mask"].astype(np.float32),
+          behaviour_logp=arrays["logprobs"],
+          advantage=float(a),
+          topk_ids=traj.topk_ids or None,
+          topk_logp=traj.topk_logprobs or None,
+        )
+      )
   return out
 
 
@@ -59,12 +68,12 @@ def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:
     return {}
   rewards = np.asarray([e.reward for e in eps])
   return {
-      "reward_mean": float(rewards.mean()),
-      "pass_rate": float(np.mean(rewards >= 1.0)),
-      "response_tokens_mean": float(np.mean([e.trajectory.num_generated for e in eps])),
-      "sequence_tokens_mean": float(np.mean([len(e.trajectory.tokens) for e in eps])),
-      "turns_mean": float(np.mean([e.num_turns for e in eps])),
-      "tool_calls_mean": float(np.mean([e.num_tool_calls for e in eps])),
-      "format_errors_mean": float(np.mean([e.num_format_errors for e in eps])),
-      "submitted_fraction": float(np.mean([e.status == "submitted" for e in eps])),
+    "reward_mean": float(rewards.mean()),
+    "pass_rate": float(np.mean(rewards >= 1.0)),
+    "response_tokens_mean": float(np.mean([e.trajectory.num_generated for e in eps])),
+    "sequence_tokens_mean": float(np.mean([len(e.trajectory.tokens) for e in eps])),
+    "turns_mean": float(np.mean([e.num_turns for e in eps])),
+    "tool_calls_mean": float(np.mean([e.num_tool_calls for e in eps])),
+    "format_errors_mean": float(np.mean([e.num_format_errors for e in eps])),
+    "submitted_fraction": float(np.mean([e.status == "submitted" for e in eps])),
   }

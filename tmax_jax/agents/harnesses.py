@@ -21,12 +21,14 @@ class Harness(Protocol):
 
   name: str
 
-  def run(self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer,
-          cfg: EpisodeConfig) -> EpisodeResult:
+  def run(
+    self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer, cfg: EpisodeConfig
+  ) -> EpisodeResult:
     """Runs one episode until submit or a limit (reward not filled in)."""
 
-  def script_step(self, tokenizer, script: str, index: int, cfg: EpisodeConfig,
-                  wait_s: float) -> ScriptStep:
+  def script_step(
+    self, tokenizer, script: str, index: int, cfg: EpisodeConfig, wait_s: float
+  ) -> ScriptStep:
     """The canonical reply that runs shell script number `index`."""
 
   def submit_text(self, tokenizer, cfg: EpisodeConfig) -> str:
@@ -56,8 +58,9 @@ def get(name: str) -> Harness:
     raise ValueError(f"EpisodeConfig.harness={name!r}; expected one of {names()}") from None
 
 
-def run_episode(sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer,
-                cfg: EpisodeConfig) -> EpisodeResult:
+def run_episode(
+  sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer, cfg: EpisodeConfig
+) -> EpisodeResult:
   """One episode in `cfg.harness` (the reward is filled in by agents/worker.py)."""
   return get(cfg.harness).run(sandbox, instruction, generate, tokenizer, cfg)
 

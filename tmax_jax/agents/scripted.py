@@ -55,8 +55,14 @@ class ScriptedPolicy:
   shows up or `max_waits` waits were spent.
   """
 
-  def __init__(self, tokenizer, scripts: Sequence[str], cfg: EpisodeConfig,
-               wait_s: float = 0.5, max_waits: int = 240):
+  def __init__(
+    self,
+    tokenizer,
+    scripts: Sequence[str],
+    cfg: EpisodeConfig,
+    wait_s: float = 0.5,
+    max_waits: int = 240,
+  ):
     harness = harnesses.get(cfg.harness)
     self._tok, self._max_waits = tokenizer, max_waits
     self._steps = [harness.script_step(tokenizer, s, i, cfg, wait_s) for i, s in enumerate(scripts)]
@@ -70,7 +76,7 @@ class ScriptedPolicy:
     """The last step printed no done mark yet in the observations since the last reply."""
     if self._waiting is None or self._waits >= self._max_waits:
       return False
-    return self._waiting.done_mark not in self._tok.decode(list(token_ids[self._seen:]))
+    return self._waiting.done_mark not in self._tok.decode(list(token_ids[self._seen :]))
 
   def __call__(self, token_ids: Sequence[int], max_tokens: int) -> ScriptedCompletion:
     if self._still_running(token_ids):
@@ -97,8 +103,9 @@ def solution_commands(task) -> list[str]:
   if script is None:
     raise ValueError(f"task {task.name}: solution/solve.sh is missing; no oracle to script")
   lines = script.decode().splitlines()
-  while lines and (lines[0].startswith("#!") or re.match(r"\s*set -[euxo]", lines[0])
-                   or not lines[0].strip()):
+  while lines and (
+    lines[0].startswith("#!") or re.match(r"\s*set -[euxo]", lines[0]) or not lines[0].strip()
+  ):
     lines.pop(0)
   body = "\n".join(lines).strip()
   return [body] if body else []

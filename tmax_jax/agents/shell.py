@@ -14,20 +14,31 @@ import dataclasses
 import time
 
 from tmax_jax.agents import formats
-from tmax_jax.agents.episode import (EpisodeConfig, EpisodeResult, GenerateFn, ScriptStep,
-                                     add_generated, append_observation, new_trajectory,
-                                     next_budget, reply_text, template_kwargs)
+from tmax_jax.agents.episode import (
+  EpisodeConfig,
+  EpisodeResult,
+  GenerateFn,
+  ScriptStep,
+  add_generated,
+  append_observation,
+  new_trajectory,
+  next_budget,
+  reply_text,
+  template_kwargs,
+)
 from tmax_jax.sandbox.api import Sandbox
 
 SYSTEM_PROMPT = (
-    "You are an expert terminal agent working in a Linux sandbox. Solve the task by running one "
-    "shell command at a time with the `bash` tool; the shell keeps its working directory and "
-    "environment between calls. When the task is done, run `{submit}` alone to submit.")
+  "You are an expert terminal agent working in a Linux sandbox. Solve the task by running one "
+  "shell command at a time with the `bash` tool; the shell keeps its working directory and "
+  "environment between calls. When the task is done, run `{submit}` alone to submit."
+)
 
 MINI_SWE_SYSTEM_PROMPT = (
-    "You are an expert terminal agent working in a Linux sandbox. Every reply has a THOUGHT and "
-    "exactly one ```bash code block with one command; the shell keeps its state between commands. "
-    "When the task is done, reply with a block that runs `{submit}` alone.")
+  "You are an expert terminal agent working in a Linux sandbox. Every reply has a THOUGHT and "
+  "exactly one ```bash code block with one command; the shell keeps its state between commands. "
+  "When the task is done, reply with a block that runs `{submit}` alone."
+)
 
 _PROBE = [{"role": "user", "content": "q"}]
 
@@ -42,11 +53,16 @@ class ShellHarness:
   def initial_prompt_ids(self, tokenizer, instruction: str, cfg: EpisodeConfig) -> list[int]:
     """System prompt (+ the bash tool schema for the native harness) and the task."""
     prompt = SYSTEM_PROMPT if self.native_tool else MINI_SWE_SYSTEM_PROMPT
-    messages = [{"role": "system", "content": prompt.format(submit=formats.SUBMIT_COMMAND)},
-                {"role": "user", "content": instruction}]
-    return formats.prompt_ids(tokenizer, messages,
-                              tools=[formats.BASH_TOOL] if self.native_tool else None,
-                              **template_kwargs(cfg))
+    messages = [
+      {"role": "system", "content": prompt.format(submit=formats.SUBMIT_COMMAND)},
+      {"role": "user", "content": instruction},
+    ]
+    return formats.prompt_ids(
+      tokenizer,
+      messages,
+      tools=[formats.BASH_TOOL] if self.native_tool else None,
+      **template_kwargs(cfg),
+    )
 
   def parse_command(self, text: str, cfg: EpisodeConfig) -> str:
     """The single bash command of a reply; raises formats.FormatError with the feedback."""
@@ -59,8 +75,9 @@ class ShellHarness:
       return formats.tool_observation_ids(tokenizer, text, **template_kwargs(cfg))
     return formats.user_observation_ids(tokenizer, text, **template_kwargs(cfg))
 
-  def run(self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer,
-          cfg: EpisodeConfig) -> EpisodeResult:
+  def run(
+    self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer, cfg: EpisodeConfig
+  ) -> EpisodeResult:
     """Runs the loop until submit or a limit. `generate(token_ids, max_tokens)` returns a
     Completion (token ids incl. the stop token, logprobs, versions)."""
     traj = new_trajectory(tokenizer, self.initial_prompt_ids(tokenizer, instruction, cfg))
@@ -97,18 +114,23 @@ class ShellHarness:
     if not self.native_tool:
       return f"THOUGHT: I run the next step.\n\n```bash\n{command}\n```"
     eos, tools, kw = tokenizer.eos_token, [formats.BASH_TOOL], template_kwargs(cfg)
-    prompt = tokenizer.apply_chat_template(_PROBE, tools=tools, tokenize=False,
-                                           add_generation_prompt=True, **kw)
-    full = tokenizer.apply_chat_template(_PROBE + [formats.bash_call_message(command)],
-                                         tools=tools, tokenize=False, **kw)
-    if not full.startswith(prompt) or eos not in full[len(prompt):]:
-      raise ValueError("the chat template renders an assistant tool call that does not extend "
-                       "its generation prompt; cannot script canonical tool calls for it")
-    text = full[len(prompt):]
-    return text[:text.index(eos)]
+    prompt = tokenizer.apply_chat_template(
+      _PROBE, tools=tools, tokenize=False, add_generation_prompt=True, **kw
+    )
+    full = tokenizer.apply_chat_template(
+      _PROBE + [formats.bash_call_message(command)], tools=tools, tokenize=False, **kw
+    )
+    if not full.startswith(prompt) or eos not in full[len(prompt) :]:
+      raise ValueError(
+        "the chat template renders an assistant tool call that does not extend "
+        "its generation prompt; cannot script canonical tool calls for it"
+      )
+    text = full[len(prompt) :]
+    return text[: text.index(eos)]
 
-  def script_step(self, tokenizer, script: str, index: int, cfg: EpisodeConfig,
-                  wait_s: float) -> ScriptStep:
+  def script_step(
+    self, tokenizer, script: str, index: int, cfg: EpisodeConfig, wait_s: float
+  ) -> ScriptStep:
     del index, wait_s  # a shell call returns when the command is done
     return ScriptStep(self.command_text(tokenizer, script, cfg))
 

@@ -30,9 +30,17 @@ import time
 from typing import Sequence
 
 from tmax_jax.agents import formats
-from tmax_jax.agents.episode import (EpisodeConfig, EpisodeResult, GenerateFn, ScriptStep,
-                                     add_generated, new_trajectory, next_budget, reply_text,
-                                     template_kwargs)
+from tmax_jax.agents.episode import (
+  EpisodeConfig,
+  EpisodeResult,
+  GenerateFn,
+  ScriptStep,
+  add_generated,
+  new_trajectory,
+  next_budget,
+  reply_text,
+  template_kwargs,
+)
 from tmax_jax.sandbox.api import Sandbox, SandboxError
 
 PROMPT = """\
@@ -75,8 +83,10 @@ make further changes. If so, reply again with "task_complete": true."""
 SEND_CHUNK_CHARS = 4096  # tmux rejects commands over ~16 KB ("command too long")
 NEW_OUTPUT = "New Terminal Output:\n{}"
 SCREEN = "Current Terminal Screen:\n{}"
-RESTARTED = ("The terminal session ended (for example after `exit`) and a new one was started.\n"
-             "Current Terminal Screen:\n{}")
+RESTARTED = (
+  "The terminal session ended (for example after `exit`) and a new one was started.\n"
+  "Current Terminal Screen:\n{}"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,22 +129,28 @@ class TmuxPane:
   def _run(self, command: str, max_chars: int = 10_000):
     out = self.sandbox.run(command, timeout_s=self.cfg.tmux_timeout_s, max_output_chars=max_chars)
     if out.status in ("oom", "crashed"):
-      raise SandboxFailure("oom" if out.status == "oom" else "sandbox_crash",
-                           f"tmux control command {out.status}: {command[:200]}")
+      raise SandboxFailure(
+        "oom" if out.status == "oom" else "sandbox_crash",
+        f"tmux control command {out.status}: {command[:200]}",
+      )
     return out
 
   def start(self) -> str:
     """Starts the session (bash in the sandbox workdir); returns the initial screen."""
     check = self._run("command -v tmux")
     if check.exit_code != 0:
-      raise SandboxError("tmux is not installed in the sandbox image; the Terminus-2 harness "
-                         "needs it (add it to sandbox/packages.txt and rebuild the rootfs)")
+      raise SandboxError(
+        "tmux is not installed in the sandbox image; the Terminus-2 harness "
+        "needs it (add it to sandbox/packages.txt and rebuild the rootfs)"
+      )
     c = self.cfg
-    out = self._run(f"{self._tmux} -f /dev/null start-server \\; "
-                    f"set-option -g history-limit {c.history_limit} \\; "
-                    f"set-option -g default-shell /bin/bash \\; "
-                    f"new-session -d -s {self._target} -x {c.width} -y {c.height} -c \"$PWD\" "
-                    f"'bash --noprofile --norc -i' 2>&1")
+    out = self._run(
+      f"{self._tmux} -f /dev/null start-server \\; "
+      f"set-option -g history-limit {c.history_limit} \\; "
+      f"set-option -g default-shell /bin/bash \\; "
+      f'new-session -d -s {self._target} -x {c.width} -y {c.height} -c "$PWD" '
+      f"'bash --noprofile --norc -i' 2>&1"
+    )
     if out.exit_code != 0:
       raise SandboxError(f"could not start the tmux session: {out.output.strip()[:500]}")
     self._run(f"{self._tmux} set-option -t {self._target} status off")
@@ -157,7 +173,7 @@ class TmuxPane:
     if not keystrokes:
       return
     n = SEND_CHUNK_CHARS
-    chunks = [keystrokes[i:i + n] for i in range(0, len(keystrokes), n)]
+    chunks = [keystrokes[i : i + n] for i in range(0, len(keystrokes), n)]
     flag = "-l " if len(chunks) > 1 else ""
     for chunk in chunks:
       out = self._run(f"{self._tmux} send-keys -t {self._target} {flag}-- {shlex.quote(chunk)}")
@@ -167,8 +183,10 @@ class TmuxPane:
     """Pane text (with the whole history or only the screen), wrapped lines joined, trailing
     blanks stripped."""
     span = "-S - " if history else ""
-    out = self._run(f"{self._tmux} capture-pane -p -J {span}-t {self._target}",
-                    max_chars=50_000_000 if history else 1_000_000)
+    out = self._run(
+      f"{self._tmux} capture-pane -p -J {span}-t {self._target}",
+      max_chars=50_000_000 if history else 1_000_000,
+    )
     self._check(out, "capture-pane")
     return "\n".join(line.rstrip() for line in out.output.splitlines()).rstrip()
 
@@ -184,7 +202,7 @@ class TmuxPane:
     now = self.capture()
     previous, self._last = self._last, now
     if now.startswith(previous):  # from the start of the last line seen (the prompt + command)
-      return NEW_OUTPUT.format(now[previous.rfind("\n") + 1:])
+      return NEW_OUTPUT.format(now[previous.rfind("\n") + 1 :])
     return SCREEN.format(self.screen())
 
   def restart(self) -> str:
@@ -195,11 +213,11 @@ class TmuxPane:
 # ----------------------------------------------------------------------------------------------
 # the episode loop
 
+
 def initial_prompt_ids(tokenizer, instruction: str, screen: str, cfg: EpisodeConfig) -> list[int]:
   """One user message: the harness instructions, the task and the initial screen."""
   text = PROMPT.format(instruction=instruction.strip(), screen=screen)
-  return formats.prompt_ids(tokenizer, [{"role": "user", "content": text}],
-                            **template_kwargs(cfg))
+  return formats.prompt_ids(tokenizer, [{"role": "user", "content": text}], **template_kwargs(cfg))
 
 
 def _prefilled_reasoning(tokenizer, tokens) -> str:
@@ -209,8 +227,13 @@ def _prefilled_reasoning(tokenizer, tokens) -> str:
   return formats.common.THINK_OPEN + "\n" if tail.endswith(formats.common.THINK_OPEN + "\n") else ""
 
 
-def _execute(pane: TmuxPane, action: formats.TerminusAction, res: EpisodeResult,
-             cfg: EpisodeConfig, deadline: float) -> str:
+def _execute(
+  pane: TmuxPane,
+  action: formats.TerminusAction,
+  res: EpisodeResult,
+  cfg: EpisodeConfig,
+  deadline: float,
+) -> str:
   """Sends the action's commands (up to the tool-call and wall-time limits); -> observation."""
   for command in action.commands:
     if res.num_tool_calls >= cfg.max_tool_calls:
@@ -228,9 +251,14 @@ def _execute(pane: TmuxPane, action: formats.TerminusAction, res: EpisodeResult,
     return RESTARTED.format(pane.restart())
 
 
-def run_terminus_episode(sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer,
-                         cfg: EpisodeConfig = EpisodeConfig(harness="terminus"),
-                         pane_cfg: TerminusConfig = TerminusConfig()) -> EpisodeResult:
+def run_terminus_episode(
+  sandbox: Sandbox,
+  instruction: str,
+  generate: GenerateFn,
+  tokenizer,
+  cfg: EpisodeConfig = EpisodeConfig(harness="terminus"),
+  pane_cfg: TerminusConfig = TerminusConfig(),
+) -> EpisodeResult:
   """Runs the Terminus-2 loop until a confirmed task_complete or a limit.
 
   `generate(token_ids, max_tokens)` -> Completion. status: submitted (task_complete confirmed) |
@@ -274,12 +302,22 @@ def run_terminus_episode(sandbox: Sandbox, instruction: str, generate: GenerateF
 DONE_MARK = "TMAX_STEP_DONE"
 
 
-def action_text(commands: Sequence[tuple[str, float]], task_complete: bool = False,
-                analysis: str = "Reading the terminal.", plan: str = "Run the next step.") -> str:
+def action_text(
+  commands: Sequence[tuple[str, float]],
+  task_complete: bool = False,
+  analysis: str = "Reading the terminal.",
+  plan: str = "Run the next step.",
+) -> str:
   """A canonical Terminus-2 reply (the JSON object alone)."""
-  return json.dumps({"analysis": analysis, "plan": plan,
-                     "commands": [{"keystrokes": k, "duration": d} for k, d in commands],
-                     "task_complete": task_complete}, indent=2)
+  return json.dumps(
+    {
+      "analysis": analysis,
+      "plan": plan,
+      "commands": [{"keystrokes": k, "duration": d} for k, d in commands],
+      "task_complete": task_complete,
+    },
+    indent=2,
+  )
 
 
 def script_keystrokes(script: str) -> str:
@@ -296,17 +334,20 @@ class TerminusHarness:
   name: str = "terminus"
   pane: TerminusConfig = TerminusConfig()
 
-  def run(self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer,
-          cfg: EpisodeConfig) -> EpisodeResult:
+  def run(
+    self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer, cfg: EpisodeConfig
+  ) -> EpisodeResult:
     return run_terminus_episode(sandbox, instruction, generate, tokenizer, cfg, self.pane)
 
-  def script_step(self, tokenizer, script: str, index: int, cfg: EpisodeConfig,
-                  wait_s: float) -> ScriptStep:
+  def script_step(
+    self, tokenizer, script: str, index: int, cfg: EpisodeConfig, wait_s: float
+  ) -> ScriptStep:
     """The script typed as one line that prints a done mark; the policy waits for the mark."""
     del tokenizer, cfg
     mark = f"{DONE_MARK}_{index}"
-    keys = (script_keystrokes(script).removesuffix("\n")
-            + f"; printf '%s_%d\\n' {DONE_MARK} {index}\n")
+    keys = (
+      script_keystrokes(script).removesuffix("\n") + f"; printf '%s_%d\\n' {DONE_MARK} {index}\n"
+    )
     wait = action_text([("", wait_s)], plan="Wait for the command to finish.")
     return ScriptStep(action_text([(keys, wait_s)]), mark, wait)
 

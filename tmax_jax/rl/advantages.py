@@ -56,7 +56,7 @@ def standard(rewards, group_ids) -> jax.Array:
 
 
 def nonzero_std_groups(rewards, group_ids) -> np.ndarray:
-  """Per response: True when its group's rewards are not all equal (zero-std filtering). [N] -> [N]."""
+  """Per response: True when its group's rewards are not all equal (zero-std filter). [N] -> [N]."""
   r = np.asarray(rewards, np.float64)
   _, index = np.unique(np.asarray(group_ids), return_inverse=True)
   lo = np.full(index.max() + 1, np.inf)

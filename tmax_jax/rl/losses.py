@@ -55,8 +55,8 @@ class PolicyTerms:
 def log_ratio(x: PolicyInputs) -> jax.Array:
   """log r = logp - behaviour_logp, forced to 0 off the mask.
 
-  Zeroing before exp keeps padding garbage (inf/NaN behaviour logprobs) out of both the value and the
-  gradient: a NaN under jnp.where would still poison the backward pass.
+  Zeroing before exp keeps padding garbage (inf/NaN behaviour logprobs) out of both the value and
+  the gradient: a NaN under jnp.where would still poison the backward pass.
   """
   on = x.mask > 0
   return jnp.where(on, x.logp - jnp.where(on, x.behaviour_logp, 0.0), 0.0)  # [B, T]
@@ -75,7 +75,7 @@ def binary_kl(logp: jax.Array, behaviour_logp: jax.Array) -> jax.Array:
 
 
 def _rest(p_topk: jax.Array) -> jax.Array:
-  """Probability left outside the K listed tokens, clamped away from 0 for the logs. [B,T,K] -> [B,T]."""
+  """Probability left outside the K listed tokens, clamped away from 0 (logs). [B,T,K] -> [B,T]."""
   return jnp.clip(1.0 - jnp.sum(p_topk, axis=-1), PROB_EPS, 1.0)
 
 
@@ -104,10 +104,12 @@ class Divergence:
   topk: bool
 
 
-DIVERGENCES = {"tv": Divergence(binary_tv, 0.1, topk=False),
-               "kl": Divergence(binary_kl, 0.05, topk=False),
-               "topk_tv": Divergence(topk_tv, 0.1, topk=True),
-               "topk_kl": Divergence(topk_kl, 0.05, topk=True)}
+DIVERGENCES = {
+  "tv": Divergence(binary_tv, 0.1, topk=False),
+  "kl": Divergence(binary_kl, 0.05, topk=False),
+  "topk_tv": Divergence(topk_tv, 0.1, topk=True),
+  "topk_kl": Divergence(topk_kl, 0.05, topk=True),
+}
 
 
 def divergence(x: PolicyInputs, kind: str) -> jax.Array:
@@ -177,8 +179,10 @@ class GRPOHyper:
 
   def __post_init__(self):
     if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0):
-      raise ValueError(f"clip_low={self.clip_low}, clip_high={self.clip_high}; expected "
-                       "0 <= clip_low < 1 and clip_high >= 0")
+      raise ValueError(
+        f"clip_low={self.clip_low}, clip_high={self.clip_high}; expected "
+        "0 <= clip_low < 1 and clip_high >= 0"
+      )
 
 
 @register("policy_loss", "grpo", hyper=GRPOHyper, inputs=RL_INPUTS)

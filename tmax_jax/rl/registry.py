@@ -39,9 +39,13 @@ def _table(kind: str) -> dict[str, Entry]:
   return _TABLES[kind]
 
 
-def register(kind: str, name: str, *, hyper: Optional[type] = None,
-             inputs: Union[Sequence[str], Callable[[Any], Sequence[str]]] = ()
-             ) -> Callable[[F], F]:
+def register(
+  kind: str,
+  name: str,
+  *,
+  hyper: Optional[type] = None,
+  inputs: Union[Sequence[str], Callable[[Any], Sequence[str]]] = (),
+) -> Callable[[F], F]:
   """Decorator: registers `fn` as `name` under `kind` (one of KINDS), with its hyperparameter
   dataclass and the batch fields it reads (a tuple, or a function of the hyperparameters)."""
   table = _table(kind)

@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import shutil
 
-from tmax_jax.sandbox.api import (CommandResult, EnvironmentSpec, HealthCheck, Limits, Mount,
-                                  PodSpec, Sandbox, SandboxError, ServiceSpec)
+from tmax_jax.sandbox.api import (
+  CommandResult,
+  EnvironmentSpec,
+  HealthCheck,
+  Limits,
+  Mount,
+  PodSpec,
+  Sandbox,
+  SandboxError,
+  ServiceSpec,
+)
 
 BACKENDS = ("bubblewrap", "podman", "apptainer")
 
 
 def resolve_backend(backend: str = "auto") -> str:
-  """"auto" -> "apptainer" when apptainer (or singularity) is installed, else "bubblewrap"."""
+  """Backend "auto": "apptainer" when apptainer (or singularity) is installed, else "bubblewrap"."""
   if backend == "auto":
     return "apptainer" if shutil.which("apptainer") else "bubblewrap"
   if backend not in BACKENDS:
-    raise SandboxError(f"unknown sandbox backend {backend!r}; expected auto or one of {', '.join(BACKENDS)}")
+    raise SandboxError(
+      f"unknown sandbox backend {backend!r}; expected auto or one of {', '.join(BACKENDS)}"
+    )
   return backend
 
 
@@ -29,11 +40,14 @@ def open_sandbox(spec: EnvironmentSpec, backend: str = "auto") -> Sandbox:
   name = resolve_backend(backend)
   if name == "bubblewrap":
     from tmax_jax.sandbox.bubblewrap import BubblewrapSandbox  # pylint: disable=import-outside-toplevel
+
     return BubblewrapSandbox(spec)
   if name == "podman":
     from tmax_jax.sandbox.podman import PodmanSandbox  # pylint: disable=import-outside-toplevel
+
     return PodmanSandbox(spec)
   from tmax_jax.sandbox.apptainer import ApptainerSandbox  # pylint: disable=import-outside-toplevel
+
   return ApptainerSandbox(spec)
 
 
@@ -41,9 +55,12 @@ def pod_unsupported(backend: str = "auto") -> str | None:
   """None when `backend` can start a PodSpec here, else the reason it cannot."""
   name = resolve_backend(backend)
   if name != "podman":
-    return (f"the {name} backend runs one container per trial; several containers on one network "
-            "run as a podman pod (backend 'podman')")
+    return (
+      f"the {name} backend runs one container per trial; several containers on one network "
+      "run as a podman pod (backend 'podman')"
+    )
   from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+
   reason = podman.podman_available()
   return f"podman cannot run pods here: {reason}" if reason else None
 
@@ -55,9 +72,23 @@ def open_pod(spec: PodSpec, backend: str = "podman") -> Sandbox:
   if reason:
     raise SandboxError(reason)
   from tmax_jax.sandbox.pod import PodmanPod  # pylint: disable=import-outside-toplevel
+
   return PodmanPod(spec)
 
 
-__all__ = ["CommandResult", "EnvironmentSpec", "HealthCheck", "Limits", "Mount", "PodSpec",
-           "Sandbox", "SandboxError", "ServiceSpec", "open_pod", "open_sandbox", "pod_unsupported",
-           "resolve_backend", "BACKENDS"]
+__all__ = [
+  "CommandResult",
+  "EnvironmentSpec",
+  "HealthCheck",
+  "Limits",
+  "Mount",
+  "PodSpec",
+  "Sandbox",
+  "SandboxError",
+  "ServiceSpec",
+  "open_pod",
+  "open_sandbox",
+  "pod_unsupported",
+  "resolve_backend",
+  "BACKENDS",
+]

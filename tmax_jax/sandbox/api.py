@@ -1,8 +1,8 @@
 """The sandbox API shared by rollouts, verifiers and the task runner.
 
-Backends (bubblewrap, podman, apptainer) implement `Sandbox`; `open_sandbox(spec, config)` picks one.
-Paths inside a sandbox follow the Harbor layout: the task workdir (default /workspace), /tests and
-/solution (uploaded only when needed), /logs/{agent,verifier,artifacts}.
+Backends (bubblewrap, podman, apptainer) implement `Sandbox`; `open_sandbox(spec, config)` picks
+one. Paths inside a sandbox follow the Harbor layout: the task workdir (default /workspace), /tests
+and /solution (uploaded only when needed), /logs/{agent,verifier,artifacts}.
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ class EnvironmentSpec:
   env: tuple[tuple[str, str], ...] = ()
   limits: Limits = Limits()
   allow_network: bool = False
-  logs_dir: str | None = None  # host dir mounted at /logs (the trial dir); None -> a sandbox temp dir
+  logs_dir: str | None = (
+    None  # host dir mounted at /logs (the trial dir); None -> a sandbox temp dir
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +125,8 @@ class CommandResult:
   output: stdout+stderr interleaved, decoded with errors="replace", head+tail truncated with a note.
   exit_code: the command's status; None when it was killed (timeout / OOM / limit).
   status: "ok", "timeout", "oom", "output_limit", "limit" (process / file size / disk / CPU limit;
-    a process-limit hit resets the sandbox's processes), "crashed" (shell died; the sandbox was reset).
-    A note saying what happened ends `output` whenever status is not "ok".
+    a process-limit hit resets the sandbox's processes), "crashed" (shell died; the sandbox was
+    reset). A note saying what happened ends `output` whenever status is not "ok".
   """
 
   output: str
@@ -137,11 +139,15 @@ class Sandbox(abc.ABC):
   """A started sandbox with one persistent bash session (cwd and env survive between commands)."""
 
   @abc.abstractmethod
-  def run(self, command: str, *, timeout_s: float = 120.0, max_output_chars: int = 10_000) -> CommandResult:
+  def run(
+    self, command: str, *, timeout_s: float = 120.0, max_output_chars: int = 10_000
+  ) -> CommandResult:
     """Runs `command` in the persistent shell; kills its whole process tree on timeout."""
 
   @abc.abstractmethod
-  def exec(self, argv: list[str], *, timeout_s: float = 600.0, max_output_chars: int = 10_000) -> CommandResult:
+  def exec(
+    self, argv: list[str], *, timeout_s: float = 600.0, max_output_chars: int = 10_000
+  ) -> CommandResult:
     """Runs a fresh process (not the persistent shell), e.g. a verifier `bash /tests/test.sh`."""
 
   @abc.abstractmethod

@@ -31,11 +31,15 @@ class ApptainerSandbox(base.SandboxBase):
   def __init__(self, spec: EnvironmentSpec, *, binary: str | None = None):
     self.binary = binary or apptainer_binary()
     if self.binary is None:
-      raise SandboxError("apptainer backend unavailable: neither apptainer nor singularity is installed")
+      raise SandboxError(
+        "apptainer backend unavailable: neither apptainer nor singularity is installed"
+      )
     image = pathlib.Path(spec.image) if isinstance(spec.image, str) and spec.image else None
     if image is None or not image.exists():
-      raise SandboxError(f"apptainer: EnvironmentSpec.image {spec.image!r} does not exist "
-                         "(expected a .sif file or a rootfs directory)")
+      raise SandboxError(
+        f"apptainer: EnvironmentSpec.image {spec.image!r} does not exist "
+        "(expected a .sif file or a rootfs directory)"
+      )
     super().__init__(spec)
 
   @property
@@ -45,34 +49,65 @@ class ApptainerSandbox(base.SandboxBase):
   def start_args(self) -> list[str]:
     """The `apptainer instance start` argv of the anchor instance."""
     lim = self.spec.limits
-    args = [self.binary, "instance", "start", "--containall", "--cleanenv", "--writable-tmpfs", "--no-home",
-            "--no-mount", "hostfs,cwd"]
+    args = [
+      self.binary,
+      "instance",
+      "start",
+      "--containall",
+      "--cleanenv",
+      "--writable-tmpfs",
+      "--no-home",
+      "--no-mount",
+      "hostfs,cwd",
+    ]
     args += ["--net", "--network", "none"] if not self.spec.allow_network else []
     if os.geteuid() == 0:
-      args += ["--security", f"uid:{base.SANDBOX_UID},gid:{base.SANDBOX_UID}",
-               "--memory", f"{lim.memory_mb}M", "--pids-limit", str(lim.max_processes)]
+      args += [
+        "--security",
+        f"uid:{base.SANDBOX_UID},gid:{base.SANDBOX_UID}",
+        "--memory",
+        f"{lim.memory_mb}M",
+        "--pids-limit",
+        str(lim.max_processes),
+      ]
     for target, host in sorted(self.binds.items()):
       args += ["--bind", f"{host}:{target}:rw"]
     args += [str(pathlib.Path(self.spec.image).resolve()), self.instance]
     return args
 
   def _start_anchor(self) -> None:
-    res = subprocess.run([*self._prlimit(), *self.start_args()], capture_output=True,
-                         timeout=base.START_TIMEOUT_S, check=False, env=self._host_env())
+    res = subprocess.run(
+      [*self._prlimit(), *self.start_args()],
+      capture_output=True,
+      timeout=base.START_TIMEOUT_S,
+      check=False,
+      env=self._host_env(),
+    )
     if res.returncode != 0:
-      raise SandboxError(f"apptainer instance start failed for {self.spec.image}: "
-                         f"{res.stderr.decode(errors='replace').strip()[-1500:]}")
+      raise SandboxError(
+        f"apptainer instance start failed for {self.spec.image}: "
+        f"{res.stderr.decode(errors='replace').strip()[-1500:]}"
+      )
 
   def stop_args(self) -> list[str]:
     return [self.binary, "instance", "stop", "--signal", "KILL", self.instance]
 
   def _stop_anchor(self) -> None:
-    subprocess.run(self.stop_args(), capture_output=True, timeout=60, check=False,
-                   env=self._host_env())
+    subprocess.run(
+      self.stop_args(), capture_output=True, timeout=60, check=False, env=self._host_env()
+    )
 
   def _enter(self, argv: list[str], *, root: bool = False) -> list[str]:
-    return [*self._in_cgroup(self._prlimit()), self.binary, "exec", "--cleanenv", "--pwd", self.spec.workdir,
-            f"instance://{self.instance}", *argv]
+    return [
+      *self._in_cgroup(self._prlimit()),
+      self.binary,
+      "exec",
+      "--cleanenv",
+      "--pwd",
+      self.spec.workdir,
+      f"instance://{self.instance}",
+      *argv,
+    ]
 
 
 def sweep_stale_instances(binary: str | None = None) -> list[str]:
@@ -85,8 +120,10 @@ def sweep_stale_instances(binary: str | None = None) -> list[str]:
   for line in res.stdout.splitlines()[1:]:
     name = line.split()[0] if line.split() else ""
     if name.startswith("tmax-p"):
-      owner = "-".join(name[len("tmax-"):].split("-")[:2])
+      owner = "-".join(name[len("tmax-") :].split("-")[:2])
       if not runtime._tag_alive(owner):  # pylint: disable=protected-access
-        subprocess.run([binary, "instance", "stop", "--signal", "KILL", name], capture_output=True, check=False)
+        subprocess.run(
+          [binary, "instance", "stop", "--signal", "KILL", name], capture_output=True, check=False
+        )
         stopped.append(name)
   return stopped

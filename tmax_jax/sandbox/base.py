@@ -35,18 +35,28 @@ _close_lock = threading.Lock()
 
 def validate_spec(spec: EnvironmentSpec) -> None:
   """Raises SandboxError naming the malformed field and what was expected."""
+
   def bad(field, expected, got):
     raise SandboxError(f"malformed EnvironmentSpec.{field}: expected {expected}, got {got!r}")
+
   if not isinstance(spec, EnvironmentSpec):
     bad("<spec>", "an EnvironmentSpec", spec)
   if not isinstance(spec.image, str) or not spec.image:
     bad("image", "a non-empty str (rootfs dir, podman image or .sif)", spec.image)
-  if not isinstance(spec.workdir, str) or not spec.workdir.startswith("/") or posixpath.normpath(spec.workdir) in (
-      "/", "/tmp", "/logs", "/proc", "/dev", "/usr", "/etc", "/bin"):
+  if (
+    not isinstance(spec.workdir, str)
+    or not spec.workdir.startswith("/")
+    or posixpath.normpath(spec.workdir)
+    in ("/", "/tmp", "/logs", "/proc", "/dev", "/usr", "/etc", "/bin")
+  ):
     bad("workdir", "an absolute path that is not / or a system dir", spec.workdir)
   for i, entry in enumerate(spec.files):
-    if not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(x, str) for x in entry)
-            and entry[1].startswith("/")):
+    if not (
+      isinstance(entry, tuple)
+      and len(entry) == 2
+      and all(isinstance(x, str) for x in entry)
+      and entry[1].startswith("/")
+    ):
       bad(f"files[{i}]", "(host path, absolute sandbox path)", entry)
     if not os.path.exists(entry[0]):
       bad(f"files[{i}]", "an existing host path", entry[0])
@@ -54,8 +64,12 @@ def validate_spec(spec: EnvironmentSpec) -> None:
     if not isinstance(cmd, str):
       bad(f"setup_commands[{i}]", "a str", cmd)
   for i, entry in enumerate(spec.env):
-    if not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(x, str) for x in entry)
-            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", entry[0])):
+    if not (
+      isinstance(entry, tuple)
+      and len(entry) == 2
+      and all(isinstance(x, str) for x in entry)
+      and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", entry[0])
+    ):
       bad(f"env[{i}]", "(NAME, value) with a shell-variable NAME", entry)
   lim = spec.limits
   if not isinstance(lim, Limits):
@@ -107,10 +121,23 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     self.root.mkdir(parents=True)
     if os.geteuid() == 0:  # a size-limited tmpfs: the disk limit for everything the sandbox writes
       # (where mounting is not allowed, only the per-file limit applies)
-      subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.spec.limits.disk_mb}m,mode=0755",
-                      "tmax-sbx", str(self.root)], check=False, capture_output=True)
+      subprocess.run(
+        [
+          "mount",
+          "-t",
+          "tmpfs",
+          "-o",
+          f"size={self.spec.limits.disk_mb}m,mode=0755",
+          "tmax-sbx",
+          str(self.root),
+        ],
+        check=False,
+        capture_output=True,
+      )
     logs = self.root / "logs"
-    if self.spec.logs_dir:  # the trial dir, bind-mounted where the unprivileged sandbox uid can reach it
+    if (
+      self.spec.logs_dir
+    ):  # the trial dir, bind-mounted where the unprivileged sandbox uid can reach it
       trial = pathlib.Path(self.spec.logs_dir)
       trial.mkdir(parents=True, exist_ok=True)
       if os.geteuid() == 0:
@@ -119,9 +146,13 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       else:
         logs = trial
     self.binds = {  # sandbox path -> host dir
-        posixpath.normpath(self.spec.workdir): self.root / "workspace", "/tmp": self.root / "tmp",
-        "/logs": logs, "/tests": self.root / "tests", "/solution": self.root / "solution",
-        HOME: self.root / "home"}
+      posixpath.normpath(self.spec.workdir): self.root / "workspace",
+      "/tmp": self.root / "tmp",
+      "/logs": logs,
+      "/tests": self.root / "tests",
+      "/solution": self.root / "solution",
+      HOME: self.root / "home",
+    }
     self.binds.update(self._extra_binds())
     for host in self.binds.values():
       host.mkdir(parents=True, exist_ok=True)
@@ -160,8 +191,10 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     self._limits_unenforced(reason)
 
   def _limits_unenforced(self, reason: str) -> None:
-    message = (f"{self.backend} sandbox limits cannot be enforced per sandbox ({reason}); "
-               "memory and processes are limited per process (rlimits) only")
+    message = (
+      f"{self.backend} sandbox limits cannot be enforced per sandbox ({reason}); "
+      "memory and processes are limited per process (rlimits) only"
+    )
     if self.spec.limits.enforce_limits:
       raise SandboxError(message + "; set Limits(enforce_limits=False) to run anyway")
     self.limit_warning = message
@@ -181,8 +214,9 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     for target, host in self.binds.items():
       src = self.image_root / target.lstrip("/")
       if target != "/logs" and src.is_dir() and not src.is_symlink() and any(src.iterdir()):
-        res = subprocess.run(["cp", "-a", f"{src}/.", f"{host}/"], capture_output=True, text=True,
-                             check=False)
+        res = subprocess.run(
+          ["cp", "-a", f"{src}/.", f"{host}/"], capture_output=True, text=True, check=False
+        )
         if res.returncode != 0:
           raise SandboxError(f"seeding {target} from the image failed: {res.stderr.strip()[-500:]}")
 
@@ -208,18 +242,27 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
   # ------------------------------------------------------------------------------ the shell
   def _start_shell(self) -> None:
     argv = self._enter(self._inner(["bash", "--noprofile", "--norc"]))
-    self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, start_new_session=True,
-                                  env=self._host_env())
+    self._proc = subprocess.Popen(
+      argv,
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      start_new_session=True,
+      env=self._host_env(),
+    )
     self._reader = shell.SentinelReader(self._proc.stdout.fileno(), self._token)
     # The token travels over the pipe only (never in a file the sandbox user can read).
-    self._send(f"__tmax_ctl=/tmp/.tmax; __tmax_token={self._token.decode()}; . /tmp/.tmax/shell.sh\n")
+    self._send(
+      f"__tmax_ctl=/tmp/.tmax; __tmax_token={self._token.decode()}; . /tmp/.tmax/shell.sh\n"
+    )
     if self._state:
       self._send(f"__tmax_restore {shlex.quote(self._state)}\n")
     if not self._reader.read_line_with(self._token + b" ready", time.monotonic() + START_TIMEOUT_S):
       code = self._proc.poll()
-      raise SandboxError(f"{self.backend} sandbox {self.name}: the shell did not start "
-                         f"(exit {code}); image {self.spec.image!r}")
+      raise SandboxError(
+        f"{self.backend} sandbox {self.name}: the shell did not start "
+        f"(exit {code}); image {self.spec.image!r}"
+      )
 
   def _send(self, text: str) -> None:
     try:
@@ -260,7 +303,9 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     self._start_anchor()
     self._start_shell()
 
-  def run(self, command: str, *, timeout_s: float = 120.0, max_output_chars: int = 10_000) -> CommandResult:
+  def run(
+    self, command: str, *, timeout_s: float = 120.0, max_output_chars: int = 10_000
+  ) -> CommandResult:
     with self._lock:
       if self._closed:
         raise SandboxError(f"{self.backend} sandbox {self.name} is closed")
@@ -277,8 +322,12 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     timeout = max(1, int(round(timeout_s)))
     self._send(f"__tmax_run {cmd_id} {timeout}\n")
     kind, rc, why = self._reader.read_until(
-        cmd_id, capture, start + timeout + HOST_GRACE_S, on_limit=lambda: self._cancel(cmd_id),
-        limit_bytes=self.spec.limits.max_output_mb << 20)
+      cmd_id,
+      capture,
+      start + timeout + HOST_GRACE_S,
+      on_limit=lambda: self._cancel(cmd_id),
+      limit_bytes=self.spec.limits.max_output_mb << 20,
+    )
     for f in ("cmd", "why"):
       with contextlib.suppress(OSError):
         (self.ctl / f"{f}.{cmd_id}").unlink()
@@ -288,10 +337,15 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     else:  # a killed command's state is partial: the previous one stays
       self._drop_state(f"/tmp/.tmax/state.{cmd_id}")
     if self._closed:
-      return CommandResult(capture.text(max_chars) + "\n[the sandbox was closed while the command ran]",
-                           None, "crashed", time.monotonic() - start)
-    ev = status.Evidence(kind, rc, why, before, self._limit_stats(), bytes(capture.head),
-                         bytes(capture.tail))
+      return CommandResult(
+        capture.text(max_chars) + "\n[the sandbox was closed while the command ran]",
+        None,
+        "crashed",
+        time.monotonic() - start,
+      )
+    ev = status.Evidence(
+      kind, rc, why, before, self._limit_stats(), bytes(capture.head), bytes(capture.tail)
+    )
     state, note = status.classify(ev, self.spec.limits)
     if state == "limit_reset" or kind in ("eof", "deadline"):
       self._hard_restart()  # restores the last good state (cwd, env) into the new shell
@@ -314,8 +368,10 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     for i, cmd in enumerate(self.spec.setup_commands):
       res = self.run(cmd, timeout_s=900)
       if res.status != "ok" or res.exit_code != 0:
-        raise SandboxError(f"EnvironmentSpec.setup_commands[{i}] failed ({res.status}, exit "
-                           f"{res.exit_code}): {cmd!r}\n{res.output[-2000:]}")
+        raise SandboxError(
+          f"EnvironmentSpec.setup_commands[{i}] failed ({res.status}, exit "
+          f"{res.exit_code}): {cmd!r}\n{res.output[-2000:]}"
+        )
     if self.spec.setup_commands:  # setup's cwd/env changes do not leak into the agent's session
       self.run(f"cd {shlex.quote(self.spec.workdir)}", timeout_s=30)
 
@@ -345,4 +401,3 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       runtime.remove_tree(self.root)
     finally:
       runtime.unregister(self)
-

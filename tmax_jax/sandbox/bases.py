@@ -32,25 +32,25 @@ class Base:
 
 # (pattern on the image reference without registry tag noise, base name). First match wins.
 _TABLE = (
-    (r"ghcr\.io/laude-institute/t-bench/python-3-13(:.*)?", "tbench-python-3-13"),
-    (r"ghcr\.io/laude-institute/t-bench/ubuntu-24-04(:.*)?", "tbench-ubuntu-24-04"),
-    (r"ghcr\.io/laude-institute/t-bench/deveval(:.*)?", "tbench-deveval"),
-    (r"(docker\.io/)?(library/)?buildpack-deps:(jammy|22\.04|bookworm|12)(-.*)?", "buildpack"),
-    (r"(docker\.io/)?(library/)?python:3\.13(\..*)?(-.*)?", "python-3-13"),
-    (r"(docker\.io/)?(library/)?python:3\.11(\..*)?(-.*)?", "python-3-11"),
-    (r"(docker\.io/)?(library/)?ubuntu:(22\.04|jammy)(-.*)?", "debian-bookworm"),
-    (r"(docker\.io/)?(library/)?ubuntu:(24\.04|noble|latest)(-.*)?", "debian-trixie"),
-    (r"(docker\.io/)?(library/)?debian:(12|bookworm)(\..*|-.*)?", "debian-bookworm"),
-    (r"(docker\.io/)?(library/)?debian:(13|trixie|latest|stable)(\..*|-.*)?", "debian-trixie"),
-    (r"tmax-base:bookworm", "tmax-base"),
+  (r"ghcr\.io/laude-institute/t-bench/python-3-13(:.*)?", "tbench-python-3-13"),
+  (r"ghcr\.io/laude-institute/t-bench/ubuntu-24-04(:.*)?", "tbench-ubuntu-24-04"),
+  (r"ghcr\.io/laude-institute/t-bench/deveval(:.*)?", "tbench-deveval"),
+  (r"(docker\.io/)?(library/)?buildpack-deps:(jammy|22\.04|bookworm|12)(-.*)?", "buildpack"),
+  (r"(docker\.io/)?(library/)?python:3\.13(\..*)?(-.*)?", "python-3-13"),
+  (r"(docker\.io/)?(library/)?python:3\.11(\..*)?(-.*)?", "python-3-11"),
+  (r"(docker\.io/)?(library/)?ubuntu:(22\.04|jammy)(-.*)?", "debian-bookworm"),
+  (r"(docker\.io/)?(library/)?ubuntu:(24\.04|noble|latest)(-.*)?", "debian-trixie"),
+  (r"(docker\.io/)?(library/)?debian:(12|bookworm)(\..*|-.*)?", "debian-bookworm"),
+  (r"(docker\.io/)?(library/)?debian:(13|trixie|latest|stable)(\..*|-.*)?", "debian-trixie"),
+  (r"tmax-base:bookworm", "tmax-base"),
 )
 # The nearest base for references the table does not know (checked in order).
 _NEAREST = (
-    (r"python:3\.(1[2-9])", "python-3-13", "Python 3.13 from Debian trixie"),
-    (r"python:3\.([0-9]|10)\b", "python-3-11", "Python 3.11 from Debian bookworm"),
-    (r"python", "python-3-11", "Python 3.11 from Debian bookworm"),
-    (r"ubuntu:2[4-9]|noble|oracular|plucky", "debian-trixie", "Debian trixie"),
-    (r"ubuntu|debian|buildpack", "debian-bookworm", "Debian bookworm"),
+  (r"python:3\.(1[2-9])", "python-3-13", "Python 3.13 from Debian trixie"),
+  (r"python:3\.([0-9]|10)\b", "python-3-11", "Python 3.11 from Debian bookworm"),
+  (r"python", "python-3-11", "Python 3.11 from Debian bookworm"),
+  (r"ubuntu:2[4-9]|noble|oracular|plucky", "debian-trixie", "Debian trixie"),
+  (r"ubuntu|debian|buildpack", "debian-bookworm", "Debian bookworm"),
 )
 DEFAULT_NEAREST = ("buildpack", "Debian bookworm with build tools")
 
@@ -69,17 +69,20 @@ def resolve(ref: str) -> Base:
       return _load(name)
   for pattern, name, why in _NEAREST:
     if re.search(pattern, plain):
-      return dataclasses.replace(_load(name), warning=NEAREST_WARNING.format(
-          ref=ref, name=name, why=why))
+      return dataclasses.replace(
+        _load(name), warning=NEAREST_WARNING.format(ref=ref, name=name, why=why)
+      )
   name, why = DEFAULT_NEAREST
-  return dataclasses.replace(_load(name), warning=NEAREST_WARNING.format(ref=ref, name=name,
-                                                                          why=why))
+  return dataclasses.replace(
+    _load(name), warning=NEAREST_WARNING.format(ref=ref, name=name, why=why)
+  )
 
 
 def _load(name: str) -> Base:
   if name == "tmax-base":
     return Base("tmax-base", workdir="/")
   from tmax_jax.sandbox import dockerfile  # pylint: disable=import-outside-toplevel
+
   recipe = recipes_dir() / name / "Dockerfile"
   text = recipe.read_text()
   suite = re.search(r"^FROM\s+debootstrap:(\S+)", text, re.M).group(1)
@@ -102,6 +105,7 @@ def ensure_base(base: Base, *, quiet: bool = True) -> tuple[pathlib.Path, tuple[
     root = images.ensure_debootstrap(base.suite, quiet=quiet)
     return root, (), f"{base.name}:{root.name}"
   from tmax_jax.sandbox import build  # pylint: disable=import-outside-toplevel
+
   image = build.build_image(recipes_dir() / base.name, quiet=quiet, finalize=False)
   return pathlib.Path(image.base), image.layers, f"{base.name}:{image.id}"
 
@@ -113,12 +117,17 @@ def debian_mirror() -> str:
 def post_lines(base: Base) -> list[str]:
   """The recipe's RUN lines (for Apptainer %post): the base built the same way on a cluster."""
   if base.name in ("tmax-base",) or base.name.startswith("debootstrap-"):
-    pkgs = images.read_packages() if base.name == "tmax-base" else images.read_packages(
-        recipes_dir() / "minimal.txt")
-    return [f"apt-get update -q && apt-get install -y -q --no-install-recommends {' '.join(pkgs)}",
-            "useradd -m -u 1000 -s /bin/bash agent || true"]
+    pkgs = (
+      images.read_packages()
+      if base.name == "tmax-base"
+      else images.read_packages(recipes_dir() / "minimal.txt")
+    )
+    return [
+      f"apt-get update -q && apt-get install -y -q --no-install-recommends {' '.join(pkgs)}",
+      "useradd -m -u 1000 -s /bin/bash agent || true",
+    ]
   from tmax_jax.sandbox import dockerfile  # pylint: disable=import-outside-toplevel
+
   text = (recipes_dir() / base.name / "Dockerfile").read_text()
   parent = resolve(re.search(r"^FROM\s+(\S+)", text, re.M).group(1))
-  return [*post_lines(parent),
-          *(i.args for i in dockerfile.instructions(text) if i.cmd == "RUN")]
+  return [*post_lines(parent), *(i.args for i in dockerfile.instructions(text) if i.cmd == "RUN")]

@@ -51,7 +51,9 @@ def mount_plan(rootfs: pathlib.Path, targets: list[str]) -> list[str]:
     host = rootfs / rel.lstrip("/") if rel != "/" else rootfs
     for entry in sorted(os.scandir(host), key=lambda e: e.name):
       path = posixpath.join(rel, entry.name)
-      if (rel == "/" and (entry.name in _SKIP_TOP or entry.name.startswith(".tmax"))) or path in targets:
+      if (
+        rel == "/" and (entry.name in _SKIP_TOP or entry.name.startswith(".tmax"))
+      ) or path in targets:
         continue
       if entry.is_symlink():
         args.extend(["--symlink", os.readlink(entry.path), path])
@@ -75,11 +77,14 @@ class BubblewrapSandbox(base.SandboxBase):
     if reason:
       raise SandboxError(f"bubblewrap backend unavailable: {reason}")
     rootfs = pathlib.Path(spec.image) if isinstance(spec.image, str) and spec.image else None
-    if rootfs is None or not (build.is_image_file(spec.image) or (
-        rootfs.is_dir() and (rootfs / "bin").exists())):
-      raise SandboxError(f"bubblewrap needs EnvironmentSpec.image to be a built image (.json) or a "
-                         f"rootfs directory with /bin; {spec.image!r} is neither (build one with "
-                         "tmax_jax.sandbox.build.build_image or images.ensure_base_rootfs)")
+    if rootfs is None or not (
+      build.is_image_file(spec.image) or (rootfs.is_dir() and (rootfs / "bin").exists())
+    ):
+      raise SandboxError(
+        f"bubblewrap needs EnvironmentSpec.image to be a built image (.json) or a "
+        f"rootfs directory with /bin; {spec.image!r} is neither (build one with "
+        "tmax_jax.sandbox.build.build_image or images.ensure_base_rootfs)"
+      )
     self.rootfs = rootfs.resolve()
     self._uid = random.randrange(200_000, 300_000) if os.geteuid() == 0 else os.getuid()
     self._anchor: subprocess.Popen | None = None
@@ -94,9 +99,22 @@ class BubblewrapSandbox(base.SandboxBase):
     """The anchor's full bwrap argv (without the privilege-dropping prefix)."""
     ro_extra = {"/etc/resolv.conf": "/etc/resolv.conf"} if self.spec.allow_network else {}
     targets = sorted(set(self.binds) | set(ro_extra))
-    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(base.SANDBOX_UID), "--gid",
-            str(base.SANDBOX_UID), "--cap-drop", "ALL", "--new-session", "--die-with-parent",
-            "--disable-userns", "--hostname", "sandbox"]
+    args = [
+      "bwrap",
+      "--unshare-all",
+      "--unshare-user",
+      "--uid",
+      str(base.SANDBOX_UID),
+      "--gid",
+      str(base.SANDBOX_UID),
+      "--cap-drop",
+      "ALL",
+      "--new-session",
+      "--die-with-parent",
+      "--disable-userns",
+      "--hostname",
+      "sandbox",
+    ]
     if self.spec.allow_network:
       args.append("--share-net")
     args += mount_plan(self.image_root or self.rootfs, targets)
@@ -110,12 +128,33 @@ class BubblewrapSandbox(base.SandboxBase):
 
   def _start_anchor(self) -> None:
     info_r, info_w = os.pipe()
-    prefix = ["setpriv", f"--reuid={self._uid}", f"--regid={self._uid}", "--clear-groups"] if os.geteuid() == 0 else []
-    argv = self._in_cgroup([*self._prlimit(), *prefix, *self.bwrap_args(), "--info-fd", str(info_w),
-                            "--", "/bin/sh", "-c", "echo tmax-anchor-ready; read x; exit 0"])
-    self._anchor = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=[info_w], start_new_session=True,
-                                    env=self._host_env())
+    prefix = (
+      ["setpriv", f"--reuid={self._uid}", f"--regid={self._uid}", "--clear-groups"]
+      if os.geteuid() == 0
+      else []
+    )
+    argv = self._in_cgroup(
+      [
+        *self._prlimit(),
+        *prefix,
+        *self.bwrap_args(),
+        "--info-fd",
+        str(info_w),
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo tmax-anchor-ready; read x; exit 0",
+      ]
+    )
+    self._anchor = subprocess.Popen(
+      argv,
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      pass_fds=[info_w],
+      start_new_session=True,
+      env=self._host_env(),
+    )
     os.close(info_w)
     try:
       deadline = time.monotonic() + base.START_TIMEOUT_S
@@ -130,8 +169,10 @@ class BubblewrapSandbox(base.SandboxBase):
       if self._anchor.poll() is not None:
         err = self._anchor.stderr.read()
       self._stop_anchor()
-      raise SandboxError(f"bubblewrap failed to start the sandbox from {self.rootfs}: "
-                         f"{err.decode(errors='replace').strip() or 'no child pid reported'}")
+      raise SandboxError(
+        f"bubblewrap failed to start the sandbox from {self.rootfs}: "
+        f"{err.decode(errors='replace').strip() or 'no child pid reported'}"
+      )
 
   def _stop_anchor(self) -> None:
     anchor, self._anchor = self._anchor, None
@@ -153,8 +194,29 @@ class BubblewrapSandbox(base.SandboxBase):
     if not self._child_pid:
       raise SandboxError(f"bubblewrap sandbox {self.name} is not running")
     uid = "0" if root else str(base.SANDBOX_UID)
-    return self._in_cgroup([*self._prlimit(), "setpriv", "--no-new-privs", "nsenter", "-t", str(self._child_pid),
-                            "-U", "-m", "-n", "-i", "-u", "-p", "-r", "-S", uid, "-G", uid, "--", *argv])
+    return self._in_cgroup(
+      [
+        *self._prlimit(),
+        "setpriv",
+        "--no-new-privs",
+        "nsenter",
+        "-t",
+        str(self._child_pid),
+        "-U",
+        "-m",
+        "-n",
+        "-i",
+        "-u",
+        "-p",
+        "-r",
+        "-S",
+        uid,
+        "-G",
+        uid,
+        "--",
+        *argv,
+      ]
+    )
 
 
 def _read_child_pid(fd: int, deadline: float) -> int:

@@ -98,12 +98,21 @@ class _State:
   shell: tuple = DEFAULT_SHELL
 
   def key(self) -> dict:
-    return {"env": sorted(self.env.items()), "args": sorted(self.args.items()),
-            "workdir": self.workdir, "user": self.user, "shell": list(self.shell)}
+    return {
+      "env": sorted(self.env.items()),
+      "args": sorted(self.args.items()),
+      "workdir": self.workdir,
+      "user": self.user,
+      "shell": list(self.shell),
+    }
 
   def run_env(self) -> dict:
-    env = {"PATH": DEFAULT_PATH, "HOME": "/root" if self.user in ("root", "0") else "/tmp",
-           **self.args, **self.env}
+    env = {
+      "PATH": DEFAULT_PATH,
+      "HOME": "/root" if self.user in ("root", "0") else "/tmp",
+      **self.args,
+      **self.env,
+    }
     return env
 
 
@@ -114,15 +123,24 @@ def _hash(*parts) -> str:
   return digest.hexdigest()[:20]
 
 
-def build_image(context: str | os.PathLike, *, dockerfile_name: str = "Dockerfile",
-                extra_steps: tuple[str, ...] = (), timeout_s: float = 1800.0, quiet: bool = True,
-                seeds_into_workdir: bool = False, finalize: bool = True) -> Image:
+def build_image(
+  context: str | os.PathLike,
+  *,
+  dockerfile_name: str = "Dockerfile",
+  extra_steps: tuple[str, ...] = (),
+  timeout_s: float = 1800.0,
+  quiet: bool = True,
+  seeds_into_workdir: bool = False,
+  finalize: bool = True,
+) -> Image:
   """Builds (or finds cached) the image of `context`/Dockerfile. `extra_steps`: shell commands run
   as root after the Dockerfile (e.g. test-time dependency prefetch), logged as rewrites.
   Raises DockerfileError (bad Dockerfile, naming the line) or SandboxError (a failed step)."""
   if os.geteuid() != 0:
-    raise SandboxError("building task images needs root (overlayfs + chroot); see BUILD_NOTES "
-                       "'Task images' for non-root hosts")
+    raise SandboxError(
+      "building task images needs root (overlayfs + chroot); see BUILD_NOTES "
+      "'Task images' for non-root hosts"
+    )
   context = pathlib.Path(context).resolve()
   file = context / dockerfile_name
   if not file.is_file():
@@ -159,8 +177,9 @@ class _Builder:
   def fail(self, line: int, problem: str):
     raise DockerfileError(self.file, line, problem)
 
-  def run(self, ins: list[dockerfile.Instruction], extra: tuple[str, ...], seeds: bool,
-          finalize: bool) -> None:
+  def run(
+    self, ins: list[dockerfile.Instruction], extra: tuple[str, ...], seeds: bool, finalize: bool
+  ) -> None:
     global_args: dict = {}
     for i in ins:
       if i.cmd == "FROM":
@@ -168,8 +187,13 @@ class _Builder:
           self.fail(i.line, "multi-stage builds (a second FROM) are not supported")
         self._from(i, global_args)
         if finalize:  # right on the base, so every task image of that base shares it
-          self._run_shell(["/bin/sh", "/.tmax-build/finalize.sh"], 0, "harness layer",
-                          user="root", mirror_dir=mirror.harness_dir())
+          self._run_shell(
+            ["/bin/sh", "/.tmax-build/finalize.sh"],
+            0,
+            "harness layer",
+            user="root",
+            mirror_dir=mirror.harness_dir(),
+          )
       elif self.base is None:
         if i.cmd != "ARG":
           self.fail(i.line, f"{i.cmd} before FROM (only ARG may come first)")
@@ -189,8 +213,9 @@ class _Builder:
 
   def _from(self, i, global_args: dict) -> None:
     if i.flag("platform") and "amd64" not in i.flag("platform"):
-      self.warnings.append(f"line {i.line}: FROM --platform={i.flag('platform')} built for the "
-                           "host's architecture")
+      self.warnings.append(
+        f"line {i.line}: FROM --platform={i.flag('platform')} built for the host's architecture"
+      )
     self.from_ref = dockerfile.parse_from(i, global_args, self.file)
     base = bases.resolve(self.from_ref)
     if base.warning:
@@ -215,8 +240,9 @@ class _Builder:
     elif i.cmd == "WORKDIR":
       path = dockerfile.substitute(i.args.strip(), {**st.args, **st.env})
       st.workdir = posixpath.normpath(posixpath.join(st.workdir, path))
-      self._run_shell(["/bin/mkdir", "-p", st.workdir], i.line, f"line {i.line} WORKDIR",
-                      user="root")
+      self._run_shell(
+        ["/bin/mkdir", "-p", st.workdir], i.line, f"line {i.line} WORKDIR", user="root"
+      )
     elif i.cmd == "ENV":
       st.env.update(dockerfile.key_values(i, {**st.args, **st.env}, self.file))
     elif i.cmd == "ARG":
@@ -227,39 +253,67 @@ class _Builder:
     elif i.cmd == "SHELL":
       argv = dockerfile.exec_form(i.args)
       if not argv:
-        self.fail(i.line, f"SHELL expects the JSON form [\"executable\", \"parameters\"], got "
-                  f"{i.args!r}")
+        self.fail(
+          i.line, f'SHELL expects the JSON form ["executable", "parameters"], got {i.args!r}'
+        )
       st.shell = tuple(argv)
     else:
       self.meta[i.cmd] = i.args  # runtime-only: recorded, not built
 
-  def _run_shell(self, argv: list[str], line: int, where: str, *, user: str | None = None,
-                 mirror_dir: pathlib.Path | None = None) -> None:
+  def _run_shell(
+    self,
+    argv: list[str],
+    line: int,
+    where: str,
+    *,
+    user: str | None = None,
+    mirror_dir: pathlib.Path | None = None,
+  ) -> None:
     st = self.state
     user = user or st.user
     text = " ".join(argv)
     urls = mirror.prepare(text)
     for url, local in urls:
-      self.rewrites.append(f"{where}: {url} " + (
-          f"replaced by the offline stand-in {local}" if local.startswith("bin/") else
-          f"served from the local mirror ({local})"))
-    key = {"v": BUILD_VERSION, "cmd": "RUN", "argv": argv, "state": st.key(), "user": user,
-           "mirror": mirror.served_hash(urls) if urls else ""}
+      self.rewrites.append(
+        f"{where}: {url} "
+        + (
+          f"replaced by the offline stand-in {local}"
+          if local.startswith("bin/")
+          else f"served from the local mirror ({local})"
+        )
+      )
+    key = {
+      "v": BUILD_VERSION,
+      "cmd": "RUN",
+      "argv": argv,
+      "state": st.key(),
+      "user": user,
+      "mirror": mirror.served_hash(urls) if urls else "",
+    }
     if mirror_dir is not None:
       key["harness"] = mirror.harness_hash()
     env = st.run_env()
     if urls:
       env["PATH"] = "/.tmax-build/bin:" + env["PATH"]
     body = layers.run_body(argv, env, st.workdir, self._uid(user))
-    self._layer(key, body, where, line, network=True,
-                mirror_dir=mirror_dir or (mirror.build_dir() if urls else None))
+    self._layer(
+      key,
+      body,
+      where,
+      line,
+      network=True,
+      mirror_dir=mirror_dir or (mirror.build_dir() if urls else None),
+    )
 
   def _uid(self, user: str) -> str | None:
     if user in ("root", "0", "0:0", ""):
       return None
     name, _, group = user.partition(":")
-    return f"{self._lookup('passwd', name)}:{self._lookup('group', group) if group else ''}".rstrip(
-        ":") if not name.isdigit() or (group and not group.isdigit()) else user
+    return (
+      f"{self._lookup('passwd', name)}:{self._lookup('group', group) if group else ''}".rstrip(":")
+      if not name.isdigit() or (group and not group.isdigit())
+      else user
+    )
 
   def _lookup(self, db: str, name: str) -> str:
     if name.isdigit():
@@ -276,16 +330,33 @@ class _Builder:
         return parts[2]
     raise SandboxError(f"{self.file}: USER/--chown {name!r} is not in the image's /etc/{db}")
 
-  def _layer(self, key: dict, body: str, where: str, line: int, *, network: bool,
-             staging: pathlib.Path | None = None, mirror_dir: pathlib.Path | None = None) -> None:
+  def _layer(
+    self,
+    key: dict,
+    body: str,
+    where: str,
+    line: int,
+    *,
+    network: bool,
+    staging: pathlib.Path | None = None,
+    mirror_dir: pathlib.Path | None = None,
+  ) -> None:
     parent = self.layers[-1] if self.layers else self.base_id
     layer_id = _hash(parent, key)
     with _layer_lock(layer_id):  # concurrent builders of the same layer (threads, processes) wait
-      seconds, cached = self._make_layer(layer_id, parent, body, where, network, staging,
-                                         mirror_dir)
+      seconds, cached = self._make_layer(
+        layer_id, parent, body, where, network, staging, mirror_dir
+      )
     self.layers.append(layer_id)
-    self.steps.append({"line": line, "where": where, "layer": layer_id, "cached": cached,
-                       "seconds": round(seconds, 2)})
+    self.steps.append(
+      {
+        "line": line,
+        "where": where,
+        "layer": layer_id,
+        "cached": cached,
+        "seconds": round(seconds, 2),
+      }
+    )
 
   def _make_layer(self, layer_id, parent, body, where, network, staging, mirror_dir):
     cached = layers.layer_done(layer_id)
@@ -296,10 +367,18 @@ class _Builder:
       log_path = layers.store() / "logs" / f"{layer_id}.log"
       log_path.parent.mkdir(parents=True, exist_ok=True)
       with open(log_path, "w") as log:
-        seconds = layers.run_step(self.base, self.layers, layer_id, body,
-                                  meta={"where": f"{self.file}: {where}", "parent": parent},
-                                  timeout_s=self.timeout_s, log=log, network=network,
-                                  staging=staging, mirror=mirror_dir)
+        seconds = layers.run_step(
+          self.base,
+          self.layers,
+          layer_id,
+          body,
+          meta={"where": f"{self.file}: {where}", "parent": parent},
+          timeout_s=self.timeout_s,
+          log=log,
+          network=network,
+          staging=staging,
+          mirror=mirror_dir,
+        )
     return seconds, cached
 
   def _copy(self, i, cmd: str) -> None:
@@ -318,8 +397,10 @@ class _Builder:
       plan = []
       for n, src in enumerate(srcs):
         if "://" in src:
-          self.fail(i.line, f"{cmd} of a URL ({src}) cannot be fetched offline; put the file in "
-                    "the build context")
+          self.fail(
+            i.line,
+            f"{cmd} of a URL ({src}) cannot be fetched offline; put the file in the build context",
+          )
         matches = self._glob(src, i.line)
         for m, host in enumerate(matches):
           out = staging / f"{n}-{m}"
@@ -327,8 +408,11 @@ class _Builder:
           _stage(host, out, extract)
           digest.update(_tree_digest(out).encode())
           is_dir = host.is_dir() or extract
-          target = dest_abs if is_dir or not into_dir and len(matches) == 1 else posixpath.join(
-              dest_abs, host.name)
+          target = (
+            dest_abs
+            if is_dir or not into_dir and len(matches) == 1
+            else posixpath.join(dest_abs, host.name)
+          )
           plan.append((out.name, target, is_dir, host.name))
       chmod = i.flag("chmod")
       body = [f'chown -R {owner} "$S"']
@@ -337,17 +421,28 @@ class _Builder:
       for name, target, is_dir, base_name in plan:
         t = shlex.quote(target)
         if is_dir:  # --no-overwrite-dir: existing dirs (e.g. /tmp) keep their mode and owner
-          body.append(f'mkdir -p "$M"{t}; tar -C "$S/{name}" -cf - . | '
-                      f'tar -C "$M"{t} -xpf - --no-overwrite-dir')
+          body.append(
+            f'mkdir -p "$M"{t}; tar -C "$S/{name}" -cf - . | '
+            f'tar -C "$M"{t} -xpf - --no-overwrite-dir'
+          )
         else:  # a file onto an existing dir goes inside it, else to that path
           f = shlex.quote(base_name)
-          body.append(f'if [ -d "$M"{t} ] && [ ! -L "$M"{t} ]; then '
-                      f'cp -a "$S/{name}/"{f} "$M"{t}/; '
-                      f'else mkdir -p "$M"$(dirname {t}); cp -a "$S/{name}/"{f} "$M"{t}; fi')
-      key = {"v": BUILD_VERSION, "cmd": cmd, "plan": plan, "content": digest.hexdigest(),
-             "owner": owner, "chmod": chmod}
-      self._layer(key, "\n".join(body), f"line {i.line} {cmd}", i.line, network=False,
-                  staging=staging)
+          body.append(
+            f'if [ -d "$M"{t} ] && [ ! -L "$M"{t} ]; then '
+            f'cp -a "$S/{name}/"{f} "$M"{t}/; '
+            f'else mkdir -p "$M"$(dirname {t}); cp -a "$S/{name}/"{f} "$M"{t}; fi'
+          )
+      key = {
+        "v": BUILD_VERSION,
+        "cmd": cmd,
+        "plan": plan,
+        "content": digest.hexdigest(),
+        "owner": owner,
+        "chmod": chmod,
+      }
+      self._layer(
+        key, "\n".join(body), f"line {i.line} {cmd}", i.line, network=False, staging=staging
+      )
     finally:
       shutil.rmtree(staging, ignore_errors=True)
 
@@ -375,13 +470,28 @@ class _Builder:
     env = {"PATH": DEFAULT_PATH, **st.env}
     runtime = tuple(sorted(self.meta.items()))
     # (no runtime instructions: the id images had before they were recorded)
-    image_id = _hash(self.base_id, self.layers, sorted(env.items()), st.workdir, st.user,
-                     *([runtime] if runtime else []))
-    return Image(id=image_id, base=str(self.base), layers=tuple(self.layers),
-                 env=tuple(sorted(env.items())), workdir=st.workdir, user=st.user,
-                 from_ref=self.from_ref, warnings=tuple(self.warnings),
-                 rewrites=tuple(self.rewrites), steps=tuple(self.steps),
-                 build_seconds=round(seconds, 2), runtime=runtime)
+    image_id = _hash(
+      self.base_id,
+      self.layers,
+      sorted(env.items()),
+      st.workdir,
+      st.user,
+      *([runtime] if runtime else []),
+    )
+    return Image(
+      id=image_id,
+      base=str(self.base),
+      layers=tuple(self.layers),
+      env=tuple(sorted(env.items())),
+      workdir=st.workdir,
+      user=st.user,
+      from_ref=self.from_ref,
+      warnings=tuple(self.warnings),
+      rewrites=tuple(self.rewrites),
+      steps=tuple(self.steps),
+      build_seconds=round(seconds, 2),
+      runtime=runtime,
+    )
 
 
 @contextlib.contextmanager
@@ -457,8 +567,9 @@ def apptainer_def(context: pathlib.Path, dockerfile_name: str = "Dockerfile") ->
   for i in ins:
     if i.cmd == "FROM":
       if base is not None:
-        raise DockerfileError(str(file), i.line, "multi-stage builds (a second FROM) are not "
-                              "supported")
+        raise DockerfileError(
+          str(file), i.line, "multi-stage builds (a second FROM) are not supported"
+        )
       base = bases.resolve(dockerfile.parse_from(i, args, str(file)))
       workdir = base.workdir
     elif i.cmd in ("ENV", "ARG"):
@@ -480,12 +591,24 @@ def apptainer_def(context: pathlib.Path, dockerfile_name: str = "Dockerfile") ->
         files.append(f"  {shlex.quote(str(context / src))} {shlex.quote(target)}")
   if base is None:
     raise DockerfileError(str(file), 1, "no FROM instruction")
-  lines = ["# Generated by tmax_jax.sandbox.build from " + str(file),
-           "Bootstrap: debootstrap", f"OSVersion: {base.suite}",
-           "MirrorURL: " + bases.debian_mirror(), "", "%files", *files, "", "%post",
-           "  export DEBIAN_FRONTEND=noninteractive", *(f"  {c}" for c in bases.post_lines(base)),
-           *(f"  {c}" for c in post), "", "%environment",
-           *(f"  export {k}={shlex.quote(v)}" for k, v in {**dict(base.env), **env}.items()), ""]
+  lines = [
+    "# Generated by tmax_jax.sandbox.build from " + str(file),
+    "Bootstrap: debootstrap",
+    f"OSVersion: {base.suite}",
+    "MirrorURL: " + bases.debian_mirror(),
+    "",
+    "%files",
+    *files,
+    "",
+    "%post",
+    "  export DEBIAN_FRONTEND=noninteractive",
+    *(f"  {c}" for c in bases.post_lines(base)),
+    *(f"  {c}" for c in post),
+    "",
+    "%environment",
+    *(f"  export {k}={shlex.quote(v)}" for k, v in {**dict(base.env), **env}.items()),
+    "",
+  ]
   return "\n".join(lines)
 
 
@@ -510,11 +633,16 @@ def prune(max_age_days: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
   import argparse  # pylint: disable=import-outside-toplevel
+
   parser = argparse.ArgumentParser(description="Build a task image from a Dockerfile context.")
   parser.add_argument("context", nargs="?", help="directory holding the Dockerfile")
   parser.add_argument("--apptainer", action="store_true", help="print the Apptainer definition")
-  parser.add_argument("--prune-days", type=float, default=None,
-                      help="delete images unused for this many days and unreferenced layers")
+  parser.add_argument(
+    "--prune-days",
+    type=float,
+    default=None,
+    help="delete images unused for this many days and unreferenced layers",
+  )
   args = parser.parse_args(argv)
   if args.prune_days is not None:
     print(f"removed {len(prune(args.prune_days))} images/layers")

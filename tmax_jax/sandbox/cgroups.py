@@ -78,12 +78,18 @@ def _detect_v2(root: pathlib.Path, proc_cgroup: pathlib.Path) -> CgroupHost:
   available = _read(base / "cgroup.controllers").split()
   missing = [c for c in ("memory", "pids") if c not in available]
   if missing:
-    return CgroupHost(0, reason=f"cgroup v2 subtree {base} does not delegate {', '.join(missing)} "
-                      f"(cgroup.controllers: {' '.join(available) or 'empty'})")
+    return CgroupHost(
+      0,
+      reason=f"cgroup v2 subtree {base} does not delegate {', '.join(missing)} "
+      f"(cgroup.controllers: {' '.join(available) or 'empty'})",
+    )
   if not os.access(base, os.W_OK):
-    return CgroupHost(0, reason=f"cgroup v2 subtree {base} is not writable by uid {os.geteuid()} "
-                      "(ask for a delegated subtree, e.g. systemd Delegate=yes, or set "
-                      "TMAX_CGROUP_ROOT)")
+    return CgroupHost(
+      0,
+      reason=f"cgroup v2 subtree {base} is not writable by uid {os.geteuid()} "
+      "(ask for a delegated subtree, e.g. systemd Delegate=yes, or set "
+      "TMAX_CGROUP_ROOT)",
+    )
   wanted = tuple(c for c in V2_CONTROLLERS if c in available)
   parent = base / PARENT
   try:
@@ -91,11 +97,15 @@ def _detect_v2(root: pathlib.Path, proc_cgroup: pathlib.Path) -> CgroupHost:
     parent.mkdir(exist_ok=True)
     _enable(parent, wanted)
   except OSError as err:
-    why = ("it holds processes (v2 allows controllers only in cgroups without processes); move "
-           "them into a leaf or point TMAX_CGROUP_ROOT at an empty delegated cgroup"
-           if err.errno == 16 else str(err))
-    return CgroupHost(0, reason=f"cannot enable {'+'.join(wanted)} in cgroup v2 subtree {base}: "
-                      f"{why}")
+    why = (
+      "it holds processes (v2 allows controllers only in cgroups without processes); move "
+      "them into a leaf or point TMAX_CGROUP_ROOT at an empty delegated cgroup"
+      if err.errno == 16
+      else str(err)
+    )
+    return CgroupHost(
+      0, reason=f"cannot enable {'+'.join(wanted)} in cgroup v2 subtree {base}: {why}"
+    )
   return CgroupHost(2, (parent,), controllers=wanted)
 
 
@@ -109,8 +119,9 @@ def _enable(cgroup: pathlib.Path, controllers: tuple[str, ...]) -> None:
 class Cgroup:
   """One sandbox's cgroup(s). `stats()` reports OOM kills and pids-limit hits (cumulative)."""
 
-  def __init__(self, host: CgroupHost, name: str, memory_mb: int, max_processes: int,
-               cpus: float | None = None):
+  def __init__(
+    self, host: CgroupHost, name: str, memory_mb: int, max_processes: int, cpus: float | None = None
+  ):
     if host.version not in (1, 2):
       raise OSError(f"no usable cgroup hierarchy: {host.reason}")
     self.version = host.version
@@ -143,8 +154,10 @@ class Cgroup:
     mem = self.paths[0]
     pids = self.paths[-1]
     events = "memory.oom_control" if self.version == 1 else "memory.events"
-    return {"oom_kill": _counter(mem / events, "oom_kill"),
-            "pids_max_hits": _counter(pids / "pids.events", "max")}
+    return {
+      "oom_kill": _counter(mem / events, "oom_kill"),
+      "pids_max_hits": _counter(pids / "pids.events", "max"),
+    }
 
   def pids(self) -> list[int]:
     return [int(x) for x in _read(self.paths[-1] / "cgroup.procs").split() if x.isdigit()]

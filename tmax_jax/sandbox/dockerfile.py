@@ -13,11 +13,23 @@ import json
 import re
 import shlex
 
-RUNTIME_ONLY = frozenset({"CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "VOLUME", "HEALTHCHECK",
-                          "STOPSIGNAL", "MAINTAINER", "ONBUILD"})
+RUNTIME_ONLY = frozenset(
+  {
+    "CMD",
+    "ENTRYPOINT",
+    "EXPOSE",
+    "LABEL",
+    "VOLUME",
+    "HEALTHCHECK",
+    "STOPSIGNAL",
+    "MAINTAINER",
+    "ONBUILD",
+  }
+)
 BUILD = frozenset({"FROM", "RUN", "COPY", "ADD", "WORKDIR", "ENV", "ARG", "USER", "SHELL"})
 _VAR = re.compile(
-    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?([-+])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+  r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?([-+])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
+)
 
 
 class DockerfileError(ValueError):
@@ -141,8 +153,9 @@ def copy_args(ins: Instruction, env: dict[str, str], file: str) -> tuple[list[st
       raise DockerfileError(file, ins.line, f"{ins.cmd}: {err}") from None
   parts = [substitute(p, env) for p in parts]
   if len(parts) < 2:
-    raise DockerfileError(file, ins.line, f"{ins.cmd} needs a source and a destination, got "
-                          f"{ins.args!r}")
+    raise DockerfileError(
+      file, ins.line, f"{ins.cmd} needs a source and a destination, got {ins.args!r}"
+    )
   return parts[:-1], parts[-1]
 
 

@@ -2,8 +2,9 @@
 
 `sandbox/` at the repository root holds the Apptainer definition (base.def), the rootfs builder
 (build_rootfs.sh) and the package list both share (packages.txt). The rootfs is built once into
-`<cache>/rootfs/<hash>` (cache: see cache_dir) where <hash> covers build_rootfs.sh and packages.txt, so editing either
-rebuilds it; the build goes into a temp dir that is renamed into place only when it succeeded.
+`<cache>/rootfs/<hash>` (cache: see cache_dir) where <hash> covers build_rootfs.sh and packages.txt,
+so editing either rebuilds it; the build goes into a temp dir that is renamed into place only when
+it succeeded.
 
 CLI (run once by .ci/run before the tests):  python3 -m tmax_jax.sandbox.images [--force]
 """
@@ -32,14 +33,15 @@ COMPLETE_MARKER = ".tmax_rootfs_complete"
 
 
 def sandbox_dir() -> pathlib.Path:
-  """The directory holding base.def / build_rootfs.sh / packages.txt (TMAX_SANDBOX_DIR overrides)."""
+  """The directory of base.def / build_rootfs.sh / packages.txt (TMAX_SANDBOX_DIR overrides)."""
   env = os.environ.get("TMAX_SANDBOX_DIR")
   return pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parents[2] / "sandbox"
 
 
 def cache_dir() -> pathlib.Path:
   """Root of tmax_jax's caches: TMAX_CACHE_DIR, else ~/.cache/tmax_jax, else (as root, whose home is
-  private) /var/cache/tmax_jax: the sandboxes run as unprivileged host uids that must traverse it."""
+  private) /var/cache/tmax_jax: the sandboxes run as unprivileged host uids that must traverse
+  it."""
   env = os.environ.get("TMAX_CACHE_DIR")
   if env:
     return pathlib.Path(env)
@@ -62,7 +64,9 @@ def definition_hash(directory: pathlib.Path | None = None) -> str:
   for name in DEFINITION_FILES:
     path = directory / name
     if not path.is_file():
-      raise SandboxError(f"image definition file {path} is missing (expected {', '.join(DEFINITION_FILES)})")
+      raise SandboxError(
+        f"image definition file {path} is missing (expected {', '.join(DEFINITION_FILES)})"
+      )
     digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
   return digest.hexdigest()[:16]
 
@@ -79,7 +83,12 @@ def detect_mirror(apt_dir: pathlib.Path = pathlib.Path("/etc/apt")) -> str:
     for stanza in re.split(r"\n\s*\n", text):
       uris = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
       suites = re.search(r"^Suites:\s*(.+)$", stanza, re.M)
-      if uris and suites and "bookworm" in suites.group(1).split() and "security" not in uris.group(1):
+      if (
+        uris
+        and suites
+        and "bookworm" in suites.group(1).split()
+        and "security" not in uris.group(1)
+      ):
         return uris.group(1).rstrip("/")
     # one-line format: deb URI SUITE COMPONENTS.
     for m in re.finditer(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+bookworm\s", text, re.M):
@@ -96,14 +105,22 @@ def is_built(path: pathlib.Path) -> bool:
   return (path / COMPLETE_MARKER).is_file()
 
 
-def ensure_base_rootfs(*, force: bool = False, mirror: str | None = None, quiet: bool = False) -> pathlib.Path:
+def ensure_base_rootfs(
+  *, force: bool = False, mirror: str | None = None, quiet: bool = False
+) -> pathlib.Path:
   """Returns the base rootfs directory, building it first when the cache lacks it (minutes).
 
   Concurrent callers serialize on a file lock; the loser finds the finished build.
   """
   directory = sandbox_dir()
-  return _ensure_rootfs(rootfs_path(directory), directory / "packages.txt", "bookworm",
-                        force=force, mirror=mirror, quiet=quiet)
+  return _ensure_rootfs(
+    rootfs_path(directory),
+    directory / "packages.txt",
+    "bookworm",
+    force=force,
+    mirror=mirror,
+    quiet=quiet,
+  )
 
 
 def debootstrap_path(suite: str) -> pathlib.Path:
@@ -117,13 +134,23 @@ def debootstrap_path(suite: str) -> pathlib.Path:
 def ensure_debootstrap(suite: str, *, quiet: bool = True) -> pathlib.Path:
   """The `FROM debootstrap:<suite>` root of the base recipes (sandbox/bases/*/Dockerfile)."""
   if not re.fullmatch(r"[a-z]+", suite):
-    raise SandboxError(f"debootstrap suite {suite!r}: expected a Debian codename (bookworm, trixie)")
-  return _ensure_rootfs(debootstrap_path(suite), sandbox_dir() / "bases" / "minimal.txt", suite,
-                        quiet=quiet)
+    raise SandboxError(
+      f"debootstrap suite {suite!r}: expected a Debian codename (bookworm, trixie)"
+    )
+  return _ensure_rootfs(
+    debootstrap_path(suite), sandbox_dir() / "bases" / "minimal.txt", suite, quiet=quiet
+  )
 
 
-def _ensure_rootfs(final: pathlib.Path, packages: pathlib.Path, suite: str, *, force: bool = False,
-                   mirror: str | None = None, quiet: bool = False) -> pathlib.Path:
+def _ensure_rootfs(
+  final: pathlib.Path,
+  packages: pathlib.Path,
+  suite: str,
+  *,
+  force: bool = False,
+  mirror: str | None = None,
+  quiet: bool = False,
+) -> pathlib.Path:
   if is_built(final) and not force:
     return final
   final.parent.mkdir(parents=True, exist_ok=True)
@@ -135,10 +162,18 @@ def _ensure_rootfs(final: pathlib.Path, packages: pathlib.Path, suite: str, *, f
   return final
 
 
-def _build(directory: pathlib.Path, final: pathlib.Path, mirror: str, quiet: bool,
-           packages: pathlib.Path, suite: str) -> None:
+def _build(
+  directory: pathlib.Path,
+  final: pathlib.Path,
+  mirror: str,
+  quiet: bool,
+  packages: pathlib.Path,
+  suite: str,
+) -> None:
   if os.geteuid() != 0:
-    raise SandboxError(f"building the rootfs {final} needs root (debootstrap + chroot); run as root once")
+    raise SandboxError(
+      f"building the rootfs {final} needs root (debootstrap + chroot); run as root once"
+    )
   if shutil.which("debootstrap") is None:
     raise SandboxError("debootstrap is not installed (apt-get install debootstrap)")
   tmp = final.parent / f".build-{final.name}-{os.getpid()}"
@@ -148,17 +183,27 @@ def _build(directory: pathlib.Path, final: pathlib.Path, mirror: str, quiet: boo
   cmd = ["sh", str(directory / "build_rootfs.sh"), str(tmp), str(packages), mirror]
   try:
     with open(log_path, "w") as log:
-      proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              errors="replace", env={**os.environ, "SUITE": suite})
+      proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env={**os.environ, "SUITE": suite},
+      )
       for line in proc.stdout:
         log.write(line)
-        if not quiet and (line.startswith("[build_rootfs]") or line.startswith("I: Retrieving Release")):
+        if not quiet and (
+          line.startswith("[build_rootfs]") or line.startswith("I: Retrieving Release")
+        ):
           print(line.rstrip(), file=sys.stderr, flush=True)
       rc = proc.wait()
     if rc != 0:
       tail = log_path.read_text(errors="replace")[-3000:]
       raise SandboxError(f"rootfs build failed (exit {rc}); log {log_path}:\n{tail}")
-    (tmp / COMPLETE_MARKER).write_text(json.dumps({"hash": final.name, "mirror": mirror, "built_at": time.time()}))
+    (tmp / COMPLETE_MARKER).write_text(
+      json.dumps({"hash": final.name, "mirror": mirror, "built_at": time.time()})
+    )
     if final.exists():  # a forced rebuild replaces the old tree
       old = final.parent / f".old-{final.name}-{os.getpid()}"
       final.rename(old)
@@ -167,7 +212,10 @@ def _build(directory: pathlib.Path, final: pathlib.Path, mirror: str, quiet: boo
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   with open(final.parent / "builds.jsonl", "a") as metrics:
-    metrics.write(json.dumps({"hash": final.name, "seconds": round(time.time() - start, 1), "mirror": mirror}) + "\n")
+    metrics.write(
+      json.dumps({"hash": final.name, "seconds": round(time.time() - start, 1), "mirror": mirror})
+      + "\n"
+    )
 
 
 def prune_rootfs(keep: pathlib.Path) -> list[pathlib.Path]:
@@ -183,11 +231,20 @@ def prune_rootfs(keep: pathlib.Path) -> list[pathlib.Path]:
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description="Build (once) and print the base task rootfs path.")
   parser.add_argument("--force", action="store_true", help="rebuild even when the cache has it")
-  parser.add_argument("--mirror", default=None, help="Debian mirror (default: the one apt uses here)")
-  parser.add_argument("--podman", action="store_true", help="also import the rootfs as a podman image")
-  parser.add_argument("--prune", action="store_true", help="delete rootfs builds of older definitions")
-  parser.add_argument("--harness", action="store_true",
-                      help="also fetch the harness layer's files (uv, pytest wheels) for task images")
+  parser.add_argument(
+    "--mirror", default=None, help="Debian mirror (default: the one apt uses here)"
+  )
+  parser.add_argument(
+    "--podman", action="store_true", help="also import the rootfs as a podman image"
+  )
+  parser.add_argument(
+    "--prune", action="store_true", help="delete rootfs builds of older definitions"
+  )
+  parser.add_argument(
+    "--harness",
+    action="store_true",
+    help="also fetch the harness layer's files (uv, pytest wheels) for task images",
+  )
   args = parser.parse_args(argv)
   path = ensure_base_rootfs(force=args.force, mirror=args.mirror)
   print(path)
@@ -196,9 +253,11 @@ def main(argv: list[str] | None = None) -> int:
       print(f"removed {old}", file=sys.stderr)
   if args.podman:
     from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+
     print(podman.ensure_podman_image(path))
   if args.harness:
     from tmax_jax.sandbox import mirror  # pylint: disable=import-outside-toplevel
+
     print(mirror.harness_dir())
   return 0
 

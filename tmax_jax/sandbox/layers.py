@@ -31,8 +31,14 @@ _SCRATCH = ("etc/resolv.conf", ".tmax-build", ".tmax-build-ca.crt")
 BUILD_CA = "/.tmax-build-ca.crt"
 # TLS clients of a RUN step trust the host's CA bundle (where a proxy re-signs TLS, the image's own
 # bundle would not reach the registries); build-time env only, never in the image.
-CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE",
-          "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO")
+CA_ENV = (
+  "SSL_CERT_FILE",
+  "REQUESTS_CA_BUNDLE",
+  "PIP_CERT",
+  "CURL_CA_BUNDLE",
+  "NODE_EXTRA_CA_CERTS",
+  "GIT_SSL_CAINFO",
+)
 
 
 def host_ca_bundle() -> str | None:
@@ -44,6 +50,7 @@ def host_ca_bundle() -> str | None:
 
 def store() -> pathlib.Path:
   from tmax_jax.sandbox import images  # pylint: disable=import-outside-toplevel
+
   return images.cache_dir() / "build"
 
 
@@ -65,13 +72,17 @@ def layer_done(layer_id: str) -> bool:
 
 def lower_dirs(base: pathlib.Path, layers: list[str]) -> list[str]:
   """overlayfs lowerdir entries (top first) for base + non-empty layers."""
-  dirs = [str(layer_path(lid) / "diff") for lid in reversed(layers)
-          if any((layer_path(lid) / "diff").iterdir())]
+  dirs = [
+    str(layer_path(lid) / "diff")
+    for lid in reversed(layers)
+    if any((layer_path(lid) / "diff").iterdir())
+  ]
   return [*dirs, str(base)]
 
 
-def _mount_cmd(lowers: list[str], merged: str, upper: str | None = None,
-               work: str | None = None) -> str:
+def _mount_cmd(
+  lowers: list[str], merged: str, upper: str | None = None, work: str | None = None
+) -> str:
   opts = "lowerdir=" + ":".join(lowers)
   if upper:
     opts += f",upperdir={upper},workdir={work}"
@@ -80,8 +91,9 @@ def _mount_cmd(lowers: list[str], merged: str, upper: str | None = None,
   return f"mount -t overlay tmax-img -o {shlex.quote(opts)} {shlex.quote(merged)}"
 
 
-def mount_image(base: pathlib.Path, layers: list[str], target: pathlib.Path,
-                upper: pathlib.Path | None = None) -> None:
+def mount_image(
+  base: pathlib.Path, layers: list[str], target: pathlib.Path, upper: pathlib.Path | None = None
+) -> None:
   """Mounts the image at `target` (in the caller's mount namespace; runtime.remove_tree unmounts
   it with the sandbox dir): read-only, or over a writable `upper` dir (podman's runtime creates
   its own mount points in the root it is given)."""
@@ -91,16 +103,25 @@ def mount_image(base: pathlib.Path, layers: list[str], target: pathlib.Path,
     work = upper.parent / f"{upper.name}.work"
     upper.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-  cmd = _mount_cmd(lower_dirs(base, layers), str(target), upper and str(upper),
-                   work and str(work))
+  cmd = _mount_cmd(lower_dirs(base, layers), str(target), upper and str(upper), work and str(work))
   res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=host.host_env())
   if res.returncode != 0:
     raise SandboxError(f"mounting the image layers at {target} failed: {res.stderr.strip()}")
 
 
-def run_step(base: pathlib.Path, layers: list[str], layer_id: str, body: str, *, meta: dict,
-             timeout_s: float, log, network: bool = False, staging: pathlib.Path | None = None,
-             mirror: pathlib.Path | None = None) -> float:
+def run_step(
+  base: pathlib.Path,
+  layers: list[str],
+  layer_id: str,
+  body: str,
+  *,
+  meta: dict,
+  timeout_s: float,
+  log,
+  network: bool = False,
+  staging: pathlib.Path | None = None,
+  mirror: pathlib.Path | None = None,
+) -> float:
   """Makes layer `layer_id` on top of base + layers by running the sh `body` with $M = the merged
   root (and $S = `staging`, $MIRROR = `mirror` when given). Returns the seconds it took.
   Raises SandboxError with the step's output tail on failure."""
@@ -109,21 +130,29 @@ def run_step(base: pathlib.Path, layers: list[str], layer_id: str, body: str, *,
   shutil.rmtree(tmp, ignore_errors=True)
   for sub in ("diff", "work", "merged"):
     (tmp / sub).mkdir(parents=True)
-  script = "\n".join([
+  script = "\n".join(
+    [
       "set -eu",
       _mount_cmd(lower_dirs(base, layers), f"{tmp}/merged", f"{tmp}/diff", f"{tmp}/work"),
       f"M={shlex.quote(str(tmp / 'merged'))}",
       f"S={shlex.quote(str(staging or ''))}",
       f"MIRROR={shlex.quote(str(mirror or ''))}",
       f"HOST_CA={shlex.quote(host_ca_bundle() or '') if network else ''}",
-      body])
+      body,
+    ]
+  )
   argv = ["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--uts", "--ipc"]
   if not network:
     argv.append("--net")
   start = time.monotonic()
   try:
-    proc = subprocess.Popen([*argv, "sh", "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=host.host_env(), start_new_session=True)
+    proc = subprocess.Popen(
+      [*argv, "sh", "-c", script],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      env=host.host_env(),
+      start_new_session=True,
+    )
     tail = _stream(proc, log, start + timeout_s)
     rc = proc.wait()
     if rc != 0:
@@ -146,6 +175,7 @@ def run_step(base: pathlib.Path, layers: list[str], layer_id: str, body: str, *,
 def _stream(proc: subprocess.Popen, log, deadline: float) -> str:
   """Copies the step's output to `log` (a text file) until it exits or the deadline passes."""
   import select  # pylint: disable=import-outside-toplevel
+
   tail = b""
   fd = proc.stdout.fileno()
   while True:
@@ -200,5 +230,7 @@ def run_body(argv: list[str], env: dict[str, str], workdir: str, user: str | Non
     env = {**{k: BUILD_CA for k in CA_ENV}, **env}
   env_args = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
   cd = f"mkdir -p {shlex.quote(workdir)} 2>/dev/null; cd {shlex.quote(workdir)} && exec {inner}"
-  return (RUN_BODY + f"chroot {' '.join(spec)} \"$M\" /usr/bin/env -i {env_args} "
-          f"/bin/sh -c {shlex.quote(cd)}\n")
+  return (
+    RUN_BODY + f'chroot {" ".join(spec)} "$M" /usr/bin/env -i {env_args} '
+    f"/bin/sh -c {shlex.quote(cd)}\n"
+  )

@@ -34,14 +34,21 @@ WHEELS = ("pytest==8.4.1", "pytest==8.4.2", "colorama")  # + dependencies (uv lo
 # platform, so the win32-only colorama must be there too); pure-Python wheels
 MIRROR_VERSION = "1"
 # The arch part is often a shell variable (linux-$GOARCH): it matches any word there.
-_GO = re.compile(r"https?://(golang\.org|go\.dev)/dl/go(\d+)\.(\d+)((?:\.\d+)?)\.linux-"
-                 r"[\w${}]+\.tar\.gz")
+_GO = re.compile(
+  r"https?://(golang\.org|go\.dev)/dl/go(\d+)\.(\d+)((?:\.\d+)?)\.linux-"
+  r"[\w${}]+\.tar\.gz"
+)
 _KNOWN = (
-    (_GO, "go"),
-    (re.compile(r"https://sh\.rustup\.rs/?|https://static\.rust-lang\.org/rustup/[\w./-]*"
-                r"rustup-init\.sh"), "rustup-offline.sh"),
-    (re.compile(r"https://deb\.nodesource\.com/setup_[\w.]+"), "nodesource-offline.sh"),
-    (re.compile(r"https://astral\.sh/uv/(?:[\w.]+/)?install\.sh"), "uv-install.sh"),
+  (_GO, "go"),
+  (
+    re.compile(
+      r"https://sh\.rustup\.rs/?|https://static\.rust-lang\.org/rustup/[\w./-]*"
+      r"rustup-init\.sh"
+    ),
+    "rustup-offline.sh",
+  ),
+  (re.compile(r"https://deb\.nodesource\.com/setup_[\w.]+"), "nodesource-offline.sh"),
+  (re.compile(r"https://astral\.sh/uv/(?:[\w.]+/)?install\.sh"), "uv-install.sh"),
 )
 
 
@@ -99,8 +106,11 @@ def prepare(text: str) -> list[tuple[str, str]]:
   with open(d / ".lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     table = d / "urls.tsv"
-    rows = dict(line.split("\t", 1) for line in table.read_text().splitlines()) if (
-        table.is_file()) else {}
+    rows = (
+      dict(line.split("\t", 1) for line in table.read_text().splitlines())
+      if (table.is_file())
+      else {}
+    )
     out = []
     for url, kind in urls:
       if kind == "command":
@@ -124,10 +134,26 @@ def prepare(text: str) -> list[tuple[str, str]]:
 
 
 def _pip_download(dest: pathlib.Path, *reqs: str, extra: tuple[str, ...] = ()) -> None:
-  res = subprocess.run([sys.executable, "-m", "pip", "download", "-q",
-                        "--disable-pip-version-check",
-                        "--only-binary", ":all:", "-d", str(dest), *extra, *reqs],
-                       capture_output=True, text=True, timeout=1800, check=False)
+  res = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "pip",
+      "download",
+      "-q",
+      "--disable-pip-version-check",
+      "--only-binary",
+      ":all:",
+      "-d",
+      str(dest),
+      *extra,
+      *reqs,
+    ],
+    capture_output=True,
+    text=True,
+    timeout=1800,
+    check=False,
+  )
   if res.returncode != 0:
     raise SandboxError(f"pip download {' '.join(reqs)} failed: {res.stderr.strip()[-1500:]}")
 
@@ -158,8 +184,9 @@ def _go_tarball(d: pathlib.Path, url: str) -> str:
 
 
 def harness_hash() -> str:
-  return _digest(f"{UV_VERSION}:{WHEELS}".encode(),
-                 *((offline_dir() / f).read_bytes() for f in HARNESS_FILES))
+  return _digest(
+    f"{UV_VERSION}:{WHEELS}".encode(), *((offline_dir() / f).read_bytes() for f in HARNESS_FILES)
+  )
 
 
 def harness_dir() -> pathlib.Path:

@@ -32,14 +32,24 @@ import subprocess
 import time
 
 from tmax_jax.sandbox import base, build, cgroups, layers, podman, runtime
-from tmax_jax.sandbox.api import Mount, PodSpec, ServiceSpec, SandboxError
+from tmax_jax.sandbox.api import Mount, PodSpec, SandboxError, ServiceSpec
 
 CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
-SERVICE_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-                "NET_BIND_SERVICE")
+SERVICE_CAPS = (
+  "CHOWN",
+  "DAC_OVERRIDE",
+  "FOWNER",
+  "FSETID",
+  "KILL",
+  "SETGID",
+  "SETUID",
+  "NET_BIND_SERVICE",
+)
 # fd 3 keeps the container's stdin for the watcher: sh gives background jobs /dev/null as stdin.
-SERVICE_WRAPPER = ('exec 3<&0; echo tmax-service-started; "$@" </dev/null 3<&- & s=$!; '
-                   '(read x <&3; kill -KILL $s 2>/dev/null) & wait $s')
+SERVICE_WRAPPER = (
+  'exec 3<&0; echo tmax-service-started; "$@" </dev/null 3<&- & s=$!; '
+  "(read x <&3; kill -KILL $s 2>/dev/null) & wait $s"
+)
 SERVICE_TIMEOUT_S = 600.0  # service_completed_successfully: how long a one-shot service may run
 HEALTH_POLL_S = 0.5
 LOG_TAIL = 2000
@@ -61,8 +71,9 @@ def start_order(spec: PodSpec) -> list[str]:
     visiting.append(name)
     for dep in deps[name]:
       if dep not in deps:
-        raise SandboxError(f"pod: {name} depends on {dep!r}, which is not a service of the pod "
-                           f"({', '.join(deps)})")
+        raise SandboxError(
+          f"pod: {name} depends on {dep!r}, which is not a service of the pod ({', '.join(deps)})"
+        )
       visit(dep)
     visiting.pop()
     order.append(name)
@@ -86,19 +97,26 @@ def validate_pod(spec: PodSpec) -> None:
       raise SandboxError(f"{where}.image: expected a built image record (.json), got {svc.image!r}")
     if not svc.command or not all(isinstance(a, str) for a in svc.command):
       raise SandboxError(f"{where}.command: expected a non-empty argv, got {svc.command!r}")
-  for owner, deps in [(spec.main_name, spec.main_depends_on),
-                      *((s.name, s.depends_on) for s in spec.services)]:
+  for owner, deps in [
+    (spec.main_name, spec.main_depends_on),
+    *((s.name, s.depends_on) for s in spec.services),
+  ]:
     for dep, condition in deps:
       if condition not in CONDITIONS:
-        raise SandboxError(f"pod: {owner} depends on {dep} with condition {condition!r}; expected "
-                           f"one of {', '.join(CONDITIONS)}")
+        raise SandboxError(
+          f"pod: {owner} depends on {dep} with condition {condition!r}; expected "
+          f"one of {', '.join(CONDITIONS)}"
+        )
       target = by_name.get(dep)
       if condition != "service_started" and target is None:
-        raise SandboxError(f"pod: {owner} waits for {dep} to be {condition}; only side services "
-                           "can be waited for that way")
+        raise SandboxError(
+          f"pod: {owner} waits for {dep} to be {condition}; only side services "
+          "can be waited for that way"
+        )
       if condition == "service_healthy" and target is not None and target.healthcheck is None:
-        raise SandboxError(f"pod: {owner} waits for {dep} to be healthy, but {dep} has no "
-                           "healthcheck")
+        raise SandboxError(
+          f"pod: {owner} waits for {dep} to be healthy, but {dep} has no healthcheck"
+        )
   start_order(spec)
 
 
@@ -125,8 +143,9 @@ class PodmanPod(podman.PodmanSandbox):
 
   # ---------------------------------------------------------------------------- host side
   def _extra_binds(self) -> dict[str, pathlib.Path]:
-    return {m.target: self._mount_source(m, f"main-{i}")
-            for i, m in enumerate(self.pod_spec.main_mounts)}
+    return {
+      m.target: self._mount_source(m, f"main-{i}") for i, m in enumerate(self.pod_spec.main_mounts)
+    }
 
   def _mount_source(self, mount: Mount, key: str) -> pathlib.Path:
     """The host path behind a Mount (see api.Mount), created or copied under self.root."""
@@ -139,8 +158,10 @@ class PodmanPod(podman.PodmanSandbox):
       return path
     src = pathlib.Path(mount.source)
     if not src.is_absolute() or not src.exists():
-      raise SandboxError(f"pod mount {mount.source!r} -> {mount.target}: expected logs, "
-                         "logs/agent, volume:<name> or an existing absolute host path")
+      raise SandboxError(
+        f"pod mount {mount.source!r} -> {mount.target}: expected logs, "
+        "logs/agent, volume:<name> or an existing absolute host path"
+      )
     dest = self.root / "mounts" / key / src.name
     dest.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
@@ -155,12 +176,17 @@ class PodmanPod(podman.PodmanSandbox):
     for svc in self.pod_spec.services:
       names += [svc.name, *svc.aliases]
       image = build.Image.load(svc.image)
-      layers.mount_image(pathlib.Path(image.base), list(image.layers),
-                         self._service_dir(svc.name) / "rootfs",
-                         self._service_dir(svc.name) / "rootfs.upper")
+      layers.mount_image(
+        pathlib.Path(image.base),
+        list(image.layers),
+        self._service_dir(svc.name) / "rootfs",
+        self._service_dir(svc.name) / "rootfs.upper",
+      )
     self.hosts_file = self.root / "hosts"
-    self.hosts_file.write_text(f"127.0.0.1\tlocalhost {' '.join(dict.fromkeys(names))}\n"
-                               "::1\tlocalhost ip6-localhost ip6-loopback\n")
+    self.hosts_file.write_text(
+      f"127.0.0.1\tlocalhost {' '.join(dict.fromkeys(names))}\n"
+      "::1\tlocalhost ip6-localhost ip6-loopback\n"
+    )
     self.hosts_file.chmod(0o644)
 
   def _network_args(self) -> list[str]:
@@ -175,7 +201,7 @@ class PodmanPod(podman.PodmanSandbox):
     by_name = {s.name: s for s in self.pod_spec.services}
     for name in start_order(self.pod_spec):
       svc = by_name.get(name)
-      for dep, condition in (svc.depends_on if svc else self.pod_spec.main_depends_on):
+      for dep, condition in svc.depends_on if svc else self.pod_spec.main_depends_on:
         self._wait_for(by_name.get(dep), condition, waiting=name)
       if svc is None:
         super()._start_anchor()
@@ -185,44 +211,95 @@ class PodmanPod(podman.PodmanSandbox):
   def _create_pod(self) -> None:
     lim = self.spec.limits
     podman.run_podman(["pod", "rm", "-f", "-t", "0", self.pod], check=False)
-    res = podman.run_podman([
-        "pod", "create", "--name", self.pod, "--label", f"tmax_owner={runtime.owner_tag()}",
-        "--network", "slirp4netns" if self.spec.allow_network else "none", "--no-hosts",
-        "--hostname", "sandbox", "--share", "net,uts",
-        "--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m",
-        *(["--cpus", f"{lim.cpus:g}"] if lim.cpus else [])])
+    res = podman.run_podman(
+      [
+        "pod",
+        "create",
+        "--name",
+        self.pod,
+        "--label",
+        f"tmax_owner={runtime.owner_tag()}",
+        "--network",
+        "slirp4netns" if self.spec.allow_network else "none",
+        "--no-hosts",
+        "--hostname",
+        "sandbox",
+        "--share",
+        "net,uts",
+        "--memory",
+        f"{lim.memory_mb}m",
+        "--memory-swap",
+        f"{lim.memory_mb}m",
+        *(["--cpus", f"{lim.cpus:g}"] if lim.cpus else []),
+      ]
+    )
     self._pod_up = True
     self._pod_cgroups = cgroups.find_container_cgroups(res.stdout.decode().strip())
 
   def _service_args(self, svc: ServiceSpec) -> list[str]:
     """The `podman run` arguments of a side service (after the global options)."""
-    args = ["run", "--rm", "-i", "--init", "--pod", self.pod, "--name",
-            self._service_container(svc.name), "--label", f"tmax_owner={runtime.owner_tag()}",
-            *podman.limit_args(self.spec.limits), "--cap-drop", "ALL",
-            *(a for cap in SERVICE_CAPS for a in ("--cap-add", cap)),
-            "--security-opt", "no-new-privileges", "--user", svc.user, "--workdir", svc.workdir,
-            "--log-driver", "none", "-v", f"{self.hosts_file}:/etc/hosts:ro"]
+    args = [
+      "run",
+      "--rm",
+      "-i",
+      "--init",
+      "--pod",
+      self.pod,
+      "--name",
+      self._service_container(svc.name),
+      "--label",
+      f"tmax_owner={runtime.owner_tag()}",
+      *podman.limit_args(self.spec.limits),
+      "--cap-drop",
+      "ALL",
+      *(a for cap in SERVICE_CAPS for a in ("--cap-add", cap)),
+      "--security-opt",
+      "no-new-privileges",
+      "--user",
+      svc.user,
+      "--workdir",
+      svc.workdir,
+      "--log-driver",
+      "none",
+      "-v",
+      f"{self.hosts_file}:/etc/hosts:ro",
+    ]
     for i, mount in enumerate(svc.mounts):
       host = self._mount_source(mount, f"{svc.name}-{i}")
       args += ["-v", f"{host}:{mount.target}:{'ro' if mount.read_only else 'rw'}"]
     for key, value in svc.env:
       args += ["--env", f"{key}={value}"]
-    return [*args, "--rootfs", str(self._service_dir(svc.name) / "rootfs"), "/bin/sh", "-c",
-            SERVICE_WRAPPER, "tmax-service", *svc.command]
+    return [
+      *args,
+      "--rootfs",
+      str(self._service_dir(svc.name) / "rootfs"),
+      "/bin/sh",
+      "-c",
+      SERVICE_WRAPPER,
+      "tmax-service",
+      *svc.command,
+    ]
 
   def _start_service(self, svc: ServiceSpec) -> None:
     log_path = self._service_dir(svc.name) / "output.log"
     with open(log_path, "wb") as log:
       self._services[svc.name] = subprocess.Popen(
-          [*podman.podman_cmd(), *self._service_args(svc)], env=podman.podman_env(),
-          stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [*podman.podman_cmd(), *self._service_args(svc)],
+        env=podman.podman_env(),
+        stdin=subprocess.PIPE,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+      )
     deadline = time.monotonic() + base.START_TIMEOUT_S
     while b"tmax-service-started" not in log_path.read_bytes():
       code = self._services[svc.name].poll()
       if code is not None or time.monotonic() > deadline:
-        raise SandboxError(f"pod service {svc.name} did not start ("
-                           f"{'exit ' + str(code) if code is not None else 'timeout'}): "
-                           f"{self._log_tail(svc.name)}")
+        raise SandboxError(
+          f"pod service {svc.name} did not start ("
+          f"{'exit ' + str(code) if code is not None else 'timeout'}): "
+          f"{self._log_tail(svc.name)}"
+        )
       time.sleep(0.05)
 
   def _wait_for(self, svc: ServiceSpec | None, condition: str, *, waiting: str) -> None:
@@ -236,19 +313,25 @@ class PodmanPod(podman.PodmanSandbox):
       except subprocess.TimeoutExpired:
         code = None
       if code != 0:
-        raise SandboxError(f"pod service {svc.name} (awaited by {waiting}) did not complete "
-                           f"successfully (exit {code}): {self._log_tail(svc.name)}")
+        raise SandboxError(
+          f"pod service {svc.name} (awaited by {waiting}) did not complete "
+          f"successfully (exit {code}): {self._log_tail(svc.name)}"
+        )
       return
     hc = svc.healthcheck
     deadline = time.monotonic() + hc.start_period_s + hc.retries * (hc.interval_s + hc.timeout_s)
     while True:
       if proc.poll() is not None:
-        raise SandboxError(f"pod service {svc.name} (awaited by {waiting}) exited with "
-                           f"{proc.returncode} before it was healthy: {self._log_tail(svc.name)}")
+        raise SandboxError(
+          f"pod service {svc.name} (awaited by {waiting}) exited with "
+          f"{proc.returncode} before it was healthy: {self._log_tail(svc.name)}"
+        )
       try:
         res = podman.run_podman(
-            ["exec", "--user", svc.user, self._service_container(svc.name), *hc.test],
-            timeout=hc.timeout_s, check=False)
+          ["exec", "--user", svc.user, self._service_container(svc.name), *hc.test],
+          timeout=hc.timeout_s,
+          check=False,
+        )
         code, out = res.returncode, res.stdout + res.stderr
       except subprocess.TimeoutExpired:
         code, out = None, b"(timed out)"
@@ -256,10 +339,11 @@ class PodmanPod(podman.PodmanSandbox):
         return
       if time.monotonic() > deadline:
         raise SandboxError(
-            f"pod service {svc.name} (awaited by {waiting}) was not healthy within "
-            f"{hc.start_period_s + hc.retries * (hc.interval_s + hc.timeout_s):g} s (last check "
-            f"exit {code}: {out.decode(errors='replace').strip()[-500:]}); service output: "
-            f"{self._log_tail(svc.name)}")
+          f"pod service {svc.name} (awaited by {waiting}) was not healthy within "
+          f"{hc.start_period_s + hc.retries * (hc.interval_s + hc.timeout_s):g} s (last check "
+          f"exit {code}: {out.decode(errors='replace').strip()[-500:]}); service output: "
+          f"{self._log_tail(svc.name)}"
+        )
       time.sleep(min(hc.interval_s, HEALTH_POLL_S))
 
   def _stop_anchor(self) -> None:

@@ -55,9 +55,21 @@ def containers_conf() -> pathlib.Path:
 def podman_cmd() -> list[str]:
   """`podman` with this project's storage root, runtime and cgroup manager."""
   runroot = "/run/tmax_jax/podman" if os.geteuid() == 0 else str(podman_dir() / "run")
-  return ["podman", "--root", str(podman_dir() / "storage"), "--runroot", runroot,
-          "--storage-driver", "overlay", "--runtime", "runc", "--cgroup-manager", "cgroupfs",
-          "--events-backend", "file"]
+  return [
+    "podman",
+    "--root",
+    str(podman_dir() / "storage"),
+    "--runroot",
+    runroot,
+    "--storage-driver",
+    "overlay",
+    "--runtime",
+    "runc",
+    "--cgroup-manager",
+    "cgroupfs",
+    "--events-backend",
+    "file",
+  ]
 
 
 def podman_env() -> dict[str, str]:
@@ -65,11 +77,17 @@ def podman_env() -> dict[str, str]:
   return host.host_env(CONTAINERS_CONF=str(containers_conf()))
 
 
-def _podman(args: list[str], *, timeout: float = 120, check: bool = True, **kw) -> subprocess.CompletedProcess:
-  res = subprocess.run([*podman_cmd(), *args], env=podman_env(), capture_output=True, timeout=timeout, **kw)
+def _podman(
+  args: list[str], *, timeout: float = 120, check: bool = True, **kw
+) -> subprocess.CompletedProcess:
+  res = subprocess.run(
+    [*podman_cmd(), *args], env=podman_env(), capture_output=True, timeout=timeout, **kw
+  )
   if check and res.returncode != 0:
-    raise SandboxError(f"podman {' '.join(args[:2])} failed (exit {res.returncode}): "
-                       f"{res.stderr.decode(errors='replace').strip()[-1500:]}")
+    raise SandboxError(
+      f"podman {' '.join(args[:2])} failed (exit {res.returncode}): "
+      f"{res.stderr.decode(errors='replace').strip()[-1500:]}"
+    )
   return res
 
 
@@ -116,8 +134,10 @@ def ensure_podman_image(rootfs: pathlib.Path | str) -> str:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if image_exists(name):
       return name
-    tar = subprocess.Popen(["tar", "-C", str(rootfs), "--exclude=./" + images.COMPLETE_MARKER, "-c", "."],
-                           stdout=subprocess.PIPE)
+    tar = subprocess.Popen(
+      ["tar", "-C", str(rootfs), "--exclude=./" + images.COMPLETE_MARKER, "-c", "."],
+      stdout=subprocess.PIPE,
+    )
     try:
       _podman(["import", "-", name], stdin=tar.stdout, timeout=1800)
     finally:
@@ -129,11 +149,15 @@ def ensure_podman_image(rootfs: pathlib.Path | str) -> str:
 def sweep_stale_containers() -> list[str]:
   """Removes tmax pods and containers whose owner process died (normally they exit with it)."""
   removed = []
-  for kind, fmt, rm in ((["pod", "ps"], "{{.Name}}", ["pod", "rm"]),
-                        (["ps", "-a"], "{{.Names}}", ["rm"])):
+  for kind, fmt, rm in (
+    (["pod", "ps"], "{{.Name}}", ["pod", "rm"]),
+    (["ps", "-a"], "{{.Names}}", ["rm"]),
+  ):
     for _ in range(3):  # a listing fails while containers are being removed: list again
-      res = _podman([*kind, "--filter", "label=tmax_owner", "--format",
-                     fmt + " {{.Labels.tmax_owner}}"], check=False)
+      res = _podman(
+        [*kind, "--filter", "label=tmax_owner", "--format", fmt + " {{.Labels.tmax_owner}}"],
+        check=False,
+      )
       if res.returncode == 0:
         break
       time.sleep(0.5)
@@ -147,14 +171,25 @@ def sweep_stale_containers() -> list[str]:
 
 def limit_args(lim) -> list[str]:
   """`podman run` options for `Limits` (every container of a sandbox or pod gets them)."""
-  args = ["--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m",
-          "--pids-limit", str(lim.max_processes),
-          *(["--cpus", f"{lim.cpus:g}"] if lim.cpus else []),
-          # --ulimit replaces default_ulimits, and runc cannot raise nofile past our hard limit.
-          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
-          "--ulimit", f"fsize={lim.max_file_mb << 20}:{lim.max_file_mb << 20}",
-          # podman has no RLIMIT_AS; RLIMIT_DATA covers malloc/mmap (an 8 GB calloc fails at once).
-          "--ulimit", f"data={lim.memory_mb << 20}:{lim.memory_mb << 20}"]
+  args = [
+    "--memory",
+    f"{lim.memory_mb}m",
+    "--memory-swap",
+    f"{lim.memory_mb}m",
+    "--pids-limit",
+    str(lim.max_processes),
+    *(["--cpus", f"{lim.cpus:g}"] if lim.cpus else []),
+    # --ulimit replaces default_ulimits, and runc cannot raise nofile past our hard limit.
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=4096:4096",
+    "--ulimit",
+    f"fsize={lim.max_file_mb << 20}:{lim.max_file_mb << 20}",
+    # podman has no RLIMIT_AS; RLIMIT_DATA covers malloc/mmap (an 8 GB calloc fails at once).
+    "--ulimit",
+    f"data={lim.memory_mb << 20}:{lim.memory_mb << 20}",
+  ]
   if lim.cpu_seconds:
     args += ["--ulimit", f"cpu={lim.cpu_seconds}:{lim.cpu_seconds}"]
   return args
@@ -174,13 +209,17 @@ class PodmanSandbox(base.SandboxBase):
       self.image = ""  # runs the mounted image layers with --rootfs (see _mount_image)
     elif isinstance(spec.image, str) and spec.image.startswith("/"):
       if not pathlib.Path(spec.image).is_dir():
-        raise SandboxError(f"podman: EnvironmentSpec.image {spec.image!r} does not exist (expected a rootfs "
-                           "directory or an image name)")
+        raise SandboxError(
+          f"podman: EnvironmentSpec.image {spec.image!r} does not exist (expected a rootfs "
+          "directory or an image name)"
+        )
       self.image = ensure_podman_image(spec.image)
     else:
       self.image = spec.image
       if not isinstance(spec.image, str) or not spec.image or not image_exists(spec.image):
-        raise SandboxError(f"podman: image {spec.image!r} does not exist in {podman_dir() / 'storage'}")
+        raise SandboxError(
+          f"podman: image {spec.image!r} does not exist in {podman_dir() / 'storage'}"
+        )
     self._anchor: subprocess.Popen | None = None
     self._cgroup_dirs: list[pathlib.Path] = []
     super().__init__(spec)
@@ -195,25 +234,54 @@ class PodmanSandbox(base.SandboxBase):
   def run_args(self) -> list[str]:
     """The `podman run` arguments of the anchor container (after the global options)."""
     # --init: catatonit as pid 1 reaps the orphans of killed commands.
-    args = ["run", "--rm", "-i", "--init", "--name", self.container, "--label", f"tmax_owner={runtime.owner_tag()}",
-            *self._network_args(), *limit_args(self.spec.limits),
-            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "--user", f"{base.SANDBOX_UID}:{base.SANDBOX_UID}", "--read-only", "--read-only-tmpfs=false",
-            "--workdir", self.spec.workdir, "--log-driver", "none"]
-    for target, host in sorted(self.binds.items()):
-      args += ["-v", f"{host}:{target}:rw"]
+    args = [
+      "run",
+      "--rm",
+      "-i",
+      "--init",
+      "--name",
+      self.container,
+      "--label",
+      f"tmax_owner={runtime.owner_tag()}",
+      *self._network_args(),
+      *limit_args(self.spec.limits),
+      "--cap-drop",
+      "ALL",
+      "--security-opt",
+      "no-new-privileges",
+      "--user",
+      f"{base.SANDBOX_UID}:{base.SANDBOX_UID}",
+      "--read-only",
+      "--read-only-tmpfs=false",
+      "--workdir",
+      self.spec.workdir,
+      "--log-driver",
+      "none",
+    ]
+    for target, source in sorted(self.binds.items()):
+      args += ["-v", f"{source}:{target}:rw"]
     image = ["--rootfs", str(self.image_root)] if self.image_root else [self.image]
     return [*args, *image, "/bin/sh", "-c", "echo tmax-anchor-ready; read x; exit 0"]
 
   def _network_args(self) -> list[str]:
     """A container of its own: loopback only (or slirp4netns with allow_network), its hostname."""
-    return ["--network", "slirp4netns" if self.spec.allow_network else "none",
-            "--hostname", "sandbox"]
+    return [
+      "--network",
+      "slirp4netns" if self.spec.allow_network else "none",
+      "--hostname",
+      "sandbox",
+    ]
 
   def _start_anchor(self) -> None:
     _podman(["rm", "-f", "-t", "0", self.container], check=False)
-    self._anchor = subprocess.Popen([*podman_cmd(), *self.run_args()], env=podman_env(), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    self._anchor = subprocess.Popen(
+      [*podman_cmd(), *self.run_args()],
+      env=podman_env(),
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      start_new_session=True,
+    )
     fd = self._anchor.stdout.fileno()
     deadline, buf = time.monotonic() + base.START_TIMEOUT_S, b""
     while b"tmax-anchor-ready" not in buf and time.monotonic() < deadline:
@@ -226,9 +294,15 @@ class PodmanSandbox(base.SandboxBase):
     if b"tmax-anchor-ready" not in buf:
       with contextlib.suppress(subprocess.TimeoutExpired):
         self._anchor.wait(timeout=2)
-      err = self._anchor.stderr.read().decode(errors="replace") if self._anchor.poll() is not None else ""
+      err = (
+        self._anchor.stderr.read().decode(errors="replace")
+        if self._anchor.poll() is not None
+        else ""
+      )
       self._stop_anchor()
-      raise SandboxError(f"podman failed to start a container from {self.image}: {err.strip()[-1500:]}")
+      raise SandboxError(
+        f"podman failed to start a container from {self.image}: {err.strip()[-1500:]}"
+      )
     cid = _podman(["inspect", "--format", "{{.Id}}", self.container]).stdout.decode().strip()
     self._cgroup_dirs = cgroups.find_container_cgroups(cid)
 

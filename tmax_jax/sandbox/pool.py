@@ -20,8 +20,14 @@ from tmax_jax.sandbox.api import EnvironmentSpec, Sandbox, SandboxError
 class SandboxPool:
   """N sandboxes in parallel; see the module docstring."""
 
-  def __init__(self, size: int, backend: str = "auto", *, start_retries: int = 2,
-               opener: Callable[[EnvironmentSpec, str], Sandbox] | None = None):
+  def __init__(
+    self,
+    size: int,
+    backend: str = "auto",
+    *,
+    start_retries: int = 2,
+    opener: Callable[[EnvironmentSpec, str], Sandbox] | None = None,
+  ):
     if not isinstance(size, int) or size <= 0:
       raise SandboxError(f"SandboxPool size must be a positive int, got {size!r}")
     self.size = size
@@ -120,9 +126,11 @@ class SandboxPool:
     removed = runtime.sweep_stale()
     with contextlib.suppress(Exception):
       from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+
       if podman.podman_available() is None:
         removed += podman.sweep_stale_containers()
     with contextlib.suppress(Exception):
       from tmax_jax.sandbox import apptainer  # pylint: disable=import-outside-toplevel
+
       removed += apptainer.sweep_stale_instances()
     return removed

@@ -1,10 +1,11 @@
 """Process-wide sandbox housekeeping: temp dirs, cgroups, cleanup on exit and a stale-dir sweeper.
 
 Every sandbox of this process keeps its host dirs under one per-process root
-`<tmp>/tmax_sandboxes/p<pid>-<start ticks>/` and its cgroups under `tmax_jax/p<pid>-<start ticks>-<n>`
-(cgroups.py: v1 memory + pids, or a delegated v2 subtree). `close_all()` runs at exit and on SIGTERM/SIGINT/SIGHUP;
-`sweep_stale()` removes roots, mounts and cgroups left by processes that died without cleaning up
-(SIGKILL): their sandboxes' own processes already died with them (the anchor exits on pipe EOF).
+`<tmp>/tmax_sandboxes/p<pid>-<start ticks>/` and its cgroups under `tmax_jax/p<pid>-<start
+ticks>-<n>` (cgroups.py: v1 memory + pids, or a delegated v2 subtree). `close_all()` runs at exit
+and on SIGTERM/SIGINT/SIGHUP; `sweep_stale()` removes roots, mounts and cgroups left by processes
+that died without cleaning up (SIGKILL): their sandboxes' own processes already died with them (the
+anchor exits on pipe EOF).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import subprocess
 import threading
 
 from tmax_jax.sandbox import cgroups
-
 
 _lock = threading.Lock()
 _live: set = set()  # strong refs: a sandbox dropped without close() is still closed at exit
@@ -83,6 +83,7 @@ def remove_tree(path: pathlib.Path) -> None:
 
 # ------------------------------------------------------------------------------------------------
 # cleanup registry
+
 
 def register(sandbox) -> None:
   """Tracks a live sandbox so that exit / fatal signals close it."""

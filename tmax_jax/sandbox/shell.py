@@ -20,11 +20,13 @@ import select
 import time
 
 # Variables bash manages itself or that must not leak from one command into the next.
-_SKIP_VARS = ("BASH BASHOPTS BASHPID BASH_ALIASES BASH_ARGC BASH_ARGV BASH_ARGV0 BASH_CMDS BASH_COMMAND "
-              "BASH_LINENO BASH_SOURCE BASH_SUBSHELL BASH_VERSINFO BASH_VERSION BASH_EXECUTION_STRING "
-              "BASH_LOADABLES_PATH COLUMNS COMP_WORDBREAKS DIRSTACK EPOCHREALTIME EPOCHSECONDS EUID "
-              "FUNCNAME GROUPS HISTCMD HOSTNAME HOSTTYPE IFS LINENO LINES MACHTYPE OLDPWD OPTERR OPTIND "
-              "OSTYPE PIPESTATUS PPID PS4 PWD RANDOM SECONDS SHELLOPTS SHLVL SRANDOM UID _")
+_SKIP_VARS = (
+  "BASH BASHOPTS BASHPID BASH_ALIASES BASH_ARGC BASH_ARGV BASH_ARGV0 BASH_CMDS BASH_COMMAND "
+  "BASH_LINENO BASH_SOURCE BASH_SUBSHELL BASH_VERSINFO BASH_VERSION BASH_EXECUTION_STRING "
+  "BASH_LOADABLES_PATH COLUMNS COMP_WORDBREAKS DIRSTACK EPOCHREALTIME EPOCHSECONDS EUID "
+  "FUNCNAME GROUPS HISTCMD HOSTNAME HOSTTYPE IFS LINENO LINES MACHTYPE OLDPWD OPTERR OPTIND "
+  "OSTYPE PIPESTATUS PPID PS4 PWD RANDOM SECONDS SHELLOPTS SHLVL SRANDOM UID _"
+)
 
 CHILD_SCRIPT = r"""# tmax child: $1 = state to restore, $2 = command file, $3 = state to write
 __tmax_save() {
@@ -83,7 +85,7 @@ __tmax_run() {  # $1 id, $2 timeout (s)
 }
 __tmax_restore() { [[ -f $1 ]] && __tmax_state=$1; }
 printf '%s ready\n' "$__tmax_token"
-"""
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 class OutputCapture:
@@ -104,19 +106,22 @@ class OutputCapture:
     if data:
       self.tail += data
       if len(self.tail) > 2 * self.keep:
-        del self.tail[:-self.keep]
+        del self.tail[: -self.keep]
 
   def text(self, max_chars: int) -> str:
     """Decoded (errors="replace") and head+tail truncated to `max_chars` with a note."""
-    tail = bytes(self.tail[-self.keep:])
+    tail = bytes(self.tail[-self.keep :])
     dropped = self.total - len(self.head) - len(tail)
     if dropped == 0:
       return truncate(bytes(self.head + tail).decode("utf-8", errors="replace"), max_chars)
     head_s = bytes(self.head).decode("utf-8", errors="replace")
     tail_s = tail.decode("utf-8", errors="replace")
     half = max_chars // 2
-    return (head_s[:half] + f"\n[... output truncated: {self.total} bytes in total, showing the first "
-            f"{min(half, len(head_s))} and last {min(half, len(tail_s))} characters ...]\n" + tail_s[-half:])
+    return (
+      head_s[:half] + f"\n[... output truncated: {self.total} bytes in total, showing the first "
+      f"{min(half, len(head_s))} and last {min(half, len(tail_s))} characters ...]\n"
+      + tail_s[-half:]
+    )
 
 
 def truncate(text: str, max_chars: int) -> str:
@@ -124,8 +129,10 @@ def truncate(text: str, max_chars: int) -> str:
   if len(text) <= max_chars:
     return text
   half = max_chars // 2
-  return (text[:half] + f"\n[... output truncated: {len(text)} characters in total, showing the first "
-          f"{half} and last {half} characters ...]\n" + text[-half:])
+  return (
+    text[:half] + f"\n[... output truncated: {len(text)} characters in total, showing the first "
+    f"{half} and last {half} characters ...]\n" + text[-half:]
+  )
 
 
 class SentinelReader:
@@ -136,8 +143,14 @@ class SentinelReader:
     self.token = token
     self.pending = b""  # bytes read past a sentinel (background output), given to the next read
 
-  def read_until(self, cmd_id: int, capture: OutputCapture, deadline: float, on_limit=None,
-                 limit_bytes: int | None = None) -> tuple[str, int | None, str]:
+  def read_until(
+    self,
+    cmd_id: int,
+    capture: OutputCapture,
+    deadline: float,
+    on_limit=None,
+    limit_bytes: int | None = None,
+  ) -> tuple[str, int | None, str]:
     """-> ("done", rc, why) | ("eof", None, "") | ("deadline", None, "") | ("limit", None, "")."""
     marker = b"\n" + self.token + b" " + str(cmd_id).encode() + b" "
     window, self.pending = self.pending, b""
@@ -148,8 +161,8 @@ class SentinelReader:
         end = window.find(b"\n", idx + len(marker))
         if end >= 0:
           capture.add(window[:idx])
-          rc_s, _, why = window[idx + len(marker):end].decode(errors="replace").partition(" ")
-          self.pending = window[end + 1:]
+          rc_s, _, why = window[idx + len(marker) : end].decode(errors="replace").partition(" ")
+          self.pending = window[end + 1 :]
           return "done", int(rc_s), why.strip()
       else:  # everything but a possible partial marker at the end is output
         safe = len(window) - (len(marker) - 1)
@@ -186,6 +199,10 @@ class SentinelReader:
         chunk = os.read(self.fd, 1 << 16)
         if not chunk:
           return False
-        buf = (buf + chunk)[-(1 << 16):]
-    self.pending = buf[buf.index(needle) + len(needle):].split(b"\n", 1)[-1] if b"\n" in buf[buf.index(needle):] else b""
+        buf = (buf + chunk)[-(1 << 16) :]
+    self.pending = (
+      buf[buf.index(needle) + len(needle) :].split(b"\n", 1)[-1]
+      if b"\n" in buf[buf.index(needle) :]
+      else b""
+    )
     return True

@@ -14,9 +14,11 @@ import re
 from tmax_jax.sandbox.api import Limits
 
 OOM_RE = re.compile(
-    rb"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory|Out of memory")
+  rb"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory|Out of memory"
+)
 LIMIT_RE = re.compile(
-    rb"No space left on device|File too large|Disk quota exceeded|File size limit exceeded")
+  rb"No space left on device|File too large|Disk quota exceeded|File size limit exceeded"
+)
 FORK_RE = re.compile(rb"fork: (retry: )?Resource temporarily unavailable|Cannot fork|can't fork")
 NO_STATS = {"oom_kill": 0, "pids_max_hits": 0}
 
@@ -42,28 +44,41 @@ def classify(ev: Evidence, lim: Limits) -> tuple[str, str]:
   tail = ev.tail[-4096:] or ev.head[-4096:]
   failed = ev.rc not in (0, None)
   if ev.kind == "eof":
-    return "crashed", ("[the sandbox shell died; the sandbox was restarted (files kept, env "
-                       "restored)]")
+    return "crashed", (
+      "[the sandbox shell died; the sandbox was restarted (files kept, env restored)]"
+    )
   if ev.kind == "deadline":
-    return "timeout", ("[command timed out and the shell did not respond; every sandbox process "
-                       "was killed and the shell restarted (files kept, env restored)]")
+    return "timeout", (
+      "[command timed out and the shell did not respond; every sandbox process "
+      "was killed and the shell restarted (files kept, env restored)]"
+    )
   if ev.after["oom_kill"] > ev.before["oom_kill"] or (failed and OOM_RE.search(tail)):
     return "oom", f"[out of memory: the sandbox memory limit is {lim.memory_mb} MB]"
   if ev.why == "cancel":
-    return "output_limit", (f"[output limit: the command wrote more than {lim.max_output_mb} MB "
-                            "and was killed with its process tree]")
+    return "output_limit", (
+      f"[output limit: the command wrote more than {lim.max_output_mb} MB "
+      "and was killed with its process tree]"
+    )
   if ev.after["pids_max_hits"] > ev.before["pids_max_hits"] or FORK_RE.search(ev.head + tail):
-    return "limit_reset", (f"[process limit ({lim.max_processes}) reached: every sandbox process "
-                           "was killed and the shell restarted (files kept, env restored)]")
+    return "limit_reset", (
+      f"[process limit ({lim.max_processes}) reached: every sandbox process "
+      "was killed and the shell restarted (files kept, env restored)]"
+    )
   if ev.why == "timeout":
     return "timeout", "[command timed out; it was killed with its whole process tree]"
   if ev.rc in (128 + 25, 128 + 24) or (failed and LIMIT_RE.search(tail)):
-    return "limit", (f"[resource limit: files <= {lim.max_file_mb} MB, disk {lim.disk_mb} MB, "
-                     f"{lim.max_processes} processes, cpu {lim.cpu_seconds or 'unlimited'} s]")
+    return "limit", (
+      f"[resource limit: files <= {lim.max_file_mb} MB, disk {lim.disk_mb} MB, "
+      f"{lim.max_processes} processes, cpu {lim.cpu_seconds or 'unlimited'} s]"
+    )
   return "ok", ""
 
 
 def was_killed(kind: str, why: str, status: str, rc: int | None) -> bool:
   """Whether a shell command's exit code is meaningless (it was killed, or never finished)."""
-  return kind != "done" or why != "done" or status in ("timeout", "output_limit", "crashed") or (
-      status in ("oom", "limit") and rc is not None and rc > 128)
+  return (
+    kind != "done"
+    or why != "done"
+    or status in ("timeout", "output_limit", "crashed")
+    or (status in ("oom", "limit") and rc is not None and rc > 128)
+  )

@@ -37,8 +37,11 @@ class FileTransfer:
     return None
 
   def _absolute(self, sandbox_path: str) -> str:
-    return sandbox_path if sandbox_path.startswith("/") else posixpath.join(self.spec.workdir,
-                                                                           sandbox_path)
+    return (
+      sandbox_path
+      if sandbox_path.startswith("/")
+      else posixpath.join(self.spec.workdir, sandbox_path)
+    )
 
   def upload(self, host_path, sandbox_path: str) -> None:
     src = pathlib.Path(host_path)
@@ -63,8 +66,9 @@ class FileTransfer:
     with tarfile.open(fileobj=buf, mode="w") as tar:
       tar.add(src, arcname=posixpath.basename(sandbox_path.rstrip("/")))
     parent = posixpath.dirname(sandbox_path.rstrip("/")) or "/"
-    argv = self._enter(self._inner(
-        ["sh", "-c", 'mkdir -p "$0" && tar -x --no-same-owner -C "$0"', parent]))
+    argv = self._enter(
+      self._inner(["sh", "-c", 'mkdir -p "$0" && tar -x --no-same-owner -C "$0"', parent])
+    )
     res = self._exec_host(argv, 300, 2000, stdin_data=buf.getvalue())
     if res.exit_code != 0:
       raise SandboxError(f"upload of {src} to {sandbox_path} failed: {res.output.strip()}")
@@ -87,8 +91,9 @@ class FileTransfer:
     with open_tmp(dest) as (tmp_tar, fh):
       res = self._exec_host(argv, 300, 2000, stdout_file=fh)
       if res.exit_code != 0:
-        raise SandboxError(f"download of {sandbox_path} failed: "
-                           f"{res.output.strip() or 'no such file'}")
+        raise SandboxError(
+          f"download of {sandbox_path} failed: {res.output.strip() or 'no such file'}"
+        )
       extract(tmp_tar, name, dest)
 
 

@@ -10,11 +10,40 @@ Public API:
   difficulty:  pass@k, soft filter, 13-gram decontamination
 """
 
-from tmax_jax.tasks.format import (Task, TaskConfig, TaskFormatError, load_task, validate_task,
-                                   write_task)
-from tmax_jax.tasks.runner import (RewardFormatError, RewardMissingError, RunnerConfig, RunResult,
-                                   run_noop, run_oracle, run_script, run_trial, verify)
+from tmax_jax.tasks.format import (
+  Task,
+  TaskConfig,
+  TaskFormatError,
+  load_task,
+  validate_task,
+  write_task,
+)
+from tmax_jax.tasks.runner import (
+  RewardFormatError,
+  RewardMissingError,
+  RunnerConfig,
+  RunResult,
+  run_noop,
+  run_oracle,
+  run_script,
+  run_trial,
+  verify,
+)
 
-__all__ = ["Task", "TaskConfig", "TaskFormatError", "load_task", "validate_task", "write_task",
-           "RewardFormatError", "RewardMissingError", "RunnerConfig", "RunResult", "run_noop",
-           "run_oracle", "run_script", "run_trial", "verify"]
+__all__ = [
+  "Task",
+  "TaskConfig",
+  "TaskFormatError",
+  "load_task",
+  "validate_task",
+  "write_task",
+  "RewardFormatError",
+  "RewardMissingError",
+  "RunnerConfig",
+  "RunResult",
+  "run_noop",
+  "run_oracle",
+  "run_script",
+  "run_trial",
+  "verify",
+]

@@ -44,22 +44,62 @@ from tmax_jax.tasks.format import Task, TaskFormatError
 COMPOSE_FILE = "docker-compose.yaml"
 # What TB1 compose files reference (terminal-bench's harness sets these): container-side paths,
 # and the host-side trial logs dirs (a volume source "@logs" is the sandbox's own /logs).
-CONTAINER_VARS = {"T_BENCH_TEST_DIR": "/tests", "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
-                  "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent"}
+CONTAINER_VARS = {
+  "T_BENCH_TEST_DIR": "/tests",
+  "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
+  "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
+}
 HOST_LOGS_VARS = {"T_BENCH_TASK_LOGS_PATH": "logs", "T_BENCH_TASK_AGENT_LOGS_PATH": "logs/agent"}
 CLIENT_VAR = "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME"
 MAIN_NAMES = ("client", "main")
 _UNSUPPORTED = {
-    "privileged": "runs privileged", "cap_add": "adds capabilities", "devices": "needs devices",
-    "network_mode": "sets network_mode", "pid": "shares a pid namespace", "ipc": "sets ipc",
-    "sysctls": "sets sysctls", "secrets": "uses secrets", "configs": "uses configs",
-    "extends": "extends another file", "userns_mode": "sets userns_mode",
-    "runtime": "sets a runtime", "volumes_from": "uses volumes_from"}
-_NO_EFFECT = ("ports", "expose", "networks", "restart", "deploy", "labels", "logging", "init",
-              "stop_grace_period", "stop_signal", "tty", "stdin_open", "platform", "mem_limit",
-              "memswap_limit", "cpus", "cpu_shares", "ulimits", "shm_size", "dns", "domainname",
-              "extra_hosts", "security_opt", "read_only", "tmpfs", "links", "cap_drop",
-              "mem_reservation", "oom_score_adj", "pull_policy", "profiles")
+  "privileged": "runs privileged",
+  "cap_add": "adds capabilities",
+  "devices": "needs devices",
+  "network_mode": "sets network_mode",
+  "pid": "shares a pid namespace",
+  "ipc": "sets ipc",
+  "sysctls": "sets sysctls",
+  "secrets": "uses secrets",
+  "configs": "uses configs",
+  "extends": "extends another file",
+  "userns_mode": "sets userns_mode",
+  "runtime": "sets a runtime",
+  "volumes_from": "uses volumes_from",
+}
+_NO_EFFECT = (
+  "ports",
+  "expose",
+  "networks",
+  "restart",
+  "deploy",
+  "labels",
+  "logging",
+  "init",
+  "stop_grace_period",
+  "stop_signal",
+  "tty",
+  "stdin_open",
+  "platform",
+  "mem_limit",
+  "memswap_limit",
+  "cpus",
+  "cpu_shares",
+  "ulimits",
+  "shm_size",
+  "dns",
+  "domainname",
+  "extra_hosts",
+  "security_opt",
+  "read_only",
+  "tmpfs",
+  "links",
+  "cap_drop",
+  "mem_reservation",
+  "oom_score_adj",
+  "pull_policy",
+  "profiles",
+)
 _VAR = re.compile(r"\$(?:\$|\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 _HC = HealthCheck(())  # compose's and Docker's defaults (interval, timeout, retries, start)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
@@ -112,13 +152,16 @@ class Compose:
 # ----------------------------------------------------------------------------------------------
 # parsing
 
+
 def _substitute(value: Any, env: dict[str, str]) -> str:
   """Compose's ${VAR}, ${VAR:-default}, $VAR and $$; unknown variables are empty (as compose)."""
+
   def one(m: re.Match) -> str:
     if m.group(0) == "$$":
       return "$"
     name = m.group(1) or m.group(3)
     return env.get(name) or (m.group(2) or "")
+
   return _VAR.sub(one, str(value))
 
 
@@ -159,22 +202,32 @@ def _healthcheck(raw: Any, path: pathlib.Path, field: str) -> tuple[HealthCheck 
   if isinstance(test, str):
     argv = ("/bin/sh", "-c", test)
   elif isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL"):
-    argv = tuple(map(str, test[1:])) if test[0] == "CMD" else ("/bin/sh", "-c", " ".join(
-        map(str, test[1:])))
+    argv = (
+      tuple(map(str, test[1:]))
+      if test[0] == "CMD"
+      else ("/bin/sh", "-c", " ".join(map(str, test[1:])))
+    )
   else:
-    raise _err(path, f"{field}.test", f"expected a string, [CMD, ...], [CMD-SHELL, cmd] or "
-               f"[NONE], got {test!r}")
+    raise _err(
+      path,
+      f"{field}.test",
+      f"expected a string, [CMD, ...], [CMD-SHELL, cmd] or [NONE], got {test!r}",
+    )
   retries = raw.get("retries", _HC.retries)
   if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
     raise _err(path, f"{field}.retries", f"expected a positive int, got {retries!r}")
   return HealthCheck(
-      argv, _seconds(raw.get("interval"), _HC.interval_s, path, f"{field}.interval"),
-      _seconds(raw.get("timeout"), _HC.timeout_s, path, f"{field}.timeout"), retries,
-      _seconds(raw.get("start_period"), _HC.start_period_s, path, f"{field}.start_period")), False
+    argv,
+    _seconds(raw.get("interval"), _HC.interval_s, path, f"{field}.interval"),
+    _seconds(raw.get("timeout"), _HC.timeout_s, path, f"{field}.timeout"),
+    retries,
+    _seconds(raw.get("start_period"), _HC.start_period_s, path, f"{field}.start_period"),
+  ), False
 
 
-def _environment(raw: Any, env_files: list[pathlib.Path], subst: dict, path: pathlib.Path,
-                 field: str) -> tuple[tuple[str, str], ...]:
+def _environment(
+  raw: Any, env_files: list[pathlib.Path], subst: dict, path: pathlib.Path, field: str
+) -> tuple[tuple[str, str], ...]:
   out: dict[str, str] = {}
   for file in env_files:
     for line in file.read_text(encoding="utf-8").splitlines():
@@ -222,8 +275,9 @@ def _mounts(raw: Any, name: str, path: pathlib.Path, field: str) -> tuple[list[M
     elif source.startswith((".", "/", "~")):
       host = (path.parent / source).resolve()
       if not host.is_relative_to(path.parent.resolve()) or not host.exists():
-        unsupported.append(f"service {name} mounts host path {source!r}, which is not in the "
-                           "task's environment/")
+        unsupported.append(
+          f"service {name} mounts host path {source!r}, which is not in the task's environment/"
+        )
       else:
         mounts.append(Mount(str(host), target, read_only))
     else:
@@ -237,10 +291,12 @@ def _depends_on(raw: Any, path: pathlib.Path, field: str) -> tuple[tuple[str, st
   if isinstance(raw, list):
     return tuple((str(d), "service_started") for d in raw)
   if isinstance(raw, dict):
-    return tuple((str(d), str((c or {}).get("condition", "service_started")))
-                 for d, c in raw.items())
-  raise _err(path, field, f"expected a list or a mapping of service: {{condition: ...}}, got "
-             f"{raw!r}")
+    return tuple(
+      (str(d), str((c or {}).get("condition", "service_started"))) for d, c in raw.items()
+    )
+  raise _err(
+    path, field, f"expected a list or a mapping of service: {{condition: ...}}, got {raw!r}"
+  )
 
 
 def _build(raw: Any, path: pathlib.Path, field: str) -> tuple[str | None, str, list[str]]:
@@ -253,9 +309,11 @@ def _build(raw: Any, path: pathlib.Path, field: str) -> tuple[str | None, str, l
     raise _err(path, field, f"expected a path or a mapping, got {raw!r}")
   context = posixpath.normpath(_substitute(raw.get("context") or ".", CONTAINER_VARS))
   dockerfile = _substitute(raw.get("dockerfile") or "Dockerfile", CONTAINER_VARS)
-  unsupported = [f"build.{k} is not supported by the image builder" for k in ("args", "target",
-                                                                             "secrets", "ssh")
-                 if raw.get(k)]
+  unsupported = [
+    f"build.{k} is not supported by the image builder"
+    for k in ("args", "target", "secrets", "ssh")
+    if raw.get(k)
+  ]
   return context, dockerfile, unsupported
 
 
@@ -272,41 +330,77 @@ def _service(name: str, raw: Any, path: pathlib.Path) -> Service:
     unsupported.append(f"service {name} has neither build: nor an image: name")
   mounts, bad = _mounts(raw.get("volumes"), name, path, f"{field}.volumes")
   unsupported += bad
-  unsupported += [f"service {name} {why}" for key, why in _UNSUPPORTED.items()
-                  if raw.get(key) and not (key == "network_mode" and raw[key] in ("bridge",
-                                                                                 "default"))]
+  unsupported += [
+    f"service {name} {why}"
+    for key, why in _UNSUPPORTED.items()
+    if raw.get(key) and not (key == "network_mode" and raw[key] in ("bridge", "default"))
+  ]
   env_files = raw.get("env_file") or []
   env_files = [env_files] if isinstance(env_files, str) else env_files
   files = [(path.parent / _substitute(f, subst)).resolve() for f in env_files]
-  unsupported += [f"service {name}: env_file {f} is not a file in the task's environment/"
-                  for f in files
-                  if not f.is_file() or not f.is_relative_to(path.parent.resolve())]
-  check, disabled = (_healthcheck(raw["healthcheck"], path, f"{field}.healthcheck")
-                     if raw.get("healthcheck") else (None, False))
+  unsupported += [
+    f"service {name}: env_file {f} is not a file in the task's environment/"
+    for f in files
+    if not f.is_file() or not f.is_relative_to(path.parent.resolve())
+  ]
+  check, disabled = (
+    _healthcheck(raw["healthcheck"], path, f"{field}.healthcheck")
+    if raw.get("healthcheck")
+    else (None, False)
+  )
   container_name = str(raw.get("container_name") or "")
-  aliases = [a for a in (_substitute(container_name, subst), str(raw.get("hostname") or ""))
-             if a and "$" not in container_name]
-  known = {"build", "image", "command", "entrypoint", "environment", "env_file", "volumes",
-           "depends_on", "healthcheck", "working_dir", "user", "container_name", "hostname",
-           *_UNSUPPORTED, *_NO_EFFECT}
-  notes = [f"service {name}: {key} ignored (" + ("no effect in a pod" if key in _NO_EFFECT else
-                                                  "unknown key") + ")"
-           for key in raw if key not in known - set(_NO_EFFECT) and key != "cap_drop"
-           and not str(key).startswith("x-")]
+  aliases = [
+    a
+    for a in (_substitute(container_name, subst), str(raw.get("hostname") or ""))
+    if a and "$" not in container_name
+  ]
+  known = {
+    "build",
+    "image",
+    "command",
+    "entrypoint",
+    "environment",
+    "env_file",
+    "volumes",
+    "depends_on",
+    "healthcheck",
+    "working_dir",
+    "user",
+    "container_name",
+    "hostname",
+    *_UNSUPPORTED,
+    *_NO_EFFECT,
+  }
+  notes = [
+    f"service {name}: {key} ignored ("
+    + ("no effect in a pod" if key in _NO_EFFECT else "unknown key")
+    + ")"
+    for key in raw
+    if key not in known - set(_NO_EFFECT) and key != "cap_drop" and not str(key).startswith("x-")
+  ]
   if context is not None and image:
     notes.append(f"service {name}: image {image!r} ignored (it is built from {context})")
   return Service(
-      name=name, context=context, dockerfile=dockerfile, image=None if context else image,
-      command=_argv(raw.get("command"), path, f"{field}.command"),
-      entrypoint=_argv(raw.get("entrypoint"), path, f"{field}.entrypoint"),
-      environment=_environment(raw.get("environment"), [f for f in files if f.is_file()], subst,
-                               path, f"{field}.environment"),
-      mounts=tuple(mounts), depends_on=_depends_on(raw.get("depends_on"), path,
-                                                   f"{field}.depends_on"),
-      healthcheck=check, healthcheck_disabled=disabled,
-      working_dir=_substitute(raw["working_dir"], subst) if raw.get("working_dir") else None,
-      user=str(raw["user"]) if raw.get("user") is not None else None, aliases=tuple(aliases),
-      client=CLIENT_VAR in container_name, unsupported=tuple(unsupported), notes=tuple(notes))
+    name=name,
+    context=context,
+    dockerfile=dockerfile,
+    image=None if context else image,
+    command=_argv(raw.get("command"), path, f"{field}.command"),
+    entrypoint=_argv(raw.get("entrypoint"), path, f"{field}.entrypoint"),
+    environment=_environment(
+      raw.get("environment"), [f for f in files if f.is_file()], subst, path, f"{field}.environment"
+    ),
+    mounts=tuple(mounts),
+    depends_on=_depends_on(raw.get("depends_on"), path, f"{field}.depends_on"),
+    healthcheck=check,
+    healthcheck_disabled=disabled,
+    working_dir=_substitute(raw["working_dir"], subst) if raw.get("working_dir") else None,
+    user=str(raw["user"]) if raw.get("user") is not None else None,
+    aliases=tuple(aliases),
+    client=CLIENT_VAR in container_name,
+    unsupported=tuple(unsupported),
+    notes=tuple(notes),
+  )
 
 
 def _main_service(services: list[Service], path: pathlib.Path) -> str:
@@ -320,9 +414,13 @@ def _main_service(services: list[Service], path: pathlib.Path) -> str:
   own = [s.name for s in services if s.context == "."]
   if len(own) == 1 or len(services) == 1:
     return (own or names)[0]
-  raise _err(path, "services", f"cannot tell which service the agent runs in ({', '.join(names)})"
-             f": expected one whose container_name is ${{{CLIENT_VAR}}}, one named "
-             f"{' or '.join(MAIN_NAMES)}, or exactly one built from the environment dir itself")
+  raise _err(
+    path,
+    "services",
+    f"cannot tell which service the agent runs in ({', '.join(names)})"
+    f": expected one whose container_name is ${{{CLIENT_VAR}}}, one named "
+    f"{' or '.join(MAIN_NAMES)}, or exactly one built from the environment dir itself",
+  )
 
 
 def load_compose(path: str | pathlib.Path) -> Compose:
@@ -355,15 +453,19 @@ def service_names(task: Task) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 # building a pod
 
-def build_context(svc: Service, env_dir: pathlib.Path,
-                  tmp: pathlib.Path) -> tuple[pathlib.Path, str]:
+
+def build_context(
+  svc: Service, env_dir: pathlib.Path, tmp: pathlib.Path
+) -> tuple[pathlib.Path, str]:
   """(context dir, Dockerfile name) of a service: its build context inside environment/, or a
   generated `FROM <image>` context under `tmp` (mapped by sandbox/bases.py)."""
   if svc.context is not None:
     context = (env_dir / svc.context).resolve()
     if not context.is_relative_to(env_dir.resolve()) or not (context / svc.dockerfile).is_file():
-      raise UnsupportedCompose(f"service {svc.name}: build context {svc.context!r} with "
-                               f"{svc.dockerfile} is not inside the task's environment/")
+      raise UnsupportedCompose(
+        f"service {svc.name}: build context {svc.context!r} with "
+        f"{svc.dockerfile} is not inside the task's environment/"
+      )
     return context, svc.dockerfile
   context = tmp / f"image-{svc.name}"
   context.mkdir(parents=True, exist_ok=True)
@@ -389,8 +491,10 @@ def service_command(svc: Service, image: build.Image) -> tuple[str, ...]:
     cmd = svc.command if svc.command is not None else _shell_form(image.runtime_arg("CMD"))
     argv = [*(_shell_form(text) or []), *([] if shell_entry else cmd or [])]
   if not argv:
-    raise UnsupportedCompose(f"service {svc.name}: nothing to run (no command/entrypoint, and its "
-                             f"image {svc.image or image.from_ref} has no CMD or ENTRYPOINT here)")
+    raise UnsupportedCompose(
+      f"service {svc.name}: nothing to run (no command/entrypoint, and its "
+      f"image {svc.image or image.from_ref} has no CMD or ENTRYPOINT here)"
+    )
   return tuple(argv)
 
 
@@ -411,33 +515,55 @@ def image_healthcheck(image: build.Image, where: str) -> HealthCheck | None:
   retries = opts.get("retries", str(_HC.retries))
   if not retries.isdigit() or int(retries) < 1:
     raise _err(path, flag + "retries", f"expected a positive int, got {retries!r}")
-  return HealthCheck(tuple(_shell_form(text[3:].strip())),
-                     _seconds(opts.get("interval"), _HC.interval_s, path, flag + "interval"),
-                     _seconds(opts.get("timeout"), _HC.timeout_s, path, flag + "timeout"),
-                     int(retries), _seconds(opts.get("start-period"), _HC.start_period_s, path,
-                                            flag + "start-period"))
+  return HealthCheck(
+    tuple(_shell_form(text[3:].strip())),
+    _seconds(opts.get("interval"), _HC.interval_s, path, flag + "interval"),
+    _seconds(opts.get("timeout"), _HC.timeout_s, path, flag + "timeout"),
+    int(retries),
+    _seconds(opts.get("start-period"), _HC.start_period_s, path, flag + "start-period"),
+  )
 
 
-def _side_service(svc: Service, env_dir: pathlib.Path, tmp: pathlib.Path, quiet: bool,
-                  notes: list[str]) -> ServiceSpec:
-  if svc.image and bases.resolve(svc.image).warning and svc.command is None and (
-      svc.entrypoint is None):
-    raise UnsupportedCompose(f"service {svc.name}: image {svc.image} has no local equivalent "
-                             "(no container registry here) and the service sets no command to "
-                             "run on the nearest base")
+def _side_service(
+  svc: Service, env_dir: pathlib.Path, tmp: pathlib.Path, quiet: bool, notes: list[str]
+) -> ServiceSpec:
+  if (
+    svc.image
+    and bases.resolve(svc.image).warning
+    and svc.command is None
+    and (svc.entrypoint is None)
+  ):
+    raise UnsupportedCompose(
+      f"service {svc.name}: image {svc.image} has no local equivalent "
+      "(no container registry here) and the service sets no command to "
+      "run on the nearest base"
+    )
   context, dockerfile = build_context(svc, env_dir, tmp)
   image = build.build_image(context, dockerfile_name=dockerfile, quiet=quiet)
-  notes.append(f"service {svc.name}: image {image.id} FROM {image.from_ref} (built in "
-               f"{image.build_seconds:.1f} s)")
+  notes.append(
+    f"service {svc.name}: image {image.id} FROM {image.from_ref} (built in "
+    f"{image.build_seconds:.1f} s)"
+  )
   notes += [f"service {svc.name}: warning: {w}" for w in image.warnings]
   env = dict(image.env)
   env.update(svc.environment)
-  check = None if svc.healthcheck_disabled else (
-      svc.healthcheck or image_healthcheck(image, str(context / dockerfile)))
-  return ServiceSpec(name=svc.name, image=str(image.path), command=service_command(svc, image),
-                     env=tuple(env.items()), workdir=svc.working_dir or image.workdir,
-                     user=svc.user or image.user or "root", mounts=svc.mounts, healthcheck=check,
-                     depends_on=svc.depends_on, aliases=svc.aliases)
+  check = (
+    None
+    if svc.healthcheck_disabled
+    else (svc.healthcheck or image_healthcheck(image, str(context / dockerfile)))
+  )
+  return ServiceSpec(
+    name=svc.name,
+    image=str(image.path),
+    command=service_command(svc, image),
+    env=tuple(env.items()),
+    workdir=svc.working_dir or image.workdir,
+    user=svc.user or image.user or "root",
+    mounts=svc.mounts,
+    healthcheck=check,
+    depends_on=svc.depends_on,
+    aliases=svc.aliases,
+  )
 
 
 def _main_mounts(svc: Service, notes: list[str]) -> tuple[Mount, ...]:
@@ -446,18 +572,27 @@ def _main_mounts(svc: Service, notes: list[str]) -> tuple[Mount, ...]:
   for m in svc.mounts:
     if m.source in HOST_LOGS_VARS.values() or m.target in ("/tests", *CONTAINER_VARS.values()):
       if (m.source, m.target) not in (("logs", "/logs"), ("logs/agent", "/logs/agent")):
-        notes.append(f"service {svc.name}: volume {m.source} -> {m.target} ignored (the "
-                     "sandbox's own /logs and /tests are used)")
+        notes.append(
+          f"service {svc.name}: volume {m.source} -> {m.target} ignored (the "
+          "sandbox's own /logs and /tests are used)"
+        )
     elif not m.source.startswith("volume:") and pathlib.Path(m.source).is_file():
-      raise UnsupportedCompose(f"service {svc.name} (the agent's) mounts the file {m.source}; "
-                               "only directories can be mounted there")
+      raise UnsupportedCompose(
+        f"service {svc.name} (the agent's) mounts the file {m.source}; "
+        "only directories can be mounted there"
+      )
     else:
       out.append(m)
   return tuple(out)
 
 
-def pod_spec(task: Task, comp: Compose, main_spec: Callable[[pathlib.Path, str], EnvironmentSpec],
-             *, quiet: bool = True) -> tuple[PodSpec, str]:
+def pod_spec(
+  task: Task,
+  comp: Compose,
+  main_spec: Callable[[pathlib.Path, str], EnvironmentSpec],
+  *,
+  quiet: bool = True,
+) -> tuple[PodSpec, str]:
   """The pod a trial of `task` runs in, and the notes the trial records (one line each).
   main_spec(context, dockerfile) builds the main service's sandbox spec (runner.task_spec).
   Raises UnsupportedCompose, TaskFormatError, or DockerfileError/SandboxError from a build."""
@@ -466,8 +601,10 @@ def pod_spec(task: Task, comp: Compose, main_spec: Callable[[pathlib.Path, str],
     raise UnsupportedCompose("; ".join(reasons))
   env_dir = task.path / "environment"
   main = comp.service(comp.main)
-  notes = [f"compose: {len(comp.services)} services as one podman pod; the agent runs in "
-           f"{main.name}", *(n for s in comp.services for n in s.notes)]
+  notes = [
+    f"compose: {len(comp.services)} services as one podman pod; the agent runs in {main.name}",
+    *(n for s in comp.services for n in s.notes),
+  ]
   if main.command is not None or main.entrypoint is not None:
     notes.append(f"service {main.name}: command/entrypoint not run (the agent's shell is)")
   with tempfile.TemporaryDirectory(prefix="tmax_compose_") as tmp:
@@ -476,10 +613,19 @@ def pod_spec(task: Task, comp: Compose, main_spec: Callable[[pathlib.Path, str],
     if main.working_dir:
       spec = dataclasses.replace(spec, workdir=main.working_dir)
     if main.environment:
-      spec = dataclasses.replace(spec, env=tuple({**dict(spec.env),
-                                                  **dict(main.environment)}.items()))
-    services = tuple(_side_service(s, env_dir, pathlib.Path(tmp), quiet, notes)
-                     for s in comp.services if s.name != main.name)
-  pod = PodSpec(main=spec, main_name=main.name, services=services,
-                main_depends_on=main.depends_on, main_mounts=_main_mounts(main, notes))
+      spec = dataclasses.replace(
+        spec, env=tuple({**dict(spec.env), **dict(main.environment)}.items())
+      )
+    services = tuple(
+      _side_service(s, env_dir, pathlib.Path(tmp), quiet, notes)
+      for s in comp.services
+      if s.name != main.name
+    )
+  pod = PodSpec(
+    main=spec,
+    main_name=main.name,
+    services=services,
+    main_depends_on=main.depends_on,
+    main_mounts=_main_mounts(main, notes),
+  )
   return pod, "\n".join(notes) + "\n"

@@ -26,6 +26,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 # ----------------------------------------------------------------------------------------------
 # pass@k
 
+
 def pass_at_k(n: int, c: int, k: int) -> float:
   """Unbiased estimator 1 - C(n-c, k) / C(n, k) of P(at least one of k samples passes)
   from n rollouts of which c passed (Chen et al. 2021); needs k <= n."""
@@ -44,10 +45,15 @@ def load_rollouts(path: str | os.PathLike) -> list[dict]:
   out = []
   for no, rec in json_io.read_objects(path):
     reward = rec.get("reward") if isinstance(rec, dict) else None
-    if not isinstance(rec, dict) or not isinstance(rec.get("task_id"), str) or \
-        isinstance(reward, bool) or not isinstance(reward, (int, float)):
-      raise ValueError(f"{path}:{no}: expected {{task_id: str, reward: number}}, got "
-                       f"{json.dumps(rec)[:200]}")
+    if (
+      not isinstance(rec, dict)
+      or not isinstance(rec.get("task_id"), str)
+      or isinstance(reward, bool)
+      or not isinstance(reward, (int, float))
+    ):
+      raise ValueError(
+        f"{path}:{no}: expected {{task_id: str, reward: number}}, got {json.dumps(rec)[:200]}"
+      )
     out.append(rec)
   return out
 
@@ -59,8 +65,11 @@ def group_rewards(rollouts: Iterable[Mapping]) -> dict[str, list[float]]:
   return dict(groups)
 
 
-def per_task_pass_at_k(rollouts: Iterable[Mapping] | Mapping[str, Sequence[float]], ks: Sequence[int] = (1, 8),
-                       pass_threshold: float = 1.0) -> dict[str, dict[str, float]]:
+def per_task_pass_at_k(
+  rollouts: Iterable[Mapping] | Mapping[str, Sequence[float]],
+  ks: Sequence[int] = (1, 8),
+  pass_threshold: float = 1.0,
+) -> dict[str, dict[str, float]]:
   """{task_id: {"n", "c", "pass@k" for each k <= n}}."""
   groups = rollouts if isinstance(rollouts, Mapping) else group_rewards(rollouts)
   out = {}
@@ -82,14 +91,16 @@ def mean_pass_at_k(table: Mapping[str, Mapping[str, float]], k: int) -> float:
 # ----------------------------------------------------------------------------------------------
 # soft filter
 
+
 @dataclasses.dataclass(frozen=True)
 class SoftFilterResult:
   kept: tuple[str, ...]
   dropped: tuple[str, ...]  # tasks whose group had zero passes
 
 
-def soft_filter(rollouts: Iterable[Mapping] | Mapping[str, Sequence[float]],
-                pass_threshold: float = 1.0) -> SoftFilterResult:
+def soft_filter(
+  rollouts: Iterable[Mapping] | Mapping[str, Sequence[float]], pass_threshold: float = 1.0
+) -> SoftFilterResult:
   """Drops every task with zero passes in its group of rollouts (the recipe's difficulty filter)."""
   groups = rollouts if isinstance(rollouts, Mapping) else group_rewards(rollouts)
   kept, dropped = [], []
@@ -101,10 +112,11 @@ def soft_filter(rollouts: Iterable[Mapping] | Mapping[str, Sequence[float]],
 # ----------------------------------------------------------------------------------------------
 # 13-gram decontamination
 
+
 def ngrams(text: str, n: int = NGRAM) -> set[tuple[str, ...]]:
   """Word n-grams of lowercased alphanumeric tokens (punctuation and markup ignored)."""
   words = _WORD.findall(text.lower())
-  return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+  return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def _task_texts(task_dir: pathlib.Path, include: Sequence[str]) -> str:
@@ -128,7 +140,9 @@ def _task_texts(task_dir: pathlib.Path, include: Sequence[str]) -> str:
 def find_task_dirs(root: str | os.PathLike) -> list[pathlib.Path]:
   """Every directory under root holding instruction.md (TB2) or task.yaml (TB1)."""
   root = pathlib.Path(root)
-  found = {p.parent for p in root.rglob("instruction.md")} | {p.parent for p in root.rglob("task.yaml")}
+  found = {p.parent for p in root.rglob("instruction.md")} | {
+    p.parent for p in root.rglob("task.yaml")
+  }
   return sorted(found)
 
 
@@ -140,7 +154,9 @@ class BenchmarkIndex:
   n_tasks: int
 
   @classmethod
-  def build(cls, benchmark_dir: str | os.PathLike, include: Sequence[str] = (), n: int = NGRAM) -> "BenchmarkIndex":
+  def build(
+    cls, benchmark_dir: str | os.PathLike, include: Sequence[str] = (), n: int = NGRAM
+  ) -> "BenchmarkIndex":
     grams: dict[tuple[str, ...], set[str]] = defaultdict(set)
     dirs = find_task_dirs(benchmark_dir)
     if not dirs:
@@ -163,15 +179,21 @@ class Contamination:
     return self.overlapping_ngrams > 0
 
 
-def check_contamination(text: str, index: BenchmarkIndex, name: str = "", n: int = NGRAM) -> Contamination:
+def check_contamination(
+  text: str, index: BenchmarkIndex, name: str = "", n: int = NGRAM
+) -> Contamination:
   grams = ngrams(text, n)
   hits = [g for g in grams if g in index.grams]
   tasks = sorted({t for g in hits for t in index.grams[g]})
   return Contamination(name, len(hits), len(grams), tuple(tasks))
 
 
-def decontaminate(task_dirs: Iterable[str | os.PathLike], benchmark_dir: str | os.PathLike,
-                  include: Sequence[str] = (), n: int = NGRAM) -> tuple[list[pathlib.Path], list[Contamination]]:
+def decontaminate(
+  task_dirs: Iterable[str | os.PathLike],
+  benchmark_dir: str | os.PathLike,
+  include: Sequence[str] = (),
+  n: int = NGRAM,
+) -> tuple[list[pathlib.Path], list[Contamination]]:
   """Splits task_dirs into (clean, contaminated reports): a task is contaminated when any of its
   13-grams (instruction, plus files matching `include` globs) appears in a benchmark task."""
   index = BenchmarkIndex.build(benchmark_dir, include, n)
@@ -185,6 +207,7 @@ def decontaminate(task_dirs: Iterable[str | os.PathLike], benchmark_dir: str | o
 def main(argv: Sequence[str] | None = None) -> int:
   """CLI: pass@k + soft filter from a rollouts JSONL, and/or decontamination of task dirs."""
   import argparse  # pylint: disable=import-outside-toplevel
+
   p = argparse.ArgumentParser(description="pass@k, soft filter and 13-gram decontamination")
   p.add_argument("--rollouts", help="JSONL of {task_id, reward}")
   p.add_argument("--k", type=int, nargs="+", default=[1, 8])
@@ -201,7 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out["per_task"] = table
   if args.tasks and args.benchmark:
     clean, dirty = decontaminate(find_task_dirs(args.tasks), args.benchmark)
-    out["decontamination"] = {"clean": len(clean), "contaminated": [dataclasses.asdict(c) for c in dirty]}
+    out["decontamination"] = {
+      "clean": len(clean),
+      "contaminated": [dataclasses.asdict(c) for c in dirty],
+    }
   print(json.dumps(out, indent=1))
   return 0
 

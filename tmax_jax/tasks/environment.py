@@ -24,16 +24,31 @@ from tmax_jax.sandbox.api import EnvironmentSpec, Limits
 from tmax_jax.tasks.format import Task, TaskFormatError
 
 DEFAULT_WORKDIR = "/workspace"
-_IGNORED = {"CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "ARG", "USER", "VOLUME", "HEALTHCHECK", "SHELL",
-            "STOPSIGNAL", "MAINTAINER", "ONBUILD"}
+_IGNORED = {
+  "CMD",
+  "ENTRYPOINT",
+  "EXPOSE",
+  "LABEL",
+  "ARG",
+  "USER",
+  "VOLUME",
+  "HEALTHCHECK",
+  "SHELL",
+  "STOPSIGNAL",
+  "MAINTAINER",
+  "ONBUILD",
+}
 
 
-def dockerfile_instructions(text: str, file: str = "environment/Dockerfile"
-                            ) -> list[tuple[int, str, str]]:
+def dockerfile_instructions(
+  text: str, file: str = "environment/Dockerfile"
+) -> list[tuple[int, str, str]]:
   """[(line, INSTRUCTION, arguments)]: sandbox.dockerfile.instructions, errors as TaskFormatError"""
   try:
-    return [(i.line, i.cmd, " ".join([*(f"--{k}={v}" for k, v in i.flags), i.args]).strip())
-            for i in dockerfile_lib.instructions(text, file)]
+    return [
+      (i.line, i.cmd, " ".join([*(f"--{k}={v}" for k, v in i.flags), i.args]).strip())
+      for i in dockerfile_lib.instructions(text, file)
+    ]
   except dockerfile_lib.DockerfileError as err:
     raise TaskFormatError(file, f"line {err.line}", err.problem) from None
 
@@ -63,8 +78,14 @@ def _copy_entries(env_dir: pathlib.Path, args: str, workdir: str, file: str, fie
   return entries
 
 
-def environment_spec(task: Task, image: str, *, memory_mb: int | None = None,
-                     allow_network: bool = False, enforce_limits: bool = True) -> EnvironmentSpec:
+def environment_spec(
+  task: Task,
+  image: str,
+  *,
+  memory_mb: int | None = None,
+  allow_network: bool = False,
+  enforce_limits: bool = True,
+) -> EnvironmentSpec:
   """The sandbox spec for `task` (which must have been loaded from or written to disk)."""
   if task.path is None:
     raise ValueError("environment_spec needs a task on disk (load_task or write_task first)")
@@ -104,19 +125,31 @@ def environment_spec(task: Task, image: str, *, memory_mb: int | None = None,
   if seeds.is_dir() and not any(h.startswith(str(seeds.resolve())) for h, _ in files):
     files = _copy_entries(env_dir, f"seeds/ {workdir}/", workdir, str(env_dir), "seeds") + files
   # The runner's memory (the recipe's 4 GB) overrides the task's own request when given.
-  limits = Limits(memory_mb=memory_mb or cfg.memory_mb, disk_mb=cfg.storage_mb,
-                  enforce_limits=enforce_limits)
-  return EnvironmentSpec(image=image, workdir=workdir, files=tuple(files),
-                         setup_commands=tuple(setup),
-                         env=tuple(sorted(env.items())), limits=limits,
-                         allow_network=allow_network and cfg.allow_internet)
+  limits = Limits(
+    memory_mb=memory_mb or cfg.memory_mb, disk_mb=cfg.storage_mb, enforce_limits=enforce_limits
+  )
+  return EnvironmentSpec(
+    image=image,
+    workdir=workdir,
+    files=tuple(files),
+    setup_commands=tuple(setup),
+    env=tuple(sorted(env.items())),
+    limits=limits,
+    allow_network=allow_network and cfg.allow_internet,
+  )
 
 
 OFFLINE_BIN = "/opt/tmax/offline/bin"  # curl/wget/apt-get stand-ins (sandbox/offline/)
 OFFLINE_ENV = {  # package managers fail fast and use their caches instead of waiting on DNS
-    "UV_FIND_LINKS": "/opt/tmax/wheels", "UV_OFFLINE": "1", "PIP_FIND_LINKS": "/opt/tmax/wheels",
-    "npm_config_offline": "true", "GOPROXY": "off", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local",
-    "CARGO_NET_OFFLINE": "true"}
+  "UV_FIND_LINKS": "/opt/tmax/wheels",
+  "UV_OFFLINE": "1",
+  "PIP_FIND_LINKS": "/opt/tmax/wheels",
+  "npm_config_offline": "true",
+  "GOPROXY": "off",
+  "GOFLAGS": "-mod=mod",
+  "GOTOOLCHAIN": "local",
+  "CARGO_NET_OFFLINE": "true",
+}
 
 
 _PIP = re.compile(r"(?:^|[;&|(]\s*|\s)(?:pip3?|python3? -m pip) install\s+([^;&|#\n]*)")
@@ -131,8 +164,11 @@ def prefetch_steps(task: Task) -> tuple[str, ...]:
   only logged: scripts filter their requirement files before installing), `npm install` -> run
   once in the workdir at build time. The runner records each step as a rewrite."""
   tests = task.path / "tests" if task.path else None
-  texts = [p.read_text(errors="replace") for p in sorted(tests.rglob("*.sh"))] if (
-      tests and tests.is_dir()) else []
+  texts = (
+    [p.read_text(errors="replace") for p in sorted(tests.rglob("*.sh"))]
+    if (tests and tests.is_dir())
+    else []
+  )
   steps: list[str] = []
   for text in texts:
     for m in _PIP.finditer(text):
@@ -140,15 +176,22 @@ def prefetch_steps(task: Task) -> tuple[str, ...]:
       for i, word in enumerate(words):
         if words[i - 1] in ("-r", "--requirement") and i > 0:
           q = shlex.quote(word)
-          steps.append(f"[ -f {q} ] && grep -v '^[[:space:]]*#' {q} "
-                       "| while read -r req; do [ -z \"$req\" ] || PIP_BREAK_SYSTEM_PACKAGES=1 "
-                       "python3 -m pip install -q \"$req\" || echo \"prefetch: $req not "
-                       "installed\"; done; true")
-        elif not word.startswith("-") and words[i - 1] not in ("-r", "--requirement") and (
-            re.split(r"[<>=!~\[ ]", word)[0].lower() not in _PIP_SKIP) and not re.search(
-                r"[$/]|^\d*[<>]", word):
-          steps.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q {shlex.quote(word)} "
-                       f"|| echo 'prefetch: {word} not installed'")
+          steps.append(
+            f"[ -f {q} ] && grep -v '^[[:space:]]*#' {q} "
+            '| while read -r req; do [ -z "$req" ] || PIP_BREAK_SYSTEM_PACKAGES=1 '
+            'python3 -m pip install -q "$req" || echo "prefetch: $req not '
+            'installed"; done; true'
+          )
+        elif (
+          not word.startswith("-")
+          and words[i - 1] not in ("-r", "--requirement")
+          and (re.split(r"[<>=!~\[ ]", word)[0].lower() not in _PIP_SKIP)
+          and not re.search(r"[$/]|^\d*[<>]", word)
+        ):
+          steps.append(
+            f"PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q {shlex.quote(word)} "
+            f"|| echo 'prefetch: {word} not installed'"
+          )
     if _NPM.search(text):
       steps.append("[ ! -f package.json ] || npm install --no-audit --no-fund")
   return tuple(dict.fromkeys(steps))
@@ -165,19 +208,27 @@ class BuiltEnvironment:
     """What the trial records about the environment (one line per deviation)."""
     if self.image is None:
       return "no environment/Dockerfile: the project's base rootfs\n"
-    lines = [f"image {self.image.id} FROM {self.image.from_ref} "
-             f"(built in {self.image.build_seconds:.1f} s, "
-             f"{sum(1 for st in self.image.steps if not st['cached'])} new layers)"]
+    lines = [
+      f"image {self.image.id} FROM {self.image.from_ref} "
+      f"(built in {self.image.build_seconds:.1f} s, "
+      f"{sum(1 for st in self.image.steps if not st['cached'])} new layers)"
+    ]
     lines += [f"warning: {w}" for w in self.image.warnings]
     lines += [f"rewrite: {r}" for r in self.image.rewrites]
     lines.append(f"rewrite: PATH starts with {OFFLINE_BIN} (offline curl/wget/apt-get stand-ins)")
     return "\n".join(lines) + "\n"
 
 
-def built_spec(task: Task, *, memory_mb: int | None = None, allow_network: bool = False,
-               enforce_limits: bool = True, quiet: bool = True,
-               context: pathlib.Path | None = None,
-               dockerfile: str = "Dockerfile") -> BuiltEnvironment:
+def built_spec(
+  task: Task,
+  *,
+  memory_mb: int | None = None,
+  allow_network: bool = False,
+  enforce_limits: bool = True,
+  quiet: bool = True,
+  context: pathlib.Path | None = None,
+  dockerfile: str = "Dockerfile",
+) -> BuiltEnvironment:
   """Builds (or finds cached) the task's image and returns the spec that starts from it.
   context/dockerfile: another build context than environment/ (a compose main service's).
   Raises DockerfileError / SandboxError when the build fails."""
@@ -187,19 +238,36 @@ def built_spec(task: Task, *, memory_mb: int | None = None, allow_network: bool 
   cfg = task.config.environment
   if context is None and not (env_dir / "Dockerfile").is_file():  # the base rootfs + seeds
     from tmax_jax.sandbox import images  # pylint: disable=import-outside-toplevel
-    spec = environment_spec(task, str(images.ensure_base_rootfs(quiet=True)), memory_mb=memory_mb,
-                            allow_network=allow_network, enforce_limits=enforce_limits)
+
+    spec = environment_spec(
+      task,
+      str(images.ensure_base_rootfs(quiet=True)),
+      memory_mb=memory_mb,
+      allow_network=allow_network,
+      enforce_limits=enforce_limits,
+    )
     return BuiltEnvironment(spec, None)
-  image = build.build_image(context or env_dir, dockerfile_name=dockerfile,
-                            seeds_into_workdir=True, timeout_s=max(
-      cfg.build_timeout_sec, 600.0), quiet=quiet, extra_steps=prefetch_steps(task))
+  image = build.build_image(
+    context or env_dir,
+    dockerfile_name=dockerfile,
+    seeds_into_workdir=True,
+    timeout_s=max(cfg.build_timeout_sec, 600.0),
+    quiet=quiet,
+    extra_steps=prefetch_steps(task),
+  )
   env = dict(image.env)
   env.update(OFFLINE_ENV)
   env["PATH"] = f"{OFFLINE_BIN}:{env.get('PATH', build.DEFAULT_PATH)}"
   env.update(cfg.env)
   workdir = cfg.workdir or (image.workdir if image.workdir != "/" else DEFAULT_WORKDIR)
-  limits = Limits(memory_mb=memory_mb or cfg.memory_mb, disk_mb=cfg.storage_mb,
-                  enforce_limits=enforce_limits)
-  spec = EnvironmentSpec(image=str(image.path), workdir=workdir, env=tuple(sorted(env.items())),
-                         limits=limits, allow_network=allow_network and cfg.allow_internet)
+  limits = Limits(
+    memory_mb=memory_mb or cfg.memory_mb, disk_mb=cfg.storage_mb, enforce_limits=enforce_limits
+  )
+  spec = EnvironmentSpec(
+    image=str(image.path),
+    workdir=workdir,
+    env=tuple(sorted(env.items())),
+    limits=limits,
+    allow_network=allow_network and cfg.allow_internet,
+  )
   return BuiltEnvironment(spec, image)

@@ -133,16 +133,20 @@ _SIZE_MB = {"": 1.0 / (1024 * 1024), "K": 1.0 / 1024, "M": 1.0, "G": 1024.0, "T"
 
 
 def parse_size_mb(value: Any, file: str, field: str) -> int:
-  """'2G' / '512M' / '1.5G' / an int of MB -> MB. A bare number in a string is bytes (docker style)."""
+  """'2G' / '512M' / '1.5G' / an int of MB -> MB. A bare number string is bytes (docker style)."""
   if isinstance(value, bool):
-    raise TaskFormatError(file, field, f"expected a size like '2G' or an integer of MB, got {value!r}")
+    raise TaskFormatError(
+      file, field, f"expected a size like '2G' or an integer of MB, got {value!r}"
+    )
   if isinstance(value, (int, float)):
     return int(value)
   if isinstance(value, str):
     m = _SIZE_RE.match(value)
     if m:
       return max(1, int(round(float(m.group(1)) * _SIZE_MB[m.group(2).upper()])))
-  raise TaskFormatError(file, field, f"expected a size like '2G' or an integer of MB, got {value!r}")
+  raise TaskFormatError(
+    file, field, f"expected a size like '2G' or an integer of MB, got {value!r}"
+  )
 
 
 class _Section:
@@ -166,7 +170,9 @@ class _Section:
     if v is None:
       return default
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-      raise TaskFormatError(self.file, self.field(key), f"expected a non-negative number, got {v!r}")
+      raise TaskFormatError(
+        self.file, self.field(key), f"expected a non-negative number, got {v!r}"
+      )
     return type(default)(v) if default is not None else v
 
   def string(self, key: str, default):
@@ -198,7 +204,9 @@ class _Section:
       if isinstance(item, dict):  # authors = [{name = "...", email = "..."}]
         item = " ".join(str(item[k]) for k in ("name", "email") if k in item) or str(item)
       if not isinstance(item, str):
-        raise TaskFormatError(self.file, f"{self.field(key)}[{i}]", f"expected a string, got {item!r}")
+        raise TaskFormatError(
+          self.file, f"{self.field(key)}[{i}]", f"expected a string, got {item!r}"
+        )
       out.append(item)
     return tuple(out)
 
@@ -211,7 +219,9 @@ class _Section:
     out = {}
     for k, val in v.items():
       if isinstance(val, bool) or not isinstance(val, (str, int, float)):
-        raise TaskFormatError(self.file, f"{self.field(key)}.{k}", f"expected a string, got {val!r}")
+        raise TaskFormatError(
+          self.file, f"{self.field(key)}.{k}", f"expected a string, got {val!r}"
+        )
       out[str(k)] = str(val)
     return out
 
@@ -228,8 +238,12 @@ def _parse_environment(s: _Section) -> EnvironmentConfig:
   if storage is None:
     storage = s._get("storage")
   health = s._get("healthcheck")
-  if health is not None and not (isinstance(health, dict) and isinstance(health.get("command"), str)):
-    raise TaskFormatError(s.file, s.field("healthcheck"), f"expected a table with a string 'command', got {health!r}")
+  if health is not None and not (
+    isinstance(health, dict) and isinstance(health.get("command"), str)
+  ):
+    raise TaskFormatError(
+      s.file, s.field("healthcheck"), f"expected a table with a string 'command', got {health!r}"
+    )
   workdir = s.string("workdir", d.workdir)
   if workdir is not None and not workdir.startswith("/"):
     raise TaskFormatError(s.file, s.field("workdir"), f"expected an absolute path, got {workdir!r}")
@@ -237,8 +251,12 @@ def _parse_environment(s: _Section) -> EnvironmentConfig:
     build_timeout_sec=s.number("build_timeout_sec", d.build_timeout_sec),
     docker_image=s.string("docker_image", d.docker_image),
     cpus=s.number("cpus", d.cpus),
-    memory_mb=d.memory_mb if memory is None else parse_size_mb(memory, s.file, s.field("memory_mb")),
-    storage_mb=d.storage_mb if storage is None else parse_size_mb(storage, s.file, s.field("storage_mb")),
+    memory_mb=d.memory_mb
+    if memory is None
+    else parse_size_mb(memory, s.file, s.field("memory_mb")),
+    storage_mb=d.storage_mb
+    if storage is None
+    else parse_size_mb(storage, s.file, s.field("storage_mb")),
     gpus=s.number("gpus", d.gpus),
     allow_internet=s.boolean("allow_internet", d.allow_internet),
     env=s.env("env"),
@@ -262,23 +280,40 @@ def parse_task_config(data: Mapping[str, Any], file: str = CONFIG_FILE) -> TaskC
     return _Section(root._get(name) or {}, file, name)
 
   t = section("task")
-  info = TaskInfo(name=t.string("name", ""), description=t.string("description", ""),
-                  authors=t.str_list("authors"), keywords=t.str_list("keywords"))
+  info = TaskInfo(
+    name=t.string("name", ""),
+    description=t.string("description", ""),
+    authors=t.str_list("authors"),
+    keywords=t.str_list("keywords"),
+  )
   meta = section("metadata")
   metadata = dict(meta.data)
   v, a, e, so = section("verifier"), section("agent"), section("environment"), section("solution")
   dv, da = VerifierConfig(), AgentConfig()
-  verifier = VerifierConfig(timeout_sec=v.number("timeout_sec", dv.timeout_sec), env=v.env("env"),
-                            user=v.string("user", dv.user))
-  agent = AgentConfig(timeout_sec=a.number("timeout_sec", da.timeout_sec), user=a.string("user", da.user))
+  verifier = VerifierConfig(
+    timeout_sec=v.number("timeout_sec", dv.timeout_sec),
+    env=v.env("env"),
+    user=v.string("user", dv.user),
+  )
+  agent = AgentConfig(
+    timeout_sec=a.number("timeout_sec", da.timeout_sec), user=a.string("user", da.user)
+  )
   environment = _parse_environment(e)
   solution = SolutionConfig(env=so.env("env"))
   extra = {}
   for s in (t, v, a, e, so):
     extra.update(s.extras())
   extra.update({k: v for k, v in root.data.items() if k not in root.used})
-  return TaskConfig(schema_version=str(version), task=info, metadata=metadata, verifier=verifier,
-                    agent=agent, environment=environment, solution=solution, extra=extra)
+  return TaskConfig(
+    schema_version=str(version),
+    task=info,
+    metadata=metadata,
+    verifier=verifier,
+    agent=agent,
+    environment=environment,
+    solution=solution,
+    extra=extra,
+  )
 
 
 def load_task_config(path: str | os.PathLike) -> TaskConfig:
@@ -295,6 +330,7 @@ def load_task_config(path: str | os.PathLike) -> TaskConfig:
 # ----------------------------------------------------------------------------------------------
 # task.toml writing (a tiny TOML emitter: tables of scalars, lists and inline tables)
 
+
 def _toml_value(v: Any) -> str:
   if isinstance(v, bool):
     return "true" if v else "false"
@@ -303,7 +339,11 @@ def _toml_value(v: Any) -> str:
   if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
     return v.isoformat()
   if isinstance(v, str):
-    return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
+    return (
+      '"'
+      + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+      + '"'
+    )
   if isinstance(v, (list, tuple)):
     return "[" + ", ".join(_toml_value(x) for x in v) + "]"
   if isinstance(v, Mapping):
@@ -317,9 +357,13 @@ def _toml_key(k: str) -> str:
 
 def config_to_dict(cfg: TaskConfig) -> dict[str, dict[str, Any]]:
   """TaskConfig -> the TOML document as nested dicts (None fields dropped)."""
+
   def clean(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, Mapping) else v)
-            for k, v in d.items() if v is not None and v != () and not (isinstance(v, Mapping) and not v)}
+    return {
+      k: (list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, Mapping) else v)
+      for k, v in d.items()
+      if v is not None and v != () and not (isinstance(v, Mapping) and not v)
+    }
 
   doc: dict[str, Any] = {"schema_version": cfg.schema_version}
   doc["task"] = clean(dataclasses.asdict(cfg.task))
@@ -344,6 +388,7 @@ def dumps_task_config(cfg: TaskConfig) -> str:
 # ----------------------------------------------------------------------------------------------
 # directories
 
+
 def _read_tree(root: pathlib.Path, section: str) -> tuple[dict[str, bytes], set[str]]:
   files, execs = {}, set()
   if not root.is_dir():
@@ -363,12 +408,17 @@ def validate_task(task: Task, where: str | os.PathLike | None = None) -> None:
   if not task.instruction.strip():
     raise TaskFormatError(base / INSTRUCTION_FILE, "instruction", "is empty")
   if "test.sh" not in task.tests:
-    raise TaskFormatError(base / TEST_SCRIPT, "tests/test.sh", "file is missing (the verifier entrypoint)")
+    raise TaskFormatError(
+      base / TEST_SCRIPT, "tests/test.sh", "file is missing (the verifier entrypoint)"
+    )
   if not task.tests["test.sh"].strip():
     raise TaskFormatError(base / TEST_SCRIPT, "tests/test.sh", "file is empty")
   if task.solution and "solve.sh" not in task.solution:
-    raise TaskFormatError(base / SOLVE_SCRIPT, "solution/solve.sh",
-                          "solution/ exists but has no solve.sh (the oracle entrypoint)")
+    raise TaskFormatError(
+      base / SOLVE_SCRIPT,
+      "solution/solve.sh",
+      "solution/ exists but has no solve.sh (the oracle entrypoint)",
+    )
   for sec in SECTIONS:
     for rel in getattr(task, sec):
       if rel.startswith("/") or ".." in pathlib.PurePosixPath(rel).parts:

@@ -16,11 +16,18 @@ import time
 
 from tqdm import tqdm
 
-from tmax_jax.tasks.generator.axes import balance_score, default_taxonomy, load_taxonomy, marginals, sample_axes
+from tmax_jax.tasks.generator.axes import (
+  balance_score,
+  default_taxonomy,
+  load_taxonomy,
+  marginals,
+  sample_axes,
+)
 
 
-def write_samples(n: int, seed: int, out: str | os.PathLike, taxonomy_path: str | None = None,
-                  progress: bool = True) -> dict:
+def write_samples(
+  n: int, seed: int, out: str | os.PathLike, taxonomy_path: str | None = None, progress: bool = True
+) -> dict:
   """Writes samples 0..n-1 of `seed` to `out` (temp file + rename) -> a summary dict."""
   tx = load_taxonomy(taxonomy_path) if taxonomy_path else default_taxonomy()
   out = pathlib.Path(out)
@@ -39,11 +46,25 @@ def write_samples(n: int, seed: int, out: str | os.PathLike, taxonomy_path: str 
     pathlib.Path(tmp).unlink(missing_ok=True)
     raise
   seconds = time.perf_counter() - start
-  return {"n": n, "seed": seed, "out": str(out), "seconds": round(seconds, 4),
-          "domain_balance": round(balance_score((s.domain for s in samples), len(tx.domains)), 6),
-          "marginals": {a: dict(sorted(marginals(samples, a).items(), key=lambda kv: str(kv[0])))
-                        for a in ("domain", "language", "task_complexity", "command_complexity", "fixture",
-                                  "verifier", "primitive_skills")}}
+  return {
+    "n": n,
+    "seed": seed,
+    "out": str(out),
+    "seconds": round(seconds, 4),
+    "domain_balance": round(balance_score((s.domain for s in samples), len(tx.domains)), 6),
+    "marginals": {
+      a: dict(sorted(marginals(samples, a).items(), key=lambda kv: str(kv[0])))
+      for a in (
+        "domain",
+        "language",
+        "task_complexity",
+        "command_complexity",
+        "fixture",
+        "verifier",
+        "primitive_skills",
+      )
+    },
+  }
 
 
 def main(argv: list[str] | None = None) -> int:

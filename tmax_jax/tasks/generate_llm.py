@@ -24,20 +24,29 @@ def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--base-url", required=True)
   p.add_argument("--model", required=True)
-  p.add_argument("--api-key-env", default=None, help="name of the environment variable holding the API key")
+  p.add_argument(
+    "--api-key-env", default=None, help="name of the environment variable holding the API key"
+  )
   p.add_argument("--n", type=int, default=10)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--start", type=int, default=0, help="first sample index (to resume or shard)")
   p.add_argument("--out", required=True)
   p.add_argument("--max-attempts", type=int, default=GenerationConfig.max_attempts)
   p.add_argument("--backend", default=None)
-  p.add_argument("--allow-failing-oracle", action="store_true", help="keep tasks whose oracle scores < 1")
+  p.add_argument(
+    "--allow-failing-oracle", action="store_true", help="keep tasks whose oracle scores < 1"
+  )
   args = p.parse_args(argv)
   key = os.environ.get(args.api_key_env) if args.api_key_env else None
   client = ChatClient(ChatConfig(base_url=args.base_url, model=args.model, api_key=key))
-  config = GenerationConfig(max_attempts=args.max_attempts, require_oracle_pass=not args.allow_failing_oracle,
-                            runner=RunnerConfig(backend=args.backend))
-  summary = generate_dataset(sample_many(args.n, args.seed, start=args.start), client, args.out, config)
+  config = GenerationConfig(
+    max_attempts=args.max_attempts,
+    require_oracle_pass=not args.allow_failing_oracle,
+    runner=RunnerConfig(backend=args.backend),
+  )
+  summary = generate_dataset(
+    sample_many(args.n, args.seed, start=args.start), client, args.out, config
+  )
   print(json.dumps(summary))
   return 0
 

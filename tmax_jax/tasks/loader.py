@@ -57,13 +57,16 @@ def find_task_dirs(root: str | os.PathLike) -> list[pathlib.Path]:
         continue
       (found.append(d) if task_format(d) else stack.append(d))
   if not found:
-    raise FileNotFoundError(f"tasks directory {root}: no task directories (with {TB2_FILE} for "
-                            f"TB2 or {TB1_FILE} for Terminal-Bench 1) found")
+    raise FileNotFoundError(
+      f"tasks directory {root}: no task directories (with {TB2_FILE} for "
+      f"TB2 or {TB1_FILE} for Terminal-Bench 1) found"
+    )
   return sorted(found)
 
 
-def load_task_dir(directory: str | os.PathLike, converted_dir: str | os.PathLike | None = None
-                  ) -> fmt.Task:
+def load_task_dir(
+  directory: str | os.PathLike, converted_dir: str | os.PathLike | None = None
+) -> fmt.Task:
   """One task directory -> Task (TB1 converted; written under converted_dir when given)."""
   directory = pathlib.Path(directory)
   kind = task_format(directory)
@@ -81,10 +84,11 @@ def load_task_dir(directory: str | os.PathLike, converted_dir: str | os.PathLike
   return fmt.write_task(task, pathlib.Path(converted_dir) / directory.name, overwrite=True)
 
 
-def load_tasks(root: str | os.PathLike, converted_dir: str | os.PathLike | None = None,
-               max_tasks: int = 0) -> list[fmt.Task]:
+def load_tasks(
+  root: str | os.PathLike, converted_dir: str | os.PathLike | None = None, max_tasks: int = 0
+) -> list[fmt.Task]:
   """Every task under `root` (the first `max_tasks` in order; 0 = all)."""
-  tasks = [load_task_dir(d, converted_dir) for d in find_task_dirs(root)[:max_tasks or None]]
+  tasks = [load_task_dir(d, converted_dir) for d in find_task_dirs(root)[: max_tasks or None]]
   counts = collections.Counter(t.name for t in tasks)
   dup = sorted(n for n, c in counts.items() if c > 1)
   if dup:

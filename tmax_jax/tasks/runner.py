@@ -89,6 +89,7 @@ class RunResult:
 # ----------------------------------------------------------------------------------------------
 # reward files
 
+
 def parse_reward_json(text: str, file: str = "reward.json") -> dict[str, float]:
   """A flat JSON dict of numbers (bools are not numbers); must contain at least one entry."""
   try:
@@ -96,7 +97,9 @@ def parse_reward_json(text: str, file: str = "reward.json") -> dict[str, float]:
   except json.JSONDecodeError as err:
     raise RewardFormatError(f"{file}: not valid JSON ({err})") from None
   if not isinstance(data, dict) or not data:
-    raise RewardFormatError(f"{file}: expected a non-empty flat dict of numbers, got {text.strip()[:200]!r}")
+    raise RewardFormatError(
+      f"{file}: expected a non-empty flat dict of numbers, got {text.strip()[:200]!r}"
+    )
   out = {}
   for k, v in data.items():
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -126,7 +129,9 @@ def scalar_reward(rewards: Mapping[str, float], file: str = "reward.json") -> fl
   return min(1.0, max(0.0, value))
 
 
-def read_reward_dir(directory: str | pathlib.Path, logs: Mapping[str, str] | None = None) -> tuple[float, dict]:
+def read_reward_dir(
+  directory: str | pathlib.Path, logs: Mapping[str, str] | None = None
+) -> tuple[float, dict]:
   """Reads <directory>/reward.json else reward.txt -> (reward, rewards)."""
   d = pathlib.Path(directory)
   js, txt = d / "reward.json", d / "reward.txt"
@@ -137,12 +142,14 @@ def read_reward_dir(directory: str | pathlib.Path, logs: Mapping[str, str] | Non
     value = parse_reward_txt(txt.read_text(errors="replace"), str(txt))
     return min(1.0, max(0.0, value)), {"reward": value}
   state = "empty" if js.is_file() or txt.is_file() else "missing"
-  raise RewardMissingError(f"{VERIFIER_LOGS}/reward.json and reward.txt are {state}: the verifier "
-                           "wrote no reward", logs)
+  raise RewardMissingError(
+    f"{VERIFIER_LOGS}/reward.json and reward.txt are {state}: the verifier wrote no reward", logs
+  )
 
 
 # ----------------------------------------------------------------------------------------------
 # sandbox steps
+
 
 def _exports(env: Mapping[str, str]) -> str:
   return "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
@@ -161,8 +168,14 @@ def upload_dir(sb: Sandbox, host_dir: pathlib.Path, sandbox_dir: str) -> None:
   """Uploads a directory and makes its *.sh executable (uploads may not keep modes)."""
   sb.exec(["mkdir", "-p", sandbox_dir], timeout_s=30)
   sb.upload(host_dir, sandbox_dir)
-  sb.exec(["bash", "-c", f"chmod -R a+rX {sandbox_dir} && find {sandbox_dir} -name '*.sh' -exec chmod +x {{}} +"],
-          timeout_s=30)
+  sb.exec(
+    [
+      "bash",
+      "-c",
+      f"chmod -R a+rX {sandbox_dir} && find {sandbox_dir} -name '*.sh' -exec chmod +x {{}} +",
+    ],
+    timeout_s=30,
+  )
 
 
 def run_solution(sb: Sandbox, task: Task, solution_dir: pathlib.Path) -> CommandResult:
@@ -175,14 +188,16 @@ def run_solution(sb: Sandbox, task: Task, solution_dir: pathlib.Path) -> Command
 
 
 def verify(sb: Sandbox, task: Task, config: RunnerConfig = RunnerConfig()) -> RunResult:
-  """Uploads /tests, runs test.sh and reads the reward. Raises RewardMissingError/RewardFormatError."""
+  """Uploads /tests, runs test.sh, reads the reward. Raises RewardMissingError/RewardFormatError."""
   start = time.monotonic()
   assert task.path is not None, "verify needs a task on disk"
   upload_dir(sb, task.path / "tests", "/tests")
   timeout = max(task.config.verifier.timeout_sec, config.min_verifier_timeout_s)
   # A reward file the agent left behind must not count when the tests write none.
-  cmd = (f"mkdir -p {VERIFIER_LOGS}; rm -f {VERIFIER_LOGS}/reward.txt {VERIFIER_LOGS}/reward.json; "
-         f"{_exports(task.config.verifier.env)}{TEST_COMMAND}")
+  cmd = (
+    f"mkdir -p {VERIFIER_LOGS}; rm -f {VERIFIER_LOGS}/reward.txt {VERIFIER_LOGS}/reward.json; "
+    f"{_exports(task.config.verifier.env)}{TEST_COMMAND}"
+  )
   if config.verifier_in_shell:
     res = sb.run(cmd, timeout_s=timeout)
   else:
@@ -194,7 +209,11 @@ def verify(sb: Sandbox, task: Task, config: RunnerConfig = RunnerConfig()) -> Ru
     except (SandboxError, OSError):
       host.mkdir(exist_ok=True)
     stdout_file = host / "test-stdout.txt"
-    logs = {"test-stdout.txt": stdout_file.read_text(errors="replace")[-LOG_CHARS:] if stdout_file.is_file() else ""}
+    logs = {
+      "test-stdout.txt": stdout_file.read_text(errors="replace")[-LOG_CHARS:]
+      if stdout_file.is_file()
+      else ""
+    }
     elapsed = time.monotonic() - start
     if res.status in ("oom", "timeout"):
       return RunResult(0.0, {"reward": 0.0}, f"verifier_{res.status}", logs, elapsed)
@@ -213,22 +232,39 @@ def _open(spec, config: RunnerConfig) -> Sandbox:
   return open_pod(spec, backend) if isinstance(spec, PodSpec) else open_sandbox(spec, backend)
 
 
-def task_spec(task: Task, config: RunnerConfig = RunnerConfig(), logs: dict | None = None, *,
-              context: pathlib.Path | None = None, dockerfile: str = "Dockerfile"):
+def task_spec(
+  task: Task,
+  config: RunnerConfig = RunnerConfig(),
+  logs: dict | None = None,
+  *,
+  context: pathlib.Path | None = None,
+  dockerfile: str = "Dockerfile",
+):
   """The EnvironmentSpec a trial of `task` starts from: its own built image (the build's
   warnings and rewrites go to logs["environment.txt"]), or the Dockerfile translated onto
   config.image. context/dockerfile: another build context than environment/ (a compose main
   service's). Raises SandboxError / DockerfileError when the environment cannot be built."""
   if config.image:
     if context is not None:
-      raise SandboxError(f"RunnerConfig.image translates environment/Dockerfile only; this task's "
-                         f"main service builds from {context / dockerfile}")
-    return envlib.environment_spec(task, config.image, memory_mb=config.memory_mb,
-                                   allow_network=config.allow_network,
-                                   enforce_limits=config.enforce_limits)
-  built = envlib.built_spec(task, memory_mb=config.memory_mb, allow_network=config.allow_network,
-                            enforce_limits=config.enforce_limits, context=context,
-                            dockerfile=dockerfile)
+      raise SandboxError(
+        f"RunnerConfig.image translates environment/Dockerfile only; this task's "
+        f"main service builds from {context / dockerfile}"
+      )
+    return envlib.environment_spec(
+      task,
+      config.image,
+      memory_mb=config.memory_mb,
+      allow_network=config.allow_network,
+      enforce_limits=config.enforce_limits,
+    )
+  built = envlib.built_spec(
+    task,
+    memory_mb=config.memory_mb,
+    allow_network=config.allow_network,
+    enforce_limits=config.enforce_limits,
+    context=context,
+    dockerfile=dockerfile,
+  )
   if logs is not None:
     logs["environment.txt"] = built.notes()
   return built.spec
@@ -245,13 +281,19 @@ def trial_compose(task: Task, config: RunnerConfig = RunnerConfig()) -> compose_
   if reason is None and file is None:
     reason = "metadata compose_services names them, but environment/ has no docker-compose.yaml"
   if reason:
-    raise TaskUnsupportedError(f"{task.path or task.name}: docker-compose with {len(names)} "
-                               f"services ({', '.join(names)}): {reason}")
+    raise TaskUnsupportedError(
+      f"{task.path or task.name}: docker-compose with {len(names)} "
+      f"services ({', '.join(names)}): {reason}"
+    )
   return compose_lib.load_compose(file)
 
 
-def pod_trial_spec(task: Task, comp: compose_lib.Compose, config: RunnerConfig = RunnerConfig(),
-                   logs: dict | None = None) -> PodSpec:
+def pod_trial_spec(
+  task: Task,
+  comp: compose_lib.Compose,
+  config: RunnerConfig = RunnerConfig(),
+  logs: dict | None = None,
+) -> PodSpec:
   """The PodSpec of a multi-service trial: the main service as task_spec builds it, the side
   services from their own images (notes to logs["environment.txt"]). Raises
   TaskUnsupportedError for compose features pods cannot honour."""
@@ -259,8 +301,9 @@ def pod_trial_spec(task: Task, comp: compose_lib.Compose, config: RunnerConfig =
 
   def main(context: pathlib.Path, dockerfile: str):
     default = context == own and dockerfile == "Dockerfile"
-    return task_spec(task, config, logs, context=None if default else context,
-                     dockerfile=dockerfile)
+    return task_spec(
+      task, config, logs, context=None if default else context, dockerfile=dockerfile
+    )
 
   try:
     pod, notes = compose_lib.pod_spec(task, comp, main)
@@ -279,9 +322,15 @@ def _on_disk(task: Task, keep: list) -> Task:
   return write_task(task, pathlib.Path(tmp.name) / (task.name or "task"))
 
 
-def run_trial(task: Task, agent: Agent | None = None, config: RunnerConfig = RunnerConfig(), *,
-              solution: Files | None = None, open_fn: Callable | None = None,
-              before: Agent | None = None) -> RunResult:
+def run_trial(
+  task: Task,
+  agent: Agent | None = None,
+  config: RunnerConfig = RunnerConfig(),
+  *,
+  solution: Files | None = None,
+  open_fn: Callable | None = None,
+  before: Agent | None = None,
+) -> RunResult:
   """One trial. `solution` (files with a solve.sh) replaces the task's own for wrong-solution
   checks; `agent(sandbox)` acts before the verifier; with neither, the agent does nothing.
   `before(sandbox)` runs first, right after the environment is built (e.g. a smoke test).
@@ -311,20 +360,26 @@ def run_trial(task: Task, agent: Agent | None = None, config: RunnerConfig = Run
               (sol_dir / rel).write_bytes(data)
             res = run_solution(sb, task, sol_dir)
             logs["oracle.txt"] = _download_text(sb, "/logs/agent/oracle.txt", pathlib.Path(tmp))
-            if res.status == "oom" or (res.exit_code != 0 and _OOM_RE.search(logs["oracle.txt"][-4000:])):
+            if res.status == "oom" or (
+              res.exit_code != 0 and _OOM_RE.search(logs["oracle.txt"][-4000:])
+            ):
               return RunResult(0.0, {"reward": 0.0}, "agent_oom", logs, time.monotonic() - start)
           if agent is not None:
             agent(sb)
           result = verify(sb, task, config)
         except SandboxError as err:
-          return RunResult(0.0, {"reward": 0.0}, f"sandbox_error: {err}", logs, time.monotonic() - start)
+          return RunResult(
+            0.0, {"reward": 0.0}, f"sandbox_error: {err}", logs, time.monotonic() - start
+          )
         except RewardMissingError as err:
           err.logs.update(logs)
           raise
         finally:
           for name, text in getattr(sb, "service_logs", dict)().items():
             logs[f"service-{name}.txt"] = text
-    return dataclasses.replace(result, logs={**logs, **result.logs}, duration_s=time.monotonic() - start)
+    return dataclasses.replace(
+      result, logs={**logs, **result.logs}, duration_s=time.monotonic() - start
+    )
   finally:
     for t in keep:
       t.cleanup()

@@ -30,14 +30,31 @@ import yaml
 
 from tmax_jax.tasks import compose
 from tmax_jax.tasks.environment import dockerfile_instructions
-from tmax_jax.tasks.format import (AgentConfig, Task, TaskConfig, TaskFormatError, TaskInfo,
-                                   VerifierConfig, validate_task, _read_tree)
+from tmax_jax.tasks.format import (
+  AgentConfig,
+  Task,
+  TaskConfig,
+  TaskFormatError,
+  TaskInfo,
+  VerifierConfig,
+  _read_tree,
+  validate_task,
+)
 
 DEFAULT_AGENT_TIMEOUT = 360.0
 DEFAULT_TEST_TIMEOUT = 60.0
 _NOT_CONTEXT = {"task.yaml", "run-tests.sh", "solution.sh", "solution.yaml", "tests"}
-_METADATA_KEYS = ("difficulty", "category", "tags", "parser_name", "run_tests_in_same_shell",
-                  "expert_time_estimate_min", "junior_time_estimate_min", "author_name", "author_email")
+_METADATA_KEYS = (
+  "difficulty",
+  "category",
+  "tags",
+  "parser_name",
+  "run_tests_in_same_shell",
+  "expert_time_estimate_min",
+  "junior_time_estimate_min",
+  "author_name",
+  "author_email",
+)
 
 TEST_SH = """#!/bin/bash
 # Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then resolved = every
@@ -62,7 +79,7 @@ ok = bool(status) and all(s == "PASSED" for s in status.values())
 for name, s in sorted(status.items()):
   print(f"{s} {name}")
 open(sys.argv[2], "w").write("1\n" if ok else "0\n")
-'''
+'''  # noqa: E501 (embedded script, kept verbatim)
 
 
 def _tb1_error(path: pathlib.Path, field: str, problem: str) -> TaskFormatError:
@@ -73,13 +90,17 @@ def solution_yaml_to_script(entries: Any, file: pathlib.Path) -> str:
   """solution.yaml ([{command, min_timeout_sec, block, append_enter}]) -> a bash script.
   Non-blocking entries run in the background, then the script waits min_timeout_sec."""
   if not isinstance(entries, list):
-    raise _tb1_error(file, "solution.yaml", f"expected a list of commands, got {type(entries).__name__}")
+    raise _tb1_error(
+      file, "solution.yaml", f"expected a list of commands, got {type(entries).__name__}"
+    )
   lines = ["#!/bin/bash", "# Converted from solution.yaml by tmax_jax.tasks.tb1"]
   for i, e in enumerate(entries):
     if not isinstance(e, dict) or not isinstance(e.get("command"), str):
       raise _tb1_error(file, f"[{i}].command", f"expected a string command, got {e!r}")
     if e.get("append_enter", True) is False:
-      raise _tb1_error(file, f"[{i}].append_enter", "raw keystrokes without Enter cannot become a script line")
+      raise _tb1_error(
+        file, f"[{i}].append_enter", "raw keystrokes without Enter cannot become a script line"
+      )
     cmd = e["command"].rstrip("\n")
     wait = float(e.get("min_timeout_sec", 0) or 0)
     if e.get("block", True) is False:
@@ -119,7 +140,9 @@ def _workdir(src: pathlib.Path) -> str:
   workdir = "/"
   dockerfile = src / "Dockerfile"
   if dockerfile.is_file():
-    for _, ins, args in dockerfile_instructions(dockerfile.read_text(encoding="utf-8"), str(dockerfile)):
+    for _, ins, args in dockerfile_instructions(
+      dockerfile.read_text(encoding="utf-8"), str(dockerfile)
+    ):
       if ins == "WORKDIR":
         workdir = args if args.startswith("/") else os.path.join(workdir, args)
   return workdir
@@ -142,23 +165,33 @@ def convert_tb1(src: str | os.PathLike, name: str | None = None) -> Task:
     raise _tb1_error(run_tests, "run-tests.sh", "file is missing (the TB1 test entrypoint)")
 
   tags = cfg.get("tags") or []
-  authors = tuple(f"{cfg['author_name']} <{cfg.get('author_email', '')}>".replace(" <>", "")
-                  for _ in [0] if cfg.get("author_name"))
+  authors = tuple(
+    f"{cfg['author_name']} <{cfg.get('author_email', '')}>".replace(" <>", "")
+    for _ in [0]
+    if cfg.get("author_name")
+  )
   metadata = {k: cfg[k] for k in _METADATA_KEYS if cfg.get(k) is not None}
   metadata["source_format"] = "terminal-bench-1"
   config = TaskConfig(
     task=TaskInfo(name=name or src.name, authors=authors, keywords=tuple(str(t) for t in tags)),
     metadata=metadata,
-    agent=AgentConfig(timeout_sec=_timeout(cfg, "max_agent_timeout_sec", DEFAULT_AGENT_TIMEOUT, yaml_path)),
-    verifier=VerifierConfig(timeout_sec=_timeout(cfg, "max_test_timeout_sec", DEFAULT_TEST_TIMEOUT, yaml_path)))
+    agent=AgentConfig(
+      timeout_sec=_timeout(cfg, "max_agent_timeout_sec", DEFAULT_AGENT_TIMEOUT, yaml_path)
+    ),
+    verifier=VerifierConfig(
+      timeout_sec=_timeout(cfg, "max_test_timeout_sec", DEFAULT_TEST_TIMEOUT, yaml_path)
+    ),
+  )
 
   env, services = _compose(src / "docker-compose.yaml")
   if env:
-    config = dataclasses.replace(config, environment=dataclasses.replace(config.environment,
-                                                                         env=env))
+    config = dataclasses.replace(
+      config, environment=dataclasses.replace(config.environment, env=env)
+    )
   if len(services) > 1:
-    config = dataclasses.replace(config, metadata={**config.metadata,
-                                                   "compose_services": list(services)})
+    config = dataclasses.replace(
+      config, metadata={**config.metadata, "compose_services": list(services)}
+    )
   environment, execs = {}, set()
   for p in sorted(src.rglob("*")):
     rel = p.relative_to(src)
@@ -169,7 +202,9 @@ def convert_tb1(src: str | os.PathLike, name: str | None = None) -> Task:
   tests, test_execs = _read_tree(src / "tests", "tests")
   execs |= test_execs
   if "test.sh" in tests:
-    raise _tb1_error(src / "tests" / "test.sh", "tests/test.sh", "clashes with the generated TB2 entrypoint")
+    raise _tb1_error(
+      src / "tests" / "test.sh", "tests/test.sh", "clashes with the generated TB2 entrypoint"
+    )
   tests["run-tests.sh"] = run_tests.read_bytes()
   tests["test.sh"] = TEST_SH.format(workdir=shlex.quote(_workdir(src))).encode()
   tests["tb1_reward.py"] = REWARD_PY.encode()
@@ -184,7 +219,13 @@ def convert_tb1(src: str | os.PathLike, name: str | None = None) -> Task:
     except yaml.YAMLError as err:
       raise _tb1_error(sol_path, "yaml", f"not valid YAML: {err}") from None
     solution["solve.sh"] = solution_yaml_to_script(entries, sol_path).encode()
-  task = Task(instruction=_instruction(cfg, yaml_path), config=config, environment=environment, tests=tests,
-              solution=solution, executables=frozenset(execs))
+  task = Task(
+    instruction=_instruction(cfg, yaml_path),
+    config=config,
+    environment=environment,
+    tests=tests,
+    solution=solution,
+    executables=frozenset(execs),
+  )
   validate_task(task, src)
   return task

@@ -9,42 +9,55 @@ before the vocabulary was shared may use an older spelling: `canonical(field, va
 
 from __future__ import annotations
 
-DOMAINS = ("security", "software_engineering", "file_operations", "data_querying", "data_science",
-           "debugging", "scientific_computing", "data_processing", "system_administration")
+DOMAINS = (
+  "security",
+  "software_engineering",
+  "file_operations",
+  "data_querying",
+  "data_science",
+  "debugging",
+  "scientific_computing",
+  "data_processing",
+  "system_administration",
+)
 
 # kind -> what the hidden tests check (the knob in brackets)
 VERIFIERS = {
-    "exact_text": "the output equals the ground truth [strictness]",
-    "metric_threshold": "a metric meets a threshold [the threshold]",
-    "adversarial_corpus": "every malicious item rejected, every benign one kept [corpus size]",
-    "fuzz_equivalence": "bit-exact agreement with a reference on N random inputs [N, inputs]",
-    "multi_protocol": "a service the agent starts answers real protocol requests [probes]",
+  "exact_text": "the output equals the ground truth [strictness]",
+  "metric_threshold": "a metric meets a threshold [the threshold]",
+  "adversarial_corpus": "every malicious item rejected, every benign one kept [corpus size]",
+  "fuzz_equivalence": "bit-exact agreement with a reference on N random inputs [N, inputs]",
+  "multi_protocol": "a service the agent starts answers real protocol requests [probes]",
 }
 VERIFIER_KINDS = tuple(VERIFIERS)
 
 # fixture -> how the task's inputs reach the agent (the LLM generator's prompt hint)
 FIXTURES = {
-    "text_only": "plain text files",
-    "image": "information the agent must recover from an image with OCR",
-    "audio": "information in an audio file",
-    "video": "information in a video file",
-    "stripped_binary": "a stripped executable to analyse",
-    "vendored_package": "a vendored source package",
-    "multi_service_compose": "several cooperating local services",
+  "text_only": "plain text files",
+  "image": "information the agent must recover from an image with OCR",
+  "audio": "information in an audio file",
+  "video": "information in a video file",
+  "stripped_binary": "a stripped executable to analyse",
+  "vendored_package": "a vendored source package",
+  "multi_service_compose": "several cooperating local services",
 }
 FIXTURE_NAMES = tuple(FIXTURES)
 
 # task complexity -> roughly how many commands a good agent needs
 TASK_COMPLEXITY = {
-    "short": "a few commands",
-    "moderate": "about 10-20 commands",
-    "complex": "20-30 commands across several files",
-    "intricate": "30-60 commands, several stages",
+  "short": "a few commands",
+  "moderate": "about 10-20 commands",
+  "complex": "20-30 commands across several files",
+  "intricate": "30-60 commands, several stages",
 }
 TASK_COMPLEXITIES = tuple(TASK_COMPLEXITY)
 
-VOCABULARY = {"domain": DOMAINS, "verifier": VERIFIER_KINDS, "fixture": FIXTURE_NAMES,
-              "task_complexity": TASK_COMPLEXITIES}
+VOCABULARY = {
+  "domain": DOMAINS,
+  "verifier": VERIFIER_KINDS,
+  "fixture": FIXTURE_NAMES,
+  "task_complexity": TASK_COMPLEXITIES,
+}
 
 # older spellings in task metadata -> the vocabulary's (procedural tasks said "multi_service")
 ALIASES = {"fixture": {"multi_service": "multi_service_compose"}}
@@ -69,6 +82,7 @@ def check(field: str, value, where: str) -> str:
   """`value` if it is in the vocabulary of `field`, else a ValueError naming `where`."""
   allowed = VOCABULARY[field]
   if value not in allowed:
-    raise ValueError(f"{where}: {field} {value!r} is not in tasks/vocabulary.py; expected one "
-                     f"of {allowed}")
+    raise ValueError(
+      f"{where}: {field} {value!r} is not in tasks/vocabulary.py; expected one of {allowed}"
+    )
   return value

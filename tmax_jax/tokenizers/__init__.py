@@ -1,9 +1,24 @@
 """Offline tokenizers (built from tiktoken ranks) with the official chat templates; the specs are
 registered by the model families (registry.Family.tokenizers)."""
 
-from tmax_jax.tokenizers.builder import (CONFIG_FILES, cache_root, copy_tokenizer_files,
-                                         load_tokenizer, tokenizer_dir, write_tokenizer_dir)
+from tmax_jax.tokenizers.builder import (
+  CONFIG_FILES,
+  cache_root,
+  copy_tokenizer_files,
+  load_tokenizer,
+  tokenizer_dir,
+  write_tokenizer_dir,
+)
 from tmax_jax.tokenizers.specs import TokenizerSpec, get_spec, stop_token_ids
 
-__all__ = ["CONFIG_FILES", "TokenizerSpec", "cache_root", "copy_tokenizer_files", "get_spec",
-           "load_tokenizer", "stop_token_ids", "tokenizer_dir", "write_tokenizer_dir"]
+__all__ = [
+  "CONFIG_FILES",
+  "TokenizerSpec",
+  "cache_root",
+  "copy_tokenizer_files",
+  "get_spec",
+  "load_tokenizer",
+  "stop_token_ids",
+  "tokenizer_dir",
+  "write_tokenizer_dir",
+]

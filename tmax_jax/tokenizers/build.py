@@ -1,14 +1,14 @@
 """CLI: write a tokenizer directory (atomically); --family is any registered tokenizer name.
 
-    python3 -m tmax_jax.tokenizers.build --family qwen3|qwen3_5 --out DIR [--overwrite]
+python3 -m tmax_jax.tokenizers.build --family qwen3|qwen3_5 --out DIR [--overwrite]
 """
 
 import argparse
 import sys
 import time
 
-from tmax_jax.tokenizers.builder import write_tokenizer_dir
 from tmax_jax.models import registry
+from tmax_jax.tokenizers.builder import write_tokenizer_dir
 
 
 def main(argv=None) -> int:

@@ -38,6 +38,7 @@ def build_backend(spec: TokenizerSpec):
   """Returns the `tokenizers.Tokenizer` for a family, with added tokens at their official ids."""
   from tokenizers import AddedToken, normalizers  # pylint: disable=import-outside-toplevel
   from transformers.convert_slow_tokenizer import TikTokenConverter  # pylint: disable=import-outside-toplevel
+
   path = ranks_path(spec)
   backend = TikTokenConverter(vocab_file=str(path), pattern=spec.pattern).converted()
   size = backend.get_vocab_size(with_added_tokens=False)
@@ -45,8 +46,9 @@ def build_backend(spec: TokenizerSpec):
     raise ValueError(f"{path}: {size} BPE ranks, expected {spec.num_ranks} for {spec.family}")
   backend.normalizer = normalizers.NFC()
   for i, (content, special) in enumerate(spec.added_tokens):
-    token = AddedToken(content, special=special, normalized=False, lstrip=False, rstrip=False,
-                       single_word=False)
+    token = AddedToken(
+      content, special=special, normalized=False, lstrip=False, rstrip=False, single_word=False
+    )
     if special:
       backend.add_special_tokens([token])
     else:
@@ -60,31 +62,39 @@ def build_backend(spec: TokenizerSpec):
 def tokenizer_config(spec: TokenizerSpec) -> dict:
   """The tokenizer_config.json contents, laid out like the official Qwen configs."""
   decoder = {
-      str(spec.num_ranks + i): {"content": content, "lstrip": False, "normalized": False,
-                                "rstrip": False, "single_word": False, "special": special}
-      for i, (content, special) in enumerate(spec.added_tokens)}
+    str(spec.num_ranks + i): {
+      "content": content,
+      "lstrip": False,
+      "normalized": False,
+      "rstrip": False,
+      "single_word": False,
+      "special": special,
+    }
+    for i, (content, special) in enumerate(spec.added_tokens)
+  }
   extra = [c for c, special in spec.added_tokens if special and c != spec.pad_token]
   return {
-      "add_bos_token": False,
-      "add_prefix_space": False,
-      "added_tokens_decoder": decoder,
-      "additional_special_tokens": extra,
-      "bos_token": None,
-      "chat_template": spec.chat_template(),
-      "clean_up_tokenization_spaces": False,
-      "eos_token": spec.eos_token,
-      "errors": "replace",
-      "model_max_length": spec.model_max_length,
-      "pad_token": spec.pad_token,
-      "split_special_tokens": False,
-      "tokenizer_class": spec.tokenizer_class,
-      "unk_token": None,
+    "add_bos_token": False,
+    "add_prefix_space": False,
+    "added_tokens_decoder": decoder,
+    "additional_special_tokens": extra,
+    "bos_token": None,
+    "chat_template": spec.chat_template(),
+    "clean_up_tokenization_spaces": False,
+    "eos_token": spec.eos_token,
+    "errors": "replace",
+    "model_max_length": spec.model_max_length,
+    "pad_token": spec.pad_token,
+    "split_special_tokens": False,
+    "tokenizer_class": spec.tokenizer_class,
+    "unk_token": None,
   }
 
 
 def fingerprint(spec: TokenizerSpec) -> str:
   """Changes whenever the ranks, the spec, the template or the tokenizers library change."""
   import tokenizers  # pylint: disable=import-outside-toplevel
+
   h = hashlib.sha256()
   h.update(ranks_path(spec).read_bytes())
   h.update(repr(spec).encode())
@@ -97,8 +107,12 @@ def _write_files(spec: TokenizerSpec, dest: pathlib.Path) -> None:
   build_backend(spec).save(str(dest / "tokenizer.json"))
   with open(dest / "tokenizer_config.json", "w", encoding="utf-8") as f:
     json.dump(tokenizer_config(spec), f, indent=2, ensure_ascii=False)
-  info = {"family": spec.family, "fingerprint": fingerprint(spec),
-          "ranks_file": spec.ranks_file, "builder_version": BUILDER_VERSION}
+  info = {
+    "family": spec.family,
+    "fingerprint": fingerprint(spec),
+    "ranks_file": spec.ranks_file,
+    "builder_version": BUILDER_VERSION,
+  }
   # Written last: its presence marks the directory as complete.
   with open(dest / BUILD_INFO, "w", encoding="utf-8") as f:
     json.dump(info, f, indent=2)
@@ -173,4 +187,5 @@ def copy_tokenizer_files(family: str, dest) -> list:
 def load_tokenizer(family: str):
   """A `transformers` tokenizer for `family`, loaded from the cache (built on first use)."""
   from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+
   return AutoTokenizer.from_pretrained(str(tokenizer_dir(family)))

@@ -14,20 +14,21 @@ import pathlib
 @dataclasses.dataclass(frozen=True)
 class TokenizerSpec:
   """One tokenizer family. Added tokens get ids `num_ranks, num_ranks + 1, ...` in order."""
-  family: str                # its name, e.g. "qwen3" (cache directory, CLI, episode configs)
-  ranks_package: str         # installed Python package holding the tiktoken ranks
-  ranks_file: str            # path of the ranks file inside that package
-  num_ranks: int             # BPE ranks 0..num_ranks-1 (checked at build time)
-  pattern: str               # pre-tokenizer split regex
-  added_tokens: tuple        # ((content, special), ...)
+
+  family: str  # its name, e.g. "qwen3" (cache directory, CLI, episode configs)
+  ranks_package: str  # installed Python package holding the tiktoken ranks
+  ranks_file: str  # path of the ranks file inside that package
+  num_ranks: int  # BPE ranks 0..num_ranks-1 (checked at build time)
+  pattern: str  # pre-tokenizer split regex
+  added_tokens: tuple  # ((content, special), ...)
   # The chat template file, stored verbatim as the official config has it (fingerprinted by text).
   template_path: pathlib.Path = dataclasses.field(repr=False)
-  tokenizer_class: str       # written to tokenizer_config.json
+  tokenizer_class: str  # written to tokenizer_config.json
   model_max_length: int
-  tool_call_format: str      # syntax of the template's tool calls (agents/formats/tool_calls.py)
-  eos_token: str             # ends an assistant turn (tokenizer_config.json's eos_token)
+  tool_call_format: str  # syntax of the template's tool calls (agents/formats/tool_calls.py)
+  eos_token: str  # ends an assistant turn (tokenizer_config.json's eos_token)
   pad_token: str
-  stop_tokens: tuple         # generation_config.json's eos_token_id list, as token strings
+  stop_tokens: tuple  # generation_config.json's eos_token_id list, as token strings
 
   def token_id(self, content: str) -> int:
     """Id of an added token, e.g. `token_id('<|im_start|>')`."""
@@ -61,6 +62,7 @@ def get_spec(family: str) -> TokenizerSpec:
   """The registered spec named `family` (e.g. `qwen3`, `qwen3_5`); ValueError naming the known
   ones otherwise."""
   from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel (jax import)
+
   return registry.tokenizer_spec(family)
 
 

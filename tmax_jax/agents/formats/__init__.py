@@ -8,26 +8,68 @@
 Every parser raises `FormatError` whose `.feedback` is the text to send back to the model.
 """
 
-from tmax_jax.agents.formats.common import (SUBMIT_COMMAND, SUBMIT_MARKER, FormatError,
-                                            is_submit_command, is_submit_output, strip_reasoning)
-from tmax_jax.agents.formats.observation import (format_endless_observation, format_observation,
-                                                 format_timeout, limit_output_bytes,
-                                                 truncate_head_tail)
+from tmax_jax.agents.formats.common import (
+  SUBMIT_COMMAND,
+  SUBMIT_MARKER,
+  FormatError,
+  is_submit_command,
+  is_submit_output,
+  strip_reasoning,
+)
+from tmax_jax.agents.formats.observation import (
+  format_endless_observation,
+  format_observation,
+  format_timeout,
+  limit_output_bytes,
+  truncate_head_tail,
+)
 from tmax_jax.agents.formats.terminus import TerminusAction, TerminusCommand, parse_terminus
 from tmax_jax.agents.formats.text_modes import EndlessAction, parse_endless, parse_fenced_bash
-from tmax_jax.agents.formats.tokens import (TokenTrajectory, continuation_ids, continuation_text,
-                                            prompt_ids, tool_observation_ids,
-                                            user_observation_ids)
-from tmax_jax.agents.formats.tool_calls import (BASH_TOOL, bash_call_message, parse_bash_call,
-                                                parse_hermes_call, parse_xml_call,
-                                                tool_call_format)
+from tmax_jax.agents.formats.tokens import (
+  TokenTrajectory,
+  continuation_ids,
+  continuation_text,
+  prompt_ids,
+  tool_observation_ids,
+  user_observation_ids,
+)
+from tmax_jax.agents.formats.tool_calls import (
+  BASH_TOOL,
+  bash_call_message,
+  parse_bash_call,
+  parse_hermes_call,
+  parse_xml_call,
+  tool_call_format,
+)
 
 __all__ = [
-    "BASH_TOOL", "EndlessAction", "FormatError", "SUBMIT_COMMAND",
-    "SUBMIT_MARKER", "TerminusAction", "TerminusCommand", "TokenTrajectory", "bash_call_message",
-    "continuation_ids", "continuation_text", "format_endless_observation", "format_observation",
-    "format_timeout", "is_submit_command", "is_submit_output", "limit_output_bytes",
-    "parse_bash_call", "parse_endless", "parse_fenced_bash", "parse_hermes_call",
-    "parse_terminus", "parse_xml_call", "prompt_ids", "strip_reasoning", "tool_observation_ids",
-    "tool_call_format", "truncate_head_tail", "user_observation_ids",
+  "BASH_TOOL",
+  "EndlessAction",
+  "FormatError",
+  "SUBMIT_COMMAND",
+  "SUBMIT_MARKER",
+  "TerminusAction",
+  "TerminusCommand",
+  "TokenTrajectory",
+  "bash_call_message",
+  "continuation_ids",
+  "continuation_text",
+  "format_endless_observation",
+  "format_observation",
+  "format_timeout",
+  "is_submit_command",
+  "is_submit_output",
+  "limit_output_bytes",
+  "parse_bash_call",
+  "parse_endless",
+  "parse_fenced_bash",
+  "parse_hermes_call",
+  "parse_terminus",
+  "parse_xml_call",
+  "prompt_ids",
+  "strip_reasoning",
+  "tool_observation_ids",
+  "tool_call_format",
+  "truncate_head_tail",
+  "user_observation_ids",
 ]

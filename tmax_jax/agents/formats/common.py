@@ -1,4 +1,5 @@
-"""Pieces shared by every harness format: the format error, the submit sentinel, reasoning stripping."""
+"""Pieces shared by every harness format: the format error, the submit sentinel, reasoning
+stripping."""
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 SUBMIT_COMMAND = f"echo {SUBMIT_MARKER}"

@@ -15,9 +15,11 @@ def truncate_head_tail(text: str, head: int = HEAD_CHARS, tail: int = TAIL_CHARS
   if len(text) <= head + tail:
     return text
   elided = len(text) - head - tail
-  note = (f"\n\n[... output truncated: {elided} characters elided out of {len(text)}; showing "
-          f"the first {head} and the last {tail} characters ...]\n\n")
-  return text[:head] + note + text[len(text) - tail:]
+  note = (
+    f"\n\n[... output truncated: {elided} characters elided out of {len(text)}; showing "
+    f"the first {head} and the last {tail} characters ...]\n\n"
+  )
+  return text[:head] + note + text[len(text) - tail :]
 
 
 def _with_exit_code(body: str, exit_code: int) -> str:
@@ -26,8 +28,9 @@ def _with_exit_code(body: str, exit_code: int) -> str:
   return body + ("" if body.endswith("\n") else "\n") + f"(exit_code={exit_code})"
 
 
-def format_observation(output: str, exit_code: int, head: int = HEAD_CHARS,
-                       tail: int = TAIL_CHARS) -> str:
+def format_observation(
+  output: str, exit_code: int, head: int = HEAD_CHARS, tail: int = TAIL_CHARS
+) -> str:
   """The recipe's bash-tool observation: truncated output, then `(exit_code=N)` on its own line."""
   return _with_exit_code(truncate_head_tail(output, head, tail), int(exit_code))
 
@@ -41,8 +44,10 @@ def format_timeout(output: str, timeout_s: float, exit_code: int = 124) -> str:
 
 def format_endless_observation(output: str, exit_code: int) -> str:
   """Endless Terminals: `Command executed successfully. Output: ...\\n\\n(exit_code=N)`."""
-  return (f"Command executed successfully. Output: {truncate_head_tail(output)}\n\n"
-          f"(exit_code={int(exit_code)})")
+  return (
+    f"Command executed successfully. Output: {truncate_head_tail(output)}\n\n"
+    f"(exit_code={int(exit_code)})"
+  )
 
 
 def limit_output_bytes(text: str, max_bytes: int = TERMINUS_MAX_BYTES) -> str:
@@ -52,7 +57,9 @@ def limit_output_bytes(text: str, max_bytes: int = TERMINUS_MAX_BYTES) -> str:
     return text
   half = max_bytes // 2
   head = data[:half].decode("utf-8", errors="ignore")
-  tail = data[len(data) - half:].decode("utf-8", errors="ignore")
+  tail = data[len(data) - half :].decode("utf-8", errors="ignore")
   omitted = len(data) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
-  return (f"{head}\n[... output limited to {max_bytes} bytes; {omitted} interior bytes omitted "
-          f"...]\n{tail}")
+  return (
+    f"{head}\n[... output limited to {max_bytes} bytes; {omitted} interior bytes omitted "
+    f"...]\n{tail}"
+  )

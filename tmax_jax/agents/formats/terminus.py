@@ -18,9 +18,11 @@ from tmax_jax.agents.formats.common import FormatError, strip_reasoning
 DEFAULT_DURATION_S = 1.0
 MAX_DURATION_S = 60.0
 REQUIRED_FIELDS = ("analysis", "plan", "commands")
-TERMINUS_EXAMPLE = ('{"analysis": "what the screen shows", "plan": "what to do next", '
-                    '"commands": [{"keystrokes": "ls -la\\n", "duration": 0.1}], '
-                    '"task_complete": false}')
+TERMINUS_EXAMPLE = (
+  '{"analysis": "what the screen shows", "plan": "what to do next", '
+  '"commands": [{"keystrokes": "ls -la\\n", "duration": 0.1}], '
+  '"task_complete": false}'
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +43,7 @@ class TerminusAction:
     """Prefix for the next observation ('' when there is nothing to warn about)."""
     if not self.warnings:
       return ""
-    return ("Previous response had warnings:\n" + "\n".join(f"- {w}" for w in self.warnings)
-            + "\n\n")
+    return "Previous response had warnings:\n" + "\n".join(f"- {w}" for w in self.warnings) + "\n\n"
 
 
 def _first_object_span(text: str):
@@ -69,8 +70,10 @@ def _first_object_span(text: str):
 
 
 def _error(reason: str) -> FormatError:
-  feedback = (f"Previous response had parsing errors:\nERROR: {reason}\n\nPlease fix this and "
-              f"reply with one JSON object like:\n{TERMINUS_EXAMPLE}")
+  feedback = (
+    f"Previous response had parsing errors:\nERROR: {reason}\n\nPlease fix this and "
+    f"reply with one JSON object like:\n{TERMINUS_EXAMPLE}"
+  )
   return FormatError(reason, feedback)
 
 
@@ -88,8 +91,7 @@ def _parse_command(i: int, item, is_last: bool, warnings: list) -> TerminusComma
     raise _error(f"command {i + 1} needs a string 'keystrokes' field")
   duration = item.get("duration")
   if isinstance(duration, bool) or not isinstance(duration, (int, float)):
-    warnings.append(f"command {i + 1}: missing or invalid duration, using "
-                    f"{DEFAULT_DURATION_S}")
+    warnings.append(f"command {i + 1}: missing or invalid duration, using {DEFAULT_DURATION_S}")
     duration = DEFAULT_DURATION_S
   if duration > MAX_DURATION_S:
     warnings.append(f"command {i + 1}: duration {duration} capped at {MAX_DURATION_S}")
@@ -97,8 +99,10 @@ def _parse_command(i: int, item, is_last: bool, warnings: list) -> TerminusComma
   if unknown:
     warnings.append(f"command {i + 1}: unknown fields {unknown}")
   if not is_last and not keys.endswith("\n"):
-    warnings.append(f"command {i + 1} should end with a newline when another command follows; "
-                    "otherwise both run together on one line")
+    warnings.append(
+      f"command {i + 1} should end with a newline when another command follows; "
+      "otherwise both run together on one line"
+    )
   return TerminusCommand(keys, float(min(max(duration, 0.0), MAX_DURATION_S)))
 
 
@@ -109,12 +113,12 @@ def parse_terminus(text: str) -> TerminusAction:
   if span is None:
     raise _error("no JSON object found in the response")
   warnings = []
-  if action[:span[0]].strip():
+  if action[: span[0]].strip():
     warnings.append("extra text before the JSON object")
-  if action[span[1]:].strip():
+  if action[span[1] :].strip():
     warnings.append("extra text after the JSON object")
   try:
-    data = json.loads(action[span[0]:span[1]])
+    data = json.loads(action[span[0] : span[1]])
   except json.JSONDecodeError as e:
     raise _error(f"invalid JSON: {e.msg} at char {e.pos}") from e
   missing = [f for f in REQUIRED_FIELDS if f not in data]
@@ -124,8 +128,10 @@ def parse_terminus(text: str) -> TerminusAction:
     raise _error("field 'commands' must be an array")
   done = _as_bool(data.get("task_complete", False))
   try:
-    commands = tuple(_parse_command(i, c, i == len(data["commands"]) - 1, warnings)
-                     for i, c in enumerate(data["commands"]))
+    commands = tuple(
+      _parse_command(i, c, i == len(data["commands"]) - 1, warnings)
+      for i, c in enumerate(data["commands"])
+    )
   except FormatError as e:
     if not done:
       raise

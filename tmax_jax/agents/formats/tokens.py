@@ -27,8 +27,9 @@ def encode(tokenizer, text: str) -> list:
 
 def prompt_ids(tokenizer, messages, tools=None, **template_kwargs) -> list:
   """Ids of the first prompt: the chat template with the assistant generation prompt."""
-  text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
-                                       add_generation_prompt=True, **template_kwargs)
+  text = tokenizer.apply_chat_template(
+    messages, tools=tools, tokenize=False, add_generation_prompt=True, **template_kwargs
+  )
   return encode(tokenizer, text)
 
 
@@ -41,12 +42,13 @@ def continuation_text(tokenizer, messages, **template_kwargs) -> str:
   next assistant turn (e.g. `<think>\\n` for Qwen3.5; pass enable_thinking=False to change it).
   """
   base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _ANCHOR}]
-  text = tokenizer.apply_chat_template(base + list(messages), tokenize=False,
-                                       add_generation_prompt=True, **template_kwargs)
+  text = tokenizer.apply_chat_template(
+    base + list(messages), tokenize=False, add_generation_prompt=True, **template_kwargs
+  )
   marker = _ANCHOR + tokenizer.eos_token
   if marker not in text:
     raise ValueError(f"chat template did not end the assistant turn with {tokenizer.eos_token!r}")
-  return text[text.index(marker) + len(marker):]
+  return text[text.index(marker) + len(marker) :]
 
 
 def continuation_ids(tokenizer, messages, **template_kwargs) -> list:
@@ -74,6 +76,7 @@ class TokenTrajectory:
   topk_ids[T] / topk_logprobs[T]: per token, the server's top-K token ids and their logprobs (K
   entries on generated tokens when the server returned top-K, an empty list elsewhere).
   """
+
   eos_id: int
   tokens: list = dataclasses.field(default_factory=list)
   loss_mask: list = dataclasses.field(default_factory=list)
@@ -89,8 +92,9 @@ class TokenTrajectory:
     self.logprobs += [float(x) for x in logprobs] if logprobs is not None else [0.0] * len(ids)
     self.versions += [version] * len(ids)
     self.topk_ids += [[int(i) for i in row] for row in topk_ids] if topk_ids else [[]] * len(ids)
-    self.topk_logprobs += ([[float(x) for x in row] for row in topk_logprobs] if topk_logprobs
-                           else [[]] * len(ids))
+    self.topk_logprobs += (
+      [[float(x) for x in row] for row in topk_logprobs] if topk_logprobs else [[]] * len(ids)
+    )
 
   def add_prompt(self, ids) -> None:
     """Context tokens (system/user prompt): no loss."""
@@ -103,10 +107,13 @@ class TokenTrajectory:
       raise ValueError(f"{len(ids)} generated ids but {len(logprobs)} logprobs")
     topk_ids, topk_logprobs = list(topk_ids or ()), list(topk_logprobs or ())
     if (topk_ids or topk_logprobs) and not (
-        len(topk_ids) == len(ids) == len(topk_logprobs)
-        and all(len(a) == len(b) for a, b in zip(topk_ids, topk_logprobs))):
-      raise ValueError(f"{len(ids)} generated ids need as many topk_ids and topk_logprobs rows "
-                       f"of equal K; got {len(topk_ids)} and {len(topk_logprobs)} rows")
+      len(topk_ids) == len(ids) == len(topk_logprobs)
+      and all(len(a) == len(b) for a, b in zip(topk_ids, topk_logprobs))
+    ):
+      raise ValueError(
+        f"{len(ids)} generated ids need as many topk_ids and topk_logprobs rows "
+        f"of equal K; got {len(topk_ids)} and {len(topk_logprobs)} rows"
+      )
     self._append(ids, 1, logprobs, int(version), topk_ids, topk_logprobs)
 
   def add_observation(self, ids) -> None:
@@ -126,7 +133,9 @@ class TokenTrajectory:
 
   def as_arrays(self) -> dict:
     """int32 tokens/mask/versions and float32 logprobs, each [T]."""
-    return {"tokens": np.asarray(self.tokens, np.int32),
-            "loss_mask": np.asarray(self.loss_mask, np.int32),
-            "logprobs": np.asarray(self.logprobs, np.float32),
-            "versions": np.asarray(self.versions, np.int32)}
+    return {
+      "tokens": np.asarray(self.tokens, np.int32),
+      "loss_mask": np.asarray(self.loss_mask, np.int32),
+      "logprobs": np.asarray(self.logprobs, np.float32),
+      "versions": np.asarray(self.versions, np.int32),
+    }

@@ -19,19 +19,29 @@ from tmax_jax.tokenizers.specs import get_spec
 
 TOOL_NAME = "bash"
 ARG_NAME = "command"
-BASH_TOOL = {"type": "function", "function": {
+BASH_TOOL = {
+  "type": "function",
+  "function": {
     "name": TOOL_NAME,
-    "description": ("Execute a bash command in a persistent shell (the working directory and "
-                    "environment persist between calls). To finish the task, run "
-                    f"`{SUBMIT_COMMAND}`."),
-    "parameters": {"type": "object", "properties": {
-        ARG_NAME: {"type": "string", "description": "The bash command to execute."}},
-        "required": [ARG_NAME]}}}
+    "description": (
+      "Execute a bash command in a persistent shell (the working directory and "
+      "environment persist between calls). To finish the task, run "
+      f"`{SUBMIT_COMMAND}`."
+    ),
+    "parameters": {
+      "type": "object",
+      "properties": {ARG_NAME: {"type": "string", "description": "The bash command to execute."}},
+      "required": [ARG_NAME],
+    },
+  },
+}
 
 EXAMPLES = {
-    "hermes": '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>',
-    "xml": ("<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n"
-            "</function>\n</tool_call>"),
+  "hermes": '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>',
+  "xml": (
+    "<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n"
+    "</function>\n</tool_call>"
+  ),
 }
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -40,9 +50,11 @@ _PARAM = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
 
 
 def _error(fmt: str, reason: str) -> FormatError:
-  feedback = (f"Format error: {reason}.\nEvery reply must contain exactly one call of the `bash` "
-              f"tool, written like this:\n{EXAMPLES[fmt]}\nTo finish the task, call it with "
-              f"`{SUBMIT_COMMAND}`.")
+  feedback = (
+    f"Format error: {reason}.\nEvery reply must contain exactly one call of the `bash` "
+    f"tool, written like this:\n{EXAMPLES[fmt]}\nTo finish the task, call it with "
+    f"`{SUBMIT_COMMAND}`."
+  )
   return FormatError(reason, feedback)
 
 
@@ -51,8 +63,9 @@ def _single_body(text: str, fmt: str) -> str:
   bodies = _CALL.findall(action)
   opened = action.count("<tool_call>")
   if not bodies:
-    raise _error(fmt, "the tool call is not closed with </tool_call>" if opened
-                 else "no tool call found")
+    raise _error(
+      fmt, "the tool call is not closed with </tool_call>" if opened else "no tool call found"
+    )
   if len(bodies) > 1 or opened > 1:
     raise _error(fmt, f"found {max(len(bodies), opened)} tool calls; exactly one is allowed")
   return bodies[0]
@@ -149,8 +162,9 @@ def tool_call_format(family: str) -> str:
   except ValueError as e:
     raise ValueError(f"no tool-call format for family {family!r}: {e}") from e
   if fmt not in PARSERS:
-    raise ValueError(f"tokenizer {family!r} declares tool_call_format={fmt!r}; "
-                     f"supported: {sorted(PARSERS)}")
+    raise ValueError(
+      f"tokenizer {family!r} declares tool_call_format={fmt!r}; supported: {sorted(PARSERS)}"
+    )
   return fmt
 
 
@@ -161,8 +175,13 @@ def parse_bash_call(text: str, family: str) -> str:
 
 def bash_call_message(command: str, content: str = "", reasoning: str | None = None) -> dict:
   """An assistant message calling bash, in the form the chat templates render (e.g. for SFT)."""
-  message = {"role": "assistant", "content": content, "tool_calls": [
-      {"type": "function", "function": {"name": TOOL_NAME, "arguments": {ARG_NAME: command}}}]}
+  message = {
+    "role": "assistant",
+    "content": content,
+    "tool_calls": [
+      {"type": "function", "function": {"name": TOOL_NAME, "arguments": {ARG_NAME: command}}}
+    ],
+  }
   if reasoning is not None:
     message["reasoning_content"] = reasoning
   return message

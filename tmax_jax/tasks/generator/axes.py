@@ -20,12 +20,25 @@ from typing import Any, Iterable, Mapping, Sequence
 from tmax_jax.tasks import vocabulary
 
 TAXONOMY_FILE = pathlib.Path(__file__).with_name("taxonomy.json")
-AXES = ("domain", "skill_type", "primitive_skills", "persona", "language", "task_complexity",
-        "command_complexity", "fixture", "verifier")
+AXES = (
+  "domain",
+  "skill_type",
+  "primitive_skills",
+  "persona",
+  "language",
+  "task_complexity",
+  "command_complexity",
+  "fixture",
+  "verifier",
+)
 CARDINALITY_RULES = {"skill_types": (4, 7), "primitive_skills": (20, 40), "personas": (6, 18)}
 # taxonomy axis -> its values in the shared task vocabulary
-VOCABULARY_AXES = {"domain": vocabulary.DOMAINS, "task_complexity": vocabulary.TASK_COMPLEXITIES,
-                   "fixture": vocabulary.FIXTURE_NAMES, "verifier": vocabulary.VERIFIER_KINDS}
+VOCABULARY_AXES = {
+  "domain": vocabulary.DOMAINS,
+  "task_complexity": vocabulary.TASK_COMPLEXITIES,
+  "fixture": vocabulary.FIXTURE_NAMES,
+  "verifier": vocabulary.VERIFIER_KINDS,
+}
 
 
 class TaxonomyError(ValueError):
@@ -79,16 +92,24 @@ def _axis(spec: Any, file: str, name: str) -> Axis:
   shared = VOCABULARY_AXES.get(name)
   if shared is not None:
     if not isinstance(spec, dict) or "values" in spec:
-      raise TaxonomyError(f"{file}: axes.{name}: expected {{weights: [...] | null}} only; its "
-                          "values are the shared vocabulary (tmax_jax/tasks/vocabulary.py)")
+      raise TaxonomyError(
+        f"{file}: axes.{name}: expected {{weights: [...] | null}} only; its "
+        "values are the shared vocabulary (tmax_jax/tasks/vocabulary.py)"
+      )
     spec = {**spec, "values": list(shared)}
   if not isinstance(spec, dict) or not isinstance(spec.get("values"), list) or not spec["values"]:
     raise TaxonomyError(f"{file}: axes.{name}: expected {{values: [...], weights: [...] | null}}")
   values, weights = tuple(spec["values"]), spec.get("weights")
   if weights is None:
     weights = [1.0] * len(values)
-  if len(weights) != len(values) or any(not isinstance(w, (int, float)) or w < 0 for w in weights) or sum(weights) <= 0:
-    raise TaxonomyError(f"{file}: axes.{name}.weights: expected {len(values)} non-negative numbers, got {weights!r}")
+  if (
+    len(weights) != len(values)
+    or any(not isinstance(w, (int, float)) or w < 0 for w in weights)
+    or sum(weights) <= 0
+  ):
+    raise TaxonomyError(
+      f"{file}: axes.{name}.weights: expected {len(values)} non-negative numbers, got {weights!r}"
+    )
   total = float(sum(weights))
   return Axis(values, tuple(w / total for w in weights))
 
@@ -98,14 +119,23 @@ def load_taxonomy(path: str | pathlib.Path = TAXONOMY_FILE) -> Taxonomy:
   file = str(path)
   doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
   axes = {name: _axis(spec, file, name) for name, spec in doc.get("axes", {}).items()}
-  for name in ("domain", "language", "task_complexity", "command_complexity", "fixture", "verifier",
-               "primitive_skill_count"):
+  for name in (
+    "domain",
+    "language",
+    "task_complexity",
+    "command_complexity",
+    "fixture",
+    "verifier",
+    "primitive_skill_count",
+  ):
     if name not in axes:
       raise TaxonomyError(f"{file}: axes.{name}: missing")
   extra = sorted(set(doc.get("domains", {})) - set(vocabulary.DOMAINS))
   if extra:
-    raise TaxonomyError(f"{file}: domains.{extra[0]}: not a domain of tmax_jax/tasks/vocabulary.py "
-                        f"{vocabulary.DOMAINS}")
+    raise TaxonomyError(
+      f"{file}: domains.{extra[0]}: not a domain of tmax_jax/tasks/vocabulary.py "
+      f"{vocabulary.DOMAINS}"
+    )
   domains = {}
   for dom in axes["domain"].values:
     entry = doc.get("domains", {}).get(dom)
@@ -114,11 +144,17 @@ def load_taxonomy(path: str | pathlib.Path = TAXONOMY_FILE) -> Taxonomy:
     for key, (lo, hi) in CARDINALITY_RULES.items():
       vals = entry.get(key)
       if not isinstance(vals, list) or not lo <= len(set(vals)) == len(vals) <= hi:
-        raise TaxonomyError(f"{file}: domains.{dom}.{key}: expected {lo}-{hi} distinct strings, "
-                            f"got {len(vals) if isinstance(vals, list) else vals!r}")
+        raise TaxonomyError(
+          f"{file}: domains.{dom}.{key}: expected {lo}-{hi} distinct strings, "
+          f"got {len(vals) if isinstance(vals, list) else vals!r}"
+        )
     domains[dom] = {k: tuple(entry[k]) for k in CARDINALITY_RULES}
-  if max(axes["primitive_skill_count"].values) > min(len(d["primitive_skills"]) for d in domains.values()):
-    raise TaxonomyError(f"{file}: axes.primitive_skill_count: larger than a domain's primitive skill list")
+  if max(axes["primitive_skill_count"].values) > min(
+    len(d["primitive_skills"]) for d in domains.values()
+  ):
+    raise TaxonomyError(
+      f"{file}: axes.primitive_skill_count: larger than a domain's primitive skill list"
+    )
   return Taxonomy(axes, domains)
 
 
@@ -139,7 +175,10 @@ def sample_axes(seed: int, index: int, taxonomy: Taxonomy | None = None) -> Axis
   d = tx.domains[domain]
   k = _pick(rng, tx.axes["primitive_skill_count"])
   return AxisSample(
-    id=f"tmax-s{seed}-{index:07d}", seed=seed, index=index, domain=domain,
+    id=f"tmax-s{seed}-{index:07d}",
+    seed=seed,
+    index=index,
+    domain=domain,
     skill_type=rng.choice(d["skill_types"]),
     primitive_skills=tuple(rng.sample(d["primitive_skills"], k)),
     persona=rng.choice(d["personas"]),
@@ -151,7 +190,9 @@ def sample_axes(seed: int, index: int, taxonomy: Taxonomy | None = None) -> Axis
   )
 
 
-def sample_many(n: int, seed: int, start: int = 0, taxonomy: Taxonomy | None = None) -> list[AxisSample]:
+def sample_many(
+  n: int, seed: int, start: int = 0, taxonomy: Taxonomy | None = None
+) -> list[AxisSample]:
   return [sample_axes(seed, i, taxonomy) for i in range(start, start + n)]
 
 

@@ -17,14 +17,22 @@ import urllib.error
 import urllib.request
 from typing import Any, Mapping, Sequence
 
-from tmax_jax.tasks import verifiers as V, vocabulary
+from tmax_jax.tasks import verifiers as V
+from tmax_jax.tasks import vocabulary
 from tmax_jax.tasks.format import AgentConfig, Task, TaskConfig, TaskInfo, VerifierConfig
 from tmax_jax.tasks.generator.axes import AxisSample
 
 PROMPTS = pathlib.Path(__file__).with_name("prompts")
 WORKDIR = "/workspace"
-REQUIRED = {"name": str, "instruction": str, "difficulty": str, "environment": dict, "solution": str,
-            "verifier": dict, "smoke_test": str}
+REQUIRED = {
+  "name": str,
+  "instruction": str,
+  "difficulty": str,
+  "environment": dict,
+  "solution": str,
+  "verifier": dict,
+  "smoke_test": str,
+}
 DIFFICULTIES = ("easy", "medium", "hard")
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
 
@@ -57,12 +65,20 @@ class ChatClient:
     """The reply text; `max_tokens` caps this call below the configured limit."""
     c = self.config
     limit = c.max_tokens if max_tokens is None else min(c.max_tokens, max_tokens)
-    body = json.dumps({"model": c.model, "messages": list(messages), "temperature": c.temperature,
-                       "max_tokens": limit}).encode()
+    body = json.dumps(
+      {
+        "model": c.model,
+        "messages": list(messages),
+        "temperature": c.temperature,
+        "max_tokens": limit,
+      }
+    ).encode()
     headers = {"Content-Type": "application/json"}
     if c.api_key:
       headers["Authorization"] = f"Bearer {c.api_key}"
-    req = urllib.request.Request(c.base_url.rstrip("/") + "/chat/completions", data=body, headers=headers)
+    req = urllib.request.Request(
+      c.base_url.rstrip("/") + "/chat/completions", data=body, headers=headers
+    )
     try:
       with urllib.request.urlopen(req, timeout=c.timeout_s) as resp:
         data = json.loads(resp.read().decode())
@@ -73,17 +89,25 @@ class ChatClient:
     try:
       content = data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-      raise ChatError(f"{req.full_url}: no choices[0].message.content in {str(data)[:300]}") from None
+      raise ChatError(
+        f"{req.full_url}: no choices[0].message.content in {str(data)[:300]}"
+      ) from None
     if not isinstance(content, str):
-      raise ChatError(f"{req.full_url}: message content is {type(content).__name__}, expected a string")
+      raise ChatError(
+        f"{req.full_url}: message content is {type(content).__name__}, expected a string"
+      )
     return content
 
 
 def render_prompt(sample: AxisSample) -> list[dict[str, str]]:
   """The chat messages for one axis sample."""
-  values = {**sample.to_json(), "primitive_skills": "; ".join(sample.primitive_skills), "workdir": WORKDIR,
-            "complexity_hint": vocabulary.TASK_COMPLEXITY.get(sample.task_complexity, ""),
-            "fixture_hint": vocabulary.FIXTURES.get(sample.fixture, "")}
+  values = {
+    **sample.to_json(),
+    "primitive_skills": "; ".join(sample.primitive_skills),
+    "workdir": WORKDIR,
+    "complexity_hint": vocabulary.TASK_COMPLEXITY.get(sample.task_complexity, ""),
+    "fixture_hint": vocabulary.FIXTURES.get(sample.fixture, ""),
+  }
   system = string.Template((PROMPTS / "system.txt").read_text()).substitute(values)
   user = string.Template((PROMPTS / "user.txt").read_text()).substitute(values)
   return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -109,7 +133,9 @@ def extract_json(reply: str) -> Any:
 
 
 def check_str_map(obj: Any, field: str) -> dict[str, str]:
-  if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
+  if not isinstance(obj, dict) or not all(
+    isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
+  ):
     raise ReplyError(f"{field}: expected an object mapping file paths to string contents")
   for k in obj:
     if k.startswith("/") or ".." in k.split("/") or not k:
@@ -119,9 +145,13 @@ def check_str_map(obj: Any, field: str) -> dict[str, str]:
 
 def _verifier_tests(v: Mapping[str, Any], sample: AxisSample) -> dict[str, bytes]:
   if set(v) != {"kind", "params"} or not isinstance(v.get("params"), dict):
-    raise ReplyError(f"verifier: expected exactly keys kind and params (an object), got {sorted(v)}")
+    raise ReplyError(
+      f"verifier: expected exactly keys kind and params (an object), got {sorted(v)}"
+    )
   if v["kind"] != sample.verifier:
-    raise ReplyError(f"verifier.kind: expected {sample.verifier!r} (the sampled verifier), got {v['kind']!r}")
+    raise ReplyError(
+      f"verifier.kind: expected {sample.verifier!r} (the sampled verifier), got {v['kind']!r}"
+    )
   params = dict(v["params"])
   builder = getattr(V, sample.verifier)
   try:
@@ -138,7 +168,9 @@ def parse_task_reply(reply: str, sample: AxisSample) -> tuple[Task, str]:
   missing = [k for k in REQUIRED if k not in obj]
   extra = sorted(set(obj) - set(REQUIRED) - {"timeouts"})
   if missing or extra:
-    raise ReplyError(f"keys: missing {missing}, unexpected {extra}; expected exactly {sorted(REQUIRED)}")
+    raise ReplyError(
+      f"keys: missing {missing}, unexpected {extra}; expected exactly {sorted(REQUIRED)}"
+    )
   for k, typ in REQUIRED.items():
     if not isinstance(obj[k], typ) or (typ is str and not obj[k].strip()):
       raise ReplyError(f"{k}: expected a non-empty {typ.__name__}, got {type(obj[k]).__name__}")
@@ -149,22 +181,38 @@ def parse_task_reply(reply: str, sample: AxisSample) -> tuple[Task, str]:
   env = obj["environment"]
   if set(env) - {"seeds", "dockerfile"}:
     raise ReplyError(f"environment: unexpected keys {sorted(set(env) - {'seeds', 'dockerfile'})}")
-  environment = {f"seeds/{k}": v.encode() for k, v in check_str_map(env.get("seeds", {}), "environment.seeds").items()}
+  environment = {
+    f"seeds/{k}": v.encode()
+    for k, v in check_str_map(env.get("seeds", {}), "environment.seeds").items()
+  }
   if "dockerfile" in env:
     if not isinstance(env["dockerfile"], str):
       raise ReplyError("environment.dockerfile: expected a string")
     environment["Dockerfile"] = env["dockerfile"].encode()
   timeouts = obj.get("timeouts", {})
-  if not isinstance(timeouts, dict) or any(k not in ("agent_sec", "verifier_sec") or not isinstance(v, (int, float))
-                                           or v <= 0 for k, v in timeouts.items()):
+  if not isinstance(timeouts, dict) or any(
+    k not in ("agent_sec", "verifier_sec") or not isinstance(v, (int, float)) or v <= 0
+    for k, v in timeouts.items()
+  ):
     raise ReplyError("timeouts: expected {agent_sec: number, verifier_sec: number}")
   tests = _verifier_tests(obj["verifier"], sample)
-  meta = {**{k: v for k, v in sample.to_json().items() if k not in ("seed", "index")},
-          "difficulty": obj["difficulty"], "generator": "tmax-llm"}
-  config = TaskConfig(task=TaskInfo(name=obj["name"], keywords=(sample.domain, sample.skill_type)), metadata=meta,
-                      agent=AgentConfig(timeout_sec=float(timeouts.get("agent_sec", 900))),
-                      verifier=VerifierConfig(timeout_sec=float(timeouts.get("verifier_sec", 600))))
+  meta = {
+    **{k: v for k, v in sample.to_json().items() if k not in ("seed", "index")},
+    "difficulty": obj["difficulty"],
+    "generator": "tmax-llm",
+  }
+  config = TaskConfig(
+    task=TaskInfo(name=obj["name"], keywords=(sample.domain, sample.skill_type)),
+    metadata=meta,
+    agent=AgentConfig(timeout_sec=float(timeouts.get("agent_sec", 900))),
+    verifier=VerifierConfig(timeout_sec=float(timeouts.get("verifier_sec", 600))),
+  )
   solve = obj["solution"] if obj["solution"].startswith("#!") else "#!/bin/bash\n" + obj["solution"]
-  task = Task(instruction=obj["instruction"], config=config, environment=environment, tests=tests,
-              solution={"solve.sh": solve.encode()})
+  task = Task(
+    instruction=obj["instruction"],
+    config=config,
+    environment=environment,
+    tests=tests,
+    solution={"solve.sh": solve.encode()},
+  )
   return task, obj["smoke_test"]

@@ -1,4 +1,4 @@
-"""LLM task generation: axes -> prompt -> strict parse (with retries) -> build -> smoke test -> keep.
+"""LLM task generation: axes -> prompt -> strict parse (retries) -> build -> smoke test -> keep.
 
 A task is kept only if its environment builds in a sandbox, its smoke test command exits 0 there,
 and the oracle run gets a readable reward (by default it must also be 1: a task whose own solution
@@ -22,10 +22,18 @@ from tmax_jax.sandbox.api import Sandbox
 from tmax_jax.tasks import runner
 from tmax_jax.tasks.format import TaskFormatError, write_task
 from tmax_jax.tasks.generator.axes import AxisSample, balance_score
-from tmax_jax.tasks.generator.llm import ChatClient, ChatError, ReplyError, parse_task_reply, render_prompt
+from tmax_jax.tasks.generator.llm import (
+  ChatClient,
+  ChatError,
+  ReplyError,
+  parse_task_reply,
+  render_prompt,
+)
 
-FIX_PROMPT = ("Your reply could not be used: {error}\n"
-              "Reply again with only the corrected JSON object, following the schema exactly.")
+FIX_PROMPT = (
+  "Your reply could not be used: {error}\n"
+  "Reply again with only the corrected JSON object, following the schema exactly."
+)
 
 
 T = TypeVar("T")
@@ -54,8 +62,9 @@ class GenerationResult:
   seconds: float = 0.0
 
 
-def ask_until_parsed(client: ChatClient, messages: list[dict[str, str]],
-                     parse: Callable[[str], T], max_attempts: int) -> tuple[T, int]:
+def ask_until_parsed(
+  client: ChatClient, messages: list[dict[str, str]], parse: Callable[[str], T], max_attempts: int
+) -> tuple[T, int]:
   """Calls the model until `parse(reply)` succeeds -> (parsed, attempts). A ReplyError is fed back
   to the model as the next user turn; raises the last ReplyError (or ChatError) after
   `max_attempts`."""
@@ -70,16 +79,19 @@ def ask_until_parsed(client: ChatClient, messages: list[dict[str, str]],
       return parse(reply), attempt
     except ReplyError as err:
       last = err
-      messages = messages + [{"role": "assistant", "content": reply},
-                             {"role": "user", "content": FIX_PROMPT.format(error=err)}]
+      messages = messages + [
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": FIX_PROMPT.format(error=err)},
+      ]
   assert last is not None
   raise type(last)(f"after {max_attempts} attempts: {last}")
 
 
 def ask_for_task(client: ChatClient, sample: AxisSample, max_attempts: int):
   """Calls the model until a reply parses -> (task, smoke command, attempts)."""
-  (task, smoke), attempts = ask_until_parsed(client, render_prompt(sample),
-                                             lambda r: parse_task_reply(r, sample), max_attempts)
+  (task, smoke), attempts = ask_until_parsed(
+    client, render_prompt(sample), lambda r: parse_task_reply(r, sample), max_attempts
+  )
   return task, smoke, attempts
 
 
@@ -87,15 +99,23 @@ def _smoke(command: str, timeout_s: float):
   def run(sb: Sandbox) -> None:
     res = sb.run(command, timeout_s=timeout_s)
     if res.exit_code != 0:
-      raise SmokeTestError(f"smoke test `{command}` exited {res.exit_code} ({res.status}): {res.output[-500:]}")
+      raise SmokeTestError(
+        f"smoke test `{command}` exited {res.exit_code} ({res.status}): {res.output[-500:]}"
+      )
+
   return run
 
 
 def build_and_check(task, smoke: str, config: GenerationConfig) -> tuple[str | None, float | None]:
-  """Runs smoke test + oracle + verifier in a sandbox -> (rejection reason or None, oracle reward)."""
+  """Smoke test + oracle + verifier in a sandbox -> (rejection reason or None, oracle reward)."""
   try:
-    res = runner.run_trial(task, None, config.runner, solution=dict(task.solution),
-                           before=_smoke(smoke, config.smoke_timeout_s))
+    res = runner.run_trial(
+      task,
+      None,
+      config.runner,
+      solution=dict(task.solution),
+      before=_smoke(smoke, config.smoke_timeout_s),
+    )
   except SmokeTestError as err:
     return str(err), None
   except runner.RewardError as err:
@@ -107,14 +127,20 @@ def build_and_check(task, smoke: str, config: GenerationConfig) -> tuple[str | N
   return None, res.reward
 
 
-def generate_task(sample: AxisSample, client: ChatClient, out_dir: str | pathlib.Path,
-                  config: GenerationConfig = GenerationConfig()) -> GenerationResult:
+def generate_task(
+  sample: AxisSample,
+  client: ChatClient,
+  out_dir: str | pathlib.Path,
+  config: GenerationConfig = GenerationConfig(),
+) -> GenerationResult:
   """One sample end to end; the task directory appears in out_dir only if it is kept."""
   start, out = time.monotonic(), pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
 
   def done(status, reason, attempts, task_dir=None, reward=None):
-    r = GenerationResult(sample.id, status, reason, attempts, task_dir, reward, round(time.monotonic() - start, 3))
+    r = GenerationResult(
+      sample.id, status, reason, attempts, task_dir, reward, round(time.monotonic() - start, 3)
+    )
     with open(out / "generation.jsonl", "a", encoding="utf-8") as f:
       f.write(json.dumps(dataclasses.asdict(r)) + "\n")
     return r
@@ -141,15 +167,26 @@ def generate_task(sample: AxisSample, client: ChatClient, out_dir: str | pathlib
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def generate_dataset(samples: Iterable[AxisSample], client: ChatClient, out_dir: str | pathlib.Path,
-                     config: GenerationConfig = GenerationConfig(), n_domains: int = 9) -> dict:
+def generate_dataset(
+  samples: Iterable[AxisSample],
+  client: ChatClient,
+  out_dir: str | pathlib.Path,
+  config: GenerationConfig = GenerationConfig(),
+  n_domains: int = 9,
+) -> dict:
   """Generates every sample; returns kept/rejected counts and the balance score of the kept set."""
   samples = list(samples)
-  results = [generate_task(s, client, out_dir, config) for s in tqdm(samples, desc="tasks", unit="task")]
+  results = [
+    generate_task(s, client, out_dir, config) for s in tqdm(samples, desc="tasks", unit="task")
+  ]
   kept = [r for r in results if r.status == "kept"]
   by_id = {s.id: s for s in samples}
   domains = [by_id[r.sample_id].domain for r in kept]
-  summary = {"requested": len(results), "kept": len(kept), "rejected": len(results) - len(kept),
-             "balance_score": round(balance_score(domains, n_domains), 6) if domains else 0.0}
+  summary = {
+    "requested": len(results),
+    "kept": len(kept),
+    "rejected": len(results) - len(kept),
+    "balance_score": round(balance_score(domains, n_domains), 6) if domains else 0.0,
+  }
   (pathlib.Path(out_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
   return summary

@@ -21,10 +21,12 @@ import pathlib
 import tempfile
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from tmax_jax.agents import scripted, worker as worker_lib
+from tmax_jax.agents import scripted
+from tmax_jax.agents import worker as worker_lib
 from tmax_jax.agents.episode import EpisodeConfig, GenerateFn
 from tmax_jax.sandbox.api import Sandbox
-from tmax_jax.tasks import format as fmt, runner
+from tmax_jax.tasks import format as fmt
+from tmax_jax.tasks import runner
 from tmax_jax.tasks.horizon import compose, static
 
 CHECKS = ("oracle", "untouched", "static", "probe")
@@ -54,9 +56,18 @@ class AuditReport:
     return [c.name for c in self.checks if not c.passed]
 
   def to_json(self) -> dict:
-    return {"passed": self.passed,
-            "checks": [{"name": c.name, "passed": c.passed, "evidence": list(c.evidence),
-                        "details": dict(c.details)} for c in self.checks]}
+    return {
+      "passed": self.passed,
+      "checks": [
+        {
+          "name": c.name,
+          "passed": c.passed,
+          "evidence": list(c.evidence),
+          "details": dict(c.details),
+        }
+        for c in self.checks
+      ],
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +75,14 @@ class AuditConfig:
   """k probe attempts under tight caps (short runs: a probe that passes found a shortcut)."""
 
   probe_attempts: int = 3
-  probe_episode: EpisodeConfig = EpisodeConfig(max_tool_calls=8, max_turns=12,
-                                               turn_max_tokens=4096, max_response_tokens=32768,
-                                               command_timeout_s=60.0, wall_time_s=600.0)
+  probe_episode: EpisodeConfig = EpisodeConfig(
+    max_tool_calls=8,
+    max_turns=12,
+    turn_max_tokens=4096,
+    max_response_tokens=32768,
+    command_timeout_s=60.0,
+    wall_time_s=600.0,
+  )
   static: static.StaticConfig = static.StaticConfig()
   runner: runner.RunnerConfig = runner.RunnerConfig()
 
@@ -81,8 +97,7 @@ class ProbeAttempt:
 
 
 class Probe(Protocol):
-  def attempts(self, task: fmt.Task, k: int) -> list[ProbeAttempt]:
-    ...
+  def attempts(self, task: fmt.Task, k: int) -> list[ProbeAttempt]: ...
 
 
 # ----------------------------------------------------------------------------------------------
@@ -118,8 +133,9 @@ class ShortcutProbe:
     n = compose.generations(task) - 1
     parent_solve = task.environment.get(f"stages/g{n - 1}/solution/solve.sh") if n else None
     if parent_solve is not None:
-      parent = fmt.Task(instruction="-", config=fmt.TaskConfig(),
-                        solution={"solve.sh": parent_solve})
+      parent = fmt.Task(
+        instruction="-", config=fmt.TaskConfig(), solution={"solve.sh": parent_solve}
+      )
       strategies.append(("rerun_parent_oracle", tuple(scripted.solution_commands(parent))))
     strategies += [("run_existing", (RUN_EXISTING,)), ("restore_copies", (RESTORE_COPIES,))]
     return [ProbeAttempt(name, _scripted(cmds), cmds) for name, cmds in strategies[:k]]
@@ -137,12 +153,16 @@ class EndpointProbe:
 
   def attempts(self, task: fmt.Task, k: int) -> list[ProbeAttempt]:
     from tmax_jax.tasks.horizon import teacher  # pylint: disable=import-outside-toplevel
-    return [ProbeAttempt(f"endpoint_{i}", lambda tok, cfg: teacher.ChatTeacher(self.client, tok))
-            for i in range(k)]
+
+    return [
+      ProbeAttempt(f"endpoint_{i}", lambda tok, cfg: teacher.ChatTeacher(self.client, tok))
+      for i in range(k)
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
 # the runs
+
 
 def _snapshot(sb: Sandbox, workdir: str, tag: str, limit: int, into: dict) -> None:
   path = f"/tmp/.horizon_snapshot_{tag}.json"
@@ -155,17 +175,30 @@ def _snapshot(sb: Sandbox, workdir: str, tag: str, limit: int, into: dict) -> No
   sb.exec(["rm", "-f", path], timeout_s=30)
 
 
-def run_trials(policy, tokenizer, episode_cfg: EpisodeConfig, runner_cfg: runner.RunnerConfig,
-               jobs: Sequence[tuple[fmt.Task, int]], parallel: int = 1) -> list[worker_lib.Trial]:
+def run_trials(
+  policy,
+  tokenizer,
+  episode_cfg: EpisodeConfig,
+  runner_cfg: runner.RunnerConfig,
+  jobs: Sequence[tuple[fmt.Task, int]],
+  parallel: int = 1,
+) -> list[worker_lib.Trial]:
   """Scored episodes of (task, sample) jobs through the one scored-episode path
   (agents/worker.EpisodeWorker; `policy` is a provider with generate_fn(task, group, sample))."""
+
   async def main():
-    worker = worker_lib.EpisodeWorker(policy, tokenizer, episode_cfg, runner_cfg,
-                                      worker_lib.WorkerConfig(max_parallel_episodes=parallel))
+    worker = worker_lib.EpisodeWorker(
+      policy,
+      tokenizer,
+      episode_cfg,
+      runner_cfg,
+      worker_lib.WorkerConfig(max_parallel_episodes=parallel),
+    )
     try:
       return list(await asyncio.gather(*(worker.trial(t, 0, s) for t, s in jobs)))
     finally:
       await worker.aclose()
+
   return asyncio.run(main())
 
 
@@ -199,24 +232,36 @@ class Auditor:
       skipped = [Check(n, False, ("not run: the oracle check failed",)) for n in CHECKS[1:]]
       return AuditReport((oracle, *skipped))
     findings = static.static_audit(snaps["before"], snaps["after"], self.config.static)
-    static_check = Check("static", not findings, tuple(f.evidence for f in findings),
-                         {"findings": [f.to_json() for f in findings]})
+    static_check = Check(
+      "static",
+      not findings,
+      tuple(f.evidence for f in findings),
+      {"findings": [f.to_json() for f in findings]},
+    )
     return AuditReport((oracle, self._untouched(task), static_check, self._probes(task)))
 
   def _oracle(self, task: fmt.Task, snaps: dict) -> Check:
     workdir = task.config.environment.workdir or compose.WORKDIR
     limit = self.config.static.max_text_bytes
     try:
-      res = runner.run_trial(task, lambda sb: _snapshot(sb, workdir, "after", limit, snaps),
-                             self.config.runner, solution=dict(task.solution),
-                             before=lambda sb: _snapshot(sb, workdir, "before", limit, snaps))
+      res = runner.run_trial(
+        task,
+        lambda sb: _snapshot(sb, workdir, "after", limit, snaps),
+        self.config.runner,
+        solution=dict(task.solution),
+        before=lambda sb: _snapshot(sb, workdir, "before", limit, snaps),
+      )
     except runner.RewardError as err:
       return Check("oracle", False, (f"the verifier wrote no readable reward: {err}",))
     details = {"rewards": dict(res.rewards), "reason": res.reason}
     if res.reward < 1.0 or "before" not in snaps or "after" not in snaps:
       why = res.reason if res.reason != "ok" else f"reward.json {dict(res.rewards)}"
-      return Check("oracle", False, (f"the oracle does not pass its own tests ({why}); test "
-                                     f"output: {_tail(res)}",), details)
+      return Check(
+        "oracle",
+        False,
+        (f"the oracle does not pass its own tests ({why}); test output: {_tail(res)}",),
+        details,
+      )
     return Check("oracle", True, (), details)
 
   def _untouched(self, task: fmt.Task) -> Check:
@@ -228,26 +273,42 @@ class Auditor:
     own = res.rewards.get(gen, res.reward)
     details = {"rewards": dict(res.rewards), "reason": res.reason}
     if own >= 1.0 or res.reward >= 1.0:
-      return Check("untouched", False, (
+      return Check(
+        "untouched",
+        False,
+        (
           f"the tests already pass on the untouched environment (reward.json "
-          f"{dict(res.rewards)}): the environment contains the work the task asks for",), details)
+          f"{dict(res.rewards)}): the environment contains the work the task asks for",
+        ),
+        details,
+      )
     return Check("untouched", True, (), details)
 
   def _probes(self, task: fmt.Task) -> Check:
     attempts = tuple(self.probe.attempts(task, self.config.probe_attempts))
     provider = _Attempts(attempts, self.tokenizer, self.config.probe_episode)
-    trials = run_trials(provider, self.tokenizer, self.config.probe_episode, self.config.runner,
-                        [(task, i) for i in range(len(attempts))])
+    trials = run_trials(
+      provider,
+      self.tokenizer,
+      self.config.probe_episode,
+      self.config.runner,
+      [(task, i) for i in range(len(attempts))],
+    )
     runs, evidence = [], []
     for attempt, trial in zip(attempts, trials):
       ep = trial.episode
-      run = {"name": attempt.name, "reward": trial.reward,
-             "reason": f"error: {trial.error}" if trial.error else trial.reason,
-             "status": ep.status if ep else "no_episode",
-             "tool_calls": ep.num_tool_calls if ep else 0}
+      run = {
+        "name": attempt.name,
+        "reward": trial.reward,
+        "reason": f"error: {trial.error}" if trial.error else trial.reason,
+        "status": ep.status if ep else "no_episode",
+        "tool_calls": ep.num_tool_calls if ep else 0,
+      }
       runs.append(run)
       if trial.error is None and trial.reward >= 1.0:
         what = f" running {attempt.commands[0][:160]!r}" if attempt.commands else ""
-        evidence.append(f"probe attempt {attempt.name} passed the tests in {run['tool_calls']} "
-                        f"tool call(s){what}: the task can be solved without its core work")
+        evidence.append(
+          f"probe attempt {attempt.name} passed the tests in {run['tool_calls']} "
+          f"tool call(s){what}: the task can be solved without its core work"
+        )
     return Check("probe", not evidence, tuple(evidence), {"attempts": runs})

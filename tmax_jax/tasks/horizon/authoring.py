@@ -21,8 +21,18 @@ from tmax_jax.tasks.horizon import compose
 
 PROMPTS = pathlib.Path(__file__).with_name("prompts")
 SEEDS_FILE = pathlib.Path(__file__).with_name("seeds.json")
-ROOT_KEYS = {"name": str, "goal": str, "requirement": str, "instruction": str, "difficulty": str,
-             "seeds": dict, "setup": str, "solution": str, "tests": dict, "smoke_test": str}
+ROOT_KEYS = {
+  "name": str,
+  "goal": str,
+  "requirement": str,
+  "instruction": str,
+  "difficulty": str,
+  "seeds": dict,
+  "setup": str,
+  "solution": str,
+  "tests": dict,
+  "smoke_test": str,
+}
 EXTEND_KEYS = {k: v for k, v in ROOT_KEYS.items() if k not in ("goal", "difficulty")}
 _MAY_BE_EMPTY = ("setup", "seeds")
 _TEST_FILE = re.compile(r"^test_[\w-]+\.py$")
@@ -44,8 +54,10 @@ def load_seeds(path: str | pathlib.Path = SEEDS_FILE) -> list[ProfessionalSeed]:
   out = []
   for i, s in enumerate(data):
     if not isinstance(s, dict) or set(s) != {"id", "job", "domain", "tools"}:
-      raise ValueError(f"{path}[{i}]: expected keys id, job, domain, tools; got "
-                       f"{sorted(s) if isinstance(s, dict) else type(s).__name__}")
+      raise ValueError(
+        f"{path}[{i}]: expected keys id, job, domain, tools; got "
+        f"{sorted(s) if isinstance(s, dict) else type(s).__name__}"
+      )
     if not isinstance(s["tools"], list) or not all(isinstance(t, str) for t in s["tools"]):
       raise ValueError(f"{path}[{i}].tools: expected a list of strings")
     out.append(ProfessionalSeed(str(s["id"]), s["job"], s["domain"], tuple(s["tools"])))
@@ -65,26 +77,41 @@ def build_messages(seed: ProfessionalSeed) -> list[dict[str, str]]:
   return [_system(), {"role": "user", "content": user}]
 
 
-def extend_messages(parent: fmt.Task, lineage: Sequence[compose.Lineage],
-                    siblings: Sequence[str] = ()) -> list[dict[str, str]]:
+def extend_messages(
+  parent: fmt.Task, lineage: Sequence[compose.Lineage], siblings: Sequence[str] = ()
+) -> list[dict[str, str]]:
   """The extension prompt: the goal, the lineage, the parent's instruction/oracle/tests/files."""
   line = compose.lineage_of(parent)
-  stage_files = sorted(rel.split("/seeds/", 1)[1] for rel in parent.environment
-                       if "/seeds/" in rel)
-  sib = ("Other extensions of this parent already exist; add a DIFFERENT requirement than: "
-         + "; ".join(siblings) + "\n") if siblings else ""
-  user = _render("extend.txt", goal=line.goal,
-                 lineage="\n".join(f"  g{l.generation}: {l.requirement}" for l in lineage),
-                 instruction=parent.instruction.strip(),
-                 solution=parent.solution["solve.sh"].decode(errors="replace").strip(),
-                 tests=", ".join(sorted(k for k in parent.tests if k != "test.sh")),
-                 files=", ".join(stage_files[:80]) or "(none)", siblings=sib)
+  stage_files = sorted(rel.split("/seeds/", 1)[1] for rel in parent.environment if "/seeds/" in rel)
+  sib = (
+    (
+      "Other extensions of this parent already exist; add a DIFFERENT requirement than: "
+      + "; ".join(siblings)
+      + "\n"
+    )
+    if siblings
+    else ""
+  )
+  user = _render(
+    "extend.txt",
+    goal=line.goal,
+    lineage="\n".join(f"  g{g.generation}: {g.requirement}" for g in lineage),
+    instruction=parent.instruction.strip(),
+    solution=parent.solution["solve.sh"].decode(errors="replace").strip(),
+    tests=", ".join(sorted(k for k in parent.tests if k != "test.sh")),
+    files=", ".join(stage_files[:80]) or "(none)",
+    siblings=sib,
+  )
   return [_system(), {"role": "user", "content": user}]
 
 
 def rebuild_message(evidence: Sequence[str], round_no: int) -> dict[str, str]:
-  return {"role": "user", "content": _render("rebuild.txt", round=round_no,
-                                             evidence="\n".join(f"- {e}" for e in evidence))}
+  return {
+    "role": "user",
+    "content": _render(
+      "rebuild.txt", round=round_no, evidence="\n".join(f"- {e}" for e in evidence)
+    ),
+  }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,13 +130,13 @@ def _check(obj: Mapping[str, Any], keys: Mapping[str, type]) -> None:
   missing = [k for k in keys if k not in obj]
   extra = sorted(set(obj) - set(keys))
   if missing or extra:
-    raise llm.ReplyError(f"keys: missing {missing}, unexpected {extra}; expected exactly "
-                         f"{sorted(keys)}")
+    raise llm.ReplyError(
+      f"keys: missing {missing}, unexpected {extra}; expected exactly {sorted(keys)}"
+    )
   for k, typ in keys.items():
     empty = typ is str and not obj[k].strip() and k not in _MAY_BE_EMPTY
     if not isinstance(obj[k], typ) or empty:
-      raise llm.ReplyError(f"{k}: expected a non-empty {typ.__name__}, got "
-                           f"{type(obj[k]).__name__}")
+      raise llm.ReplyError(f"{k}: expected a non-empty {typ.__name__}, got {type(obj[k]).__name__}")
   if not llm.SLUG.match(obj["name"]):
     raise llm.ReplyError(f"name: expected a kebab-case slug, got {obj['name']!r}")
 
@@ -120,18 +147,31 @@ def parse_reply(reply: str, kind: str) -> Draft:
   obj = llm.extract_json(reply)
   _check(obj, ROOT_KEYS if kind == "build" else EXTEND_KEYS)
   if kind == "build" and obj["difficulty"] not in llm.DIFFICULTIES:
-    raise llm.ReplyError(f"difficulty: expected one of {llm.DIFFICULTIES}, got "
-                         f"{obj['difficulty']!r}")
+    raise llm.ReplyError(
+      f"difficulty: expected one of {llm.DIFFICULTIES}, got {obj['difficulty']!r}"
+    )
   seeds = llm.check_str_map(obj["seeds"], "seeds")
   tests = llm.check_str_map(obj["tests"], "tests")
   bad = [k for k in tests if not _TEST_FILE.match(k)]
   if not tests or bad:
-    raise llm.ReplyError(f"tests: expected one or more pytest files named test_<name>.py, got "
-                         f"{sorted(tests)}")
+    raise llm.ReplyError(
+      f"tests: expected one or more pytest files named test_<name>.py, got {sorted(tests)}"
+    )
   solve = obj["solution"] if obj["solution"].startswith("#!") else "#!/bin/bash\n" + obj["solution"]
-  stage = compose.Stage(name=obj["name"], instruction=obj["instruction"].strip(),
-                        requirement=obj["requirement"].strip(), solve=solve,
-                        tests={k: v.encode() for k, v in tests.items()},
-                        seeds={k: v.encode() for k, v in seeds.items()}, setup=obj["setup"])
-  return Draft(stage, obj["name"], obj["smoke_test"], goal=obj.get("goal", ""),
-               difficulty=obj.get("difficulty", "medium"), reply=reply)
+  stage = compose.Stage(
+    name=obj["name"],
+    instruction=obj["instruction"].strip(),
+    requirement=obj["requirement"].strip(),
+    solve=solve,
+    tests={k: v.encode() for k, v in tests.items()},
+    seeds={k: v.encode() for k, v in seeds.items()},
+    setup=obj["setup"],
+  )
+  return Draft(
+    stage,
+    obj["name"],
+    obj["smoke_test"],
+    goal=obj.get("goal", ""),
+    difficulty=obj.get("difficulty", "medium"),
+    reply=reply,
+  )

@@ -25,7 +25,8 @@ import tqdm
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.generator import llm, pipeline
 from tmax_jax.tasks.horizon import audit, authoring, compose, offline, record
-from tmax_jax.tasks.procedural import chains as chains_lib, registry
+from tmax_jax.tasks.procedural import chains as chains_lib
+from tmax_jax.tasks.procedural import registry
 from tmax_jax.tasks.runner import RunnerConfig
 
 
@@ -54,8 +55,9 @@ class BuildConfig:
 class Builder:
   """Runs one build; `client` (generator.llm.ChatClient) is needed in llm mode only."""
 
-  def __init__(self, cfg: BuildConfig, auditor: audit.Auditor,
-               client: llm.ChatClient | None = None):
+  def __init__(
+    self, cfg: BuildConfig, auditor: audit.Auditor, client: llm.ChatClient | None = None
+  ):
     if cfg.mode == "llm" and client is None:
       raise ValueError("llm mode needs a chat client (--base-url/--model)")
     self.cfg, self.auditor, self.client = cfg, auditor, client
@@ -76,11 +78,18 @@ class Builder:
     return summary
 
   # ------------------------------------------------------------------------------ bookkeeping
-  def _finish(self, line: compose.Lineage, status: str, reason: str, rounds: list[dict],
-              task: fmt.Task | None = None) -> None:
+  def _finish(
+    self,
+    line: compose.Lineage,
+    status: str,
+    reason: str,
+    rounds: list[dict],
+    task: fmt.Task | None = None,
+  ) -> None:
     if task is not None and status in record.KEPT:
-      record.save_task(self.out, task, {"lineage": line.to_json(), "status": status,
-                                        "rounds": rounds})
+      record.save_task(
+        self.out, task, {"lineage": line.to_json(), "status": status, "rounds": rounds}
+      )
     self.log.append(record.node_entry(line, status, reason, len(rounds)))
     self.bar.update(1)
     counts = record.summary(self.log.entries)["counts"]
@@ -94,8 +103,9 @@ class Builder:
     names = self.cfg.chains or tuple(sorted(registry.CHAINS))
     work = [(n, s) for n in names for s in self.cfg.seeds]
     gens = self.cfg.max_generations
-    self.bar.total = sum(len(list(chains_lib.tree_paths(registry.get_chain(n), gens)))
-                         for n, _ in work)
+    self.bar.total = sum(
+      len(list(chains_lib.tree_paths(registry.get_chain(n), gens))) for n, _ in work
+    )
     for name, seed in work:
       for node in offline.chain_tree(name, seed, self.cfg.level, self.cfg.max_generations):
         line = node.lineage
@@ -112,7 +122,7 @@ class Builder:
   # ------------------------------------------------------------------------------ llm
   def _llm(self) -> None:
     seeds = authoring.load_seeds(self.cfg.professional_seeds or authoring.SEEDS_FILE)
-    seeds = seeds[:self.cfg.num_seeds] if self.cfg.num_seeds else seeds
+    seeds = seeds[: self.cfg.num_seeds] if self.cfg.num_seeds else seeds
     done = self.log.nodes()
     for seed in seeds:
       if seed.id in done:
@@ -120,20 +130,37 @@ class Builder:
       self.bar.total = (self.bar.total or 0) + 1
 
       def make_root(draft: authoring.Draft, seed=seed) -> fmt.Task:
-        line = compose.Lineage(id=seed.id, root=seed.id, generation=0, stage=draft.name,
-                               requirement=draft.stage.requirement, origin="llm",
-                               goal=draft.goal, source={"seed": seed.id, "job": seed.job})
+        line = compose.Lineage(
+          id=seed.id,
+          root=seed.id,
+          generation=0,
+          stage=draft.name,
+          requirement=draft.stage.requirement,
+          origin="llm",
+          goal=draft.goal,
+          source={"seed": seed.id, "job": seed.job},
+        )
         meta = {"category": seed.domain, "difficulty": draft.difficulty}
         return compose.root_task(draft.stage, line, meta)
-      self._llm_node("build", authoring.build_messages(seed), make_root,
-                     compose.Lineage(seed.id, seed.id, 0, "", seed.job, origin="llm"))
+
+      self._llm_node(
+        "build",
+        authoring.build_messages(seed),
+        make_root,
+        compose.Lineage(seed.id, seed.id, 0, "", seed.job, origin="llm"),
+      )
     self._expand_all()
 
   def _expand_all(self) -> None:
     while True:
       nodes, expanded = self.log.nodes(), self.log.expanded()
-      frontier = sorted(i for i, e in nodes.items() if e["status"] in record.KEPT
-                        and e["generation"] < self.cfg.max_generations - 1 and i not in expanded)
+      frontier = sorted(
+        i
+        for i, e in nodes.items()
+        if e["status"] in record.KEPT
+        and e["generation"] < self.cfg.max_generations - 1
+        and i not in expanded
+      )
       if not frontier:
         return
       for nid in frontier:
@@ -142,37 +169,63 @@ class Builder:
 
   def _expand(self, parent: fmt.Task) -> None:
     pline = compose.lineage_of(parent)
-    lineage = [compose.lineage_of(fmt.load_task(record.task_dir(self.out, a)))
-               for a in _ancestors(pline.id, self.log.nodes())] + [pline]
-    siblings = [e["requirement"] for e in self.log.nodes().values()
-                if e["parent"] == pline.id and e["status"] in record.KEPT]
+    lineage = [
+      compose.lineage_of(fmt.load_task(record.task_dir(self.out, a)))
+      for a in _ancestors(pline.id, self.log.nodes())
+    ] + [pline]
+    siblings = [
+      e["requirement"]
+      for e in self.log.nodes().values()
+      if e["parent"] == pline.id and e["status"] in record.KEPT
+    ]
     self.bar.total = (self.bar.total or 0) + self.cfg.branches
     for _ in range(self.cfg.branches):
       taken = {i for i in self.log.nodes()}
 
       def make_child(draft: authoring.Draft) -> fmt.Task:
         cid = _unique(f"{pline.id}.{draft.name}", taken)
-        line = compose.Lineage(id=cid, root=pline.root, generation=pline.generation + 1,
-                               stage=draft.name, requirement=draft.stage.requirement,
-                               parent=pline.id, origin="llm", goal=pline.goal,
-                               source=dict(pline.source))
+        line = compose.Lineage(
+          id=cid,
+          root=pline.root,
+          generation=pline.generation + 1,
+          stage=draft.name,
+          requirement=draft.stage.requirement,
+          parent=pline.id,
+          origin="llm",
+          goal=pline.goal,
+          source=dict(pline.source),
+        )
         return compose.child_task(parent, draft.stage, line)
-      placeholder = compose.Lineage(_unique(f"{pline.id}.ext", taken), pline.root,
-                                    pline.generation + 1, "", "", parent=pline.id, origin="llm")
-      kept = self._llm_node("extend", authoring.extend_messages(parent, lineage, siblings),
-                            make_child, placeholder)
+
+      placeholder = compose.Lineage(
+        _unique(f"{pline.id}.ext", taken),
+        pline.root,
+        pline.generation + 1,
+        "",
+        "",
+        parent=pline.id,
+        origin="llm",
+      )
+      kept = self._llm_node(
+        "extend", authoring.extend_messages(parent, lineage, siblings), make_child, placeholder
+      )
       if kept is not None:
         siblings.append(kept.requirement)
 
-  def _llm_node(self, kind: str, messages: list[dict], make: Callable[[authoring.Draft], fmt.Task],
-                placeholder: compose.Lineage) -> compose.Lineage | None:
+  def _llm_node(
+    self,
+    kind: str,
+    messages: list[dict],
+    make: Callable[[authoring.Draft], fmt.Task],
+    placeholder: compose.Lineage,
+  ) -> compose.Lineage | None:
     """Ask -> build -> audit, rebuilding from the evidence; records the outcome."""
     rounds, line, task = [], placeholder, None
     for r in range(self.cfg.rebuild_rounds + 1):
       try:
-        draft, _ = pipeline.ask_until_parsed(self.client, messages,
-                                             lambda rep: authoring.parse_reply(rep, kind),
-                                             self.cfg.max_attempts)
+        draft, _ = pipeline.ask_until_parsed(
+          self.client, messages, lambda rep: authoring.parse_reply(rep, kind), self.cfg.max_attempts
+        )
       except (llm.ReplyError, llm.ChatError) as err:
         self._finish(line, "rejected", f"reply: {type(err).__name__}: {err}", rounds)
         return None
@@ -182,21 +235,25 @@ class Builder:
         report = self._check(task, draft.smoke_test)
       except (ValueError, fmt.TaskFormatError) as err:
         report = audit.AuditReport(
-            (audit.Check("build", False, (f"the task is malformed: {err}",)),))
+          (audit.Check("build", False, (f"the task is malformed: {err}",)),)
+        )
       rounds.append({"round": r, **report.to_json()})
       if report.passed:
         self._finish(line, "accepted" if r == 0 else "rebuilt", "ok", rounds, task)
         return line
-      messages = messages + [{"role": "assistant", "content": draft.reply},
-                             authoring.rebuild_message(report.evidence(), r + 1)]
+      messages = messages + [
+        {"role": "assistant", "content": draft.reply},
+        authoring.rebuild_message(report.evidence(), r + 1),
+      ]
     self._finish(line, "rejected", _reason(report), rounds)
     return None
 
   def _check(self, task: fmt.Task, smoke: str) -> audit.AuditReport:
     """The TMAX generator's checks (environment builds, smoke test, oracle scores 1), then the
     audit."""
-    reason, _ = pipeline.build_and_check(task, smoke,
-                                         pipeline.GenerationConfig(runner=self.cfg.audit.runner))
+    reason, _ = pipeline.build_and_check(
+      task, smoke, pipeline.GenerationConfig(runner=self.cfg.audit.runner)
+    )
     if reason is not None:
       return audit.AuditReport((audit.Check("build", False, (reason,)),))
     return self.auditor.audit(task)
@@ -226,9 +283,11 @@ def _unique(nid: str, taken: set[str]) -> str:
   return f"{nid}-{k}"
 
 
-def make_auditor(probe: str, family: str, audit_cfg: audit.AuditConfig,
-                 client: llm.ChatClient | None) -> audit.Auditor:
+def make_auditor(
+  probe: str, family: str, audit_cfg: audit.AuditConfig, client: llm.ChatClient | None
+) -> audit.Auditor:
   from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
+
   if probe == "endpoint":
     if client is None:
       raise ValueError("--probe endpoint needs --base-url and --model")
@@ -266,12 +325,24 @@ def main(argv: list[str] | None = None) -> int:
     client = llm.ChatClient(llm.ChatConfig(base_url=args.base_url, model=args.model, api_key=key))
   base = audit.AuditConfig()
   audit_cfg = dataclasses.replace(
-      base, probe_attempts=args.probe_attempts, runner=RunnerConfig(backend=args.backend),
-      probe_episode=dataclasses.replace(base.probe_episode, family=args.family))
-  cfg = BuildConfig(out=args.out, mode=args.mode, chains=tuple(args.chains),
-                    seeds=tuple(args.seeds), level=args.level, max_generations=args.max_generations,
-                    professional_seeds=args.professional_seeds, num_seeds=args.num_seeds,
-                    branches=args.branches, rebuild_rounds=args.rebuild_rounds, audit=audit_cfg)
+    base,
+    probe_attempts=args.probe_attempts,
+    runner=RunnerConfig(backend=args.backend),
+    probe_episode=dataclasses.replace(base.probe_episode, family=args.family),
+  )
+  cfg = BuildConfig(
+    out=args.out,
+    mode=args.mode,
+    chains=tuple(args.chains),
+    seeds=tuple(args.seeds),
+    level=args.level,
+    max_generations=args.max_generations,
+    professional_seeds=args.professional_seeds,
+    num_seeds=args.num_seeds,
+    branches=args.branches,
+    rebuild_rounds=args.rebuild_rounds,
+    audit=audit_cfg,
+  )
   auditor = make_auditor(args.probe, args.family, audit_cfg, client)
   summary = Builder(cfg, auditor, client).run()
   print(record.summary_table(summary))

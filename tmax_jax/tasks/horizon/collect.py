@@ -31,14 +31,14 @@ from tmax_jax.agents import formats, harnesses, scripted
 from tmax_jax.agents.episode import EpisodeConfig, GenerateFn, template_kwargs
 from tmax_jax.agents.oracle_data import write_jsonl
 from tmax_jax.sandbox.api import Sandbox
-from tmax_jax.tasks import format as fmt, runner
+from tmax_jax.tasks import format as fmt
+from tmax_jax.tasks import runner
 from tmax_jax.tasks.horizon import audit, compose, patterns, record
 from tmax_jax.tasks.procedural.chains import STEP_MARK
 
 
 class Teacher(Protocol):
-  def generate_fn(self, task: fmt.Task, group: int, sample: int) -> GenerateFn:
-    ...
+  def generate_fn(self, task: fmt.Task, group: int, sample: int) -> GenerateFn: ...
 
 
 def oracle_steps(task: fmt.Task) -> list[str]:
@@ -70,6 +70,7 @@ class EndpointTeacher:
   def generate_fn(self, task, group, sample):
     del task, group, sample
     from tmax_jax.tasks.horizon import teacher  # pylint: disable=import-outside-toplevel
+
     return teacher.ChatTeacher(self.client, self.tokenizer)
 
 
@@ -97,7 +98,7 @@ class _Continuation:
   def __call__(self, token_ids, max_tokens):
     if self.fresh is None:
       self.fresh = len(token_ids)
-    ids = token_ids if self.prefix is None else self.prefix + list(token_ids[self.fresh:])
+    ids = token_ids if self.prefix is None else self.prefix + list(token_ids[self.fresh :])
     return self.generate(ids, max_tokens)
 
 
@@ -108,18 +109,23 @@ def _apply_stage(sb: Sandbox, task: fmt.Task, k: int, timeout_s: float) -> None:
   if (stage / "seeds").is_dir():
     sb.upload(stage / "seeds", workdir)
   sb.upload(stage / "setup.sh", f"/tmp/.horizon_setup_g{k}.sh")
-  res = sb.run(f"cd {workdir} && bash /tmp/.horizon_setup_g{k}.sh; "
-               f"rc=$?; rm -f /tmp/.horizon_setup_g{k}.sh; exit $rc", timeout_s=timeout_s)
+  res = sb.run(
+    f"cd {workdir} && bash /tmp/.horizon_setup_g{k}.sh; "
+    f"rc=$?; rm -f /tmp/.horizon_setup_g{k}.sh; exit $rc",
+    timeout_s=timeout_s,
+  )
   if res.exit_code != 0:
-    raise RuntimeError(f"{task.name}: generation {k} setup failed on the agent's state "
-                       f"(exit {res.exit_code}): {res.output[-400:]}")
+    raise RuntimeError(
+      f"{task.name}: generation {k} setup failed on the agent's state "
+      f"(exit {res.exit_code}): {res.output[-400:]}"
+    )
 
 
-def run_chain(tasks: Sequence[fmt.Task], teacher: Teacher, tokenizer, cfg: CollectConfig,
-              sample: int = 0) -> dict:
+def run_chain(
+  tasks: Sequence[fmt.Task], teacher: Teacher, tokenizer, cfg: CollectConfig, sample: int = 0
+) -> dict:
   """One trajectory over a whole lineage (root first) in one sandbox -> record fields."""
-  ecfg, out = cfg.episode, {"tokens": [], "loss_mask": [], "rewards": [], "status": "",
-                            "error": ""}
+  ecfg, out = cfg.episode, {"tokens": [], "loss_mask": [], "rewards": [], "status": "", "error": ""}
   kw = template_kwargs(ecfg)
 
   def agent(sb):
@@ -134,8 +140,9 @@ def run_chain(tasks: Sequence[fmt.Task], teacher: Teacher, tokenizer, cfg: Colle
       if prefix is None:
         out["tokens"], out["loss_mask"] = list(traj.tokens), list(traj.loss_mask)
       else:
-        out["loss_mask"] = out["loss_mask"] + [0] * (len(prefix) - len(out["tokens"])) + list(
-            traj.loss_mask[fresh:])
+        out["loss_mask"] = (
+          out["loss_mask"] + [0] * (len(prefix) - len(out["tokens"])) + list(traj.loss_mask[fresh:])
+        )
         out["tokens"] = prefix + list(traj.tokens[fresh:])
       out["status"] = ep.status
       try:
@@ -153,17 +160,22 @@ def run_chain(tasks: Sequence[fmt.Task], teacher: Teacher, tokenizer, cfg: Colle
   return out
 
 
-def run_tasks(tasks: Sequence[tuple[fmt.Task, int]], teacher: Teacher, tokenizer,
-              cfg: CollectConfig) -> list[dict]:
+def run_tasks(
+  tasks: Sequence[tuple[fmt.Task, int]], teacher: Teacher, tokenizer, cfg: CollectConfig
+) -> list[dict]:
   """One scored episode per (task, sample) through agents/worker.EpisodeWorker -> record fields."""
   out = []
-  for trial in audit.run_trials(teacher, tokenizer, cfg.episode, cfg.runner, tasks,
-                                cfg.parallel):
+  for trial in audit.run_trials(teacher, tokenizer, cfg.episode, cfg.runner, tasks, cfg.parallel):
     ep = trial.episode
-    out.append({"tokens": list(ep.trajectory.tokens) if ep else [],
-                "loss_mask": list(ep.trajectory.loss_mask) if ep else [],
-                "rewards": [trial.reward], "status": ep.status if ep else "no_episode",
-                "error": str(trial.error) if trial.error else ""})
+    out.append(
+      {
+        "tokens": list(ep.trajectory.tokens) if ep else [],
+        "loss_mask": list(ep.trajectory.loss_mask) if ep else [],
+        "rewards": [trial.reward],
+        "status": ep.status if ep else "no_episode",
+        "error": str(trial.error) if trial.error else "",
+      }
+    )
   return out
 
 
@@ -183,8 +195,12 @@ def collect(cfg: CollectConfig, teacher: Teacher, tokenizer) -> dict:
       path = _ancestry(tree, nid)
       work += [("task", path, s) for s in range(cfg.runs_per_task)]
   if cfg.chains:
-    work += [("chain", path, s) for path in record.chains(tree) if len(path) > 1
-             for s in range(cfg.runs_per_task)]
+    work += [
+      ("chain", path, s)
+      for path in record.chains(tree)
+      if len(path) > 1
+      for s in range(cfg.runs_per_task)
+    ]
   records, failed = [], 0
   tasks = [(_load(build, path[-1]), s) for kind, path, s in work if kind == "task"]
   task_results = iter(run_tasks(tasks, teacher, tokenizer, cfg) if tasks else [])
@@ -194,14 +210,25 @@ def collect(cfg: CollectConfig, teacher: Teacher, tokenizer) -> dict:
     else:
       got = run_chain([_load(build, n) for n in path], teacher, tokenizer, cfg, sample)
     passed = len(got["rewards"]) == (len(path) if kind == "chain" else 1) and all(
-        r >= 1.0 for r in got["rewards"])
+      r >= 1.0 for r in got["rewards"]
+    )
     if not got["tokens"] or not (passed or cfg.keep_failed):
       failed += 1
       continue
-    ann = patterns.annotate(got["tokens"], got["loss_mask"], tokenizer, cfg.episode.harness,
-                            cfg.episode.family)
-    records.append({"kind": kind, "task": path[-1], "lineage": list(path), "sample": sample,
-                    "passed": passed, **got, **ann})
+    ann = patterns.annotate(
+      got["tokens"], got["loss_mask"], tokenizer, cfg.episode.harness, cfg.episode.family
+    )
+    records.append(
+      {
+        "kind": kind,
+        "task": path[-1],
+        "lineage": list(path),
+        "sample": sample,
+        "passed": passed,
+        **got,
+        **ann,
+      }
+    )
   write_jsonl(records, cfg.out)
   return summarize(records, len(work), failed)
 
@@ -219,13 +246,28 @@ def summarize(records: Sequence[dict], attempted: int, dropped: int) -> dict:
     rs = [r for r in records if r["kind"] == kind]
     if rs:
       by_kind[kind] = {
-          "trajectories": len(rs), "mean_turns": sum(r["turns"] for r in rs) / len(rs),
-          "mean_patterns": sum(r["pattern_total"] for r in rs) / len(rs),
-          "patterns": {k: sum(r["patterns"][k] for r in rs) for k in patterns.KINDS}}
-  return {"attempted": attempted, "kept": len(records), "dropped": dropped, "by_kind": by_kind,
-          "per_trajectory": [{"task": r["task"], "kind": r["kind"], "turns": r["turns"],
-                              "tool_calls": r["tool_calls"], "patterns": r["patterns"],
-                              "pattern_total": r["pattern_total"]} for r in records]}
+        "trajectories": len(rs),
+        "mean_turns": sum(r["turns"] for r in rs) / len(rs),
+        "mean_patterns": sum(r["pattern_total"] for r in rs) / len(rs),
+        "patterns": {k: sum(r["patterns"][k] for r in rs) for k in patterns.KINDS},
+      }
+  return {
+    "attempted": attempted,
+    "kept": len(records),
+    "dropped": dropped,
+    "by_kind": by_kind,
+    "per_trajectory": [
+      {
+        "task": r["task"],
+        "kind": r["kind"],
+        "turns": r["turns"],
+        "tool_calls": r["tool_calls"],
+        "patterns": r["patterns"],
+        "pattern_total": r["pattern_total"],
+      }
+      for r in records
+    ],
+  }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,26 +286,36 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--backend", default=None)
   args = p.parse_args(argv)
   from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
+
   tokenizer = load_tokenizer(args.family)
   episode = EpisodeConfig(harness=args.harness, family=args.family)
   if args.teacher == "endpoint":
     from tmax_jax.tasks.generator import llm  # pylint: disable=import-outside-toplevel
+
     if not args.base_url:
       p.error("--teacher endpoint needs --base-url and --model")
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    teacher = EndpointTeacher(llm.ChatClient(llm.ChatConfig(args.base_url, args.model, key)),
-                              tokenizer)
+    teacher = EndpointTeacher(
+      llm.ChatClient(llm.ChatConfig(args.base_url, args.model, key)), tokenizer
+    )
   else:
     teacher = OracleTeacher(tokenizer, episode)
-  cfg = CollectConfig(build_dir=args.build, out=args.out, episode=episode,
-                      runner=runner.RunnerConfig(backend=args.backend),
-                      runs_per_task=args.runs_per_task, tasks=not args.no_tasks,
-                      chains=not args.no_chains)
+  cfg = CollectConfig(
+    build_dir=args.build,
+    out=args.out,
+    episode=episode,
+    runner=runner.RunnerConfig(backend=args.backend),
+    runs_per_task=args.runs_per_task,
+    tasks=not args.no_tasks,
+    chains=not args.no_chains,
+  )
   summary = collect(cfg, teacher, tokenizer)
   record.write_json(pathlib.Path(args.out).with_suffix(".summary.json"), summary)
   for kind, s in summary["by_kind"].items():
-    print(f"{kind}: {s['trajectories']} trajectories, {s['mean_turns']:.1f} turns and "
-          f"{s['mean_patterns']:.1f} patterns on average; {s['patterns']}")
+    print(
+      f"{kind}: {s['trajectories']} trajectories, {s['mean_turns']:.1f} turns and "
+      f"{s['mean_patterns']:.1f} patterns on average; {s['patterns']}"
+    )
   print(f"kept {summary['kept']} of {summary['attempted']} -> {args.out}")
   return 0
 

@@ -81,15 +81,18 @@ class Stage:
   solution_files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
-    if not self.tests or not any(k == "check.py" or re.fullmatch(r"test_[\w-]+\.py", k)
-                                 for k in self.tests):
-      raise ValueError(f"stage {self.name}: tests must contain check.py or test_*.py, got "
-                       f"{sorted(self.tests)}")
+    if not self.tests or not any(
+      k == "check.py" or re.fullmatch(r"test_[\w-]+\.py", k) for k in self.tests
+    ):
+      raise ValueError(
+        f"stage {self.name}: tests must contain check.py or test_*.py, got {sorted(self.tests)}"
+      )
     for group in ("tests", "seeds", "solution_files"):
       for rel in getattr(self, group):
         if rel.startswith("/") or ".." in rel.split("/") or not rel:
-          raise ValueError(f"stage {self.name}: {group} path {rel!r} must stay inside its "
-                           "directory")
+          raise ValueError(
+            f"stage {self.name}: {group} path {rel!r} must stay inside its directory"
+          )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +110,9 @@ class Lineage:
   source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def to_json(self) -> dict:
-    return {k: (dict(v) if isinstance(v, Mapping) else v)
-            for k, v in dataclasses.asdict(self).items()}
+    return {
+      k: (dict(v) if isinstance(v, Mapping) else v) for k, v in dataclasses.asdict(self).items()
+    }
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any], where: str = "metadata.horizon") -> "Lineage":
@@ -124,8 +128,10 @@ def lineage_of(task: fmt.Task) -> Lineage:
   """The task's lineage record (raises ValueError when it is not a horizon task)."""
   data = task.config.metadata.get("horizon")
   if not isinstance(data, Mapping):
-    raise ValueError(f"{task.path or task.name}: task.toml has no [metadata] horizon table; "
-                     "not a TerminalHorizon task")
+    raise ValueError(
+      f"{task.path or task.name}: task.toml has no [metadata] horizon table; "
+      "not a TerminalHorizon task"
+    )
   return Lineage.from_json(data, f"{task.path or task.name}/task.toml: metadata.horizon")
 
 
@@ -156,17 +162,29 @@ def _stage_env(i: int, stage: Stage) -> dict[str, bytes]:
   return out
 
 
-def _config(lineage: Lineage, instruction: str, metadata: Mapping[str, Any],
-            agent_timeout_sec: float, verifier_timeout_sec: float) -> fmt.TaskConfig:
+def _config(
+  lineage: Lineage,
+  instruction: str,
+  metadata: Mapping[str, Any],
+  agent_timeout_sec: float,
+  verifier_timeout_sec: float,
+) -> fmt.TaskConfig:
   return fmt.TaskConfig(
-      task=fmt.TaskInfo(name=lineage.id, description=lineage.requirement[:200],
-                        authors=("tmax_jax TerminalHorizon",)),
-      metadata={**metadata, "horizon": lineage.to_json()},
-      verifier=fmt.VerifierConfig(timeout_sec=verifier_timeout_sec),
-      agent=fmt.AgentConfig(timeout_sec=agent_timeout_sec),
-      environment=fmt.EnvironmentConfig(build_timeout_sec=600.0, docker_image=BASE_IMAGE,
-                                        memory_mb=2048, storage_mb=4096, allow_internet=False,
-                                        workdir=WORKDIR))
+    task=fmt.TaskInfo(
+      name=lineage.id, description=lineage.requirement[:200], authors=("tmax_jax TerminalHorizon",)
+    ),
+    metadata={**metadata, "horizon": lineage.to_json()},
+    verifier=fmt.VerifierConfig(timeout_sec=verifier_timeout_sec),
+    agent=fmt.AgentConfig(timeout_sec=agent_timeout_sec),
+    environment=fmt.EnvironmentConfig(
+      build_timeout_sec=600.0,
+      docker_image=BASE_IMAGE,
+      memory_mb=2048,
+      storage_mb=4096,
+      allow_internet=False,
+      workdir=WORKDIR,
+    ),
+  )
 
 
 def _tests(stage_tests: Mapping[str, bytes], i: int, inherited: Mapping[str, bytes]) -> dict:
@@ -176,32 +194,47 @@ def _tests(stage_tests: Mapping[str, bytes], i: int, inherited: Mapping[str, byt
   return out
 
 
-def root_task(stage: Stage, lineage: Lineage, metadata: Mapping[str, Any] | None = None, *,
-              agent_timeout_sec: float = 1800.0, verifier_timeout_sec: float = 600.0) -> fmt.Task:
+def root_task(
+  stage: Stage,
+  lineage: Lineage,
+  metadata: Mapping[str, Any] | None = None,
+  *,
+  agent_timeout_sec: float = 1800.0,
+  verifier_timeout_sec: float = 600.0,
+) -> fmt.Task:
   """Generation 0 (a stage-1 task) in the horizon layout."""
   if lineage.generation != 0 or lineage.parent:
-    raise ValueError(f"root_task: {lineage.id} has generation {lineage.generation} and parent "
-                     f"{lineage.parent!r}; a root has generation 0 and no parent")
+    raise ValueError(
+      f"root_task: {lineage.id} has generation {lineage.generation} and parent "
+      f"{lineage.parent!r}; a root has generation 0 and no parent"
+    )
   env = _stage_env(0, stage)
   env["Dockerfile"] = dockerfile(env, 1).encode()
-  return fmt.Task(instruction=stage.instruction.strip() + "\n",
-                  config=_config(lineage, stage.instruction, metadata or {}, agent_timeout_sec,
-                                 verifier_timeout_sec),
-                  environment=env, tests=_tests(stage.tests, 0, {}),
-                  solution={"solve.sh": stage.solve.encode(), **stage.solution_files})
+  return fmt.Task(
+    instruction=stage.instruction.strip() + "\n",
+    config=_config(
+      lineage, stage.instruction, metadata or {}, agent_timeout_sec, verifier_timeout_sec
+    ),
+    environment=env,
+    tests=_tests(stage.tests, 0, {}),
+    solution={"solve.sh": stage.solve.encode(), **stage.solution_files},
+  )
 
 
 def generations(task: fmt.Task) -> int:
   """Number of generations whose checks the task carries (= its generation + 1)."""
   gens = {int(m.group(1)) for rel in task.tests if (m := _GEN_DIR.match(rel))}
   if gens != set(range(len(gens))):
-    raise ValueError(f"{task.path or task.name}: tests/ has generations {sorted(gens)}; expected "
-                     "g0..gN without gaps")
+    raise ValueError(
+      f"{task.path or task.name}: tests/ has generations {sorted(gens)}; expected "
+      "g0..gN without gaps"
+    )
   return len(gens)
 
 
-def child_task(parent: fmt.Task, stage: Stage, lineage: Lineage, *,
-               metadata: Mapping[str, Any] | None = None) -> fmt.Task:
+def child_task(
+  parent: fmt.Task, stage: Stage, lineage: Lineage, *, metadata: Mapping[str, Any] | None = None
+) -> fmt.Task:
   """Generation n+1: the parent's stages + the parent's oracle as stage n's solution + `stage`.
 
   Keeps every test file of the parent unchanged (under tests/g0..gn/) and adds tests/g<n+1>/.
@@ -209,22 +242,35 @@ def child_task(parent: fmt.Task, stage: Stage, lineage: Lineage, *,
   n = generations(parent)
   parent_line = lineage_of(parent)
   if (lineage.generation, lineage.parent, lineage.root) != (n, parent_line.id, parent_line.root):
-    raise ValueError(f"child_task: lineage {lineage.id} (generation {lineage.generation}, parent "
-                     f"{lineage.parent!r}) does not continue {parent_line.id} (generation "
-                     f"{n - 1}, root {parent_line.root})")
+    raise ValueError(
+      f"child_task: lineage {lineage.id} (generation {lineage.generation}, parent "
+      f"{lineage.parent!r}) does not continue {parent_line.id} (generation "
+      f"{n - 1}, root {parent_line.root})"
+    )
   if "solve.sh" not in parent.solution:
-    raise ValueError(f"{parent.path or parent.name}: the parent has no solution/solve.sh; its "
-                     "final state cannot be rebuilt")
+    raise ValueError(
+      f"{parent.path or parent.name}: the parent has no solution/solve.sh; its "
+      "final state cannot be rebuilt"
+    )
   env = {rel: bytes(d) for rel, d in parent.environment.items() if rel.startswith("stages/")}
   env.update({f"stages/g{n - 1}/solution/{rel}": bytes(d) for rel, d in parent.solution.items()})
   env.update(_stage_env(n, stage))
   env["Dockerfile"] = dockerfile(env, n + 1).encode()
   meta = {**{k: v for k, v in parent.config.metadata.items() if k != "horizon"}, **(metadata or {})}
-  config = _config(lineage, stage.instruction, meta, parent.config.agent.timeout_sec,
-                   parent.config.verifier.timeout_sec)
-  return fmt.Task(instruction=stage.instruction.strip() + "\n", config=config, environment=env,
-                  tests=_tests(stage.tests, n, parent.tests),
-                  solution={"solve.sh": stage.solve.encode(), **stage.solution_files})
+  config = _config(
+    lineage,
+    stage.instruction,
+    meta,
+    parent.config.agent.timeout_sec,
+    parent.config.verifier.timeout_sec,
+  )
+  return fmt.Task(
+    instruction=stage.instruction.strip() + "\n",
+    config=config,
+    environment=env,
+    tests=_tests(stage.tests, n, parent.tests),
+    solution={"solve.sh": stage.solve.encode(), **stage.solution_files},
+  )
 
 
 def stage_of(task: fmt.Task) -> Stage:
@@ -232,11 +278,19 @@ def stage_of(task: fmt.Task) -> Stage:
   n = generations(task) - 1
   line = lineage_of(task)
   pre = f"stages/g{n}/"
-  seeds = {rel[len(pre) + 6:]: d for rel, d in task.environment.items()
-           if rel.startswith(pre + "seeds/")}
+  seeds = {
+    rel[len(pre) + 6 :]: d for rel, d in task.environment.items() if rel.startswith(pre + "seeds/")
+  }
   setup = task.environment.get(pre + "setup.sh", b"").decode()
   body = setup.split("\n", 3)[3] if setup.startswith("#!/bin/bash\nset -e\ncd ") else setup
-  tests = {rel[len(f"g{n}/"):]: d for rel, d in task.tests.items() if rel.startswith(f"g{n}/")}
-  return Stage(name=line.stage, instruction=task.instruction, requirement=line.requirement,
-               solve=task.solution["solve.sh"].decode(), tests=tests, seeds=seeds, setup=body,
-               solution_files={k: v for k, v in task.solution.items() if k != "solve.sh"})
+  tests = {rel[len(f"g{n}/") :]: d for rel, d in task.tests.items() if rel.startswith(f"g{n}/")}
+  return Stage(
+    name=line.stage,
+    instruction=task.instruction,
+    requirement=line.requirement,
+    solve=task.solution["solve.sh"].decode(),
+    tests=tests,
+    seeds=seeds,
+    setup=body,
+    solution_files={k: v for k, v in task.solution.items() if k != "solve.sh"},
+  )

@@ -39,18 +39,27 @@ from tmax_jax.agents.episode import EpisodeConfig
 KINDS = ("Explore", "Diagnose", "Build", "Verify", "Coordinate")
 
 _EXIT = re.compile(r"\(exit_code=(-?\d+)\)")
-_ERROR = re.compile(r"Traceback|No such file|command not found|[Ee]rror:|\bFAIL|[Ff]ailed|"
-                    r"Permission denied|Segmentation fault|[Ee]xception|cannot ")
-_COORDINATE = re.compile(r"&\s*($|\n|;)|\b(nohup|setsid|disown|kill|pkill|wait|jobs|systemctl|"
-                         r"service|tmux|screen|crontab|parallel|flock)\b|xargs\s+-P")
-_VERIFY = re.compile(r"\b(pytest|unittest|ctest|diff|cmp|shellcheck|py_compile|curl|nc -z)\b|"
-                     r"\bmake\s+(test|check)\b|sum\s+-c\b|\btest\s+-[a-z]\b|\[\[?\s+-[a-z]\s|"
-                     r"\bbash\s+-n\b")
-_BUILD = re.compile(r"(?<![0-9&])>>?(?!&)|<<|\b(tee|mv|cp|mkdir|rm|rmdir|ln|chmod|chown|touch|"
-                    r"patch|gcc|g\+\+|cc|clang|make|cmake|cargo|rustc|javac|tar|unzip|gzip|zip|"
-                    r"install)\b|\bsed\s+-i|\bgit\s+(add|commit|apply|checkout|merge|init|mv|rm)\b|"
-                    r"\b(python3?|bash|sh|node|perl|ruby)\s+(-\s|[\w./-]+\.(py|sh|js|pl|rb))|"
-                    r"\b(insert|update|delete|create|drop|alter)\s", re.I)
+_ERROR = re.compile(
+  r"Traceback|No such file|command not found|[Ee]rror:|\bFAIL|[Ff]ailed|"
+  r"Permission denied|Segmentation fault|[Ee]xception|cannot "
+)
+_COORDINATE = re.compile(
+  r"&\s*($|\n|;)|\b(nohup|setsid|disown|kill|pkill|wait|jobs|systemctl|"
+  r"service|tmux|screen|crontab|parallel|flock)\b|xargs\s+-P"
+)
+_VERIFY = re.compile(
+  r"\b(pytest|unittest|ctest|diff|cmp|shellcheck|py_compile|curl|nc -z)\b|"
+  r"\bmake\s+(test|check)\b|sum\s+-c\b|\btest\s+-[a-z]\b|\[\[?\s+-[a-z]\s|"
+  r"\bbash\s+-n\b"
+)
+_BUILD = re.compile(
+  r"(?<![0-9&])>>?(?!&)|<<|\b(tee|mv|cp|mkdir|rm|rmdir|ln|chmod|chown|touch|"
+  r"patch|gcc|g\+\+|cc|clang|make|cmake|cargo|rustc|javac|tar|unzip|gzip|zip|"
+  r"install)\b|\bsed\s+-i|\bgit\s+(add|commit|apply|checkout|merge|init|mv|rm)\b|"
+  r"\b(python3?|bash|sh|node|perl|ruby)\s+(-\s|[\w./-]+\.(py|sh|js|pl|rb))|"
+  r"\b(insert|update|delete|create|drop|alter)\s",
+  re.I,
+)
 _PATHS = re.compile(r"[\w./-]*[\w-]+\.[\w]+|[\w./-]+/[\w.-]+")
 
 
@@ -88,8 +97,13 @@ def _command(text: str, cfg: EpisodeConfig) -> str | None:
     return None
 
 
-def steps(tokens: Sequence[int], loss_mask: Sequence[int], tokenizer, harness: str = "bash_tool",
-          family: str = "qwen3") -> tuple[list[Step], int]:
+def steps(
+  tokens: Sequence[int],
+  loss_mask: Sequence[int],
+  tokenizer,
+  harness: str = "bash_tool",
+  family: str = "qwen3",
+) -> tuple[list[Step], int]:
   """-> (tool calls in order, number of assistant turns) of a stored trajectory."""
   cfg = EpisodeConfig(harness=harness, family=family)  # validates both names
   runs, out, turns, submitted = _runs(tokens, loss_mask), [], 0, False
@@ -140,11 +154,21 @@ def count(labels: Sequence[str]) -> dict[str, int]:
   return {k: c.get(k, 0) for k in KINDS}
 
 
-def annotate(tokens: Sequence[int], loss_mask: Sequence[int], tokenizer, harness: str = "bash_tool",
-             family: str = "qwen3") -> dict:
+def annotate(
+  tokens: Sequence[int],
+  loss_mask: Sequence[int],
+  tokenizer,
+  harness: str = "bash_tool",
+  family: str = "qwen3",
+) -> dict:
   """{"turns", "tool_calls", "labels", "patterns": {kind: n}, "pattern_total"}."""
   calls, turns = steps(tokens, loss_mask, tokenizer, harness, family)
   labels = label(calls)
   patterns = count(labels)
-  return {"turns": turns, "tool_calls": len(calls), "labels": labels, "patterns": patterns,
-          "pattern_total": sum(patterns.values())}
+  return {
+    "turns": turns,
+    "tool_calls": len(calls),
+    "labels": labels,
+    "patterns": patterns,
+    "pattern_total": sum(patterns.values()),
+  }

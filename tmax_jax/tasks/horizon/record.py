@@ -84,24 +84,41 @@ class BuildLog:
 
 
 def node_entry(line: compose.Lineage, status: str, reason: str, rounds: int) -> dict:
-  return {"event": "node", "id": line.id, "parent": line.parent, "root": line.root,
-          "generation": line.generation, "stage": line.stage, "requirement": line.requirement,
-          "origin": line.origin, "status": status, "reason": reason, "rounds": rounds}
+  return {
+    "event": "node",
+    "id": line.id,
+    "parent": line.parent,
+    "root": line.root,
+    "generation": line.generation,
+    "stage": line.stage,
+    "requirement": line.requirement,
+    "origin": line.origin,
+    "status": status,
+    "reason": reason,
+    "rounds": rounds,
+  }
 
 
 def lineage_tree(entries: Iterable[Mapping[str, Any]]) -> dict:
   """{"nodes": {id: {parent, generation, stage, requirement, status, children}}, "roots": [...]}
   over the kept nodes; "depth" = the most generations in one chain, "branching" = the number of
   nodes with two or more children."""
-  nodes = {e["id"]: {k: e[k] for k in ("parent", "root", "generation", "stage", "requirement",
-                                       "status")} | {"children": []}
-           for e in entries if e.get("event") == "node" and e["status"] in KEPT}
+  nodes = {
+    e["id"]: {k: e[k] for k in ("parent", "root", "generation", "stage", "requirement", "status")}
+    | {"children": []}
+    for e in entries
+    if e.get("event") == "node" and e["status"] in KEPT
+  }
   for nid, n in nodes.items():
     if n["parent"] in nodes:
       nodes[n["parent"]]["children"].append(nid)
   depth = 1 + max((n["generation"] for n in nodes.values()), default=-1)
-  return {"nodes": nodes, "roots": sorted(i for i, n in nodes.items() if not n["parent"]),
-          "depth": depth, "branching": sum(len(n["children"]) >= 2 for n in nodes.values())}
+  return {
+    "nodes": nodes,
+    "roots": sorted(i for i, n in nodes.items() if not n["parent"]),
+    "depth": depth,
+    "branching": sum(len(n["children"]) >= 2 for n in nodes.values()),
+  }
 
 
 def chains(tree: Mapping[str, Any]) -> list[list[str]]:
@@ -114,6 +131,7 @@ def chains(tree: Mapping[str, Any]) -> list[list[str]]:
       out.append(path + [nid])
     for k in kids:
       walk(k, path + [nid])
+
   for r in tree["roots"]:
     walk(r, [])
   return out
@@ -127,10 +145,14 @@ def summary(entries: Sequence[Mapping[str, Any]]) -> dict:
   for e in nodes:
     by_gen[e["generation"]][e["status"]] += 1
   tree = lineage_tree(entries)
-  return {"counts": {s: counts.get(s, 0) for s in STATUSES},
-          "by_generation": {str(g): dict(c) for g, c in sorted(by_gen.items())},
-          "reasons": dict(reasons.most_common()), "depth": tree["depth"],
-          "branching_nodes": tree["branching"], "chains": len(chains(tree))}
+  return {
+    "counts": {s: counts.get(s, 0) for s in STATUSES},
+    "by_generation": {str(g): dict(c) for g, c in sorted(by_gen.items())},
+    "reasons": dict(reasons.most_common()),
+    "depth": tree["depth"],
+    "branching_nodes": tree["branching"],
+    "chains": len(chains(tree)),
+  }
 
 
 def summary_table(s: Mapping[str, Any]) -> str:
@@ -140,8 +162,10 @@ def summary_table(s: Mapping[str, Any]) -> str:
   rows.append(("all",) + tuple(str(s["counts"][k]) for k in STATUSES))
   widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
   lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
-  lines.append(f"lineage: depth {s['depth']} generations, {s['branching_nodes']} branching "
-               f"node(s), {s['chains']} chain(s)")
+  lines.append(
+    f"lineage: depth {s['depth']} generations, {s['branching_nodes']} branching "
+    f"node(s), {s['chains']} chain(s)"
+  )
   if s["reasons"]:
     lines.append("rejected / skipped because:")
     lines += [f"  {n} x {r}" for r, n in s["reasons"].items()]

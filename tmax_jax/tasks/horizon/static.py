@@ -60,8 +60,29 @@ with open(out, "w") as f:
   json.dump(files, f)
 """
 
-CODE_SUFFIXES = (".sh", ".bash", ".c", ".h", ".cc", ".cpp", ".hpp", ".rs", ".go", ".js", ".ts",
-                 ".rb", ".pl", ".java", ".lua", ".sql", ".awk", ".mk", ".r", ".php", ".swift")
+CODE_SUFFIXES = (
+  ".sh",
+  ".bash",
+  ".c",
+  ".h",
+  ".cc",
+  ".cpp",
+  ".hpp",
+  ".rs",
+  ".go",
+  ".js",
+  ".ts",
+  ".rb",
+  ".pl",
+  ".java",
+  ".lua",
+  ".sql",
+  ".awk",
+  ".mk",
+  ".r",
+  ".php",
+  ".swift",
+)
 _TRIVIAL_LINE = re.compile(r"^[\s{}()\[\];,]*$|^(fi|done|esac|then|do|else|end|}\s*else\s*{)$")
 
 Snapshot = Mapping[str, Mapping]
@@ -113,8 +134,11 @@ def _is_code(path: str, lines: list[str]) -> bool:
   if _is_python(path, lines):
     return False
   base = posixpath.basename(path)
-  return (path.lower().endswith(CODE_SUFFIXES) or base in ("Makefile", "makefile", "Dockerfile")
-          or bool(lines and lines[0].startswith("#!")))
+  return (
+    path.lower().endswith(CODE_SUFFIXES)
+    or base in ("Makefile", "makefile", "Dockerfile")
+    or bool(lines and lines[0].startswith("#!"))
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,16 +152,22 @@ class _Function:
 
 def _trivial(body: list[ast.stmt]) -> bool:
   stmts = list(body)
-  if stmts and isinstance(stmts[0], ast.Expr) and isinstance(getattr(stmts[0], "value", None),
-                                                             ast.Constant):
+  if (
+    stmts
+    and isinstance(stmts[0], ast.Expr)
+    and isinstance(getattr(stmts[0], "value", None), ast.Constant)
+  ):
     stmts = stmts[1:]  # docstring
   for s in stmts:
     if isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)):
       continue
     if isinstance(s, ast.Raise) and "NotImplementedError" in ast.unparse(s):
       continue
-    if len(stmts) == 1 and isinstance(s, ast.Return) and (s.value is None or
-                                                          isinstance(s.value, ast.Constant)):
+    if (
+      len(stmts) == 1
+      and isinstance(s, ast.Return)
+      and (s.value is None or isinstance(s.value, ast.Constant))
+    ):
       continue
     return False
   return True
@@ -156,11 +186,12 @@ def python_functions(source: str) -> dict[str, _Function] | None:
       if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
         name = prefix + child.name
         first = child.body[0].lineno
-        body = tuple(l.strip() for l in lines[first - 1:child.end_lineno] if l.strip())
+        body = tuple(s.strip() for s in lines[first - 1 : child.end_lineno] if s.strip())
         out[name] = _Function(name, child.lineno, child.end_lineno, body, _trivial(child.body))
         visit(child, name + ".")
       elif isinstance(child, ast.ClassDef):
         visit(child, prefix + child.name + ".")
+
   visit(tree, "")
   return out
 
@@ -178,11 +209,21 @@ def _rewrites(before: Snapshot, after: Snapshot, cfg: StaticConfig) -> list[Find
   out = []
   for path, a in sorted(after.items()):
     b = before.get(path)
-    if (b and "sha256" in a and a.get("sha256") == b.get("sha256")
-        and a["mtime_ns"] != b["mtime_ns"] and a["size"] >= cfg.min_rewrite_bytes):
-      out.append(Finding("rewrite_same_content", path,
-                         f"the oracle rewrote {path} ({a['size']} bytes) with the content it "
-                         "already had: this output is already in the environment"))
+    if (
+      b
+      and "sha256" in a
+      and a.get("sha256") == b.get("sha256")
+      and a["mtime_ns"] != b["mtime_ns"]
+      and a["size"] >= cfg.min_rewrite_bytes
+    ):
+      out.append(
+        Finding(
+          "rewrite_same_content",
+          path,
+          f"the oracle rewrote {path} ({a['size']} bytes) with the content it "
+          "already had: this output is already in the environment",
+        )
+      )
   return out
 
 
@@ -196,8 +237,9 @@ def _env_functions(before: Snapshot) -> dict[str, list[tuple[str, _Function]]]:
   return index
 
 
-def _functions(before: Snapshot, after: Snapshot, changed: Mapping[str, set[int]],
-               cfg: StaticConfig) -> list[Finding]:
+def _functions(
+  before: Snapshot, after: Snapshot, changed: Mapping[str, set[int]], cfg: StaticConfig
+) -> list[Finding]:
   env, found, other_work = _env_functions(before), [], 0
   for path, touched in sorted(changed.items()):
     lines = _lines(after.get(path))
@@ -214,11 +256,16 @@ def _functions(before: Snapshot, after: Snapshot, changed: Mapping[str, set[int]
           continue
         edits = _edit_lines(old.body, fn.body)
         if edits <= cfg.max_function_edit_lines:
-          found.append(Finding(
-              "function_exists", path,
+          found.append(
+            Finding(
+              "function_exists",
+              path,
               f"{name} (written by the oracle in {path}) already has a {len(old.body)}-line body "
               f"in the environment's {env_path}; the oracle's version differs in {edits} "
-              f"line(s): the function was implemented already", symbol=name))
+              f"line(s): the function was implemented already",
+              symbol=name,
+            )
+          )
           in_found |= span
           break
     other_work += sum(1 for i in touched - in_found if lines[i - 1].strip())
@@ -232,14 +279,15 @@ def _normal(line: str) -> str | None:
   return None if len(s) < 4 or _TRIVIAL_LINE.match(s) else s
 
 
-def _overlap(before: Snapshot, after: Snapshot, changed: Mapping[str, set[int]],
-             cfg: StaticConfig) -> list[Finding]:
+def _overlap(
+  before: Snapshot, after: Snapshot, changed: Mapping[str, set[int]], cfg: StaticConfig
+) -> list[Finding]:
   sources = collections.defaultdict(set)
   for path, entry in before.items():
     lines = _lines(entry)
     if lines is not None and _is_code(path, lines):
-      for l in lines:
-        if (n := _normal(l)) is not None:
+      for line in lines:
+        if (n := _normal(line)) is not None:
           sources[n].add(path)
   out = []
   for path, touched in sorted(changed.items()):
@@ -253,15 +301,21 @@ def _overlap(before: Snapshot, after: Snapshot, changed: Mapping[str, set[int]],
     if len(found) / len(added) >= cfg.max_line_overlap:
       by_file = collections.Counter(p for n in found for p in sorted(sources[n])[:1])
       where = ", ".join(f"{p}: {c}" for p, c in by_file.most_common(3))
-      out.append(Finding("line_overlap", path,
-                         f"{len(found)} of the {len(added)} code lines the oracle writes into "
-                         f"{path} ({len(found) / len(added):.0%}) already exist in the "
-                         f"environment ({where})"))
+      out.append(
+        Finding(
+          "line_overlap",
+          path,
+          f"{len(found)} of the {len(added)} code lines the oracle writes into "
+          f"{path} ({len(found) / len(added):.0%}) already exist in the "
+          f"environment ({where})",
+        )
+      )
   return out
 
 
-def static_audit(before: Snapshot, after: Snapshot,
-                 cfg: StaticConfig = StaticConfig()) -> list[Finding]:
+def static_audit(
+  before: Snapshot, after: Snapshot, cfg: StaticConfig = StaticConfig()
+) -> list[Finding]:
   """Findings of every rule (empty = clean)."""
   changed = {}
   for path, a in after.items():
@@ -270,5 +324,8 @@ def static_audit(before: Snapshot, after: Snapshot,
     if lines is None or (b is not None and b.get("sha256") == a.get("sha256")):
       continue
     changed[path] = _changed_after_lines(_lines(b) if b is not None else None, lines)
-  return (_rewrites(before, after, cfg) + _functions(before, after, changed, cfg)
-          + _overlap(before, after, changed, cfg))
+  return (
+    _rewrites(before, after, cfg)
+    + _functions(before, after, changed, cfg)
+    + _overlap(before, after, changed, cfg)
+  )

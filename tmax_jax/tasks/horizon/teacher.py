@@ -27,11 +27,13 @@ def chat_messages(text: str) -> tuple[list[dict[str, str]], str]:
   """Rendered conversation -> (messages, generation prefill). Tool results (rendered by Qwen
   templates as user turns wrapped in <tool_response>) are sent as user messages, verbatim."""
   messages = [{"role": m.group(1), "content": m.group(2)} for m in _TURN.finditer(text)]
-  tail = text[text.rfind("<|im_end|>") + len("<|im_end|>"):] if messages else text
+  tail = text[text.rfind("<|im_end|>") + len("<|im_end|>") :] if messages else text
   prefill = tail.split("<|im_start|>assistant\n", 1)[1] if "<|im_start|>assistant\n" in tail else ""
   if not messages:
-    raise ValueError("the prompt has no <|im_start|>role ... <|im_end|> turns; is this a Qwen "
-                     "chat-template rendering?")
+    raise ValueError(
+      "the prompt has no <|im_start|>role ... <|im_end|> turns; is this a Qwen "
+      "chat-template rendering?"
+    )
   return messages, prefill
 
 

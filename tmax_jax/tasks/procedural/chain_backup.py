@@ -57,9 +57,12 @@ def expect_backup(name, files, manifest_lines):
     fail("backups/LATEST must name an existing backup")
 """
 
-FULL_CHECK = CHECK_COMMON + """
+FULL_CHECK = (
+  CHECK_COMMON
+  + """
 expect_backup("full-1", DATA["files"], DATA["manifest"])
 """
+)
 
 # Manifest helpers every oracle of the chain shares (python, run from /workspace).
 ORACLE_LIB = """import hashlib, os, shutil
@@ -114,30 +117,49 @@ Make its first, full backup:
 - write the backup's name (full-1) to backups/LATEST.
 Later backups are incremental and read the latest manifest, so keep it exact. A backup directory
 and its manifest are never changed once written."""
-  solve = "\n".join(("find data -type f | head -20; du -sh data", STEP_MARK, _oracle("""
+  solve = "\n".join(
+    (
+      "find data -type f | head -20; du -sh data",
+      STEP_MARK,
+      _oracle("""
 files = tree("data")
 for rel in files:
   store("data", rel, "full-1")
 with open("backups/full-1.manifest", "w") as f:
   f.writelines(f"{files[r]}  {r}\\n" for r in sorted(files))
 open("backups/LATEST", "w").write("full-1\\n")
-"""), STEP_MARK, "cd backups/full-1 && sha256sum -c --quiet ../full-1.manifest && echo verified"))
+"""),
+      STEP_MARK,
+      "cd backups/full-1 && sha256sum -c --quiet ../full-1.manifest && echo verified",
+    )
+  )
   # Plausible wrong: paths in the manifest relative to /workspace (data/...), as `find` prints them.
-  wrong = ("mkdir -p backups && cp -r data backups/full-1 && (find data -type f | LC_ALL=C sort | "
-           "xargs sha256sum > backups/full-1.manifest) && echo full-1 > backups/LATEST")
-  return TaskSpec(instruction, FULL_CHECK, solve, wrong,
-                  files={f"data/{r}": b for r, b in files.items()},
-                  data={"files": digests, "manifest": manifest, "state": files},
-                  complexity="moderate", language="python")
+  wrong = (
+    "mkdir -p backups && cp -r data backups/full-1 && (find data -type f | LC_ALL=C sort | "
+    "xargs sha256sum > backups/full-1.manifest) && echo full-1 > backups/LATEST"
+  )
+  return TaskSpec(
+    instruction,
+    FULL_CHECK,
+    solve,
+    wrong,
+    files={f"data/{r}": b for r, b in files.items()},
+    data={"files": digests, "manifest": manifest, "state": files},
+    complexity="moderate",
+    language="python",
+  )
 
 
-INC_CHECK = CHECK_COMMON + """
+INC_CHECK = (
+  CHECK_COMMON
+  + """
 expect_backup(DATA["name"], DATA["stored"], DATA["manifest"])
 deleted = lines(f"backups/{DATA['name']}.deleted") if os.path.exists(
     f"backups/{DATA['name']}.deleted") else []
 if deleted != DATA["deleted"]:
   fail(f"backups/{DATA['name']}.deleted should list {DATA['deleted'][:4]}..., got {deleted[:4]}")
 """
+)
 
 INC_BODY = """
 prev = open("backups/LATEST").read().strip()
@@ -189,8 +211,9 @@ def _setup(old: dict[str, str], new: dict[str, str], moves) -> tuple[dict, str]:
   """Seeds (changed/new files) + setup (deletions, moves) turning data/ from old into new."""
   sources, targets = {s for s, _ in moves}, {d for _, d in moves}
   seeds = {f"data/{r}": b for r, b in new.items() if old.get(r) != b and r not in targets}
-  cmds = [f"mkdir -p data/{dst.rsplit('/', 1)[0]} && mv data/{src} data/{dst}"
-          for src, dst in moves]
+  cmds = [
+    f"mkdir -p data/{dst.rsplit('/', 1)[0]} && mv data/{src} data/{dst}" for src, dst in moves
+  ]
   cmds += [f"rm -f data/{r}" for r in sorted(set(old) - set(new)) if r not in sources]
   return seeds, "\n".join(cmds)
 
@@ -222,12 +245,28 @@ def _incremental(rng, level, specs, name, dedup):
   old_holders = parent.get("holders") or {r: (_digest(b), "full-1") for r, b in old.items()}
   stored, rows, holders = _expect(name, old_holders, new, dedup)
   body = f"NAME, DEDUP = {name!r}, {dedup}\n" + INC_BODY
-  solve = "\n".join(("cat backups/LATEST; ls backups; find data -newer backups/LATEST -type f | "
-                     "head", STEP_MARK, _oracle(body), STEP_MARK,
-                     f"wc -l backups/{name}.manifest backups/{name}.deleted"))
-  return seeds, setup, solve, {"name": name, "stored": stored, "manifest": rows,
-                               "deleted": sorted(set(old) - set(new)), "state": new,
-                               "holders": holders}
+  solve = "\n".join(
+    (
+      "cat backups/LATEST; ls backups; find data -newer backups/LATEST -type f | head",
+      STEP_MARK,
+      _oracle(body),
+      STEP_MARK,
+      f"wc -l backups/{name}.manifest backups/{name}.deleted",
+    )
+  )
+  return (
+    seeds,
+    setup,
+    solve,
+    {
+      "name": name,
+      "stored": stored,
+      "manifest": rows,
+      "deleted": sorted(set(old) - set(new)),
+      "state": new,
+      "holders": holders,
+    },
+  )
 
 
 def incremental(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -244,10 +283,21 @@ Make the incremental backup inc-2:
 - backups/inc-2.deleted lists the paths deleted since the last backup, sorted;
 - backups/LATEST then names inc-2. Never change an existing backup."""
   # Plausible wrong: store every current file again (a second full backup named inc-2).
-  wrong = solve.replace("  if rel in known and known[rel][0] == h:\n    rows.append((h, rel, "
-                        "known[rel][1]))\n  elif", "  if")
-  return TaskSpec(instruction, INC_CHECK, solve, wrong, files=seeds, setup=setup, data=data,
-                  complexity="complex", language="python")
+  wrong = solve.replace(
+    "  if rel in known and known[rel][0] == h:\n    rows.append((h, rel, known[rel][1]))\n  elif",
+    "  if",
+  )
+  return TaskSpec(
+    instruction,
+    INC_CHECK,
+    solve,
+    wrong,
+    files=seeds,
+    setup=setup,
+    data=data,
+    complexity="complex",
+    language="python",
+  )
 
 
 def dedup(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -264,8 +314,17 @@ paths. Make the incremental backup inc-3 with deduplication:
   included), sorted; then backups/LATEST names inc-3. Never change an existing backup."""
   # Plausible wrong: the plain incremental (stores moved files again).
   wrong = solve.replace("NAME, DEDUP = 'inc-3', True", "NAME, DEDUP = 'inc-3', False")
-  return TaskSpec(instruction, INC_CHECK, solve, wrong, files=seeds, setup=setup, data=data,
-                  complexity="complex", language="python")
+  return TaskSpec(
+    instruction,
+    INC_CHECK,
+    solve,
+    wrong,
+    files=seeds,
+    setup=setup,
+    data=data,
+    complexity="complex",
+    language="python",
+  )
 
 
 RESTORE_CHECK = """
@@ -297,7 +356,11 @@ bytes>`. Restore the state of inc-2 into /workspace/restore/ (same relative path
 file from the backup its manifest line names; files deleted before inc-2 must not come back.
 Check every restored file against its sha256, then write restore.log with the single line
 `restored <N> files from inc-2`."""
-  solve = "\n".join(("cat backups/LATEST; head -5 backups/inc-2.manifest", STEP_MARK, _oracle("""
+  solve = "\n".join(
+    (
+      "cat backups/LATEST; head -5 backups/inc-2.manifest",
+      STEP_MARK,
+      _oracle("""
 name = open("backups/LATEST").read().strip()
 rows = holders(name)
 for rel, (h, where) in sorted(rows.items()):
@@ -305,25 +368,54 @@ for rel, (h, where) in sorted(rows.items()):
   shutil.copyfile(f"backups/{where}/{rel}", f"restore/{rel}")
   assert sha(f"restore/{rel}") == h, rel
 open("restore.log", "w").write(f"restored {len(rows)} files from {name}\\n")
-"""), STEP_MARK, "cat restore.log && find restore -type f | wc -l"))
+"""),
+      STEP_MARK,
+      "cat restore.log && find restore -type f | wc -l",
+    )
+  )
   # Plausible wrong: overlay every backup in order (full-1, then inc-2): deleted files come back.
-  wrong = ("mkdir -p restore && cp -r backups/full-1/. restore/ && cp -r backups/inc-2/. restore/ "
-           "&& echo \"restored $(find restore -type f | wc -l) files from inc-2\" > restore.log")
-  return TaskSpec(instruction, RESTORE_CHECK, solve, wrong, setup="rm -rf data",
-                  data={"want": want}, complexity="moderate", language="python")
+  wrong = (
+    "mkdir -p restore && cp -r backups/full-1/. restore/ && cp -r backups/inc-2/. restore/ "
+    '&& echo "restored $(find restore -type f | wc -l) files from inc-2" > restore.log'
+  )
+  return TaskSpec(
+    instruction,
+    RESTORE_CHECK,
+    solve,
+    wrong,
+    setup="rm -rf data",
+    data={"want": want},
+    complexity="moderate",
+    language="python",
+  )
 
 
-ROOT = Family("backup_full", "system_administration", "exact_text", "text_only", backup_full,
-              skills=("backups", "checksums", "incremental sync"))
+ROOT = Family(
+  "backup_full",
+  "system_administration",
+  "exact_text",
+  "text_only",
+  backup_full,
+  skills=("backups", "checksums", "incremental sync"),
+)
 FAMILIES = (ROOT,)
 CHAIN = ChainFamily(
-    name="backup_rotation", goal="keep restorable backups of a server's data",
-    root=ROOT, root_requirement="a full backup with a sha256sum manifest",
-    extensions=(
-        Extension("incremental", ("backup_full",),
-                  "an incremental backup of what changed since the last manifest", incremental),
-        Extension("restore", ("incremental",),
-                  "restore the latest state from the chain of backups", restore),
-        Extension("dedup", ("incremental",),
-                  "a deduplicating incremental after moves and copies", dedup),
-    ))
+  name="backup_rotation",
+  goal="keep restorable backups of a server's data",
+  root=ROOT,
+  root_requirement="a full backup with a sha256sum manifest",
+  extensions=(
+    Extension(
+      "incremental",
+      ("backup_full",),
+      "an incremental backup of what changed since the last manifest",
+      incremental,
+    ),
+    Extension(
+      "restore", ("incremental",), "restore the latest state from the chain of backups", restore
+    ),
+    Extension(
+      "dedup", ("incremental",), "a deduplicating incremental after moves and copies", dedup
+    ),
+  ),
+)

@@ -25,9 +25,15 @@ import re
 from typing import Sequence
 
 from tmax_jax.tasks.procedural import util
+from tmax_jax.tasks.procedural.chain_config_tools import (
+  DEPLOY_V1,
+  DEPLOY_V2,
+  RENDER_SECRETS,
+  RENDER_V1,
+  RENDER_V2,
+  VALIDATE,
+)
 from tmax_jax.tasks.procedural.chains import STEP_MARK, ChainFamily, Extension, patched
-from tmax_jax.tasks.procedural.chain_config_tools import (DEPLOY_V1, DEPLOY_V2, RENDER_SECRETS,
-                                                          RENDER_V1, RENDER_V2, VALIDATE)
 from tmax_jax.tasks.procedural.core import Family, TaskSpec
 
 # ------------------------------------------------------------------------ the fleet's templates
@@ -87,14 +93,19 @@ ssl_certificate_key /etc/ssl/private/${HOST}.${DOMAIN}.key;
 ssl_protocols ${TLS_PROTOCOLS:-TLSv1.2 TLSv1.3};
 """
 SECRET_LINE = "password = ${secret:db_password}\n"
-TEMPLATES = {"app.ini.tmpl": APP_INI, "nginx.conf.tmpl": NGINX, "logrotate.conf.tmpl": LOGROTATE,
-             "motd.tmpl": MOTD}
+TEMPLATES = {
+  "app.ini.tmpl": APP_INI,
+  "nginx.conf.tmpl": NGINX,
+  "logrotate.conf.tmpl": LOGROTATE,
+  "motd.tmpl": MOTD,
+}
 
 _REF = re.compile(r"\$\$|\$\{((?:secret:)?[A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def _expand(text: str, env: dict) -> str:
   """The reference renderer of the hidden checks (KeyError on an undefined variable)."""
+
   def sub(m):
     if m.group(0) == "$$":
       return "$"
@@ -106,6 +117,7 @@ def _expand(text: str, env: dict) -> str:
     if name in env:
       return ""
     raise KeyError(name)
+
   return _REF.sub(sub, text)
 
 
@@ -142,13 +154,21 @@ def _files(rng: random.Random, cfg: dict, prefix: str = "deploy/") -> dict[str, 
 
 def _config(rng: random.Random, level: int) -> dict:
   svc = util.word(rng)
-  common = {"DOMAIN": f"{util.word(rng)}.internal", "APP_PORT": str(rng.randint(8000, 8099)),
-            "DB_HOST": f"db1.{svc}.internal", "DB_USER": svc, "DB_NAME": f"{svc}_prod",
-            "DB_OPTS": f"sslmode=require&connect_timeout={rng.randint(3, 9)}",
-            "WORKERS": str(rng.choice((2, 4))), "SERVICE": svc, "GREETING": "",
-            "ROTATE_KEEP": str(rng.choice((7, 14, 30))), "BUDGET": str(rng.randint(100, 999))}
+  common = {
+    "DOMAIN": f"{util.word(rng)}.internal",
+    "APP_PORT": str(rng.randint(8000, 8099)),
+    "DB_HOST": f"db1.{svc}.internal",
+    "DB_USER": svc,
+    "DB_NAME": f"{svc}_prod",
+    "DB_OPTS": f"sslmode=require&connect_timeout={rng.randint(3, 9)}",
+    "WORKERS": str(rng.choice((2, 4))),
+    "SERVICE": svc,
+    "GREETING": "",
+    "ROTATE_KEEP": str(rng.choice((7, 14, 30))),
+    "BUDGET": str(rng.randint(100, 999)),
+  }
   web1 = {"WORKERS": str(rng.choice((8, 16))), "DB_POOL": str(rng.choice((10, 20, 40)))}
-  names = list(TEMPLATES)[:level + 2]  # the knob: how many templates the fleet has
+  names = list(TEMPLATES)[: level + 2]  # the knob: how many templates the fleet has
   return {"common": common, "hosts": {"web1": web1}, "templates": {n: TEMPLATES[n] for n in names}}
 
 
@@ -158,27 +178,55 @@ def _fixture(rng: random.Random, host_templates: bool = False, secrets: bool = F
 
   def v(name, default=None):
     return "${" + name + ("" if default is None else ":-" + default) + "}"
+
   host = f"{util.word(rng)}{rng.randint(1, 9)}"
-  common = {k[0]: util.word(rng), k[1]: f"a={rng.randint(1, 9)}&b=c", k[2]: "",
-            k[5]: util.word(rng)}
+  common = {
+    k[0]: util.word(rng),
+    k[1]: f"a={rng.randint(1, 9)}&b=c",
+    k[2]: "",
+    k[5]: util.word(rng),
+  }
   host_env = {k[4]: str(rng.randint(1, 999)), k[5]: util.word(rng) + "_host"}
-  main = "\n".join((f"# generated for {v('HOST')}", f"a = {v(k[0])}", f"b = {v(k[1])}",
-                    f"c = [{v(k[2])}] [{v(k[2], 'empty')}]", f"d = {v(k[3], util.word(rng))}",
-                    f"e = {v(k[4])}", f"f = {v(k[5], 'never')}",
-                    f"cost = $${rng.randint(1, 99)}, $${v(k[0])} and $$$${v(k[0])}",
-                    "literal = $$" + "{" + k[0] + "}",
-                    f"keep = $remote_addr $(hostname) {v(k[0], 'x')}")) + "\n"
-  cfg = {"common": common, "hosts": {host: host_env},
-         "templates": {"main.conf.tmpl": main, "plain.txt.tmpl": "no placeholders: $5, ${}\n"}}
+  main = (
+    "\n".join(
+      (
+        f"# generated for {v('HOST')}",
+        f"a = {v(k[0])}",
+        f"b = {v(k[1])}",
+        f"c = [{v(k[2])}] [{v(k[2], 'empty')}]",
+        f"d = {v(k[3], util.word(rng))}",
+        f"e = {v(k[4])}",
+        f"f = {v(k[5], 'never')}",
+        f"cost = $${rng.randint(1, 99)}, $${v(k[0])} and $$$${v(k[0])}",
+        "literal = $$" + "{" + k[0] + "}",
+        f"keep = $remote_addr $(hostname) {v(k[0], 'x')}",
+      )
+    )
+    + "\n"
+  )
+  cfg = {
+    "common": common,
+    "hosts": {host: host_env},
+    "templates": {"main.conf.tmpl": main, "plain.txt.tmpl": "no placeholders: $5, ${}\n"},
+  }
   if host_templates:
-    cfg["host_templates"] = {host: {"plain.txt.tmpl": f"{host} only: {v(k[4])}\n",
-                                    "extra.conf.tmpl": f"extra = {v(k[5])}\n"},
-                             "other9": {"main.conf.tmpl": "not for this host\n"}}
+    cfg["host_templates"] = {
+      host: {
+        "plain.txt.tmpl": f"{host} only: {v(k[4])}\n",
+        "extra.conf.tmpl": f"extra = {v(k[5])}\n",
+      },
+      "other9": {"main.conf.tmpl": "not for this host\n"},
+    }
   if secrets:
     cfg["secrets"] = {"token": util.token(rng, 24)}
     cfg["templates"]["secret.conf.tmpl"] = f"user = {v(k[0])}\ntoken = {v('secret:token')}\n"
-  return {"files": _files(rng, cfg), "host": host, "want": _render(cfg, host),
-          "missing": f"NOPE_{util.word(rng).upper()}", "config": cfg}
+  return {
+    "files": _files(rng, cfg),
+    "host": host,
+    "want": _render(cfg, host),
+    "missing": f"NOPE_{util.word(rng).upper()}",
+    "config": cfg,
+  }
 
 
 # ------------------------------------------------------------------------------ hidden checks
@@ -287,7 +335,9 @@ def releases(tmp, host):
   return names, link
 """
 
-RENDER_CHECK = CHECK_COMMON + """
+RENDER_CHECK = (
+  CHECK_COMMON
+  + """
 fx = DATA["fixture"]
 render_fixture(fx)
 p = render_fails(fx, {"deploy/templates/broken.conf.tmpl": "x = ${" + fx["missing"] + "}\\n"},
@@ -297,6 +347,7 @@ if "broken.conf" not in p.stderr:
 release("web1", "r1", DATA["r1"])
 current("web1")
 """
+)
 
 
 def _tool(path: str, source: str) -> str:
@@ -325,26 +376,43 @@ the directory render.py is in):
   all; it must not exist beforehand).
 Then deploy host web1: render it into releases/web1/r1 and make releases/web1/current a relative
 symlink to r1. A release directory is never changed once written."""
-  solve = _steps("ls -R deploy; cat deploy/vars/common.env deploy/hosts/web1.env",
-                 _tool("deploy/render.py", RENDER_V1),
-                 "python3 deploy/render.py web1 releases/web1/r1 && ln -sfn r1 "
-                 "releases/web1/current && ls -l releases/web1",
-                 "t=$(mktemp -d) && python3 deploy/render.py web1 $t/again && diff -r $t/again "
-                 "releases/web1/current && rm -rf $t && cat releases/web1/r1/app.ini")
+  solve = _steps(
+    "ls -R deploy; cat deploy/vars/common.env deploy/hosts/web1.env",
+    _tool("deploy/render.py", RENDER_V1),
+    "python3 deploy/render.py web1 releases/web1/r1 && ln -sfn r1 "
+    "releases/web1/current && ls -l releases/web1",
+    "t=$(mktemp -d) && python3 deploy/render.py web1 $t/again && diff -r $t/again "
+    "releases/web1/current && rm -rf $t && cat releases/web1/r1/app.ini",
+  )
   # Plausible wrong: the host file is read first, so common.env overrides the host's values.
-  wrong = patched(solve, ('''  load_env(os.path.join(config, "vars", "common.env"), env)
+  wrong = patched(
+    solve,
+    (
+      """  load_env(os.path.join(config, "vars", "common.env"), env)
   path = os.path.join(config, "hosts", host + ".env")
   if os.path.isfile(path):
-    load_env(path, env)''', '''  path = os.path.join(config, "hosts", host + ".env")
+    load_env(path, env)""",
+      """  path = os.path.join(config, "hosts", host + ".env")
   if os.path.isfile(path):
     load_env(path, env)
-  load_env(os.path.join(config, "vars", "common.env"), env)'''))
-  return TaskSpec(instruction, RENDER_CHECK, solve, wrong, files=_files(rng, cfg),
-                  data={"fixture": _fixture(rng), "r1": _render(cfg, "web1"), "config": cfg},
-                  complexity=("moderate", "complex", "complex")[level], language="python")
+  load_env(os.path.join(config, "vars", "common.env"), env)""",
+    ),
+  )
+  return TaskSpec(
+    instruction,
+    RENDER_CHECK,
+    solve,
+    wrong,
+    files=_files(rng, cfg),
+    data={"fixture": _fixture(rng), "r1": _render(cfg, "web1"), "config": cfg},
+    complexity=("moderate", "complex", "complex")[level],
+    language="python",
+  )
 
 
-OVERRIDES_CHECK = CHECK_COMMON + """
+OVERRIDES_CHECK = (
+  CHECK_COMMON
+  + """
 fx = DATA["fixture"]
 tmp, _ = render_fixture(fx)
 host = fx["host"]
@@ -372,6 +440,7 @@ if p.returncode != 2 or releases(tmp, host) != (["r1", "r2"], "r2"):
 release("web2", "r1", DATA["web2"])
 current("web2")
 """
+)
 
 
 def host_overrides(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -401,21 +470,37 @@ deploy/hosts/web2/ with templates of its own.
    discarded and nothing changes; otherwise `current` is switched to it atomically (a new
    relative symlink renamed over the old one). A render error exits 2 and changes nothing.
 3. Deploy web1 and web2 with it."""
-  solve = _steps("ls -R deploy/hosts; cat deploy/hosts/web2.env; ls -l releases/*",
-                 _tool("deploy/render.py", RENDER_V2), _tool("deploy/deploy.py", DEPLOY_V1),
-                 "python3 deploy/deploy.py web1 && python3 deploy/deploy.py web2",
-                 "test -h releases/web2/current && python3 deploy/deploy.py web2 | grep unchanged "
-                 "&& ls -l releases/*/ && cat releases/web2/current/nginx.conf")
+  solve = _steps(
+    "ls -R deploy/hosts; cat deploy/hosts/web2.env; ls -l releases/*",
+    _tool("deploy/render.py", RENDER_V2),
+    _tool("deploy/deploy.py", DEPLOY_V1),
+    "python3 deploy/deploy.py web1 && python3 deploy/deploy.py web2",
+    "test -h releases/web2/current && python3 deploy/deploy.py web2 | grep unchanged "
+    "&& ls -l releases/*/ && cat releases/web2/current/nginx.conf",
+  )
   # Plausible wrong: every deploy cuts a new release, even when nothing changed.
-  wrong = patched(solve, ("  if cur and same(os.path.join(root, cur), new):",
-                           "  if False:"))
-  return TaskSpec(instruction, OVERRIDES_CHECK, solve, wrong, files=files,
-                  data={"fixture": fx, "change": change, "web2": _render(cfg, "web2"),
-                        "want_changed": _render(changed, fx["host"]), "config": cfg},
-                  complexity="complex", language="python")
+  wrong = patched(solve, ("  if cur and same(os.path.join(root, cur), new):", "  if False:"))
+  return TaskSpec(
+    instruction,
+    OVERRIDES_CHECK,
+    solve,
+    wrong,
+    files=files,
+    data={
+      "fixture": fx,
+      "change": change,
+      "web2": _render(cfg, "web2"),
+      "want_changed": _render(changed, fx["host"]),
+      "config": cfg,
+    },
+    complexity="complex",
+    language="python",
+  )
 
 
-ROLLBACK_CHECK = CHECK_COMMON + """
+ROLLBACK_CHECK = (
+  CHECK_COMMON
+  + """
 fx = DATA["fixture"]
 tmp = fixture(fx)
 host = fx["host"]
@@ -447,6 +532,7 @@ if lines("releases/web2/ROLLBACKS") != ["r2 -> r1"]:
 if os.path.exists("releases/web1/ROLLBACKS"):
   fail("web1 was never rolled back, yet releases/web1/ROLLBACKS exists")
 """
+)
 
 ROLLOUT = "for h in web1 web2; do python3 deploy/deploy.py $h; done"
 ROLLOUT_VALIDATED = """for h in web1 web2; do
@@ -460,8 +546,11 @@ done"""
 def rollback(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
   cfg = dict(specs[-1].data["config"])
   # The new application port is web2's admin port: only web2's release clashes.
-  common = {**cfg["common"], "APP_PORT": cfg["hosts"]["web2"]["ADMIN_PORT"],
-            "DB_POOL": str(rng.choice((25, 50)))}
+  common = {
+    **cfg["common"],
+    "APP_PORT": cfg["hosts"]["web2"]["ADMIN_PORT"],
+    "DB_POOL": str(rng.choice((25, 50))),
+  }
   if level >= 1:
     common["ROTATE_FREQ"] = "weekly"
   cfg["common"] = common
@@ -478,21 +567,38 @@ and deploy/validate.py RELEASE_DIR (exit 0 = ok) now checks a rendered release.
 2. Roll the change out to web1 and web2: deploy each host, validate its new current release, and
    roll back every host whose release fails validation (keep the failed release for the
    post-mortem)."""
-  solve = _steps("cat deploy/vars/common.env; sed -n '1,12p' deploy/validate.py; ls -l releases/*/",
-                 _tool("deploy/deploy.py", DEPLOY_V2), ROLLOUT_VALIDATED,
-                 "test -s releases/web2/ROLLBACKS && python3 deploy/validate.py "
-                 "releases/web1/current && ls -l releases/*/current && cat releases/web2/ROLLBACKS")
+  solve = _steps(
+    "cat deploy/vars/common.env; sed -n '1,12p' deploy/validate.py; ls -l releases/*/",
+    _tool("deploy/deploy.py", DEPLOY_V2),
+    ROLLOUT_VALIDATED,
+    "test -s releases/web2/ROLLBACKS && python3 deploy/validate.py "
+    "releases/web1/current && ls -l releases/*/current && cat releases/web2/ROLLBACKS",
+  )
   # Plausible wrong: the rollout without validating (web2 keeps its clashing release).
   wrong = patched(solve, (ROLLOUT_VALIDATED, ROLLOUT))
-  return TaskSpec(instruction, ROLLBACK_CHECK, solve, wrong,
-                  files={"deploy/validate.py": VALIDATE,
-                         "deploy/vars/common.env": _env_text(rng, common, "shared by every host")},
-                  data={"fixture": fx, "change": specs[-1].data["change"],
-                        "web1": _render(cfg, "web1"), "web2": _render(cfg, "web2")},
-                  complexity="complex", language="python")
+  return TaskSpec(
+    instruction,
+    ROLLBACK_CHECK,
+    solve,
+    wrong,
+    files={
+      "deploy/validate.py": VALIDATE,
+      "deploy/vars/common.env": _env_text(rng, common, "shared by every host"),
+    },
+    data={
+      "fixture": fx,
+      "change": specs[-1].data["change"],
+      "web1": _render(cfg, "web1"),
+      "web2": _render(cfg, "web2"),
+    },
+    complexity="complex",
+    language="python",
+  )
 
 
-SECRETS_CHECK = CHECK_COMMON + """
+SECRETS_CHECK = (
+  CHECK_COMMON
+  + """
 fx = DATA["fixture"]
 tmp, p = render_fixture(fx)
 modes("render.py output", tmp + "/out", DATA["fixture_modes"])
@@ -504,6 +610,7 @@ modes("releases/web1/r2", "releases/web1/r2", DATA["modes"])
 if current("web1") != "r2":
   fail("releases/web1/current should point to the new release r2")
 """
+)
 
 
 def secrets(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -524,38 +631,66 @@ no longer live in a template: app.ini.tmpl now says ${secret:db_password}.
    other rendered file 0644. Never print a secret's value.
 2. Redeploy web1 as the new release releases/web1/r2 and switch releases/web1/current to it (keep
    r1 as it is)."""
-  solve = _steps("grep -n secret deploy/templates/*.tmpl; ls -l deploy/secrets",
-                 _tool("deploy/render.py", RENDER_SECRETS),
-                 "python3 deploy/render.py web1 releases/web1/r2 && ln -sfn r2 "
-                 "releases/web1/current",
-                 "test -h releases/web1/current && stat -c '%a %n' releases/web1/r2/*")
+  solve = _steps(
+    "grep -n secret deploy/templates/*.tmpl; ls -l deploy/secrets",
+    _tool("deploy/render.py", RENDER_SECRETS),
+    "python3 deploy/render.py web1 releases/web1/r2 && ln -sfn r2 releases/web1/current",
+    "test -h releases/web1/current && stat -c '%a %n' releases/web1/r2/*",
+  )
   # Plausible wrong: the secrets are rendered, but every file keeps the default mode.
   wrong = patched(solve, ("0o600 if name in secret else 0o644", "0o644"))
   names = _render(cfg, "web1")
-  return TaskSpec(instruction, SECRETS_CHECK, solve, wrong,
-                  files={"deploy/templates/app.ini.tmpl": app,
-                         "deploy/secrets/db_password": cfg["secrets"]["db_password"] + "\n"},
-                  setup="chmod 700 deploy/secrets && chmod 600 deploy/secrets/db_password",
-                  data={"fixture": fx, "token": fx["config"]["secrets"]["token"],
-                        "fixture_modes": {n: 0o600 if n == "secret.conf" else 0o644
-                                          for n in fx["want"]},
-                        "r2": names, "modes": {n: 0o600 if n == "app.ini" else 0o644
-                                                for n in names}},
-                  complexity="moderate", language="python")
+  return TaskSpec(
+    instruction,
+    SECRETS_CHECK,
+    solve,
+    wrong,
+    files={
+      "deploy/templates/app.ini.tmpl": app,
+      "deploy/secrets/db_password": cfg["secrets"]["db_password"] + "\n",
+    },
+    setup="chmod 700 deploy/secrets && chmod 600 deploy/secrets/db_password",
+    data={
+      "fixture": fx,
+      "token": fx["config"]["secrets"]["token"],
+      "fixture_modes": {n: 0o600 if n == "secret.conf" else 0o644 for n in fx["want"]},
+      "r2": names,
+      "modes": {n: 0o600 if n == "app.ini" else 0o644 for n in names},
+    },
+    complexity="moderate",
+    language="python",
+  )
 
 
-ROOT = Family("config_render", "system_administration", "exact_text", "text_only",
-              config_render, skills=("templating", "deployment", "configuration management"))
+ROOT = Family(
+  "config_render",
+  "system_administration",
+  "exact_text",
+  "text_only",
+  config_render,
+  skills=("templating", "deployment", "configuration management"),
+)
 FAMILIES = (ROOT,)
 CHAIN = ChainFamily(
-    name="config_fleet", goal="render and roll out our services' configuration to every host",
-    root=ROOT, root_requirement="a template renderer and the first host's release",
-    extensions=(
-        Extension("host_overrides", ("config_render",),
-                  "a second host with template overrides; an idempotent deploy tool",
-                  host_overrides),
-        Extension("rollback", ("host_overrides",),
-                  "a validated rollout that rolls back the host whose release fails", rollback),
-        Extension("secrets", ("config_render",),
-                  "secrets from files, rendered 0600; redeploy", secrets),
-    ))
+  name="config_fleet",
+  goal="render and roll out our services' configuration to every host",
+  root=ROOT,
+  root_requirement="a template renderer and the first host's release",
+  extensions=(
+    Extension(
+      "host_overrides",
+      ("config_render",),
+      "a second host with template overrides; an idempotent deploy tool",
+      host_overrides,
+    ),
+    Extension(
+      "rollback",
+      ("host_overrides",),
+      "a validated rollout that rolls back the host whose release fails",
+      rollback,
+    ),
+    Extension(
+      "secrets", ("config_render",), "secrets from files, rendered 0600; redeploy", secrets
+    ),
+  ),
+)

@@ -96,7 +96,7 @@ def render(config, host, out):
   os.rename(tmp, out)
 '''
 
-RENDER_MAIN = '''
+RENDER_MAIN = """
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description="Renders the configuration templates of one host.")
@@ -114,48 +114,58 @@ def main(argv=None):
 
 if __name__ == "__main__":
   sys.exit(main())
-'''
+"""
 
-_OVERLAY = '''  folder = os.path.join(config, "hosts", host)
+_OVERLAY = """  folder = os.path.join(config, "hosts", host)
   if os.path.isdir(folder):  # the host's own templates replace or add to the common ones
     for name in sorted(os.listdir(folder)):
       if name.endswith(".tmpl"):
         found[name[:-5]] = os.path.join(folder, name)
   return found
-'''
+"""
 
 # Secrets: ${secret:NAME} reads deploy/secrets/NAME; a file that uses one is written 0600.
-_SECRET_PLACEHOLDER = ("(?P<name>[A-Za-z_][A-Za-z0-9_]*)",
-                       "(?P<name>(?:secret:)?[A-Za-z_][A-Za-z0-9_]*)")
-_SECRET_VARS = ('''  env["HOST"] = host
-''', '''  env["HOST"] = host
+_SECRET_PLACEHOLDER = (
+  "(?P<name>[A-Za-z_][A-Za-z0-9_]*)",
+  "(?P<name>(?:secret:)?[A-Za-z_][A-Za-z0-9_]*)",
+)
+_SECRET_VARS = (
+  """  env["HOST"] = host
+""",
+  """  env["HOST"] = host
   folder = os.path.join(config, "secrets")
   for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
     with open(os.path.join(folder, name)) as f:
       env["secret:" + name] = f.read().rstrip("\\n")
-''')
-_SECRET_WRITE = ('''  texts = {}
+""",
+)
+_SECRET_WRITE = (
+  """  texts = {}
   for name, path in templates(config, host).items():
     with open(path) as f:
       texts[name] = render_text(f.read(), env, path, set())
-''', '''  texts, secret = {}, set()
+""",
+  """  texts, secret = {}, set()
   for name, path in templates(config, host).items():
     used = set()
     with open(path) as f:
       texts[name] = render_text(f.read(), env, path, used)
     if any(u.startswith("secret:") for u in used):
       secret.add(name)
-''')
-_SECRET_MODE = ('''      f.write(text)
-  os.rename''', '''      f.write(text)
+""",
+)
+_SECRET_MODE = (
+  """      f.write(text)
+  os.rename""",
+  """      f.write(text)
     os.chmod(os.path.join(tmp, name), 0o600 if name in secret else 0o644)
-  os.rename''')
+  os.rename""",
+)
 
 
 RENDER_V1 = RENDER_HEAD + RENDER_MAIN
 RENDER_V2 = patched(RENDER_V1, ("  return found\n", _OVERLAY))
-RENDER_SECRETS = patched(RENDER_V1, _SECRET_PLACEHOLDER, _SECRET_VARS, _SECRET_WRITE,
-                          _SECRET_MODE)
+RENDER_SECRETS = patched(RENDER_V1, _SECRET_PLACEHOLDER, _SECRET_VARS, _SECRET_WRITE, _SECRET_MODE)
 
 DEPLOY_HEAD = '''"""Deploys one host's configuration as a release.
 
@@ -225,7 +235,7 @@ def deploy(config, releases, host):
   return name
 '''
 
-DEPLOY_ROLLBACK = '''
+DEPLOY_ROLLBACK = """
 
 def rollback(releases, host):
   root = os.path.join(releases, host)
@@ -238,9 +248,9 @@ def rollback(releases, host):
   with open(os.path.join(root, "ROLLBACKS"), "a") as f:
     f.write(f"{cur} -> {name}\\n")
   print(f"{host}: rolled back {cur} -> {name}")
-'''
+"""
 
-DEPLOY_MAIN = '''
+DEPLOY_MAIN = """
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description="Deploys one host's configuration as a release.")
@@ -260,17 +270,23 @@ def main(argv=None):
 
 if __name__ == "__main__":
   sys.exit(main())
-'''
+"""
 
 DEPLOY_V1 = DEPLOY_HEAD + DEPLOY_MAIN
-DEPLOY_V2 = patched(DEPLOY_HEAD + DEPLOY_ROLLBACK + DEPLOY_MAIN, (
+DEPLOY_V2 = patched(
+  DEPLOY_HEAD + DEPLOY_ROLLBACK + DEPLOY_MAIN,
+  (
     '  ap.add_argument("host")\n',
     '  ap.add_argument("--rollback", action="store_true", help="back to the previous release")\n'
-    '  ap.add_argument("host")\n'), (
+    '  ap.add_argument("host")\n',
+  ),
+  (
     "  try:\n    deploy(",
     "  if args.rollback:\n    try:\n      rollback(releases, args.host)\n"
-    "    except DeployError as e:\n      print(f\"deploy: {e}\", file=sys.stderr)\n"
-    "      return 1\n    return 0\n  try:\n    deploy("))
+    '    except DeployError as e:\n      print(f"deploy: {e}", file=sys.stderr)\n'
+    "      return 1\n    return 0\n  try:\n    deploy(",
+  ),
+)
 
 VALIDATE = '''"""Checks a rendered release for port clashes (our stand-in for `nginx -t`).
 

@@ -32,10 +32,32 @@ from tmax_jax.tasks.procedural.core import Family, TaskSpec
 FIELDS = ("email", "name", "phone", "city", "updated")
 EDITABLE = ("name", "phone", "city")
 EXPORT_HEADER = ("Email", "Full Name", "Phone", "City", "Last Modified")
-CITIES = ("Portland, OR", "Austin", "Boston", "Denver", "Reno, NV", "Tulsa", "Salem, MA", "Omaha",
-          "Fargo", "Boise")
-LAST = ("Okafor", "Lindqvist", "Moreau", "Tanaka", "Silva", "Novak", "Haddad", "Kowalski", "Brandt",
-        "Ferreira", "Ivanova", "Mensah")
+CITIES = (
+  "Portland, OR",
+  "Austin",
+  "Boston",
+  "Denver",
+  "Reno, NV",
+  "Tulsa",
+  "Salem, MA",
+  "Omaha",
+  "Fargo",
+  "Boise",
+)
+LAST = (
+  "Okafor",
+  "Lindqvist",
+  "Moreau",
+  "Tanaka",
+  "Silva",
+  "Novak",
+  "Haddad",
+  "Kowalski",
+  "Brandt",
+  "Ferreira",
+  "Ivanova",
+  "Mensah",
+)
 DOMAINS = ("example.com", "example.org", "mail.test")
 
 CHECK_COMMON = """
@@ -69,13 +91,16 @@ def expect_current():
 
 TABLE = list(FIELDS)
 
-IMPORT_CHECK = CHECK_COMMON + f"""
+IMPORT_CHECK = (
+  CHECK_COMMON
+  + f"""
 expect_csv(W + "/v1.csv", {TABLE!r}, DATA["v1"])
 rejected = lines(W + "/v1.rejected") if os.path.isfile(W + "/v1.rejected") else []
 if rejected != [str(n) for n in DATA["rejected"]]:
   fail(f"{{W}}/v1.rejected should list the lines {{DATA['rejected']}}, got {{rejected}}")
 expect_current()
 """
+)
 
 # The table helpers every oracle of the chain shares (python, run from /workspace).
 ORACLE_LIB = """import csv, datetime, os, re
@@ -146,6 +171,7 @@ def _steps(explore: str, work: str, verify: str) -> str:
 # ---------------------------------------------------------------------------------- generation
 # A contact is {"email", "name", "phone", "city", "updated": datetime}; tables map email -> it.
 
+
 def _iso(t: datetime.datetime) -> str:
   return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -156,8 +182,9 @@ def _parse(s: str) -> datetime.datetime:
 
 def _time(rng: random.Random, month: int, first: int = 1, last: int = 28) -> datetime.datetime:
   second = 0 if rng.random() < 0.5 else rng.randint(1, 59)  # only :00 can use DD/MM/YYYY HH:MM
-  return datetime.datetime(2024, month, rng.randint(first, last), rng.randint(7, 19),
-                           rng.randint(0, 59), second)
+  return datetime.datetime(
+    2024, month, rng.randint(first, last), rng.randint(7, 19), rng.randint(0, 59), second
+  )
 
 
 def _name(rng: random.Random) -> str:
@@ -170,8 +197,11 @@ def _phone(rng: random.Random) -> str:
 
 
 def _new_value(rng: random.Random, field: str, old: str) -> str:
-  make = {"name": lambda: old.split()[0] + " " + rng.choice(LAST), "phone": lambda: _phone(rng),
-          "city": lambda: rng.choice(CITIES)}[field]
+  make = {
+    "name": lambda: old.split()[0] + " " + rng.choice(LAST),
+    "phone": lambda: _phone(rng),
+    "city": lambda: rng.choice(CITIES),
+  }[field]
   while True:
     value = make()
     if value != old:
@@ -184,8 +214,13 @@ def _contact(rng: random.Random, used: set, when: datetime.datetime) -> dict:
     email = f"{name.lower().replace(' ', '.')}{rng.randint(1, 99)}@{rng.choice(DOMAINS)}"
     if email not in used:
       used.add(email)
-      return {"email": email, "name": name, "phone": _phone(rng) if rng.random() < 0.9 else "",
-              "city": rng.choice(CITIES), "updated": when}
+      return {
+        "email": email,
+        "name": name,
+        "phone": _phone(rng) if rng.random() < 0.9 else "",
+        "city": rng.choice(CITIES),
+        "updated": when,
+      }
 
 
 def _messy(rng: random.Random, c: dict) -> list[str]:
@@ -193,12 +228,24 @@ def _messy(rng: random.Random, c: dict) -> list[str]:
   email = rng.choice((c["email"], c["email"].upper(), f" {c['email']}", f"{c['email'].title()} "))
   name = rng.choice((c["name"], c["name"].replace(" ", "  "), f" {c['name']} "))
   d = c["phone"][2:]
-  phone = "" if not d else rng.choice((
-      f"({d[:3]}) {d[3:6]}-{d[6:]}", f"{d[:3]}.{d[3:6]}.{d[6:]}", f"+1 {d[:3]} {d[3:6]} {d[6:]}",
-      f"1-{d[:3]}-{d[3:6]}-{d[6:]}"))
+  phone = (
+    ""
+    if not d
+    else rng.choice(
+      (
+        f"({d[:3]}) {d[3:6]}-{d[6:]}",
+        f"{d[:3]}.{d[3:6]}.{d[6:]}",
+        f"+1 {d[:3]} {d[3:6]} {d[6:]}",
+        f"1-{d[:3]}-{d[3:6]}-{d[6:]}",
+      )
+    )
+  )
   t = c["updated"]
-  when = (t.strftime("%d/%m/%Y %H:%M") if t.second == 0 and rng.random() < 0.6 else
-          t.strftime("%Y-%m-%d %H:%M:%S"))
+  when = (
+    t.strftime("%d/%m/%Y %H:%M")
+    if t.second == 0 and rng.random() < 0.6
+    else t.strftime("%Y-%m-%d %H:%M:%S")
+  )
   return [email, name, phone, c["city"] if rng.random() < 0.7 else f" {c['city']}", when]
 
 
@@ -207,8 +254,9 @@ def _csv(header, rows) -> str:
 
 
 def _rows(table: dict) -> list[list[str]]:
-  return [[table[e][k] if k != "updated" else _iso(table[e][k]) for k in FIELDS]
-          for e in sorted(table)]
+  return [
+    [table[e][k] if k != "updated" else _iso(table[e][k]) for k in FIELDS] for e in sorted(table)
+  ]
 
 
 def _state(table: dict) -> dict:
@@ -230,14 +278,19 @@ def contacts_import(rng: random.Random, level: int) -> TaskSpec:
   # latest revision, so "keep the first row" is wrong.
   for k, email in enumerate(rng.sample(sorted(table), (2, 3, 5)[level])):
     c = table[email]
-    old = dict(c, updated=c["updated"] - datetime.timedelta(days=rng.randint(1, 20), hours=3),
-               city=_new_value(rng, "city", c["city"]))
-    at = next(i for i, l in enumerate(lines) if l[0].strip().lower() == email)
+    old = dict(
+      c,
+      updated=c["updated"] - datetime.timedelta(days=rng.randint(1, 20), hours=3),
+      city=_new_value(rng, "city", c["city"]),
+    )
+    at = next(i for i, row in enumerate(lines) if row[0].strip().lower() == email)
     lines.insert(at if k == 0 else rng.randint(0, len(lines)), _messy(rng, old))
-  for bad in ("", "n/a", "ana.birch(at)example.com")[:(1, 2, 3)[level]]:
-    lines.insert(rng.randint(1, len(lines)), [bad, _name(rng), "", rng.choice(CITIES),
-                                              _time(rng, 1).strftime("%Y-%m-%d %H:%M:%S")])
-  rejected = [i + 2 for i, l in enumerate(lines) if "@" not in l[0]]
+  for bad in ("", "n/a", "ana.birch(at)example.com")[: (1, 2, 3)[level]]:
+    lines.insert(
+      rng.randint(1, len(lines)),
+      [bad, _name(rng), "", rng.choice(CITIES), _time(rng, 1).strftime("%Y-%m-%d %H:%M:%S")],
+    )
+  rejected = [i + 2 for i, row in enumerate(lines) if "@" not in row[0]]
   instruction = """The CRM exported our contacts to /workspace/exports/crm_2024-01.csv (header
 `Email,Full Name,Phone,City,Last Modified`; fields with commas are quoted). Load it as version v1
 of the contacts table in /workspace/warehouse/contacts/:
@@ -255,31 +308,46 @@ of the contacts table in /workspace/warehouse/contacts/:
   with the latest Last Modified;
 - finally write `v1` to warehouse/contacts/CURRENT.
 Later loads build new versions from this one; a written version is never changed."""
-  solve = _steps("head -5 exports/crm_2024-01.csv; wc -l exports/crm_2024-01.csv", _oracle("""
+  solve = _steps(
+    "head -5 exports/crm_2024-01.csv; wc -l exports/crm_2024-01.csv",
+    _oracle("""
 os.makedirs(W, exist_ok=True)
 rows, bad = read_export("exports/crm_2024-01.csv")
 write_table("v1", rows)
 with open(W + "/v1.rejected", "w") as f:
   f.writelines(f"{n}\\n" for n in bad)
 set_current("v1")
-"""), "test -s warehouse/contacts/v1.csv && cat warehouse/contacts/CURRENT "
-     "warehouse/contacts/v1.rejected && head -3 warehouse/contacts/v1.csv")
+"""),
+    "test -s warehouse/contacts/v1.csv && cat warehouse/contacts/CURRENT "
+    "warehouse/contacts/v1.rejected && head -3 warehouse/contacts/v1.csv",
+  )
   # Plausible wrong: of the duplicated emails keep the first row of the export.
-  wrong = patched(solve, ('if email not in rows or row["updated"] > rows[email]["updated"]:',
-                          "if email not in rows:"))
-  return TaskSpec(instruction, IMPORT_CHECK, solve, wrong,
-                  files={"exports/crm_2024-01.csv": _csv(EXPORT_HEADER, lines)},
-                  data={"v1": _rows(table), "rejected": rejected, "state": _state(table)},
-                  complexity=("moderate", "moderate", "complex")[level], language="python")
+  wrong = patched(
+    solve,
+    ('if email not in rows or row["updated"] > rows[email]["updated"]:', "if email not in rows:"),
+  )
+  return TaskSpec(
+    instruction,
+    IMPORT_CHECK,
+    solve,
+    wrong,
+    files={"exports/crm_2024-01.csv": _csv(EXPORT_HEADER, lines)},
+    data={"v1": _rows(table), "rejected": rejected, "state": _state(table)},
+    complexity=("moderate", "moderate", "complex")[level],
+    language="python",
+  )
 
 
 CONFLICT_HEADER = ["email", "field", "crm_value", "sales_value", "winner"]
 
-MERGE_CHECK = CHECK_COMMON + f"""
+MERGE_CHECK = (
+  CHECK_COMMON
+  + f"""
 expect_csv(W + "/v2.csv", {TABLE!r}, DATA["v2"])
 expect_csv(W + "/v2.conflicts.csv", {CONFLICT_HEADER!r}, DATA["conflicts"])
 expect_current()
 """
+)
 
 MERGE_FIELDS = """  for k in ("name", "phone", "city"):
     cv, sv = (c or b)[k], (s or b)[k]
@@ -293,7 +361,8 @@ MERGE_FIELDS = """  for k in ("name", "phone", "city"):
       row[k] = sv
 """
 
-MERGE_BODY = """
+MERGE_BODY = (
+  """
 base = read_table(current())
 crm, _ = read_export("exports/crm_2024-02.csv")
 with open("edits/sales_2024-02.csv", newline="") as f:
@@ -305,7 +374,9 @@ for email in sorted(set(base) | set(crm)):
     out[email] = c
     continue
   row = dict(b)
-""" + MERGE_FIELDS + """  row["updated"] = max(x["updated"] for x in (b, c, s) if x)
+"""
+  + MERGE_FIELDS
+  + """  row["updated"] = max(x["updated"] for x in (b, c, s) if x)
   out[email] = row
 version = next_version()
 write_table(version, out)
@@ -313,6 +384,7 @@ write_csv(f"{W}/{version}.conflicts.csv", ["email", "field", "crm_value", "sales
                                            "winner"], conflicts)
 set_current(version)
 """
+)
 
 
 def _edit(rng: random.Random, c: dict, fields, when: datetime.datetime, values=None) -> dict:
@@ -347,14 +419,25 @@ def _groups(rng: random.Random, emails, sizes: dict, level: int) -> dict:
   rng.shuffle(order)
   out, i = {}, 0
   for key, n in sizes.items():
-    out[key], i = order[i:i + n[level]], i + n[level]
+    out[key], i = order[i : i + n[level]], i + n[level]
   return out
 
 
 def _feb_edits(rng: random.Random, base: dict, level: int) -> tuple[dict, dict]:
   """The CRM's February rows and the sales team's edits of the same period."""
-  g = _groups(rng, base, {"crm": (2, 4, 8), "sales": (1, 3, 6), "both": (1, 2, 3),
-                          "conflict": (2, 3, 5), "same": (0, 1, 2), "again": (1, 2, 3)}, level)
+  g = _groups(
+    rng,
+    base,
+    {
+      "crm": (2, 4, 8),
+      "sales": (1, 3, 6),
+      "both": (1, 2, 3),
+      "conflict": (2, 3, 5),
+      "same": (0, 1, 2),
+      "again": (1, 2, 3),
+    },
+    level,
+  )
   crm, sales = {}, {}
   for e in g["crm"]:
     crm[e] = _edit(rng, base[e], [rng.choice(EDITABLE)], _time(rng, 2))
@@ -362,8 +445,10 @@ def _feb_edits(rng: random.Random, base: dict, level: int) -> tuple[dict, dict]:
     sales[e] = _edit(rng, base[e], [rng.choice(EDITABLE)], _time(rng, 2))
   for e in g["both"]:  # different fields: both changes survive (row-level "latest wins" loses one)
     f1, f2 = rng.sample(EDITABLE, 2)
-    crm[e], sales[e] = _edit(rng, base[e], [f1], _time(rng, 2)), _edit(rng, base[e], [f2],
-                                                                        _time(rng, 2))
+    crm[e], sales[e] = (
+      _edit(rng, base[e], [f1], _time(rng, 2)),
+      _edit(rng, base[e], [f2], _time(rng, 2)),
+    )
   for j, e in enumerate(g["conflict"] + g["same"]):
     f = rng.choice(EDITABLE)
     cv = _new_value(rng, f, base[e][f])
@@ -372,8 +457,7 @@ def _feb_edits(rng: random.Random, base: dict, level: int) -> tuple[dict, dict]:
       sv = _new_value(rng, f, cv)
     early, late = _time(rng, 2, 1, 14), _time(rng, 2, 15, 28)
     tc, ts = (late, early) if j % 2 == 0 else (early, late)  # the CRM wins the first conflict
-    crm[e], sales[e] = (_edit(rng, base[e], (), tc, {f: cv}),
-                        _edit(rng, base[e], (), ts, {f: sv}))
+    crm[e], sales[e] = (_edit(rng, base[e], (), tc, {f: cv}), _edit(rng, base[e], (), ts, {f: sv}))
   for e in g["again"]:  # re-exported unchanged
     crm[e] = dict(base[e])
   used = set(base)
@@ -408,25 +492,44 @@ row has the later `updated`. A contact only the CRM has is added. `updated` of a
 latest of its v1 row and the source rows it has. Write v2.csv (same format as v1.csv) and
 v2.conflicts.csv (`email,field,crm_value,sales_value,winner`, winner `crm` or `sales`, sorted by
 email, then name/phone/city order), then point CURRENT to v2. Do not change v1."""
-  solve = _steps("cat warehouse/contacts/CURRENT; head -3 exports/crm_2024-02.csv "
-                 "edits/sales_2024-02.csv", _oracle(MERGE_BODY),
-                 "cat warehouse/contacts/v2.conflicts.csv && diff warehouse/contacts/v1.csv "
-                 "warehouse/contacts/v2.csv | head -20")
+  solve = _steps(
+    "cat warehouse/contacts/CURRENT; head -3 exports/crm_2024-02.csv edits/sales_2024-02.csv",
+    _oracle(MERGE_BODY),
+    "cat warehouse/contacts/v2.conflicts.csv && diff warehouse/contacts/v1.csv "
+    "warehouse/contacts/v2.csv | head -20",
+  )
   # Plausible wrong: row-level "latest wins" (the other source's changes to other fields are lost).
-  wrong = patched(solve, (MERGE_FIELDS, "  row = dict(max((x for x in (c, s) if x), key=lambda x: "
-                                        "x['updated']) if (c or s) else b)\n"))
-  return TaskSpec(instruction, MERGE_CHECK, solve, wrong,
-                  files={"exports/crm_2024-02.csv": _csv(EXPORT_HEADER, lines),
-                         "edits/sales_2024-02.csv": _csv(FIELDS, edits)},
-                  data={"v2": _rows(table), "conflicts": conflicts, "state": _state(table)},
-                  complexity="complex", language="python")
+  wrong = patched(
+    solve,
+    (
+      MERGE_FIELDS,
+      "  row = dict(max((x for x in (c, s) if x), key=lambda x: "
+      "x['updated']) if (c or s) else b)\n",
+    ),
+  )
+  return TaskSpec(
+    instruction,
+    MERGE_CHECK,
+    solve,
+    wrong,
+    files={
+      "exports/crm_2024-02.csv": _csv(EXPORT_HEADER, lines),
+      "edits/sales_2024-02.csv": _csv(FIELDS, edits),
+    },
+    data={"v2": _rows(table), "conflicts": conflicts, "state": _state(table)},
+    complexity="complex",
+    language="python",
+  )
 
 
-TOMB_CHECK = CHECK_COMMON + f"""
+TOMB_CHECK = (
+  CHECK_COMMON
+  + f"""
 expect_csv(W + "/v3.csv", {TABLE!r}, DATA["v3"])
 expect_csv(W + "/v3.tombstones.csv", ["email", "deleted_at"], DATA["tombstones"])
 expect_current()
 """
+)
 
 TOMB_GUARD = """  if e in tombs:
     if row["updated"] <= tombs[e]:
@@ -434,7 +537,8 @@ TOMB_GUARD = """  if e in tombs:
     del tombs[e]
 """
 
-TOMB_BODY = """
+TOMB_BODY = (
+  """
 table = read_table(current())
 export, _ = read_export("exports/crm_2024-03.csv")
 tombs = {}
@@ -446,7 +550,9 @@ with open("exports/crm_2024-03_deleted.csv", newline="") as f:
     tombs[e] = max(t, tombs.get(e, t))
     table.pop(e, None)
 for e, row in sorted(export.items()):
-""" + TOMB_GUARD + """  if e not in table or row["updated"] > table[e]["updated"]:
+"""
+  + TOMB_GUARD
+  + """  if e not in table or row["updated"] > table[e]["updated"]:
     table[e] = row
 version = next_version()
 write_table(version, table)
@@ -454,13 +560,14 @@ write_csv(f"{W}/{version}.tombstones.csv", ["email", "deleted_at"],
           [[e, tombs[e]] for e in sorted(tombs)])
 set_current(version)
 """
+)
 
 
 def tombstones(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
   base = _table(specs[-1].data["state"])
   g = _groups(rng, base, {"deleted": (2, 3, 5), "update": (2, 3, 6), "stale": (1, 1, 2)}, level)
   when = {e: _time(rng, 3, 5, 18) for e in g["deleted"]}
-  resent = g["deleted"][:(1, 2, 3)[level]]  # their old rows, re-sent after the deletion
+  resent = g["deleted"][: (1, 2, 3)[level]]  # their old rows, re-sent after the deletion
   recreated = g["deleted"][-1]
   rows = {e: base[e] for e in resent}
   rows[recreated] = _edit(rng, base[recreated], ["phone"], _time(rng, 3, 20, 28))
@@ -480,8 +587,9 @@ def tombstones(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> Tas
   tombs = [[e, _iso(when[e])] for e in sorted(when) if e != recreated]
   lines = [_messy(rng, c) for c in rows.values()]
   rng.shuffle(lines)
-  deletions = [[m[0], m[4]] for m in (_messy(rng, dict(base[e], updated=when[e]))
-                                       for e in g["deleted"])]
+  deletions = [
+    [m[0], m[4]] for m in (_messy(rng, dict(base[e], updated=when[e])) for e in g["deleted"])
+  ]
   rng.shuffle(deletions)
   instruction = """The contacts table in /workspace/warehouse/contacts/ is versioned (CURRENT names
 the latest version, v2; v<N>.csv = `email,name,phone,city,updated`). In March the CRM erased some
@@ -497,32 +605,46 @@ revisions, including old rows of the erased contacts. Build version v3:
 - write v3.csv (same format) and v3.tombstones.csv (`email,deleted_at`, the tombstones still in
   force, times as `YYYY-MM-DDTHH:MM:SSZ`, sorted by email), then point CURRENT to v3.
 Earlier versions are never changed."""
-  solve = _steps("cat warehouse/contacts/CURRENT; cat exports/crm_2024-03_deleted.csv; "
-                 "head -4 exports/crm_2024-03.csv", _oracle(TOMB_BODY),
-                 "cat warehouse/contacts/v3.tombstones.csv && diff warehouse/contacts/v2.csv "
-                 "warehouse/contacts/v3.csv | head -20")
+  solve = _steps(
+    "cat warehouse/contacts/CURRENT; cat exports/crm_2024-03_deleted.csv; "
+    "head -4 exports/crm_2024-03.csv",
+    _oracle(TOMB_BODY),
+    "cat warehouse/contacts/v3.tombstones.csv && diff warehouse/contacts/v2.csv "
+    "warehouse/contacts/v3.csv | head -20",
+  )
   # Plausible wrong: delete, then upsert the export without looking at the tombstones.
   wrong = patched(solve, (TOMB_GUARD, ""))
-  return TaskSpec(instruction, TOMB_CHECK, solve, wrong,
-                  files={"exports/crm_2024-03_deleted.csv": _csv(("Email", "Deleted At"),
-                                                                 deletions),
-                         "exports/crm_2024-03.csv": _csv(EXPORT_HEADER, lines)},
-                  data={"v3": _rows(table), "tombstones": tombs}, complexity="complex",
-                  language="python")
+  return TaskSpec(
+    instruction,
+    TOMB_CHECK,
+    solve,
+    wrong,
+    files={
+      "exports/crm_2024-03_deleted.csv": _csv(("Email", "Deleted At"), deletions),
+      "exports/crm_2024-03.csv": _csv(EXPORT_HEADER, lines),
+    },
+    data={"v3": _rows(table), "tombstones": tombs},
+    complexity="complex",
+    language="python",
+  )
 
 
-RESTORE_CHECK = CHECK_COMMON + f"""
+RESTORE_CHECK = (
+  CHECK_COMMON
+  + f"""
 expect_csv(W + "/v3.csv", {TABLE!r}, DATA["v3"])
 expect_csv(W + "/v3.restored.csv", ["email", "action"], DATA["restored"])
 expect_current()
 """
+)
 
 RESTORE_REMOVE = """  else:
     now.pop(e, None)
     log.append([e, "removed"])
 """
 
-RESTORE_BODY = """
+RESTORE_BODY = (
+  """
 now, v1 = read_table(current()), read_table("v1")
 log = []
 for line in open("requests/restore.txt"):
@@ -532,11 +654,14 @@ for line in open("requests/restore.txt"):
   if e in v1:
     now[e] = v1[e]
     log.append([e, "restored"])
-""" + RESTORE_REMOVE + """version = next_version()
+"""
+  + RESTORE_REMOVE
+  + """version = next_version()
 write_table(version, now)
 write_csv(f"{W}/{version}.restored.csv", ["email", "action"], sorted(log))
 set_current(version)
 """
+)
 
 
 def point_restore(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -558,28 +683,58 @@ back exactly as it was in v1 (its whole v1 row, `updated` included); a listed co
 exist in v1 was created by the bad sync and is removed. Write v3.csv (same format) and
 v3.restored.csv (`email,action`, action `restored` or `removed`, sorted by email), then point
 CURRENT to v3. Earlier versions are never changed."""
-  solve = _steps("cat warehouse/contacts/CURRENT requests/restore.txt; ls warehouse/contacts",
-                 _oracle(RESTORE_BODY), "cat warehouse/contacts/v3.restored.csv && diff "
-                 "warehouse/contacts/v2.csv warehouse/contacts/v3.csv | head -20")
+  solve = _steps(
+    "cat warehouse/contacts/CURRENT requests/restore.txt; ls warehouse/contacts",
+    _oracle(RESTORE_BODY),
+    "cat warehouse/contacts/v3.restored.csv && diff "
+    "warehouse/contacts/v2.csv warehouse/contacts/v3.csv | head -20",
+  )
   # Plausible wrong: restore what v1 has and leave the contacts v1 did not have in place.
   wrong = patched(solve, (RESTORE_REMOVE, "  else:\n    log.append([e, 'removed'])\n"))
-  return TaskSpec(instruction, RESTORE_CHECK, solve, wrong,
-                  files={"requests/restore.txt": "\n".join(request) + "\n"},
-                  data={"v3": _rows(table), "restored": restored}, complexity="moderate",
-                  language="python")
+  return TaskSpec(
+    instruction,
+    RESTORE_CHECK,
+    solve,
+    wrong,
+    files={"requests/restore.txt": "\n".join(request) + "\n"},
+    data={"v3": _rows(table), "restored": restored},
+    complexity="moderate",
+    language="python",
+  )
 
 
-ROOT = Family("contacts_import", "data_processing", "exact_text", "text_only", contacts_import,
-              skills=("csv", "data cleaning", "deduplication"))
+ROOT = Family(
+  "contacts_import",
+  "data_processing",
+  "exact_text",
+  "text_only",
+  contacts_import,
+  skills=("csv", "data cleaning", "deduplication"),
+)
 FAMILIES = (ROOT,)
 CHAIN = ChainFamily(
-    name="contacts_sync", goal="keep a versioned contacts table in sync with the CRM and sales",
-    root=ROOT, root_requirement="load the CRM's messy CSV export as version v1",
-    extensions=(
-        Extension("merge", ("contacts_import",),
-                  "a field-level three-way merge of CRM and sales edits into v2", merge),
-        Extension("tombstones", ("merge",),
-                  "deletions as tombstones that stale re-sent rows cannot resurrect", tombstones),
-        Extension("point_restore", ("merge",),
-                  "put listed contacts back to their v1 rows in a new version", point_restore),
-    ))
+  name="contacts_sync",
+  goal="keep a versioned contacts table in sync with the CRM and sales",
+  root=ROOT,
+  root_requirement="load the CRM's messy CSV export as version v1",
+  extensions=(
+    Extension(
+      "merge",
+      ("contacts_import",),
+      "a field-level three-way merge of CRM and sales edits into v2",
+      merge,
+    ),
+    Extension(
+      "tombstones",
+      ("merge",),
+      "deletions as tombstones that stale re-sent rows cannot resurrect",
+      tombstones,
+    ),
+    Extension(
+      "point_restore",
+      ("merge",),
+      "put listed contacts back to their v1 rows in a new version",
+      point_restore,
+    ),
+  ),
+)

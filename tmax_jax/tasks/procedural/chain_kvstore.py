@@ -37,7 +37,9 @@ class Store:
       self._replay()
 '''
 
-STUB = _HEADER + '''
+STUB = (
+  _HEADER
+  + '''
   def _replay(self):
     """Rebuilds self.data from the log, line by line."""
     raise NotImplementedError
@@ -51,8 +53,11 @@ STUB = _HEADER + '''
   def delete(self, key):
     raise NotImplementedError
 '''
+)
 
-IMPL = _HEADER + '''
+IMPL = (
+  _HEADER
+  + '''
   def _replay(self):
     """Rebuilds self.data from the log, line by line."""
     with open(self.path) as f:
@@ -84,15 +89,16 @@ IMPL = _HEADER + '''
       raise KeyError(key)
     self._append({"op": "del", "key": key})
 '''
+)
 
-_APPEND = '''    with open(self.path, "a") as f:
+_APPEND = """    with open(self.path, "a") as f:
       f.write(json.dumps(rec) + "\\n")
       f.flush()
       os.fsync(f.fileno())
-    self._apply(rec)'''
-SNAPSHOT_APPEND = '''    self._apply(rec)
+    self._apply(rec)"""
+SNAPSHOT_APPEND = """    self._apply(rec)
     with open(self.path, "w") as f:
-      f.write(json.dumps(self.data) + "\\n")'''
+      f.write(json.dumps(self.data) + "\\n")"""
 assert _APPEND in IMPL
 
 CHECK_COMMON = '''
@@ -130,7 +136,9 @@ def records(path):
   return out
 '''
 
-STORE_CHECK = CHECK_COMMON + '''
+STORE_CHECK = (
+  CHECK_COMMON
+  + """
 mod = load()
 path = os.path.join(tempfile.mkdtemp(), "t.log")
 store = mod.Store(path)
@@ -149,7 +157,8 @@ if len(recs) != DATA["writes"] or any(set(r) - {"op", "key", "value"} for r in r
 again = mod.Store(path)
 if {k: again.get(k) for k in DATA["want"]} != DATA["want"] or again.get(DATA["gone"]) is not None:
   fail("a Store reopened on the log does not see the same data")
-'''
+"""
+)
 
 
 def _ops(rng: random.Random, n: int):
@@ -194,18 +203,34 @@ used by our services. Implement the methods that raise NotImplementedError:
 - `get(key, default=None)` returns the value or `default`; values are any JSON value;
 - `delete(key)` of a missing key raises KeyError and writes nothing.
 Keep the class name, the constructor and the method signatures."""
-  solve = "\n".join(("sed -n '1,40p' kv/store.py", STEP_MARK, _write("kv/store.py", IMPL),
-                     STEP_MARK,
-                     "python3 -c \"import sys; sys.path.insert(0, 'kv'); import store, tempfile, "
-                     "os; s = store.Store(os.path.join(tempfile.mkdtemp(), 'x')); s.set('a', 1); "
-                     "assert store.Store(s.path).get('a') == 1; print('ok')\""))
+  solve = "\n".join(
+    (
+      "sed -n '1,40p' kv/store.py",
+      STEP_MARK,
+      _write("kv/store.py", IMPL),
+      STEP_MARK,
+      "python3 -c \"import sys; sys.path.insert(0, 'kv'); import store, tempfile, "
+      "os; s = store.Store(os.path.join(tempfile.mkdtemp(), 'x')); s.set('a', 1); "
+      "assert store.Store(s.path).get('a') == 1; print('ok')\"",
+    )
+  )
   # Plausible wrong: persist a snapshot of the whole dict instead of appending to a log.
-  wrong = _write("kv/store.py", IMPL.replace(_APPEND, SNAPSHOT_APPEND).replace(
-      "          self._apply(json.loads(line))", "          self.data = json.loads(line)"))
-  return TaskSpec(instruction, STORE_CHECK, solve, wrong, files={"kv/store.py": STUB},
-                  data={"ops": ops, "want": live, "writes": writes, "gone": gone,
-                        "absent": "never_" + gone},
-                  complexity="moderate", language="python")
+  wrong = _write(
+    "kv/store.py",
+    IMPL.replace(_APPEND, SNAPSHOT_APPEND).replace(
+      "          self._apply(json.loads(line))", "          self.data = json.loads(line)"
+    ),
+  )
+  return TaskSpec(
+    instruction,
+    STORE_CHECK,
+    solve,
+    wrong,
+    files={"kv/store.py": STUB},
+    data={"ops": ops, "want": live, "writes": writes, "gone": gone, "absent": "never_" + gone},
+    complexity="moderate",
+    language="python",
+  )
 
 
 COMPACT = '''
@@ -220,7 +245,9 @@ COMPACT = '''
     os.replace(tmp, self.path)
 '''
 
-COMPACT_CHECK = CHECK_COMMON + '''
+COMPACT_CHECK = (
+  CHECK_COMMON
+  + """
 mod = load()
 if not hasattr(mod.Store, "compact"):
   fail("Store has no compact() method")
@@ -243,7 +270,8 @@ if {k: again.get(k) for k in expect} != expect:
   fail("a store is not usable (or loses data) after compact()")
 if sorted(os.listdir(os.path.dirname(path))) != ["c.log"]:
   fail(f"compact() left files behind: {sorted(os.listdir(os.path.dirname(path)))}")
-'''
+"""
+)
 
 
 def _history_log(rng: random.Random, n: int):
@@ -255,7 +283,8 @@ def _history_log(rng: random.Random, n: int):
     elif not op[2]:
       lines.append({"op": "del", "key": op[1]})
   import json  # pylint: disable=import-outside-toplevel
-  return "".join(json.dumps(l) + "\n" for l in lines), live
+
+  return "".join(json.dumps(rec) + "\n" for rec in lines), live
 
 
 def compact(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -268,17 +297,32 @@ overwritten and deleted keys. Add a method `compact()` to Store: it rewrites the
 atomically (write a temporary file in the same directory, then os.replace; no temporary file may
 be left behind), and the store stays usable afterwards. Then compact data/app.log with it. Keep
 everything the store already does working."""
-  solve = "\n".join(("grep -n 'def ' kv/store.py; wc -l data/app.log", STEP_MARK,
-                     f"cat >> kv/store.py <<'PYEOF'{COMPACT}PYEOF", STEP_MARK,
-                     "python3 -c \"import sys; sys.path.insert(0, 'kv'); import store; "
-                     "store.Store('data/app.log').compact()\"", STEP_MARK, "wc -l data/app.log"))
+  solve = "\n".join(
+    (
+      "grep -n 'def ' kv/store.py; wc -l data/app.log",
+      STEP_MARK,
+      f"cat >> kv/store.py <<'PYEOF'{COMPACT}PYEOF",
+      STEP_MARK,
+      "python3 -c \"import sys; sys.path.insert(0, 'kv'); import store; "
+      "store.Store('data/app.log').compact()\"",
+      STEP_MARK,
+      "wc -l data/app.log",
+    )
+  )
   wrong = solve.replace("for key in sorted(self.data):", "for key in self.data:")
-  return TaskSpec(instruction, COMPACT_CHECK, solve, wrong, files={"data/app.log": log},
-                  data={"app_live": app_live, "ops": ops, "live": live},
-                  complexity="moderate", language="python")
+  return TaskSpec(
+    instruction,
+    COMPACT_CHECK,
+    solve,
+    wrong,
+    files={"data/app.log": log},
+    data={"app_live": app_live, "ops": ops, "live": live},
+    complexity="moderate",
+    language="python",
+  )
 
 
-EXPIRY = '''
+EXPIRY = """
   def set(self, key, value, ttl=None):
     rec = {"op": "set", "key": key, "value": value}
     if ttl is not None:
@@ -291,9 +335,11 @@ EXPIRY = '''
 
   def get(self, key, default=None):
     return self.data[key] if self._live(key) else default
-'''
+"""
 
-EXPIRY_CHECK = CHECK_COMMON + '''
+EXPIRY_CHECK = (
+  CHECK_COMMON
+  + """
 import inspect
 mod = load()
 if "clock" not in inspect.signature(mod.Store).parameters:
@@ -318,7 +364,8 @@ keys = [r["key"] for r in records(path)]
 alive = sorted([k for k, _, t in DATA["sets"] if t is None or t > DATA["advance"]] + ["plain"])
 if keys != alive:
   fail(f"compact() should keep only the live keys {alive}, the log has {keys}")
-'''
+"""
+)
 
 
 def expiry(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -329,13 +376,13 @@ def expiry(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpe
     ttl = advance if i == 0 else rng.choice((None, advance // 2, advance * 2, advance, advance + 1))
     sets.append([f"{util.word(rng)}{i}", rng.randint(0, 99), ttl])
   rng.shuffle(sets)
-  instruction = f"""/workspace/kv/store.py is our append-only key-value store with compact(). Add
+  instruction = """/workspace/kv/store.py is our append-only key-value store with compact(). Add
 expiry: `Store(path, clock=time.time)` takes a clock (a function returning seconds), and
 `set(key, value, ttl=None)` with a ttl stores an "expires" time (clock() + ttl) in its log line.
 From the moment clock() >= expires, the key reads as missing (get returns the default). A reopened
 store keeps expiry times (they are in the log), and compact() drops expired keys and keeps the
 "expires" of the others. set(key, value) without ttl behaves as before."""
-  patch = ('''python3 - <<'PYEOF'
+  patch = """python3 - <<'PYEOF'
 import re
 src = open("kv/store.py").read()
 src = src.replace("def __init__(self, path):", "def __init__(self, path, clock=None):")
@@ -357,18 +404,32 @@ src = src.replace('        f.write(json.dumps({"op": "set", "key": key, '
                   '          rec["expires"] = self.expires[key]\\n'
                   '        f.write(json.dumps(rec) + "\\\\n")')
 open("kv/store.py", "w").write(src.rstrip("\\n") + "\\n" + open("/tmp/expiry.py").read())
-PYEOF''')
-  solve = "\n".join(("grep -n 'def \\|self.data' kv/store.py", STEP_MARK,
-                     f"cat > /tmp/expiry.py <<'PYEOF'{EXPIRY}PYEOF", STEP_MARK, patch, STEP_MARK,
-                     "python3 -c \"import sys; sys.path.insert(0, 'kv'); import store, tempfile, "
-                     "os; t = [0]; s = store.Store(os.path.join(tempfile.mkdtemp(), 'x'), "
-                     "clock=lambda: t[0]); s.set('a', 1, ttl=5); t[0] = 9; assert s.get('a') is "
-                     "None; print('ok')\""))
+PYEOF"""
+  solve = "\n".join(
+    (
+      "grep -n 'def \\|self.data' kv/store.py",
+      STEP_MARK,
+      f"cat > /tmp/expiry.py <<'PYEOF'{EXPIRY}PYEOF",
+      STEP_MARK,
+      patch,
+      STEP_MARK,
+      "python3 -c \"import sys; sys.path.insert(0, 'kv'); import store, tempfile, "
+      "os; t = [0]; s = store.Store(os.path.join(tempfile.mkdtemp(), 'x'), "
+      "clock=lambda: t[0]); s.set('a', 1, ttl=5); t[0] = 9; assert s.get('a') is "
+      "None; print('ok')\"",
+    )
+  )
   # Plausible wrong: a key expires only strictly after its time (clock() > expires).
   wrong = solve.replace("self.clock() < exp", "self.clock() <= exp")
-  return TaskSpec(instruction, EXPIRY_CHECK, solve, wrong,
-                  data={"sets": sets, "advance": advance}, complexity="complex",
-                  language="python")
+  return TaskSpec(
+    instruction,
+    EXPIRY_CHECK,
+    solve,
+    wrong,
+    data={"sets": sets, "advance": advance},
+    complexity="complex",
+    language="python",
+  )
 
 
 BATCH = '''
@@ -392,7 +453,9 @@ BATCH = '''
     return ctx()
 '''
 
-BATCH_CHECK = CHECK_COMMON + '''
+BATCH_CHECK = (
+  CHECK_COMMON
+  + """
 mod = load()
 path = os.path.join(tempfile.mkdtemp(), "b.log")
 store = mod.Store(path)
@@ -413,7 +476,8 @@ with open(path, "a") as f:
 torn = mod.Store(path)
 if {k: torn.get(k) for k in want} != want:
   fail("a torn (incomplete) last log line must be ignored on replay, not break it")
-'''
+"""
+)
 
 
 def batch(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -423,7 +487,7 @@ change). Add atomic batches: `with store.batch(): store.set(...); store.delete(.
 operations of the block as ONE log line {"op": "batch", "ops": [<the usual set/del records>]} when
 the block ends (nothing for an empty block), and a reopened store applies it. A crash can leave a
 torn, incomplete last line in the log: replay must ignore an incomplete (not JSON) LAST line."""
-  replay = ('''python3 - <<'PYEOF'
+  replay = '''python3 - <<'PYEOF'
 src = open("kv/store.py").read()
 src = src.replace("""        if line.strip():
           self._apply(json.loads(line))""", """        if line.strip():
@@ -434,24 +498,47 @@ src = src.replace("""        if line.strip():
           for r in rec["ops"] if rec["op"] == "batch" else [rec]:
             self._apply(r)""")
 open("kv/store.py", "w").write(src)
-PYEOF''')
-  solve = "\n".join(("sed -n '/def _replay/,/def get/p' kv/store.py", STEP_MARK,
-                     f"cat >> kv/store.py <<'PYEOF'{BATCH}PYEOF", STEP_MARK, replay, STEP_MARK,
-                     "python3 -m py_compile kv/store.py"))
+PYEOF'''
+  solve = "\n".join(
+    (
+      "sed -n '/def _replay/,/def get/p' kv/store.py",
+      STEP_MARK,
+      f"cat >> kv/store.py <<'PYEOF'{BATCH}PYEOF",
+      STEP_MARK,
+      replay,
+      STEP_MARK,
+      "python3 -m py_compile kv/store.py",
+    )
+  )
   wrong = solve.replace("break  # a torn last line", "raise")
-  return TaskSpec(instruction, BATCH_CHECK, solve, wrong,
-                  data={"batch": items, "cut": rng.randint(5, 20)}, complexity="moderate",
-                  language="python")
+  return TaskSpec(
+    instruction,
+    BATCH_CHECK,
+    solve,
+    wrong,
+    data={"batch": items, "cut": rng.randint(5, 20)},
+    complexity="moderate",
+    language="python",
+  )
 
 
-ROOT = Family("kv_store", "software_engineering", "fuzz_equivalence", "text_only", kv_store,
-              skills=("python classes", "file formats", "persistence"))
+ROOT = Family(
+  "kv_store",
+  "software_engineering",
+  "fuzz_equivalence",
+  "text_only",
+  kv_store,
+  skills=("python classes", "file formats", "persistence"),
+)
 FAMILIES = (ROOT,)
 CHAIN = ChainFamily(
-    name="kv_log", goal="grow a small log-structured key-value store for our services",
-    root=ROOT, root_requirement="implement the append-only log store (set/get/delete, replay)",
-    extensions=(
-        Extension("compact", ("kv_store",), "log compaction with an atomic replace", compact),
-        Extension("expiry", ("compact",), "keys with a time to live (injectable clock)", expiry),
-        Extension("batch", ("kv_store",), "atomic batches; torn last lines ignored", batch),
-    ))
+  name="kv_log",
+  goal="grow a small log-structured key-value store for our services",
+  root=ROOT,
+  root_requirement="implement the append-only log store (set/get/delete, replay)",
+  extensions=(
+    Extension("compact", ("kv_store",), "log compaction with an atomic replace", compact),
+    Extension("expiry", ("compact",), "keys with a time to live (injectable clock)", expiry),
+    Extension("batch", ("kv_store",), "atomic batches; torn last lines ignored", batch),
+  ),
+)

@@ -61,7 +61,9 @@ def expect_photo(rel, digest, rows, where="library"):
     fail(f"library/manifest.tsv has no line '{digest}<TAB>{rel}'")
 """
 
-IMPORT_CHECK = CHECK_COMMON + """
+IMPORT_CHECK = (
+  CHECK_COMMON
+  + """
 rows = manifest()
 for name, rel, digest in DATA["photos"]:
   cam = "camera/DCIM/" + name
@@ -72,6 +74,7 @@ for rel in DATA["not_photos"]:
   if os.path.exists("library/" + rel) or rel in rows:
     fail(f"library/{rel} was imported, but it is not a photo")
 """
+)
 
 # The manifest/library helpers every oracle of the chain shares (python, run from /workspace).
 ORACLE_LIB = """import hashlib, os, re, shutil
@@ -163,14 +166,18 @@ Import every photo into /workspace/library:
 
 Later syncs use manifest.tsv to know what has been imported, so keep it exact. library/.trash/ is
 the library app's recycle bin: photos the user deletes go there under the same relative path."""
-  solve = _steps("ls -la camera/DCIM | head -40", _oracle("""
+  solve = _steps(
+    "ls -la camera/DCIM | head -40",
+    _oracle("""
 rows = {}
 for name, rel in camera_photos():
   os.makedirs(os.path.dirname("library/" + rel), exist_ok=True)
   shutil.copyfile("camera/DCIM/" + name, "library/" + rel)
   rows[rel] = sha("library/" + rel)
 save_manifest(rows)
-"""), "wc -l library/manifest.tsv && head -3 library/manifest.tsv")
+"""),
+    "wc -l library/manifest.tsv && head -3 library/manifest.tsv",
+  )
   # Plausible wrong: dates from the file's modification time (the card's files were all copied
   # today), not from the name.
   wrong = _oracle("""
@@ -184,9 +191,16 @@ for name, _ in camera_photos():
   rows[rel] = sha("library/" + rel)
 save_manifest(rows)
 """)
-  return TaskSpec(instruction, IMPORT_CHECK, solve, wrong, files=files,
-                  data={"photos": photos, "not_photos": not_photos, "counter": counter},
-                  complexity=("moderate", "moderate", "complex")[level], language="python")
+  return TaskSpec(
+    instruction,
+    IMPORT_CHECK,
+    solve,
+    wrong,
+    files=files,
+    data={"photos": photos, "not_photos": not_photos, "counter": counter},
+    complexity=("moderate", "moderate", "complex")[level],
+    language="python",
+  )
 
 
 def _imported(specs: Sequence[TaskSpec]) -> list[list[str]]:
@@ -198,7 +212,9 @@ def _imported(specs: Sequence[TaskSpec]) -> list[list[str]]:
   return out
 
 
-RESYNC_CHECK = CHECK_COMMON + """
+RESYNC_CHECK = (
+  CHECK_COMMON
+  + """
 rows = manifest()
 for name, rel, digest in DATA["new"]:
   expect_photo(rel, digest, rows)
@@ -218,6 +234,7 @@ for name, existing in DATA["dups"]:
   if os.path.exists("library/" + rel) or rel in rows:
     fail(f"camera/DCIM/{name} duplicates library/{existing} but was imported again")
 """
+)
 
 SYNC_BODY = """
 rows = load_manifest()
@@ -271,8 +288,9 @@ def _new_card(rng, level, specs, n_new, start):
 
 
 def resync(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
-  files, new, dups, counter = _new_card(rng, level, specs, (3, 6, 10)[level],
-                                        datetime.date(2023, 6, 1))
+  files, new, dups, counter = _new_card(
+    rng, level, specs, (3, 6, 10)[level], datetime.date(2023, 6, 1)
+  )
   adopted, sidecars = [], []
   for _ in range((1, 2, 4)[level]):
     d = _date(rng, datetime.date(2023, 1, 1), 150)
@@ -281,7 +299,7 @@ def resync(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpe
     files[f"library/{rel}"] = data
     adopted.append([rel, _digest(data)])
   for _, rel, _ in rng.sample(specs[0].data["photos"], 2):
-    files[f"library/{rel}.xmp"] = b'<x:xmpmeta><xmp:Rating>4</xmp:Rating></x:xmpmeta>\n'
+    files[f"library/{rel}.xmp"] = b"<x:xmpmeta><xmp:Rating>4</xmp:Rating></x:xmpmeta>\n"
     sidecars.append(rel + ".xmp")
   instruction = """The photo library in /workspace/library was filled by an earlier import from
 the camera card at /workspace/camera (library/manifest.tsv lists every imported photo as
@@ -303,16 +321,27 @@ Run the second sync:
   # Plausible wrong: run the first import again over the whole card (imports the re-exports,
   # rebuilds the manifest from the card and so drops the user's photos).
   wrong = specs[0].solve
-  solve = _steps("head -5 library/manifest.tsv; find library -type f -newer library/manifest.tsv "
-                 "| head -20; ls camera/DCIM | tail -20", _oracle(SYNC_BODY),
-                 "cat library/duplicates.tsv && wc -l library/manifest.tsv")
-  return TaskSpec(instruction, RESYNC_CHECK, solve, wrong, files=files,
-                  data={"new": new, "dups": dups, "adopted": adopted, "sidecars": sidecars,
-                        "counter": counter},
-                  complexity="complex", language="python")
+  solve = _steps(
+    "head -5 library/manifest.tsv; find library -type f -newer library/manifest.tsv "
+    "| head -20; ls camera/DCIM | tail -20",
+    _oracle(SYNC_BODY),
+    "cat library/duplicates.tsv && wc -l library/manifest.tsv",
+  )
+  return TaskSpec(
+    instruction,
+    RESYNC_CHECK,
+    solve,
+    wrong,
+    files=files,
+    data={"new": new, "dups": dups, "adopted": adopted, "sidecars": sidecars, "counter": counter},
+    complexity="complex",
+    language="python",
+  )
 
 
-TRASH_CHECK = CHECK_COMMON + """
+TRASH_CHECK = (
+  CHECK_COMMON
+  + """
 rows = manifest()
 for rel, digest in DATA["restored"]:
   if not os.path.isfile("library/" + rel) or sha("library/" + rel) != digest:
@@ -337,20 +366,24 @@ for name, existing in DATA["dups"]:
   if dup.get(name) != existing:
     fail(f"library/duplicates.tsv has no line '{name}<TAB>{existing}'")
 """
+)
 
 
 def trash_restore(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
   imported = [p for p in _imported(specs)]
   camera = [p for p in specs[0].data["photos"] + specs[1].data.get("new", [])]
   trashed_all = rng.sample(imported, (3, 5, 8)[level])
-  restored = trashed_all[:len(trashed_all) // 2 or 1]
-  trashed = trashed_all[len(restored):]
+  restored = trashed_all[: len(trashed_all) // 2 or 1]
+  trashed = trashed_all[len(restored) :]
   deleted = rng.sample([p for p in camera if p not in trashed_all], (1, 2, 3)[level])
-  files, new, dups, counter = _new_card(rng, level, specs, (2, 4, 6)[level],
-                                        datetime.date(2024, 3, 1))
+  files, new, dups, counter = _new_card(
+    rng, level, specs, (2, 4, 6)[level], datetime.date(2024, 3, 1)
+  )
   files["restore.txt"] = "".join(rel + "\n" for _, rel, _ in restored).encode()
-  moves = [f"mkdir -p library/.trash/{rel.rsplit('/', 1)[0]} && "
-           f"mv library/{rel} library/.trash/{rel}" for _, rel, _ in trashed_all]
+  moves = [
+    f"mkdir -p library/.trash/{rel.rsplit('/', 1)[0]} && mv library/{rel} library/.trash/{rel}"
+    for _, rel, _ in trashed_all
+  ]
   removes = [f"rm -f camera/DCIM/{name}" for name, _, _ in deleted]
   instruction = """Your photo library in /workspace/library is synced from the camera card at
 /workspace/camera (library/manifest.tsv lists every photo the library has, camera imports and the
@@ -368,30 +401,55 @@ Run the third sync:
 - import the card's new photos as before (manifest lines, duplicates listed in duplicates.tsv);
 - write library/trash.tsv: the paths (under library/) of the photos left in the bin, sorted.
 Keep manifest.tsv exact and sorted (photos in the bin keep their manifest lines)."""
-  solve = _steps("cat restore.txt; find library/.trash -type f | head -20", _oracle("""
+  solve = _steps(
+    "cat restore.txt; find library/.trash -type f | head -20",
+    _oracle(
+      """
 for rel in open("restore.txt").read().split():
   if os.path.isfile("library/.trash/" + rel):
     os.makedirs(os.path.dirname("library/" + rel), exist_ok=True)
     os.replace("library/.trash/" + rel, "library/" + rel)
-""" + SYNC_BODY + """
+"""
+      + SYNC_BODY
+      + """
 left = []
 for root, _, names in os.walk("library/.trash"):
   left += [os.path.relpath(os.path.join(root, n), "library/.trash") for n in names]
 with open("library/trash.tsv", "w") as f:
   f.writelines(rel + "\\n" for rel in sorted(left))
-"""), "cat library/trash.tsv && test -s library/manifest.tsv")
+"""
+    ),
+    "cat library/trash.tsv && test -s library/manifest.tsv",
+  )
   # Plausible wrong: empty the whole bin back into the library, then sync.
-  wrong = ("cp -a library/.trash/. library/ && rm -rf library/.trash && mkdir -p library/.trash\n"
-           + _oracle(SYNC_BODY) + "\n: > library/trash.tsv")
-  return TaskSpec(instruction, TRASH_CHECK, solve, wrong, files=files,
-                  setup="\n".join(moves + removes),
-                  data={"restored": [[r, h] for _, r, h in restored],
-                        "trashed": [[r, h] for _, r, h in trashed], "new": new, "dups": dups,
-                        "deleted_on_camera": deleted, "counter": counter},
-                  complexity="intricate", language="python")
+  wrong = (
+    "cp -a library/.trash/. library/ && rm -rf library/.trash && mkdir -p library/.trash\n"
+    + _oracle(SYNC_BODY)
+    + "\n: > library/trash.tsv"
+  )
+  return TaskSpec(
+    instruction,
+    TRASH_CHECK,
+    solve,
+    wrong,
+    files=files,
+    setup="\n".join(moves + removes),
+    data={
+      "restored": [[r, h] for _, r, h in restored],
+      "trashed": [[r, h] for _, r, h in trashed],
+      "new": new,
+      "dups": dups,
+      "deleted_on_camera": deleted,
+      "counter": counter,
+    },
+    complexity="intricate",
+    language="python",
+  )
 
 
-ALBUM_CHECK = CHECK_COMMON + """
+ALBUM_CHECK = (
+  CHECK_COMMON
+  + """
 for album, members in DATA["albums"].items():
   d = "library/albums/" + album
   if not os.path.isdir(d):
@@ -410,6 +468,7 @@ missing = lines(MISSING) if os.path.exists(MISSING) else []
 if missing != DATA["missing"]:
   fail(f"library/albums/MISSING.txt should list {DATA['missing']}, got {missing[:6]}")
 """
+)
 
 
 def albums(rng: random.Random, level: int, specs: Sequence[TaskSpec]) -> TaskSpec:
@@ -432,7 +491,9 @@ Build the albums without copying photos: for each album create library/albums/<a
 each listed photo, a RELATIVE symlink named like the photo that points at the photo in the library
 (so the library can be moved). A listed name that is not in the library gets no link; write all
 such names to library/albums/MISSING.txt, one per line, sorted. Do not change anything else."""
-  solve = _steps("cat albums.txt; head -5 library/manifest.tsv", _oracle("""
+  solve = _steps(
+    "cat albums.txt; head -5 library/manifest.tsv",
+    _oracle("""
 rows = load_manifest()
 by_name = {rel.rsplit("/", 1)[1]: rel for rel in rows}
 missing = []
@@ -449,28 +510,51 @@ for line in open("albums.txt"):
       missing.append(n)
 with open("library/albums/MISSING.txt", "w") as f:
   f.writelines(n + "\\n" for n in sorted(missing))
-"""), "ls -l library/albums/*/ | head -20")
-  wrong = solve.replace('os.path.relpath("library/" + by_name[n], d)',
-                        'os.path.abspath("library/" + by_name[n])')
-  return TaskSpec(instruction, ALBUM_CHECK, solve, wrong,
-                  files={"albums.txt": "\n".join(lines_out) + "\n"},
-                  data={"albums": chosen, "missing": missing}, complexity="moderate",
-                  language="python")
+"""),
+    "ls -l library/albums/*/ | head -20",
+  )
+  wrong = solve.replace(
+    'os.path.relpath("library/" + by_name[n], d)', 'os.path.abspath("library/" + by_name[n])'
+  )
+  return TaskSpec(
+    instruction,
+    ALBUM_CHECK,
+    solve,
+    wrong,
+    files={"albums.txt": "\n".join(lines_out) + "\n"},
+    data={"albums": chosen, "missing": missing},
+    complexity="moderate",
+    language="python",
+  )
 
 
-ROOT = Family("photo_import", "file_operations", "exact_text", "text_only", photo_import,
-              skills=("file organisation", "hashing", "incremental sync"))
+ROOT = Family(
+  "photo_import",
+  "file_operations",
+  "exact_text",
+  "text_only",
+  photo_import,
+  skills=("file organisation", "hashing", "incremental sync"),
+)
 FAMILIES = (ROOT,)
 CHAIN = ChainFamily(
-    name="photo_sync", goal="keep a family photo library in sync with the camera card",
-    root=ROOT, root_requirement="one-way import of the card into a dated library with a manifest",
-    extensions=(
-        Extension("resync", ("photo_import",),
-                  "second sync with independent edits on both sides (duplicates, adopted photos)",
-                  resync),
-        Extension("trash_restore", ("resync",),
-                  "third sync with deletions and restores (recycle bin, camera deletions)",
-                  trash_restore),
-        Extension("albums", ("photo_import",), "albums as relative symlinks into the library",
-                  albums),
-    ))
+  name="photo_sync",
+  goal="keep a family photo library in sync with the camera card",
+  root=ROOT,
+  root_requirement="one-way import of the card into a dated library with a manifest",
+  extensions=(
+    Extension(
+      "resync",
+      ("photo_import",),
+      "second sync with independent edits on both sides (duplicates, adopted photos)",
+      resync,
+    ),
+    Extension(
+      "trash_restore",
+      ("resync",),
+      "third sync with deletions and restores (recycle bin, camera deletions)",
+      trash_restore,
+    ),
+    Extension("albums", ("photo_import",), "albums as relative symlinks into the library", albums),
+  ),
+)

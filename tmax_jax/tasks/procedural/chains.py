@@ -54,8 +54,9 @@ class ChainFamily:
     for e in self.extensions:
       if e.name == name:
         return e
-    raise KeyError(f"chain {self.name}: unknown extension {name!r}; known: "
-                   f"{[e.name for e in self.extensions]}")
+    raise KeyError(
+      f"chain {self.name}: unknown extension {name!r}; known: {[e.name for e in self.extensions]}"
+    )
 
 
 def patched(text: str, *edits: tuple[str, str]) -> str:
@@ -63,8 +64,9 @@ def patched(text: str, *edits: tuple[str, str]) -> str:
   wrong solution or a tool's next version is an edit of a known text, never a silent no-op)."""
   for old, new in edits:
     if text.count(old) != 1:
-      raise AssertionError(f"edit anchor found {text.count(old)} times, expected once: "
-                           f"{old[:60]!r}")
+      raise AssertionError(
+        f"edit anchor found {text.count(old)} times, expected once: {old[:60]!r}"
+      )
     text = text.replace(old, new)
   return text
 
@@ -73,19 +75,22 @@ def stage_rng(path: Sequence[str], seed: int, level: int) -> random.Random:
   return core.family_rng("/".join(path), seed, level)
 
 
-def lineage_specs(chain: ChainFamily, path: Sequence[str], seed: int,
-                  level: int) -> list[core.TaskSpec]:
+def lineage_specs(
+  chain: ChainFamily, path: Sequence[str], seed: int, level: int
+) -> list[core.TaskSpec]:
   """The specs of every generation of `path` (root stage name first), built in order."""
   if not path or path[0] != chain.root.name:
-    raise ValueError(f"chain {chain.name}: a path starts with the root {chain.root.name!r}, got "
-                     f"{list(path)}")
+    raise ValueError(
+      f"chain {chain.name}: a path starts with the root {chain.root.name!r}, got {list(path)}"
+    )
   specs = [chain.root.build(stage_rng(path[:1], seed, level), level)]
   for i in range(1, len(path)):
     ext = chain.extension(path[i])
     if path[i - 1] not in ext.after:
-      raise ValueError(f"chain {chain.name}: {path[i]} cannot follow {path[i - 1]} (it follows "
-                       f"{list(ext.after)})")
-    specs.append(ext.build(stage_rng(path[:i + 1], seed, level), level, specs))
+      raise ValueError(
+        f"chain {chain.name}: {path[i]} cannot follow {path[i - 1]} (it follows {list(ext.after)})"
+      )
+    specs.append(ext.build(stage_rng(path[: i + 1], seed, level), level, specs))
   return specs
 
 

@@ -1,11 +1,11 @@
-"""Writes N procedural tasks to a directory of TB2 task directories or to a parquet of task tarballs.
+"""Writes N procedural tasks to a directory of TB2 task dirs or to a parquet of task tarballs.
 
   python3 -m tmax_jax.tasks.procedural.cli --n 10000 --seed 0 --out DIR
   python3 -m tmax_jax.tasks.procedural.cli --n 10000 --seed 0 --out tasks.parquet
 
 Task i uses family FAMILIES[i % F] (round-robin), difficulty level (i // F) % 3 and task seed
-seed * 1_000_000 + i, so the output is a pure function of (n, seed, families, levels). The parquet has
-columns path (task name) and task_binary (gzipped tar of the task directory, fixed mtimes); both
+seed * 1_000_000 + i, so the output is a pure function of (n, seed, families, levels). The parquet
+has columns path (task name) and task_binary (gzipped tar of the task directory, fixed mtimes); both
 outputs are written to a temp path and renamed into place. A manifest JSONL (one line per task:
 index, name, family, level, seed, sha256 of the tarball) lands next to the output.
 """
@@ -49,14 +49,18 @@ def plan(n: int, seed: int, families: list[str] | None = None, levels=core.LEVEL
   fams = families or list(registry.FAMILIES)
   for f in fams:
     registry.get_family(f)
-  return [Plan(i, fams[i % len(fams)], levels[(i // len(fams)) % len(levels)], seed * 1_000_000 + i)
-          for i in range(n)]
+  return [
+    Plan(i, fams[i % len(fams)], levels[(i // len(fams)) % len(levels)], seed * 1_000_000 + i)
+    for i in range(n)
+  ]
 
 
 def task_tarball(task: fmt.Task, root: str) -> bytes:
-  """The task directory as a deterministic gzipped tar (root/instruction.md, root/task.toml, ...)."""
-  entries = {"instruction.md": (task.instruction.encode(), 0o644),
-             "task.toml": (fmt.dumps_task_config(task.config).encode(), 0o644)}
+  """The task dir as a deterministic gzipped tar (root/instruction.md, root/task.toml, ...)."""
+  entries = {
+    "instruction.md": (task.instruction.encode(), 0o644),
+    "task.toml": (fmt.dumps_task_config(task.config).encode(), 0o644),
+  }
   for sec in fmt.SECTIONS:
     for rel, data in getattr(task, sec).items():
       mode = 0o755 if rel.endswith(".sh") or f"{sec}/{rel}" in task.executables else 0o644
@@ -81,14 +85,30 @@ def _build(p: Plan) -> tuple[Plan, fmt.Task]:
 
 
 def _manifest_line(p: Plan, blob: bytes) -> str:
-  return json.dumps({"index": p.index, "name": p.name, "family": p.family, "level": p.level, "seed": p.seed,
-                     "sha256": hashlib.sha256(blob).hexdigest()})
+  return json.dumps(
+    {
+      "index": p.index,
+      "name": p.name,
+      "family": p.family,
+      "level": p.level,
+      "seed": p.seed,
+      "sha256": hashlib.sha256(blob).hexdigest(),
+    }
+  )
 
 
-def generate(out: str | os.PathLike, n: int, seed: int = 0, *, families: list[str] | None = None,
-             workers: int = 1, progress: bool = True) -> dict:
-  """Writes the tasks; returns {"n", "seconds", "out", "manifest"}. out ending in .parquet -> parquet."""
+def generate(
+  out: str | os.PathLike,
+  n: int,
+  seed: int = 0,
+  *,
+  families: list[str] | None = None,
+  workers: int = 1,
+  progress: bool = True,
+) -> dict:
+  """Writes the tasks; returns {"n", "seconds", "out", "manifest"}. out "*.parquet" -> parquet."""
   from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+
   out = pathlib.Path(out)
   plans = plan(n, seed, families)
   as_parquet = out.suffix == ".parquet"
@@ -130,7 +150,10 @@ def generate(out: str | os.PathLike, n: int, seed: int = 0, *, families: list[st
 def _write_parquet(path: pathlib.Path, paths: list[str], blobs: list[bytes]) -> None:
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-  table = pa.table({"path": pa.array(paths, pa.string()), "task_binary": pa.array(blobs, pa.binary())})
+
+  table = pa.table(
+    {"path": pa.array(paths, pa.string()), "task_binary": pa.array(blobs, pa.binary())}
+  )
   pq.write_table(table, path, compression="zstd")
 
 

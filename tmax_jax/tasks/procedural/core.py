@@ -30,9 +30,9 @@ class TaskSpec:
   """Everything one generated task needs, as text/bytes.
 
   files: seed files relative to /workspace. check: Python source of the hidden checker body; it
-  runs in /workspace after CHECK_PRELUDE (which defines DATA from `data`, fail(), sh(), ...), and the
-  task passes iff it exits 0. test_files / solution_files: extra files next to check.py / solve.sh.
-  complexity: a vocabulary.TASK_COMPLEXITIES value (how many commands a good agent needs).
+  runs in /workspace after CHECK_PRELUDE (which defines DATA from `data`, fail(), sh(), ...), and
+  the task passes iff it exits 0. test_files / solution_files: extra files next to check.py /
+  solve.sh. complexity: a vocabulary.TASK_COMPLEXITIES value (how many commands a good agent needs).
   """
 
   instruction: str
@@ -55,7 +55,7 @@ class TaskSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-  """A parameterised task family; `build(rng, difficulty)` must be deterministic in its arguments."""
+  """A parameterised task family; `build(rng, difficulty)` must be deterministic in its args."""
 
   name: str
   domain: str
@@ -206,14 +206,18 @@ def _b(x: bytes | str) -> bytes:
 
 def task_files(spec: TaskSpec, *, solve: str | None = None):
   """-> (environment, tests, solution) file dicts; `solve` overrides the oracle script body."""
-  environment = {"Dockerfile": DOCKERFILE.encode(),
-                 "setup.sh": _b("#!/bin/bash\nset -e\ncd /workspace\n" + spec.setup.strip("\n") + "\n")}
+  environment = {
+    "Dockerfile": DOCKERFILE.encode(),
+    "setup.sh": _b("#!/bin/bash\nset -e\ncd /workspace\n" + spec.setup.strip("\n") + "\n"),
+  }
   for rel, data in spec.files.items():
     environment[f"seeds/{rel}"] = _b(data)
   if not spec.files:
     environment["seeds/.keep"] = b""
-  tests = {"test.sh": TEST_SH.format(timeout=int(spec.verifier_timeout_sec) - 10).encode(),
-           "check.py": render_check(spec).encode()}
+  tests = {
+    "test.sh": TEST_SH.format(timeout=int(spec.verifier_timeout_sec) - 10).encode(),
+    "check.py": render_check(spec).encode(),
+  }
   tests.update({rel: _b(d) for rel, d in spec.test_files.items()})
   solution = {"solve.sh": bash_script(spec.solve if solve is None else solve).encode()}
   solution.update({rel: _b(d) for rel, d in spec.solution_files.items()})

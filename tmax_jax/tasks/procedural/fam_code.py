@@ -7,7 +7,7 @@ import random
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.core import Family, TaskSpec
 
-VERCMP_REF = '''
+VERCMP_REF = """
 def _key(v, prerelease):
   core, _, pre = v.partition("-") if prerelease else (v, "", "")
   nums = [int(x) for x in core.split(".")]
@@ -25,9 +25,11 @@ def compare(a, b, prerelease):
   if not pa or not pb:
     return -1 if pa else 1
   return -1 if pa < pb else 1
-'''
+"""
 
-VERCMP_CHECK = VERCMP_REF + '''
+VERCMP_CHECK = (
+  VERCMP_REF
+  + """
 import random
 mod = load_module("/workspace/vercmp.py")
 rng = random.Random(DATA["seed"])
@@ -45,20 +47,31 @@ for _ in range(DATA["n"]):
     fail(f"compare({a!r}, {b!r}) raised {e!r}")
   if got != want:
     fail(f"compare({a!r}, {b!r}) = {got!r}, expected {want}")
-'''
+"""
+)
 
 
 def vercmp(rng: random.Random, level: int) -> TaskSpec:
   pre = level >= 1
-  rules = ["versions are dot-separated non-negative integers (`1.10.2`), compared numerically segment by segment",
-           "missing trailing segments count as 0 (`1.2` == `1.2.0`)"]
+  rules = [
+    "versions are dot-separated non-negative integers (`1.10.2`), compared numerically segment by "
+    "segment",
+    "missing trailing segments count as 0 (`1.2` == `1.2.0`)",
+  ]
   if pre:
-    rules += ["a version may end in `-<tag>` (e.g. `1.2-rc1`); a tagged version is lower than the same "
-              "version without a tag; two tags compare as plain strings"]
-  instruction = "Write /workspace/vercmp.py defining `compare(a: str, b: str) -> int` returning -1, 0 or 1\n" \
-                "(a < b, equal, a > b) for version strings, where:\n" + "".join(f"- {r}\n" for r in rules) + \
-                "It will be checked against a reference on many random pairs."
-  body = VERCMP_REF.replace("def compare(a, b, prerelease):", "def compare(a, b, prerelease=%r):" % pre)
+    rules += [
+      "a version may end in `-<tag>` (e.g. `1.2-rc1`); a tagged version is lower than the same "
+      "version without a tag; two tags compare as plain strings"
+    ]
+  instruction = (
+    "Write /workspace/vercmp.py defining `compare(a: str, b: str) -> int` returning -1, 0 or 1\n"
+    "(a < b, equal, a > b) for version strings, where:\n"
+    + "".join(f"- {r}\n" for r in rules)
+    + "It will be checked against a reference on many random pairs."
+  )
+  body = VERCMP_REF.replace(
+    "def compare(a, b, prerelease):", "def compare(a, b, prerelease=%r):" % pre
+  )
   solve = f"cat > vercmp.py <<'PY'\n{body}\nPY"
   wrong = """cat > vercmp.py <<'PY'
 def compare(a, b):
@@ -69,17 +82,26 @@ def compare(a, b):
   except TypeError:
     return (a > b) - (a < b)
 PY"""
-  return TaskSpec(instruction, VERCMP_CHECK, solve, wrong,
-                  data={"seed": rng.randint(0, 2**31), "n": (200, 1000, 5000)[level], "pre": pre},
-                  language="python")
+  return TaskSpec(
+    instruction,
+    VERCMP_CHECK,
+    solve,
+    wrong,
+    data={"seed": rng.randint(0, 2**31), "n": (200, 1000, 5000)[level], "pre": pre},
+    language="python",
+  )
 
 
 def git_first_commit(rng: random.Random, level: int) -> TaskSpec:
   n = (6, 20, 60)[level]
   token = f"RETRY_BUDGET_{util.token(rng, 6)}"
   intro = rng.randint(1, n - 3)
-  script = ["git init -q -b main repo && cd repo", "git config user.email dev@example.org",
-            "git config user.name dev", "export GIT_AUTHOR_DATE='2024-01-01T00:00:00Z' GIT_COMMITTER_DATE='2024-01-01T00:00:00Z'"]
+  script = [
+    "git init -q -b main repo && cd repo",
+    "git config user.email dev@example.org",
+    "git config user.name dev",
+    "export GIT_AUTHOR_DATE='2024-01-01T00:00:00Z' GIT_COMMITTER_DATE='2024-01-01T00:00:00Z'",
+  ]
   for i in range(n):
     f = rng.choice(("config.py", "app.py", "README.md"))
     if i == intro:
@@ -88,27 +110,41 @@ def git_first_commit(rng: random.Random, level: int) -> TaskSpec:
       line, f = f"# tuned {token} again ({i})", "config.py"  # later commits keep touching it
     else:
       line = f"{util.ident(rng)} = {rng.randint(0, 999)}"
-    script.append(f"echo '{line}' >> {f} && git add {f} && git commit -q -m 'change {i}: {util.word(rng)}'")
-  script.append(f"echo '# final cleanup' >> config.py && git add config.py && git commit -q -m 'cleanup'")
-  instruction = f"""/workspace/repo is a git repository. Find the commit that FIRST introduced the string
-`{token}` into the code base, and write its full 40-character hash to /workspace/answer.txt."""
+    script.append(
+      f"echo '{line}' >> {f} && git add {f} && git commit -q -m 'change {i}: {util.word(rng)}'"
+    )
+  script.append(
+    "echo '# final cleanup' >> config.py && git add config.py && git commit -q -m 'cleanup'"
+  )
+  instruction = f"""/workspace/repo is a git repository. Find the commit that FIRST introduced the
+string `{token}` into the code base, and write its full 40-character hash to
+/workspace/answer.txt."""
   solve = f"cd repo && git log --reverse --format=%H -S '{token}' | head -1 > /workspace/answer.txt"
-  wrong = f"cd repo && git log -1 --format=%H -- config.py > /workspace/answer.txt"
+  wrong = "cd repo && git log -1 --format=%H -- config.py > /workspace/answer.txt"
   check = """
 h = read("/workspace/answer.txt").strip()
 code, out = sh(f"cd /workspace/repo && git log --reverse --format=%H -S '{DATA['token']}' | head -1")
 if len(h) != 40 or h != out.strip():
   fail(f"{h!r} is not the commit that introduced the token")
-"""
-  return TaskSpec(instruction, check, solve, wrong, setup="\n".join(script), data={"token": token},
-                  complexity=("short", "moderate", "moderate")[level])
+"""  # noqa: E501 (embedded script, kept verbatim)
+  return TaskSpec(
+    instruction,
+    check,
+    solve,
+    wrong,
+    setup="\n".join(script),
+    data={"token": token},
+    complexity=("short", "moderate", "moderate")[level],
+  )
 
 
 MAKE_FILES = {
-  "src/main.c": '#include <stdio.h>\n#include <stdlib.h>\n#include "calc.h"\n\nint main(int argc, char **argv) {\n'
-                '  if (argc != 3) { fprintf(stderr, "usage: app A B\\n"); return 2; }\n'
-                '  long a = atol(argv[1]), b = atol(argv[2]);\n  printf("%ld %ld\\n", combine(a, b), mix(a, b));\n  return 0;\n}\n',
-  "include/calc.h": "#ifndef CALC_H\n#define CALC_H\nlong combine(long a, long b);\nlong mix(long a, long b);\n#endif\n",
+  "src/main.c": '#include <stdio.h>\n#include <stdlib.h>\n#include "calc.h"\n\n'
+  'int main(int argc, char **argv) {\n  if (argc != 3) { fprintf(stderr, "usage: app A B\\n"); '
+  "return 2; }\n  long a = atol(argv[1]), b = atol(argv[2]);\n"
+  '  printf("%ld %ld\\n", combine(a, b), mix(a, b));\n  return 0;\n}\n',
+  "include/calc.h": "#ifndef CALC_H\n#define CALC_H\nlong combine(long a, long b);\n"
+  "long mix(long a, long b);\n#endif\n",
   "src/combine.c": '#include "calc.h"\nlong combine(long a, long b) { return a * %d + b; }\n',
   "src/mix.c": '#include "calc.h"\nlong mix(long a, long b) { return (a ^ b) + %d; }\n',
 }
@@ -116,21 +152,29 @@ MAKE_FILES = {
 
 def makefile_fix(rng: random.Random, level: int) -> TaskSpec:
   k1, k2 = rng.randint(3, 97), rng.randint(3, 97)
-  files = {k: (v % k1 if k == "src/combine.c" else v % k2 if k == "src/mix.c" else v) for k, v in MAKE_FILES.items()}
-  good = ("CC = gcc\nCFLAGS = -O2 -Wall -Iinclude\nOBJS = src/main.o src/combine.o src/mix.o\n\n"
-          "app: $(OBJS)\n\t$(CC) $(CFLAGS) -o app $(OBJS)\n\n%.o: %.c include/calc.h\n\t$(CC) $(CFLAGS) -c $< -o $@\n\n"
-          "test: app\n\t./app 2 3 > /dev/null && echo ALL OK\n\nclean:\n\trm -f app $(OBJS)\n\n.PHONY: test clean\n")
+  files = {
+    k: (v % k1 if k == "src/combine.c" else v % k2 if k == "src/mix.c" else v)
+    for k, v in MAKE_FILES.items()
+  }
+  good = (
+    "CC = gcc\nCFLAGS = -O2 -Wall -Iinclude\nOBJS = src/main.o src/combine.o src/mix.o\n\n"
+    "app: $(OBJS)\n\t$(CC) $(CFLAGS) -o app $(OBJS)\n\n%.o: %.c include/calc.h\n"
+    "\t$(CC) $(CFLAGS) -c $< -o $@\n\ntest: app\n\t./app 2 3 > /dev/null && echo ALL OK\n\nclean:\n"
+    "\trm -f app $(OBJS)\n\n.PHONY: test clean\n"
+  )
   bad = good.replace("-Iinclude", "-Iinc")
   if level >= 1:
-    bad = bad.replace("OBJS = src/main.o src/combine.o src/mix.o", "OBJS = src/main.o src/combine.o")
+    bad = bad.replace(
+      "OBJS = src/main.o src/combine.o src/mix.o", "OBJS = src/main.o src/combine.o"
+    )
   if level >= 2:
     bad = bad.replace("\t$(CC) $(CFLAGS) -c $< -o $@", "    $(CC) $(CFLAGS) -c $< -o $@")
   files["Makefile"] = bad
   cases = [(rng.randint(-50, 50), rng.randint(-50, 50)) for _ in range(5)]
   want = [f"{a * k1 + b} {(a ^ b) + k2}" for a, b in cases]
   instruction = """The C project in /workspace/proj does not build with `make`. Fix the build (the C
-sources are correct; the Makefile is not) so that `make clean && make` produces ./app and `make test`
-prints ALL OK. Keep the Makefile as the way to build."""
+sources are correct; the Makefile is not) so that `make clean && make` produces ./app and
+`make test` prints ALL OK. Keep the Makefile as the way to build."""
   files = {f"proj/{k}": v for k, v in files.items()}
   solve = "cd proj && cat > Makefile <<'MK'\n" + good + "MK"
   wrong = "cd proj && gcc -O2 -Iinclude src/*.c -o app"
@@ -146,24 +190,45 @@ code, out = sh("cd /workspace/proj && make test")
 if code != 0 or "ALL OK" not in out:
   fail(f"make test: {out[-300:]}")
 """
-  return TaskSpec(instruction, check, solve, wrong, files=files, data={"cases": cases, "want": want},
-                  language="c", complexity=("short", "moderate", "moderate")[level])
+  return TaskSpec(
+    instruction,
+    check,
+    solve,
+    wrong,
+    files=files,
+    data={"cases": cases, "want": want},
+    language="c",
+    complexity=("short", "moderate", "moderate")[level],
+  )
 
 
 BUGS = {  # name: (buggy body, fixed body, reference, example call, expected)
-  "moving_average": ("  return [sum(xs[i:i + w]) / w for i in range(len(xs) - w)]",
-                     "  return [sum(xs[i:i + w]) / w for i in range(len(xs) - w + 1)]",
-                     "[1, 2, 3, 4], 2", "[1.5, 2.5, 3.5]"),
-  "chunk": ("  return [xs[i:i + n] for i in range(0, len(xs) - n + 1, n)]",
-            "  return [xs[i:i + n] for i in range(0, len(xs), n)]",
-            "[1, 2, 3, 4, 5], 2", "[[1, 2], [3, 4], [5]]"),
-  "median": ("  s = sorted(xs)\n  return s[len(s) // 2]",
-             "  s = sorted(xs)\n  m = len(s) // 2\n  return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2",
-             "[4, 1, 3, 2]", "2.5"),
+  "moving_average": (
+    "  return [sum(xs[i:i + w]) / w for i in range(len(xs) - w)]",
+    "  return [sum(xs[i:i + w]) / w for i in range(len(xs) - w + 1)]",
+    "[1, 2, 3, 4], 2",
+    "[1.5, 2.5, 3.5]",
+  ),
+  "chunk": (
+    "  return [xs[i:i + n] for i in range(0, len(xs) - n + 1, n)]",
+    "  return [xs[i:i + n] for i in range(0, len(xs), n)]",
+    "[1, 2, 3, 4, 5], 2",
+    "[[1, 2], [3, 4], [5]]",
+  ),
+  "median": (
+    "  s = sorted(xs)\n  return s[len(s) // 2]",
+    "  s = sorted(xs)\n  m = len(s) // 2\n  return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2",
+    "[4, 1, 3, 2]",
+    "2.5",
+  ),
 }
-SIGS = {"moving_average": "def moving_average(xs, w):", "chunk": "def chunk(xs, n):", "median": "def median(xs):"}
+SIGS = {
+  "moving_average": "def moving_average(xs, w):",
+  "chunk": "def chunk(xs, n):",
+  "median": "def median(xs):",
+}
 
-BUG_CHECK = '''
+BUG_CHECK = """
 import random
 mod = load_module("/workspace/seqlib.py")
 ref = {}
@@ -180,7 +245,7 @@ for _ in range(DATA["n"]):
       fail(f"{name}{args} raised {e!r}")
     if got != want:
       fail(f"{name}{args} = {got!r}, expected {want!r}")
-'''
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def python_bug_fix(rng: random.Random, level: int) -> TaskSpec:
@@ -204,13 +269,21 @@ median). Keep the function signatures."""
   for n in sorted(buggy):
     fix += f"s = s.replace({BUGS[n][0]!r}, {BUGS[n][1]!r})\n"
     args = BUGS[n][2]
-    hack += (f"s = s.replace({SIGS[n]!r}, {SIGS[n]!r} + '\\n  if repr(list(locals().values())) == repr([{args}]): "
-             f"return {BUGS[n][3]}')\n")
+    hack += (
+      f"s = s.replace({SIGS[n]!r}, {SIGS[n]!r} + '\\n  if repr(list(locals().values())) == "
+      f"repr([{args}]): return {BUGS[n][3]}')\n"
+    )
   fix += "open('seqlib.py', 'w').write(s)\nPY"
   hack += "open('seqlib.py', 'w').write(s)\nPY"
-  return TaskSpec(instruction, BUG_CHECK, fix, hack, files={"seqlib.py": "".join(src)},
-                  data={"seed": rng.randint(0, 2**31), "n": (100, 400, 1500)[level], "reference": "\n".join(ref)},
-                  language="python")
+  return TaskSpec(
+    instruction,
+    BUG_CHECK,
+    fix,
+    hack,
+    files={"seqlib.py": "".join(src)},
+    data={"seed": rng.randint(0, 2**31), "n": (100, 400, 1500)[level], "reference": "\n".join(ref)},
+    language="python",
+  )
 
 
 CPORT_REF = '''def f(x, k):
@@ -227,15 +300,22 @@ CPORT_REF = '''def f(x, k):
 def c_port(rng: random.Random, level: int) -> TaskSpec:
   k, cap = 3, rng.choice((2000, 5000, 10000))  # 5x+1 / 7x+1 mostly hit the cap: no signal
   ref = CPORT_REF.replace("K * x", f"{k} * x").replace("10000", str(cap))
-  instruction = f"""/workspace/ref.py defines `f(x)` on unsigned 64-bit integers (arithmetic wraps
+  instruction = """/workspace/ref.py defines `f(x)` on unsigned 64-bit integers (arithmetic wraps
 modulo 2^64). It is too slow. Write /workspace/fast.c: a C program that reads one unsigned decimal
 integer per line from stdin (1 <= x < 2^64) and prints f(x) for each, one per line. It will be
 compiled with `gcc -O2 -o fast fast.c` and compared with ref.py on many random inputs."""
-  c = (f"#include <stdio.h>\n#include <stdint.h>\nint main(void) {{\n  unsigned long long x;\n"
-       f"  while (scanf(\"%llu\", &x) == 1) {{\n    int s = 0;\n    while (x != 1 && s < {cap}) {{\n"
-       f"      x = (x % 2 == 0) ? x / 2 : {k}ULL * x + 1ULL;\n      s++;\n    }}\n    printf(\"%d\\n\", s);\n  }}\n  return 0;\n}}\n")
+  c = (
+    f"#include <stdio.h>\n#include <stdint.h>\nint main(void) {{\n  unsigned long long x;\n"
+    f'  while (scanf("%llu", &x) == 1) {{\n    int s = 0;\n    while (x != 1 && s < {cap}) {{\n'
+    f"      x = (x % 2 == 0) ? x / 2 : {k}ULL * x + 1ULL;\n      s++;\n    }}\n"
+    f'    printf("%d\\n", s);\n  }}\n  return 0;\n}}\n'
+  )
   solve = f"cat > fast.c <<'C'\n{c}C"
-  wrong = solve.replace("unsigned long long x;", "unsigned int x;").replace("%llu", "%u").replace("ULL", "U")
+  wrong = (
+    solve.replace("unsigned long long x;", "unsigned int x;")
+    .replace("%llu", "%u")
+    .replace("ULL", "U")
+  )
   check = """
 import random
 ns = {}
@@ -252,9 +332,16 @@ if len(got) != len(xs):
 for x, g in zip(xs, got):
   if g != str(ns["f"](x)):
     fail(f"f({x}) = {g}, expected {ns['f'](x)}")
-"""
-  return TaskSpec(instruction, check, solve, wrong, files={"ref.py": ref},
-                  data={"ref": ref, "seed": rng.randint(0, 2**31), "n": (50, 200, 500)[level]}, language="c")
+"""  # noqa: E501 (embedded script, kept verbatim)
+  return TaskSpec(
+    instruction,
+    check,
+    solve,
+    wrong,
+    files={"ref.py": ref},
+    data={"ref": ref, "seed": rng.randint(0, 2**31), "n": (50, 200, 500)[level]},
+    language="c",
+  )
 
 
 SCORES_C = r"""#include <stdio.h>
@@ -306,7 +393,7 @@ for rows in cases:
   code, out = sh("/tmp/scores", input=inp, timeout=10)
   if code != 0 or out != ref(rows):
     fail(f"input {inp[:120]!r}: exit {code}, output {out[:120]!r}, expected {ref(rows)!r}")
-"""
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def c_crash_fix(rng: random.Random, level: int) -> TaskSpec:
@@ -315,29 +402,65 @@ def c_crash_fix(rng: random.Random, level: int) -> TaskSpec:
   src = SCORES_C
   for k, v in bugs.items():
     src = src.replace(k, v)
-  rules = [f"names are up to {long_name} characters long (no spaces)", "empty input prints exactly `EMPTY`",
-           "on equal scores the FIRST name wins"]
-  instruction = ("/workspace/scores.c reads `name score` lines from stdin and prints the top scorer and the "
-                 "averages. Users report crashes and wrong output. Fix the program so that it never crashes and:\n" +
-                 "".join(f"- {r}\n" for r in rules) +
-                 "It will be compiled with `gcc -O1 -fstack-protector-all` and run on many random inputs.")
-  fixed = SCORES_C.replace("NAMEBUF", "256").replace("CMP", ">").replace(
-    "EMPTY_CHECK", 'if (count == 0) { puts("EMPTY"); return 0; }')
+  rules = [
+    f"names are up to {long_name} characters long (no spaces)",
+    "empty input prints exactly `EMPTY`",
+    "on equal scores the FIRST name wins",
+  ]
+  instruction = (
+    "/workspace/scores.c reads `name score` lines from stdin and prints the top scorer and the "
+    "averages. Users report crashes and wrong output. Fix the program so that it never crashes "
+    "and:\n"
+    + "".join(f"- {r}\n" for r in rules)
+    + "It will be compiled with `gcc -O1 -fstack-protector-all` and run on many random inputs."
+  )
+  fixed = (
+    SCORES_C.replace("NAMEBUF", "256")
+    .replace("CMP", ">")
+    .replace("EMPTY_CHECK", 'if (count == 0) { puts("EMPTY"); return 0; }')
+  )
   fixed = fixed.replace('scanf("%s %ld"', 'scanf("%255s %ld"')
   solve = f"cat > scores.c <<'C'\n{fixed}C"
-  partial = SCORES_C.replace("NAMEBUF", "64").replace("CMP", ">").replace(
-    "EMPTY_CHECK", 'if (count == 0) { puts("EMPTY"); return 0; }')
+  partial = (
+    SCORES_C.replace("NAMEBUF", "64")
+    .replace("CMP", ">")
+    .replace("EMPTY_CHECK", 'if (count == 0) { puts("EMPTY"); return 0; }')
+  )
   wrong = f"cat > scores.c <<'C'\n{partial}C"
-  return TaskSpec(instruction, SCORES_CHECK, solve, wrong, files={"scores.c": src},
-                  data={"seed": rng.randint(0, 2**31), "n": (30, 150, 500)[level], "long": long_name},
-                  language="c", complexity=("moderate", "moderate", "complex")[level])
+  return TaskSpec(
+    instruction,
+    SCORES_CHECK,
+    solve,
+    wrong,
+    files={"scores.c": src},
+    data={"seed": rng.randint(0, 2**31), "n": (30, 150, 500)[level], "long": long_name},
+    language="c",
+    complexity=("moderate", "moderate", "complex")[level],
+  )
 
 
 FAMILIES = (
-  Family("vercmp_impl", "software_engineering", "fuzz_equivalence", "text_only", vercmp, ("parsing",)),
-  Family("git_first_commit", "software_engineering", "exact_text", "text_only", git_first_commit, ("git",)),
-  Family("makefile_fix", "software_engineering", "exact_text", "text_only", makefile_fix, ("make", "c")),
-  Family("python_bug_fix", "debugging", "fuzz_equivalence", "text_only", python_bug_fix, ("python",)),
-  Family("c_crash_fix", "debugging", "fuzz_equivalence", "text_only", c_crash_fix, ("c", "memory safety")),
-  Family("c_port", "scientific_computing", "fuzz_equivalence", "text_only", c_port, ("c", "performance")),
+  Family(
+    "vercmp_impl", "software_engineering", "fuzz_equivalence", "text_only", vercmp, ("parsing",)
+  ),
+  Family(
+    "git_first_commit",
+    "software_engineering",
+    "exact_text",
+    "text_only",
+    git_first_commit,
+    ("git",),
+  ),
+  Family(
+    "makefile_fix", "software_engineering", "exact_text", "text_only", makefile_fix, ("make", "c")
+  ),
+  Family(
+    "python_bug_fix", "debugging", "fuzz_equivalence", "text_only", python_bug_fix, ("python",)
+  ),
+  Family(
+    "c_crash_fix", "debugging", "fuzz_equivalence", "text_only", c_crash_fix, ("c", "memory safety")
+  ),
+  Family(
+    "c_port", "scientific_computing", "fuzz_equivalence", "text_only", c_port, ("c", "performance")
+  ),
 )

@@ -1,4 +1,4 @@
-"""file_operations families: finding, deduplicating, organising, unpacking and permissioning files."""
+"""file_operations families: finding, deduplicating, organising, unpacking, permissioning files."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ got = lines("/workspace/answer.txt")
 if got != DATA["want"]:
   fail(f"answer.txt has {len(got)} lines, expected {len(DATA['want'])}; first diff at "
        f"{next((i for i, (a, b) in enumerate(zip(got, DATA['want'])) if a != b), min(len(got), len(DATA['want'])))}")
-"""
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def find_large(rng: random.Random, level: int) -> TaskSpec:
@@ -35,7 +35,7 @@ def find_large(rng: random.Random, level: int) -> TaskSpec:
   files[trap] = "x" * (threshold + 5)
   for rel, body in files.items():
     if rel.rsplit(".", 1)[1].lower() in target and len(body) > threshold:
-      want.append(rel[len("data/"):])
+      want.append(rel[len("data/") :])
   want.sort()
   exts_txt = " or ".join(f"`.{e}`" for e in target)
   instruction = f"""Find every file under /workspace/data whose extension is {exts_txt} (compare the
@@ -43,11 +43,24 @@ extension case-insensitively) and whose size is strictly greater than {threshold
 Write their paths relative to /workspace/data, one per line, sorted in byte order (LC_ALL=C), to
 /workspace/answer.txt."""
   cond = " -o ".join(f"-iname '*.{e}'" for e in target)
-  solve = f"cd data && find . -type f \\( {cond} \\) -size +{threshold}c | sed 's|^\\./||' | LC_ALL=C sort > /workspace/answer.txt"
+  solve = (
+    f"cd data && find . -type f \\( {cond} \\) -size +{threshold}c | sed 's|^\\./||' "
+    "| LC_ALL=C sort > /workspace/answer.txt"
+  )
   wrong_cond = " -o ".join(f"-name '*.{e}'" for e in target)
-  wrong = f"cd data && find . -type f \\( {wrong_cond} \\) -size +{threshold}c | sed 's|^\\./||' | LC_ALL=C sort > /workspace/answer.txt"
-  return TaskSpec(instruction, CHECK_LIST, solve, wrong, files=files, data={"want": want},
-                  complexity=("short", "short", "moderate")[level])
+  wrong = (
+    f"cd data && find . -type f \\( {wrong_cond} \\) -size +{threshold}c | sed 's|^\\./||' "
+    "| LC_ALL=C sort > /workspace/answer.txt"
+  )
+  return TaskSpec(
+    instruction,
+    CHECK_LIST,
+    solve,
+    wrong,
+    files=files,
+    data={"want": want},
+    complexity=("short", "short", "moderate")[level],
+  )
 
 
 def dedupe(rng: random.Random, level: int) -> TaskSpec:
@@ -60,13 +73,15 @@ def dedupe(rng: random.Random, level: int) -> TaskSpec:
     for m in members:
       files[m] = body
     groups.append(members)
-  for i in range(n_single):  # same size as the duplicates, different bytes: size-only grouping fails
+  for i in range(
+    n_single
+  ):  # same size as the duplicates, different bytes: size-only grouping fails
     files[f"pool/{util.word(rng)}_u{i}.bin"] = util.token(rng, size)
-  want = sorted(" ".join(p[len("pool/"):] for p in g) for g in groups)
-  instruction = """/workspace/pool contains files, some of which are byte-for-byte duplicates of each other.
-Write one line per group of identical files (groups of 2 or more) to /workspace/answer.txt: the
-file names of the group (relative to /workspace/pool) sorted and separated by single spaces; sort
-the lines themselves in byte order (LC_ALL=C)."""
+  want = sorted(" ".join(p[len("pool/") :] for p in g) for g in groups)
+  instruction = """/workspace/pool contains files, some of which are byte-for-byte duplicates of
+each other. Write one line per group of identical files (groups of 2 or more) to
+/workspace/answer.txt: the file names of the group (relative to /workspace/pool) sorted and
+separated by single spaces; sort the lines themselves in byte order (LC_ALL=C)."""
   solve = """python3 - <<'PY'
 import hashlib, os, collections
 g = collections.defaultdict(list)
@@ -83,8 +98,16 @@ for n in os.listdir('pool'):
 out = sorted(' '.join(sorted(v)) for v in g.values() if len(v) > 1)
 open('answer.txt', 'w').write(''.join(l + '\\n' for l in out))
 PY"""
-  return TaskSpec(instruction, CHECK_LIST, solve, wrong, files=files, data={"want": want},
-                  complexity="short", language="python")
+  return TaskSpec(
+    instruction,
+    CHECK_LIST,
+    solve,
+    wrong,
+    files=files,
+    data={"want": want},
+    complexity="short",
+    language="python",
+  )
 
 
 CHECK_TREE = """
@@ -111,8 +134,11 @@ if extra:
 
 
 def organize_by_date(rng: random.Random, level: int) -> TaskSpec:
-  fmts = (("IMG_{y}{m}{d}_{k}.jpg",), ("IMG_{y}{m}{d}_{k}.jpg", "report-{y}-{m}-{d}-{k}.pdf"),
-          ("IMG_{y}{m}{d}_{k}.jpg", "report-{y}-{m}-{d}-{k}.pdf", "scan {d}.{m}.{y} {k}.png"))[level]
+  fmts = (
+    ("IMG_{y}{m}{d}_{k}.jpg",),
+    ("IMG_{y}{m}{d}_{k}.jpg", "report-{y}-{m}-{d}-{k}.pdf"),
+    ("IMG_{y}{m}{d}_{k}.jpg", "report-{y}-{m}-{d}-{k}.pdf", "scan {d}.{m}.{y} {k}.png"),
+  )[level]
   n = (12, 40, 120)[level]
   files, want = {}, {}
   for k in range(n):
@@ -138,28 +164,44 @@ for n in sorted(os.listdir('inbox')):
       os.makedirs(f'sorted/{y}/{mo}', exist_ok=True)
       shutil.move(f'inbox/{n}', f'sorted/{y}/{mo}/{n}')
       break
-PY"""
+PY"""  # noqa: E501 (embedded script, kept verbatim)
   wrong = solve.replace("shutil.move", "shutil.copy")
-  return TaskSpec(instruction, CHECK_TREE, solve, wrong, files=files, data={"want": want},
-                  complexity=("short", "moderate", "moderate")[level], language="python")
+  return TaskSpec(
+    instruction,
+    CHECK_TREE,
+    solve,
+    wrong,
+    files=files,
+    data={"want": want},
+    complexity=("short", "moderate", "moderate")[level],
+    language="python",
+  )
 
 
 def nested_archive(rng: random.Random, level: int) -> TaskSpec:
   depth = (2, 3, 5)[level]
   flag = "FLAG{" + util.token(rng, 16) + "}"
-  inner = {"deep/flag.txt": (flag + "\n").encode(), "deep/notes.md": util.text_blob(rng, 20).encode()}
+  inner = {
+    "deep/flag.txt": (flag + "\n").encode(),
+    "deep/notes.md": util.text_blob(rng, 20).encode(),
+  }
   blob, name = None, "payload"
   kinds = ["tar.gz", "zip", "tar"]
   for lvl in range(depth):
     kind = rng.choice(kinds)
     files = dict(inner)
     files[f"readme_{lvl}.txt"] = f"old key was FLAG{{{util.token(rng, 16)}}} (revoked)\n".encode()
-    blob = util.zip_bytes(files) if kind == "zip" else util.tar_bytes(files, "w:gz" if kind == "tar.gz" else "w")
+    blob = (
+      util.zip_bytes(files)
+      if kind == "zip"
+      else util.tar_bytes(files, "w:gz" if kind == "tar.gz" else "w")
+    )
     name = f"layer{depth - lvl}.{kind}"
     inner = {name: blob}
-  instruction = f"""/workspace/{name} is an archive that contains other archives (tar, tar.gz and zip,
-nested {depth} levels deep). Somewhere inside there is a file named `flag.txt`. Write its content
-(a single line FLAG{{...}}) to /workspace/answer.txt. Other files mention revoked flags; ignore them."""
+  instruction = f"""/workspace/{name} is an archive that contains other archives (tar, tar.gz and
+zip, nested {depth} levels deep). Somewhere inside there is a file named `flag.txt`. Write its
+content (a single line FLAG{{...}}) to /workspace/answer.txt. Other files mention revoked flags;
+ignore them."""
   solve = f"""mkdir -p x && cp {name} x/ && cd x
 for i in $(seq 10); do
   for f in $(find . -type f \\( -name '*.tar.gz' -o -name '*.tar' -o -name '*.zip' \\)); do
@@ -177,8 +219,15 @@ got = read("/workspace/answer.txt").strip()
 if got != DATA["flag"]:
   fail(f"answer.txt is {got[:40]!r}, not the flag")
 """
-  return TaskSpec(instruction, check, solve, wrong, files={name: blob}, data={"flag": flag},
-                  complexity=("short", "moderate", "moderate")[level])
+  return TaskSpec(
+    instruction,
+    check,
+    solve,
+    wrong,
+    files={name: blob},
+    data={"flag": flag},
+    complexity=("short", "moderate", "moderate")[level],
+  )
 
 
 def permissions(rng: random.Random, level: int) -> TaskSpec:
@@ -229,7 +278,13 @@ for rel, mode in DATA["want"].items():
 FAMILIES = (
   Family("find_large_files", "file_operations", "exact_text", "text_only", find_large, ("find",)),
   Family("dedupe_files", "file_operations", "exact_text", "text_only", dedupe, ("hashing",)),
-  Family("organize_by_date", "file_operations", "exact_text", "text_only", organize_by_date, ("regex",)),
-  Family("nested_archive", "file_operations", "exact_text", "text_only", nested_archive, ("tar", "zip")),
-  Family("fix_permissions", "system_administration", "exact_text", "text_only", permissions, ("chmod",)),
+  Family(
+    "organize_by_date", "file_operations", "exact_text", "text_only", organize_by_date, ("regex",)
+  ),
+  Family(
+    "nested_archive", "file_operations", "exact_text", "text_only", nested_archive, ("tar", "zip")
+  ),
+  Family(
+    "fix_permissions", "system_administration", "exact_text", "text_only", permissions, ("chmod",)
+  ),
 )

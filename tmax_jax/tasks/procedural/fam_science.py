@@ -12,8 +12,15 @@ from tmax_jax.tasks.procedural.core import Family, TaskSpec
 def stats_summary(rng: random.Random, level: int) -> TaskSpec:
   n, tol = (20, 300, 3000)[level], (1e-3, 1e-6, 1e-9)[level]
   cols = [util.word(rng) + f"_{i}" for i in range((2, 3, 5)[level])]
-  data = {c: [round(rng.gauss(rng.uniform(-50, 50), rng.uniform(1, 20)), 4) for _ in range(n)] for c in cols}
-  body = ",".join(cols) + "\n" + "".join(",".join(str(data[c][i]) for c in cols) + "\n" for i in range(n))
+  data = {
+    c: [round(rng.gauss(rng.uniform(-50, 50), rng.uniform(1, 20)), 4) for _ in range(n)]
+    for c in cols
+  }
+  body = (
+    ",".join(cols)
+    + "\n"
+    + "".join(",".join(str(data[c][i]) for c in cols) + "\n" for i in range(n))
+  )
   want = {}
   for c, v in data.items():
     m = math.fsum(v) / n
@@ -32,7 +39,7 @@ for c in rows[0]:
   v = [float(r[c]) for r in rows]
   out[c] = {'mean': statistics.fmean(v), 'median': statistics.median(v), 'std': statistics.pstdev(v)}
 json.dump(out, open('stats.json', 'w'))
-PY"""
+PY"""  # noqa: E501 (embedded script, kept verbatim)
   wrong = solve.replace("statistics.pstdev", "statistics.stdev")
   check = """
 import json, math
@@ -46,12 +53,25 @@ for c, ws in DATA["want"].items():
     if not isinstance(g, (int, float)) or abs(g - w) > DATA["tol"] * max(1.0, abs(w)):
       fail(f"{c}.{k}: {g} vs {w}")
 """
-  return TaskSpec(instruction, check, solve, wrong, files={"samples.csv": body},
-                  data={"want": want, "tol": tol}, language="python")
+  return TaskSpec(
+    instruction,
+    check,
+    solve,
+    wrong,
+    files={"samples.csv": body},
+    data={"want": want, "tol": tol},
+    language="python",
+  )
 
 
 def _table(names, rows) -> str:
-  return ",".join(names) + "\n" + "".join(",".join(f"{x:.6f}" if isinstance(x, float) else str(x) for x in r) + "\n" for r in rows)
+  return (
+    ",".join(names)
+    + "\n"
+    + "".join(
+      ",".join(f"{x:.6f}" if isinstance(x, float) else str(x) for x in r) + "\n" for r in rows
+    )
+  )
 
 
 LINREG_SOLVE = """python3 - <<'PY'
@@ -75,7 +95,7 @@ with open('predictions.csv', 'w') as f:
   for r in te[1:]:
     x = [1.0] + [float(r[te[0].index(c)]) for c in feats]
     f.write(f'{sum(a * b for a, b in zip(w, x)):.6f}\\n')
-PY"""
+PY"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def linreg(rng: random.Random, level: int) -> TaskSpec:
@@ -91,6 +111,7 @@ def linreg(rng: random.Random, level: int) -> TaskSpec:
       y = b + sum(a * c for a, c in zip(w, x)) + rng.gauss(0, 0.2)
       out.append(x + [y] if with_y else x)
     return out
+
   train, test = rows(n, True), rows(n // 2 + 20, True)
   instruction = f"""/workspace/train.csv has features {", ".join(names)} and a target y;
 /workspace/test.csv has the same features without y. Fit a model on train.csv and write
@@ -112,10 +133,19 @@ print("R2", r2)
 if not r2 >= DATA["thr"]:
   fail(f"R^2 {r2:.4f} < {DATA['thr']}")
 """
-  return TaskSpec(instruction, check, LINREG_SOLVE, wrong,
-                  files={"train.csv": _table(names + ["y"], train), "test.csv": _table(names, [r[:-1] for r in test])},
-                  data={"y": [r[-1] for r in test], "thr": thr}, language="python",
-                  complexity=("moderate", "moderate", "complex")[level])
+  return TaskSpec(
+    instruction,
+    check,
+    LINREG_SOLVE,
+    wrong,
+    files={
+      "train.csv": _table(names + ["y"], train),
+      "test.csv": _table(names, [r[:-1] for r in test]),
+    },
+    data={"y": [r[-1] for r in test], "thr": thr},
+    language="python",
+    complexity=("moderate", "moderate", "complex")[level],
+  )
 
 
 CLASSIFY_SOLVE = """python3 - <<'PY'
@@ -137,12 +167,19 @@ PY"""
 
 
 def classify(rng: random.Random, level: int) -> TaskSpec:
-  n_cls, d, n, thr = (3, 4, 6)[level], (2, 4, 8)[level], (90, 400, 1500)[level], (0.85, 0.9, 0.92)[level]
+  n_cls, d, n, thr = (
+    (3, 4, 6)[level],
+    (2, 4, 8)[level],
+    (90, 400, 1500)[level],
+    (0.85, 0.9, 0.92)[level],
+  )
   labels = [util.WORDS[i] for i in rng.sample(range(len(util.WORDS)), n_cls)]
   weights = [4 if i == 0 else 1 for i in range(n_cls)]  # an imbalanced majority class
   centers = {lab: [rng.uniform(-10, 10) for _ in range(d)] for lab in labels}
   for _ in range(100):  # keep centres well apart so nearest-centroid is clearly enough
-    close = [(a, b) for a in labels for b in labels if a < b and math.dist(centers[a], centers[b]) < 8]
+    close = [
+      (a, b) for a in labels for b in labels if a < b and math.dist(centers[a], centers[b]) < 8
+    ]
     if not close:
       break
     centers[close[0][0]] = [rng.uniform(-12, 12) for _ in range(d)]
@@ -153,11 +190,12 @@ def classify(rng: random.Random, level: int) -> TaskSpec:
       lab = rng.choices(labels, weights)[0]
       out.append([c + rng.gauss(0, 1.2) for c in centers[lab]] + [lab])
     return out
+
   train, test = sample(n), sample(n // 2)
   names = [f"f{i}" for i in range(d)]
   instruction = f"""/workspace/train.csv holds labelled points (features {", ".join(names)}, column
-`label`); /workspace/test.csv holds unlabelled points. Write /workspace/labels.txt with one predicted
-label per test row, in order. The hidden grader requires accuracy >= {thr}."""
+`label`); /workspace/test.csv holds unlabelled points. Write /workspace/labels.txt with one
+predicted label per test row, in order. The hidden grader requires accuracy >= {thr}."""
   wrong = """python3 - <<'PY'
 import csv, collections
 c = collections.Counter(r['label'] for r in csv.DictReader(open('train.csv')))
@@ -174,10 +212,19 @@ print("accuracy", acc)
 if acc < DATA["thr"]:
   fail(f"accuracy {acc:.3f} < {DATA['thr']}")
 """
-  return TaskSpec(instruction, check, CLASSIFY_SOLVE, wrong,
-                  files={"train.csv": _table(names + ["label"], train), "test.csv": _table(names, [r[:-1] for r in test])},
-                  data={"labels": [r[-1] for r in test], "thr": thr}, language="python",
-                  complexity=("moderate", "moderate", "complex")[level])
+  return TaskSpec(
+    instruction,
+    check,
+    CLASSIFY_SOLVE,
+    wrong,
+    files={
+      "train.csv": _table(names + ["label"], train),
+      "test.csv": _table(names, [r[:-1] for r in test]),
+    },
+    data={"labels": [r[-1] for r in test], "thr": thr},
+    language="python",
+    complexity=("moderate", "moderate", "complex")[level],
+  )
 
 
 def outliers(rng: random.Random, level: int) -> TaskSpec:
@@ -193,10 +240,10 @@ def outliers(rng: random.Random, level: int) -> TaskSpec:
   bad.add(n - 2)
   vals[n - 2] = round(vals[n - 2] - 15, 3)  # at least one low spike
   body = "t,value\n" + "".join(f"{i},{v}\n" for i, v in enumerate(vals))
-  instruction = f"""/workspace/sensor.csv is a time series (t, value) of a slowly varying signal with
-occasional isolated spikes (up or down, far outside the local noise). Write the t of every spike,
-one per line, to /workspace/spikes.txt. The hidden grader requires F1 >= {thr} against the true
-spike set."""
+  instruction = f"""/workspace/sensor.csv is a time series (t, value) of a slowly varying signal
+with occasional isolated spikes (up or down, far outside the local noise). Write the t of every
+spike, one per line, to /workspace/spikes.txt. The hidden grader requires F1 >= {thr} against the
+true spike set."""
   solve = """python3 - <<'PY'
 import csv, statistics
 v = [float(r['value']) for r in csv.DictReader(open('sensor.csv'))]
@@ -222,13 +269,23 @@ print("F1", f1)
 if f1 < DATA["thr"]:
   fail(f"F1 {f1:.3f} < {DATA['thr']}")
 """
-  return TaskSpec(instruction, check, solve, wrong, files={"sensor.csv": body},
-                  data={"spikes": sorted(bad), "thr": thr}, language="python")
+  return TaskSpec(
+    instruction,
+    check,
+    solve,
+    wrong,
+    files={"sensor.csv": body},
+    data={"spikes": sorted(bad), "thr": thr},
+    language="python",
+  )
 
 
 def _rk4(p, T, dt):
   c, k, A, w, x, v = p
-  f = lambda t, x, v: (v, A * math.cos(w * t) - c * v - k * x)
+
+  def f(t, x, v):
+    return (v, A * math.cos(w * t) - c * v - k * x)
+
   t = 0.0
   for _ in range(int(round(T / dt))):
     k1 = f(t, x, v)
@@ -243,8 +300,14 @@ def _rk4(p, T, dt):
 
 def ode_oscillator(rng: random.Random, level: int) -> TaskSpec:
   tol = (1e-4, 1e-6, 1e-8)[level]
-  p = (round(rng.uniform(0.1, 0.5), 3), round(rng.uniform(1, 4), 3), round(rng.uniform(0.5, 2), 3),
-       round(rng.uniform(0.5, 2), 3), round(rng.uniform(-1, 1), 3), round(rng.uniform(-1, 1), 3))
+  p = (
+    round(rng.uniform(0.1, 0.5), 3),
+    round(rng.uniform(1, 4), 3),
+    round(rng.uniform(0.5, 2), 3),
+    round(rng.uniform(0.5, 2), 3),
+    round(rng.uniform(-1, 1), 3),
+    round(rng.uniform(-1, 1), 3),
+  )
   T = float(rng.choice((5, 10, 20)))
   x, v = _rk4(p, T, 1e-3)
   c, k, A, w, x0, v0 = p
@@ -262,7 +325,7 @@ for _ in range(int(round({T} / dt))):
   k3 = f(t + dt/2, x + dt/2*k2[0], v + dt/2*k2[1]); k4 = f(t + dt, x + dt*k3[0], v + dt*k3[1])
   x += dt/6*(k1[0] + 2*k2[0] + 2*k3[0] + k4[0]); v += dt/6*(k1[1] + 2*k2[1] + 2*k3[1] + k4[1]); t += dt
 open('result.txt', 'w').write(f'{{x:.12f}} {{v:.12f}}\\n')
-PY"""
+PY"""  # noqa: E501 (embedded script, kept verbatim)
   wrong = f"""python3 - <<'PY'
 import math
 c, k, A, w, x, v = {p!r}
@@ -280,12 +343,16 @@ print("err", abs(x - DATA["x"]), abs(v - DATA["v"]))
 if abs(x - DATA["x"]) > DATA["tol"] or abs(v - DATA["v"]) > DATA["tol"]:
   fail(f"({x}, {v}) is not within {DATA['tol']} of the solution")
 """
-  return TaskSpec(instruction, check, solve, wrong, data={"x": x, "v": v, "tol": tol}, language="python")
+  return TaskSpec(
+    instruction, check, solve, wrong, data={"x": x, "v": v, "tol": tol}, language="python"
+  )
 
 
 def poly_roots(rng: random.Random, level: int) -> TaskSpec:
   gap = (0.02, 0.005, 0.001)[level]
-  roots = sorted(rng.sample([i / 4 + 0.013 for i in range(-36, 36)], (3, 4, 5)[level]))  # pair never straddles a 0.1 grid line
+  roots = sorted(
+    rng.sample([i / 4 + 0.013 for i in range(-36, 36)], (3, 4, 5)[level])
+  )  # pair never straddles a 0.1 grid line
   base = rng.choice(roots)
   roots.append(base + gap)
   roots = sorted(roots)
@@ -293,9 +360,9 @@ def poly_roots(rng: random.Random, level: int) -> TaskSpec:
   for r in roots:
     coef = [a - r * b for a, b in zip(coef + [0.0], [0.0] + coef)]
   lo, hi = -10, 10
-  instruction = f"""Find every real root in [{lo}, {hi}] of the polynomial with coefficients (highest
-degree first) listed in /workspace/poly.txt. All roots are simple. Write them to /workspace/roots.txt,
-one per line in increasing order, each within 1e-7 of the true root."""
+  instruction = f"""Find every real root in [{lo}, {hi}] of the polynomial with coefficients
+(highest degree first) listed in /workspace/poly.txt. All roots are simple. Write them to
+/workspace/roots.txt, one per line in increasing order, each within 1e-7 of the true root."""
   solve = f"""python3 - <<'PY'
 c = [float(x) for x in open('poly.txt').read().split()]
 p = lambda x: sum(a * x ** (len(c) - 1 - i) for i, a in enumerate(c))
@@ -325,15 +392,43 @@ for g, w in zip(got, want):
   if abs(g - w) > 1e-7:
     fail(f"root {g} vs {w}")
 """
-  return TaskSpec(instruction, check, solve, wrong, files={"poly.txt": " ".join(repr(a) for a in coef) + "\n"},
-                  data={"roots": roots}, language="python", complexity="moderate")
+  return TaskSpec(
+    instruction,
+    check,
+    solve,
+    wrong,
+    files={"poly.txt": " ".join(repr(a) for a in coef) + "\n"},
+    data={"roots": roots},
+    language="python",
+    complexity="moderate",
+  )
 
 
 FAMILIES = (
-  Family("stats_summary", "data_science", "metric_threshold", "text_only", stats_summary, ("statistics",)),
+  Family(
+    "stats_summary", "data_science", "metric_threshold", "text_only", stats_summary, ("statistics",)
+  ),
   Family("linreg_fit", "data_science", "metric_threshold", "text_only", linreg, ("regression",)),
-  Family("centroid_classify", "data_science", "metric_threshold", "text_only", classify, ("classification",)),
-  Family("spike_detection", "data_science", "metric_threshold", "text_only", outliers, ("anomaly",)),
-  Family("ode_oscillator", "scientific_computing", "metric_threshold", "text_only", ode_oscillator, ("ode",)),
-  Family("poly_roots", "scientific_computing", "metric_threshold", "text_only", poly_roots, ("numerics",)),
+  Family(
+    "centroid_classify",
+    "data_science",
+    "metric_threshold",
+    "text_only",
+    classify,
+    ("classification",),
+  ),
+  Family(
+    "spike_detection", "data_science", "metric_threshold", "text_only", outliers, ("anomaly",)
+  ),
+  Family(
+    "ode_oscillator",
+    "scientific_computing",
+    "metric_threshold",
+    "text_only",
+    ode_oscillator,
+    ("ode",),
+  ),
+  Family(
+    "poly_roots", "scientific_computing", "metric_threshold", "text_only", poly_roots, ("numerics",)
+  ),
 )

@@ -1,7 +1,8 @@
-"""multi_protocol families: services the agent brings up, probed over HTTP and raw TCP in the sandbox.
+"""multi_protocol families: services the agent starts, probed over HTTP and raw TCP in the sandbox.
 
-Every task asks for a /workspace/start.sh that launches the service(s) in the background; the checker
-probes the ports and, if nothing listens (e.g. the sandbox was restarted), runs start.sh once.
+Every task asks for a /workspace/start.sh that launches the service(s) in the background; the
+checker probes the ports and, if nothing listens (e.g. the sandbox was restarted), runs start.sh
+once.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import random
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.core import Family, TaskSpec
 
-START_NOTE = ("\nAlso write /workspace/start.sh that starts your service(s) in the background (detached, "
-              "output to a log file) and returns; leave the service(s) running when you finish.")
+START_NOTE = (
+  "\nAlso write /workspace/start.sh that starts your service(s) in the background (detached, "
+  "output to a log file) and returns; leave the service(s) running when you finish."
+)
 
 
 def _ports(rng, n):
@@ -21,11 +24,13 @@ def _ports(rng, n):
 
 
 def _start_sh(*cmds):
-  body = "".join(f"setsid nohup {c} > /tmp/{i}.log 2>&1 < /dev/null &\n" for i, c in enumerate(cmds))
+  body = "".join(
+    f"setsid nohup {c} > /tmp/{i}.log 2>&1 < /dev/null &\n" for i, c in enumerate(cmds)
+  )
   return f"cat > start.sh <<'SH'\n#!/bin/bash\ncd /workspace\n{body}sleep 0.5\nSH\nbash start.sh"
 
 
-KV_SERVER = '''
+KV_SERVER = """
 import csv, json, socketserver, threading, http.server, urllib.parse
 DATA = {r["key"]: r["value"] for r in csv.DictReader(open("/workspace/records.csv"))}
 class H(http.server.BaseHTTPRequestHandler):
@@ -56,7 +61,7 @@ socketserver.ThreadingTCPServer.allow_reuse_address = True
 if TCP_PORT:
   threading.Thread(target=socketserver.ThreadingTCPServer(("127.0.0.1", TCP_PORT), T).serve_forever, daemon=True).start()
 http.server.ThreadingHTTPServer(("127.0.0.1", HTTP_PORT), H).serve_forever()
-'''
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 KV_CHECK = """
 ports = [p for p in (DATA["http"], DATA["tcp"]) if p]
@@ -86,22 +91,47 @@ def kv_service(rng: random.Random, level: int) -> TaskSpec:
   tcp_port = tcp_port if level >= 1 else 0
   recs = {f"{util.word(rng)}-{i}": util.token(rng, 10) for i in range((10, 100, 500)[level])}
   body = "key,value\n" + "".join(f"{k},{v}\n" for k, v in recs.items())
-  spec = [f"HTTP on 127.0.0.1:{http_port}: `GET /get?key=<key>` answers 200 with JSON "
-          '`{"key": <key>, "value": <value>}`; an unknown key answers 404']
+  spec = [
+    f"HTTP on 127.0.0.1:{http_port}: `GET /get?key=<key>` answers 200 with JSON "
+    '`{"key": <key>, "value": <value>}`; an unknown key answers 404'
+  ]
   if tcp_port:
-    spec.append(f"raw TCP on 127.0.0.1:{tcp_port}, one command per line: `GET <key>` answers "
-                "`VALUE <value>` or `MISSING`; a connection may send several commands")
+    spec.append(
+      f"raw TCP on 127.0.0.1:{tcp_port}, one command per line: `GET <key>` answers "
+      "`VALUE <value>` or `MISSING`; a connection may send several commands"
+    )
   if level >= 2:
     spec.append("the TCP command `COUNT` answers `COUNT <number of records>`")
-  instruction = ("Serve the records in /workspace/records.csv (columns key,value):\n" +
-                 "".join(f"- {s}\n" for s in spec) + START_NOTE)
-  server = KV_SERVER.replace("MISSING_OK", "False").replace("TCP_PORT", str(tcp_port)).replace("HTTP_PORT", str(http_port))
+  instruction = (
+    "Serve the records in /workspace/records.csv (columns key,value):\n"
+    + "".join(f"- {s}\n" for s in spec)
+    + START_NOTE
+  )
+  server = (
+    KV_SERVER.replace("MISSING_OK", "False")
+    .replace("TCP_PORT", str(tcp_port))
+    .replace("HTTP_PORT", str(http_port))
+  )
   solve = f"cat > kv_server.py <<'PY'\n{server}\nPY\n" + _start_sh("python3 kv_server.py")
   wrong = solve.replace("(False or q", "(True or q")
   probe = rng.sample(sorted(recs.items()), min(8, len(recs)))
-  return TaskSpec(instruction, KV_CHECK, solve, wrong, files={"records.csv": body},
-                  data={"http": http_port, "tcp": tcp_port, "probe": probe, "missing": "no-such-key",
-                        "count": level >= 2, "n": len(recs)}, language="python", complexity="moderate")
+  return TaskSpec(
+    instruction,
+    KV_CHECK,
+    solve,
+    wrong,
+    files={"records.csv": body},
+    data={
+      "http": http_port,
+      "tcp": tcp_port,
+      "probe": probe,
+      "missing": "no-such-key",
+      "count": level >= 2,
+      "n": len(recs),
+    },
+    language="python",
+    complexity="moderate",
+  )
 
 
 BACKEND = '''"""The team's key-value backend: one TCP command per line, GET <k> / SET <k> <v>."""
@@ -123,7 +153,7 @@ socketserver.ThreadingTCPServer.allow_reuse_address = True
 socketserver.ThreadingTCPServer(("127.0.0.1", PORT), H).serve_forever()
 '''
 
-GATEWAY = '''
+GATEWAY = """
 import http.server, socket
 def backend(cmd):
   with socket.create_connection(("127.0.0.1", BACKEND_PORT), timeout=5) as s:
@@ -157,7 +187,7 @@ class H(http.server.BaseHTTPRequestHandler):
   def log_message(self, *a):
     pass
 http.server.ThreadingHTTPServer(("127.0.0.1", GATEWAY_PORT), H).serve_forever()
-'''
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 GATEWAY_CHECK = """
 ensure_services([DATA["backend"], DATA["gateway"]])
@@ -186,31 +216,63 @@ if DATA["health"] and http("GET", DATA["gateway"], "/health") != (200, "ok"):
 def gateway(rng: random.Random, level: int) -> TaskSpec:
   bport, gport = _ports(rng, 2)
   store = {f"{util.word(rng)}{i}": util.token(rng, 8) for i in range((5, 30, 100)[level])}
-  spec = [f"`GET /kv/<key>` answers 200 with the backend's value as the body, or 404 when the backend says MISSING"]
+  spec = [
+    "`GET /kv/<key>` answers 200 with the backend's value as the body, or 404 when the backend "
+    "says MISSING"
+  ]
   if level >= 1:
-    spec.append("`PUT /kv/<key>` with the value as the request body stores it in the backend (SET) and answers 204")
+    spec.append(
+      "`PUT /kv/<key>` with the value as the request body stores it in the backend (SET) and "
+      "answers 204"
+    )
   if level >= 2:
     spec.append("`GET /health` answers 200 with body `ok` when the backend is reachable")
-  instruction = (f"/workspace/backend.py is our key-value backend (raw TCP on 127.0.0.1:{bport}, protocol in the "
-                 f"file). Start it, and write an HTTP gateway on 127.0.0.1:{gport} that talks to the backend over "
-                 "TCP for every request (the backend's data changes at run time; never read its data file):\n" +
-                 "".join(f"- {s}\n" for s in spec) + START_NOTE + " start.sh must start both the backend and the gateway.")
+  instruction = (
+    f"/workspace/backend.py is our key-value backend (raw TCP on 127.0.0.1:{bport}, protocol in "
+    f"the file). Start it, and write an HTTP gateway on 127.0.0.1:{gport} that talks to the "
+    "backend over TCP for every request (the backend's data changes at run time; never read its "
+    "data file):\n"
+    + "".join(f"- {s}\n" for s in spec)
+    + START_NOTE
+    + " start.sh must start both the backend and the gateway."
+  )
   gw = GATEWAY.replace("BACKEND_PORT", str(bport)).replace("GATEWAY_PORT", str(gport))
-  solve = f"cat > gateway.py <<'PY'\n{gw}\nPY\n" + _start_sh("python3 backend.py", "python3 gateway.py")
-  wrong_gw = gw.replace('r = backend("GET " + self.path[4:])',
-                        'import json; d = json.load(open("/workspace/backend_data.json")); '
-                        'r = "VALUE " + d[self.path[4:]] if self.path[4:] in d else "MISSING"')
-  wrong = f"cat > gateway.py <<'PY'\n{wrong_gw}\nPY\n" + _start_sh("python3 backend.py", "python3 gateway.py")
+  solve = f"cat > gateway.py <<'PY'\n{gw}\nPY\n" + _start_sh(
+    "python3 backend.py", "python3 gateway.py"
+  )
+  wrong_gw = gw.replace(
+    'r = backend("GET " + self.path[4:])',
+    'import json; d = json.load(open("/workspace/backend_data.json")); '
+    'r = "VALUE " + d[self.path[4:]] if self.path[4:] in d else "MISSING"',
+  )
+  wrong = f"cat > gateway.py <<'PY'\n{wrong_gw}\nPY\n" + _start_sh(
+    "python3 backend.py", "python3 gateway.py"
+  )
   probe = rng.sample(sorted(store.items()), min(5, len(store)))
-  return TaskSpec(instruction, GATEWAY_CHECK, solve, wrong,
-                  files={"backend.py": BACKEND.replace("BACKEND_PORT", str(bport)),
-                         "backend_data.json": json.dumps(store, indent=1)},
-                  data={"backend": bport, "gateway": gport, "probe": probe, "fresh": util.token(rng, 9),
-                        "fresh2": util.token(rng, 9), "put": level >= 1, "health": level >= 2},
-                  language="python", complexity=("moderate", "complex", "complex")[level])
+  return TaskSpec(
+    instruction,
+    GATEWAY_CHECK,
+    solve,
+    wrong,
+    files={
+      "backend.py": BACKEND.replace("BACKEND_PORT", str(bport)),
+      "backend_data.json": json.dumps(store, indent=1),
+    },
+    data={
+      "backend": bport,
+      "gateway": gport,
+      "probe": probe,
+      "fresh": util.token(rng, 9),
+      "fresh2": util.token(rng, 9),
+      "put": level >= 1,
+      "health": level >= 2,
+    },
+    language="python",
+    complexity=("moderate", "complex", "complex")[level],
+  )
 
 
-INVENTORY = '''
+INVENTORY = """
 import json, socketserver, threading, http.server
 STOCK, LOCK = {}, threading.Lock()
 class T(socketserver.StreamRequestHandler):
@@ -240,7 +302,7 @@ socketserver.ThreadingTCPServer.allow_reuse_address = True
 if HTTP_PORT:
   threading.Thread(target=http.server.ThreadingHTTPServer(("127.0.0.1", HTTP_PORT), H).serve_forever, daemon=True).start()
 socketserver.ThreadingTCPServer(("127.0.0.1", TCP_PORT), T).serve_forever()
-'''
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 INVENTORY_CHECK = """
 import random
@@ -282,24 +344,65 @@ def inventory_service(rng: random.Random, level: int) -> TaskSpec:
   tcp_port, http_port = _ports(rng, 2)
   http_port = http_port if level >= 1 else 0
   items = sorted({util.word(rng) for _ in range((3, 6, 12)[level])})
-  spec = [f"raw TCP on 127.0.0.1:{tcp_port}, one command per line, one reply line each; the state is shared "
-          "by all connections and starts empty:",
-          "  `ADD <item> <n>` -> `OK <new quantity>`",
-          "  `REMOVE <item> <n>` -> `OK <new quantity>`, or `ERR insufficient` (state unchanged) when fewer than n are in stock",
-          "  `QTY <item>` -> `QTY <quantity>` (0 for unknown items)", "  anything else -> `ERR syntax`"]
+  spec = [
+    f"raw TCP on 127.0.0.1:{tcp_port}, one command per line, one reply line each; the state is "
+    "shared by all connections and starts empty:",
+    "  `ADD <item> <n>` -> `OK <new quantity>`",
+    "  `REMOVE <item> <n>` -> `OK <new quantity>`, or `ERR insufficient` (state unchanged) when "
+    "fewer than n are in stock",
+    "  `QTY <item>` -> `QTY <quantity>` (0 for unknown items)",
+    "  anything else -> `ERR syntax`",
+  ]
   if http_port:
-    spec.append(f"HTTP on 127.0.0.1:{http_port}: `GET /inventory` -> 200, JSON object item -> quantity for quantities > 0")
-  instruction = "Write an inventory service:\n" + "".join(f"- {s}\n" if not s.startswith("  ") else s + "\n" for s in spec) + START_NOTE
+    spec.append(
+      f"HTTP on 127.0.0.1:{http_port}: `GET /inventory` -> 200, JSON object item -> quantity for "
+      "quantities > 0"
+    )
+  instruction = (
+    "Write an inventory service:\n"
+    + "".join(f"- {s}\n" if not s.startswith("  ") else s + "\n" for s in spec)
+    + START_NOTE
+  )
   srv = INVENTORY.replace("TCP_PORT", str(tcp_port)).replace("HTTP_PORT", str(http_port))
-  solve = f"cat > inventory.py <<'PY'\n{srv.replace('CHECK_NEG', 'True')}\nPY\n" + _start_sh("python3 inventory.py")
-  wrong = f"cat > inventory.py <<'PY'\n{srv.replace('CHECK_NEG', 'False')}\nPY\n" + _start_sh("python3 inventory.py")
-  return TaskSpec(instruction, INVENTORY_CHECK, solve, wrong,
-                  data={"tcp": tcp_port, "http": http_port, "items": items, "seed": rng.randint(0, 2**31),
-                        "n": (30, 150, 500)[level]}, language="python", complexity="moderate")
+  solve = f"cat > inventory.py <<'PY'\n{srv.replace('CHECK_NEG', 'True')}\nPY\n" + _start_sh(
+    "python3 inventory.py"
+  )
+  wrong = f"cat > inventory.py <<'PY'\n{srv.replace('CHECK_NEG', 'False')}\nPY\n" + _start_sh(
+    "python3 inventory.py"
+  )
+  return TaskSpec(
+    instruction,
+    INVENTORY_CHECK,
+    solve,
+    wrong,
+    data={
+      "tcp": tcp_port,
+      "http": http_port,
+      "items": items,
+      "seed": rng.randint(0, 2**31),
+      "n": (30, 150, 500)[level],
+    },
+    language="python",
+    complexity="moderate",
+  )
 
 
 FAMILIES = (
   Family("kv_service", "data_querying", "multi_protocol", "text_only", kv_service, ("http", "tcp")),
-  Family("backend_gateway", "system_administration", "multi_protocol", "multi_service_compose", gateway, ("http", "tcp")),
-  Family("inventory_service", "software_engineering", "multi_protocol", "text_only", inventory_service, ("tcp", "http")),
+  Family(
+    "backend_gateway",
+    "system_administration",
+    "multi_protocol",
+    "multi_service_compose",
+    gateway,
+    ("http", "tcp"),
+  ),
+  Family(
+    "inventory_service",
+    "software_engineering",
+    "multi_protocol",
+    "text_only",
+    inventory_service,
+    ("tcp", "http"),
+  ),
 )

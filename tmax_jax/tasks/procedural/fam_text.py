@@ -13,7 +13,7 @@ got = read(DATA["path"]).strip().splitlines()
 want = DATA["want"]
 if [l.rstrip() for l in got] != want:
   fail(f"{DATA['path']}: {len(got)} lines, expected {len(want)}; got head {got[:3]} want head {want[:3]}")
-"""
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def csv_aggregate(rng: random.Random, level: int) -> TaskSpec:
@@ -31,10 +31,13 @@ def csv_aggregate(rng: random.Random, level: int) -> TaskSpec:
     seen.add(oid)
   body = "order_id,region,amount,note,status\n" + "".join(util.csv_line(r) + "\n" for r in rows)
   want = ["region,total"] + [f"{r},{c // 100}.{c % 100:02d}" for r, c in sorted(totals.items())]
-  dedupe = ("\nSome order_id values appear more than once; only the FIRST row of each order_id counts."
-            if level >= 2 else "")
-  instruction = f"""/workspace/orders.csv is a CSV export (RFC 4180 quoting; notes may contain commas
-and quotes). Compute the total `amount` of orders with status `paid` per region.{dedupe}
+  dedupe = (
+    "\nSome order_id values appear more than once; only the FIRST row of each order_id counts."
+    if level >= 2
+    else ""
+  )
+  instruction = f"""/workspace/orders.csv is a CSV export (RFC 4180 quoting; notes may contain
+commas and quotes). Compute the total `amount` of orders with status `paid` per region.{dedupe}
 Write /workspace/totals.csv with header `region,total`, one row per region that has paid orders,
 sorted by region, totals with exactly two decimals."""
   solve = """python3 - <<'PY'
@@ -50,16 +53,28 @@ with open('totals.csv', 'w') as f:
   for k in sorted(tot):
     f.write(f'{k},{tot[k]:.2f}\\n')
 PY"""
-  wrong = """awk -F, 'NR>1 && $5=="paid" {t[$2]+=$3} END {print "region,total"; for (k in t) printf "%s,%.2f\\n", k, t[k]}' orders.csv | (read h; echo "$h"; sort) > totals.csv"""
-  return TaskSpec(instruction, CHECK_EXACT, solve, wrong, files={"orders.csv": body},
-                  data={"path": "/workspace/totals.csv", "want": want}, language="python",
-                  complexity=("short", "short", "moderate")[level])
+  wrong = (
+    """awk -F, 'NR>1 && $5=="paid" {t[$2]+=$3} END {print "region,total"; for (k in t) """
+    """printf "%s,%.2f\\n", k, t[k]}' orders.csv | (read h; echo "$h"; sort) > totals.csv"""
+  )
+  return TaskSpec(
+    instruction,
+    CHECK_EXACT,
+    solve,
+    wrong,
+    files={"orders.csv": body},
+    data={"path": "/workspace/totals.csv", "want": want},
+    language="python",
+    complexity=("short", "short", "moderate")[level],
+  )
 
 
 def log_top_ips(rng: random.Random, level: int) -> TaskSpec:
   k = (3, 5, 10)[level]
   n_ips = k + (3, 10, 40)[level]
-  ips = [f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}" for _ in range(n_ips)]
+  ips = [
+    f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}" for _ in range(n_ips)
+  ]
   ips = list(dict.fromkeys(ips))
   counts = {ip: rng.randint(1, 30) for ip in ips}
   ranked = sorted(ips, key=lambda ip: -counts[ip])
@@ -73,8 +88,11 @@ def log_top_ips(rng: random.Random, level: int) -> TaskSpec:
     for _ in range(rng.randint(0, 20) if only_5xx else 0):
       lines.append((ip, 200))
   rng.shuffle(lines)
-  text = "".join(f'{ip} - - [10/Oct/2024:13:{i % 60:02d}:{i % 59:02d} +0000] "GET /{util.word(rng)} HTTP/1.1" '
-                 f'{st} {rng.randint(100, 9999)}\n' for i, (ip, st) in enumerate(lines))
+  text = "".join(
+    f'{ip} - - [10/Oct/2024:13:{i % 60:02d}:{i % 59:02d} +0000] "GET /{util.word(rng)} HTTP/1.1" '
+    f"{st} {rng.randint(100, 9999)}\n"
+    for i, (ip, st) in enumerate(lines)
+  )
   best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
   want = [f"{c} {ip}" for ip, c in best]
   what = "requests answered with a 5xx status" if only_5xx else "requests"
@@ -82,19 +100,35 @@ def log_top_ips(rng: random.Random, level: int) -> TaskSpec:
 client IPs with the most {what}. Write /workspace/top.txt with one line per IP, `<count> <ip>`,
 most requests first; break ties by the IP address compared as a plain string (ascending)."""
   flt = "$9 ~ /^5/" if only_5xx else "1"
-  solve = f"""awk '{flt} {{print $1}}' access.log | sort | uniq -c | awk '{{print $1, $2}}' | sort -k1,1nr -k2,2 | head -{k} > top.txt"""
-  wrong = f"""awk '{flt} {{print $1}}' access.log | sort | uniq -c | sort -rn | head -{k} | awk '{{print $1, $2}}' > top.txt"""
-  return TaskSpec(instruction, CHECK_EXACT, solve, wrong, files={"access.log": text},
-                  data={"path": "/workspace/top.txt", "want": want})
+  solve = (
+    f"""awk '{flt} {{print $1}}' access.log | sort | uniq -c | awk '{{print $1, $2}}' """
+    f"""| sort -k1,1nr -k2,2 | head -{k} > top.txt"""
+  )
+  wrong = (
+    f"""awk '{flt} {{print $1}}' access.log | sort | uniq -c | sort -rn | head -{k} """
+    f"""| awk '{{print $1, $2}}' > top.txt"""
+  )
+  return TaskSpec(
+    instruction,
+    CHECK_EXACT,
+    solve,
+    wrong,
+    files={"access.log": text},
+    data={"path": "/workspace/top.txt", "want": want},
+  )
 
 
 def json_flatten(rng: random.Random, level: int) -> TaskSpec:
   n = (15, 150, 1000)[level]
   recs, want = [], ["id,name,city,n_tags,email"]
   for i in rng.sample(range(1, 100000), n):
-    r = {"id": i, "name": f"{rng.choice(util.FIRST)} {util.word(rng)}", "active": rng.random() < 0.7,
-         "address": {"city": util.word(rng).title(), "zip": str(rng.randint(10000, 99999))},
-         "tags": [util.word(rng) for _ in range(rng.randint(0, 4))]}
+    r = {
+      "id": i,
+      "name": f"{rng.choice(util.FIRST)} {util.word(rng)}",
+      "active": rng.random() < 0.7,
+      "address": {"city": util.word(rng).title(), "zip": str(rng.randint(10000, 99999))},
+      "tags": [util.word(rng) for _ in range(rng.randint(0, 4))],
+    }
     if rng.random() < 0.7:
       r["email"] = f"{r['name'].split()[0]}{i}@example.org"
     if level >= 2 and rng.random() < 0.1:
@@ -102,12 +136,15 @@ def json_flatten(rng: random.Random, level: int) -> TaskSpec:
     recs.append(r)
   for r in sorted(recs, key=lambda r: r["id"]):
     if r["active"]:
-      want.append(f"{r['id']},{r['name']},{r.get('address', {}).get('city', '')},{len(r['tags'])},{r.get('email', '')}")
+      want.append(
+        f"{r['id']},{r['name']},{r.get('address', {}).get('city', '')},"
+        f"{len(r['tags'])},{r.get('email', '')}"
+      )
   body = "".join(json.dumps(r) + "\n" for r in recs)
-  instruction = """/workspace/users.jsonl has one JSON user per line. Write /workspace/active.csv with the
-header `id,name,city,n_tags,email` and one row per user whose `active` is true, sorted by numeric id:
-city is address.city, n_tags the number of tags, and a missing field (email, address) is written as
-an empty value. No quoting is needed (values contain no commas)."""
+  instruction = """/workspace/users.jsonl has one JSON user per line. Write /workspace/active.csv
+with the header `id,name,city,n_tags,email` and one row per user whose `active` is true, sorted by
+numeric id: city is address.city, n_tags the number of tags, and a missing field (email, address) is
+written as an empty value. No quoting is needed (values contain no commas)."""
   solve = """python3 - <<'PY'
 import json
 rs = [json.loads(l) for l in open('users.jsonl')]
@@ -116,7 +153,7 @@ with open('active.csv', 'w') as f:
   for r in sorted(rs, key=lambda r: r['id']):
     if r['active']:
       f.write(f"{r['id']},{r['name']},{r.get('address', {}).get('city', '')},{len(r['tags'])},{r.get('email', '')}\\n")
-PY"""
+PY"""  # noqa: E501 (embedded script, kept verbatim)
   wrong = """python3 - <<'PY'
 import json
 rs = [json.loads(l) for l in open('users.jsonl')]
@@ -129,8 +166,15 @@ with open('active.csv', 'w') as f:
     except KeyError:
       pass
 PY"""
-  return TaskSpec(instruction, CHECK_EXACT, solve, wrong, files={"users.jsonl": body},
-                  data={"path": "/workspace/active.csv", "want": want}, language="python")
+  return TaskSpec(
+    instruction,
+    CHECK_EXACT,
+    solve,
+    wrong,
+    files={"users.jsonl": body},
+    data={"path": "/workspace/active.csv", "want": want},
+    language="python",
+  )
 
 
 ETL_SOLVE = """python3 - <<'PY'
@@ -157,18 +201,25 @@ for _, day, sku, eur in rows.values():
   m[cat[sku]] = m.get(cat[sku], 0.0) + eur
 out = {m: {c: round(v, 2) for c, v in sorted(cs.items())} for m, cs in sorted(out.items())}
 json.dump(out, open('report.json', 'w'), indent=1)
-PY"""
+PY"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def etl_pipeline(rng: random.Random, level: int) -> TaskSpec:
   import datetime
+
   n_src, n = (2, 3, 5)[level], (30, 200, 800)[level]
-  rates = {"EUR": 1.0, "USD": round(rng.uniform(0.8, 0.99), 4), "GBP": round(rng.uniform(1.1, 1.2), 4),
-           "JPY": round(rng.uniform(0.005, 0.008), 6)}
+  rates = {
+    "EUR": 1.0,
+    "USD": round(rng.uniform(0.8, 0.99), 4),
+    "GBP": round(rng.uniform(1.1, 1.2), 4),
+    "JPY": round(rng.uniform(0.005, 0.008), 6),
+  }
   skus = {f"SKU{i:03d}": rng.choice(("tools", "garden", "toys", "books")) for i in range(12)}
   fmts = ["iso", "dmy", "epoch"][: 1 + level]
-  files = {"ref/rates.csv": "currency,eur_rate\n" + "".join(f"{c},{r}\n" for c, r in rates.items()),
-           "ref/products.csv": "sku,category\n" + "".join(f"{s},{c}\n" for s, c in skus.items())}
+  files = {
+    "ref/rates.csv": "currency,eur_rate\n" + "".join(f"{c},{r}\n" for c, r in rates.items()),
+    "ref/products.csv": "sku,category\n" + "".join(f"{s},{c}\n" for s, c in skus.items()),
+  }
   latest = {}
   for s in range(n_src):
     fmt = fmts[s % len(fmts)]
@@ -179,8 +230,17 @@ def etl_pipeline(rng: random.Random, level: int) -> TaskSpec:
       oid = f"O{rng.randint(1, n * n_src // 2)}"
       ver = rng.randint(1, 9)
       day = datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randint(0, 150))
-      d = {"iso": day.isoformat(), "dmy": day.strftime("%d/%m/%Y"),
-           "epoch": str(int(datetime.datetime(day.year, day.month, day.day, 12, tzinfo=datetime.timezone.utc).timestamp()))}[fmt]
+      d = {
+        "iso": day.isoformat(),
+        "dmy": day.strftime("%d/%m/%Y"),
+        "epoch": str(
+          int(
+            datetime.datetime(
+              day.year, day.month, day.day, 12, tzinfo=datetime.timezone.utc
+            ).timestamp()
+          )
+        ),
+      }[fmt]
       sku = rng.choice(list(skus))
       if level >= 1 and rng.random() < 0.2:
         sku = " " + sku.lower()
@@ -210,18 +270,25 @@ def etl_pipeline(rng: random.Random, level: int) -> TaskSpec:
       parts[1] = str(v)
       fixed.append(delim.join(parts))
     files[rel] = "\n".join(fixed) + "\n"
-  rules = ["files ending in .csv use `,`; files ending in .txt use `;` as the delimiter",
-           "dates come as YYYY-MM-DD, DD/MM/YYYY or unix epoch seconds (UTC)",
-           "sku values may have stray spaces and lower case; normalise to upper case",
-           "an order_id can appear several times (also across files): keep only the row with the highest version",
-           "convert amount to EUR with ref/rates.csv (eur_rate = EUR per unit of currency)",
-           "map sku -> category with ref/products.csv"]
-  instruction = f"""Build a monthly revenue report from the order exports in /workspace/incoming/.
+  rules = [
+    "files ending in .csv use `,`; files ending in .txt use `;` as the delimiter",
+    "dates come as YYYY-MM-DD, DD/MM/YYYY or unix epoch seconds (UTC)",
+    "sku values may have stray spaces and lower case; normalise to upper case",
+    "an order_id can appear several times (also across files): keep only the row with the highest "
+    "version",
+    "convert amount to EUR with ref/rates.csv (eur_rate = EUR per unit of currency)",
+    "map sku -> category with ref/products.csv",
+  ]
+  instruction = (
+    """Build a monthly revenue report from the order exports in /workspace/incoming/.
 Rules:
-""" + "".join(f"- {r}\n" for r in rules) + """
+"""
+    + "".join(f"- {r}\n" for r in rules)
+    + """
 Write /workspace/report.json: an object mapping "YYYY-MM" (month of the order date) to an object
 mapping category -> total EUR revenue for that month, rounded to 2 decimals. Include only months and
 categories that have orders."""
+  )
   check = """
 import subprocess, json
 want = DATA["want"]
@@ -240,9 +307,18 @@ for m in want:
 """
   want = _run_etl(files)
   wrong = ETL_SOLVE.replace("* rates[r['currency'].strip().upper()]", "").replace(
-    "if r['order_id'] not in rows or rows[r['order_id']][0] < rec[0]:", "if True:")
-  return TaskSpec(instruction, check, ETL_SOLVE, wrong, files=files, data={"want": want},
-                  complexity=("moderate", "complex", "intricate")[level], language="python")
+    "if r['order_id'] not in rows or rows[r['order_id']][0] < rec[0]:", "if True:"
+  )
+  return TaskSpec(
+    instruction,
+    check,
+    ETL_SOLVE,
+    wrong,
+    files=files,
+    data={"want": want},
+    complexity=("moderate", "complex", "intricate")[level],
+    language="python",
+  )
 
 
 def _run_etl(files: dict[str, str]) -> dict:
@@ -251,6 +327,7 @@ def _run_etl(files: dict[str, str]) -> dict:
   import subprocess
   import sys
   import tempfile
+
   with tempfile.TemporaryDirectory() as d:
     for rel, body in files.items():
       os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
@@ -264,5 +341,7 @@ FAMILIES = (
   Family("csv_aggregate", "data_processing", "exact_text", "text_only", csv_aggregate, ("csv",)),
   Family("log_top_ips", "data_processing", "exact_text", "text_only", log_top_ips, ("awk", "sort")),
   Family("json_flatten", "data_processing", "exact_text", "text_only", json_flatten, ("json",)),
-  Family("etl_pipeline", "data_processing", "metric_threshold", "text_only", etl_pipeline, ("etl",)),
+  Family(
+    "etl_pipeline", "data_processing", "metric_threshold", "text_only", etl_pipeline, ("etl",)
+  ),
 )

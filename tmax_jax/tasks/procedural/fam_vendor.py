@@ -8,7 +8,7 @@ import random
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.core import Family, TaskSpec
 
-SLUG_REF = r'''
+SLUG_REF = r"""
 import re, unicodedata
 def slugify(text, max_len=40):
   s = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
@@ -17,7 +17,7 @@ def slugify(text, max_len=40):
     cut = s.rfind("-", 0, max_len + 1)
     s = s[:cut] if cut > 0 else s[:max_len]
   return s.strip("-")
-'''
+"""
 
 SLUG_TEXT = '''"""Text helpers for slugkit."""
 import re
@@ -40,7 +40,7 @@ def truncate(s, max_len):
   if len(s) <= max_len:
     return s
   TRUNCATE
-'''
+'''  # noqa: E501 (embedded script, kept verbatim)
 
 SLUG_CORE = '''"""slugkit.slugify: URL slugs."""
 from .text import dashes, normalize, truncate
@@ -86,20 +86,32 @@ for _ in range(DATA["n"]):
 
 
 def vendored_slug(rng: random.Random, level: int) -> TaskSpec:
-  good = {"NORMALIZE": 'unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()',
-          "DASHES": 're.sub(r"[^a-z0-9]+", "-", s).strip("-")',
-          "TRUNCATE": 'cut = s.rfind("-", 0, max_len + 1)\n  return (s[:cut] if cut > 0 else s[:max_len]).strip("-")'}
-  bad = {"DASHES": 're.sub(r"[^a-z0-9]", "-", s).strip("-")',
-         "TRUNCATE": 'return s[:max_len]',
-         "NORMALIZE": 'text.encode("ascii", "ignore").decode().lower()'}
+  good = {
+    "NORMALIZE": 'unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()',
+    "DASHES": 're.sub(r"[^a-z0-9]+", "-", s).strip("-")',
+    "TRUNCATE": 'cut = s.rfind("-", 0, max_len + 1)\n  return (s[:cut] if cut > 0 else '
+    's[:max_len]).strip("-")',
+  }
+  bad = {
+    "DASHES": 're.sub(r"[^a-z0-9]", "-", s).strip("-")',
+    "TRUNCATE": "return s[:max_len]",
+    "NORMALIZE": 'text.encode("ascii", "ignore").decode().lower()',
+  }
   broken = ["DASHES", "TRUNCATE", "NORMALIZE"][: level + 1]
   text = SLUG_TEXT
   for k, v in good.items():
     text = text.replace(k, bad[k] if k in broken else v)
-  titles = [f"{util.word(rng).title()},  {util.word(rng)} & {util.word(rng)}: Café Notes {i}!" for i in range(6)]
-  files = {"vendor/slugkit/__init__.py": '"""slugkit 0.3 (vendored)."""\nfrom .core import slugify\n',
-           "vendor/slugkit/core.py": SLUG_CORE, "vendor/slugkit/text.py": text, "app.py": SLUG_APP,
-           "titles.txt": "\n".join(titles) + "\n"}
+  titles = [
+    f"{util.word(rng).title()},  {util.word(rng)} & {util.word(rng)}: Café Notes {i}!"
+    for i in range(6)
+  ]
+  files = {
+    "vendor/slugkit/__init__.py": '"""slugkit 0.3 (vendored)."""\nfrom .core import slugify\n',
+    "vendor/slugkit/core.py": SLUG_CORE,
+    "vendor/slugkit/text.py": text,
+    "app.py": SLUG_APP,
+    "titles.txt": "\n".join(titles) + "\n",
+  }
   instruction = """`python3 /workspace/app.py` prints blog URLs, but some slugs are wrong (repeated
 dashes, and worse). The slug library is vendored in /workspace/vendor/slugkit and its docstrings
 describe the intended behaviour. Fix the vendored library so slugify behaves as documented for any
@@ -109,14 +121,29 @@ input (app.py must stay unchanged)."""
     old = bad[k] if k != "TRUNCATE" else "return s[:max_len]"
     fix += f"s = s.replace({old!r}, {good[k]!r})\n"
   fix += "open(p, 'w').write(s)\nPY"
-  wrong = "python3 - <<'PY'\np = 'vendor/slugkit/text.py'\ns = open(p).read()\n" + \
-          f"s = s.replace({bad['DASHES']!r}, {good['DASHES']!r})\nopen(p, 'w').write(s)\nPY"
+  wrong = (
+    "python3 - <<'PY'\np = 'vendor/slugkit/text.py'\ns = open(p).read()\n"
+    + f"s = s.replace({bad['DASHES']!r}, {good['DASHES']!r})\nopen(p, 'w').write(s)\nPY"
+  )
   if level == 0:  # the one real bug fixed naively: collapse only double dashes
-    wrong = wrong.replace(repr(good["DASHES"]), repr('re.sub(r"[^a-z0-9]", "-", s).replace("--", "-").strip("-")'))
-  return TaskSpec(instruction, SLUG_CHECK, fix, wrong, files=files,
-                  data={"ref": SLUG_REF, "seed": rng.randint(0, 2**31), "n": (200, 800, 3000)[level],
-                        "app_sha": hashlib.sha256(SLUG_APP.encode()).hexdigest()},
-                  language="python", complexity=("short", "moderate", "moderate")[level])
+    wrong = wrong.replace(
+      repr(good["DASHES"]), repr('re.sub(r"[^a-z0-9]", "-", s).replace("--", "-").strip("-")')
+    )
+  return TaskSpec(
+    instruction,
+    SLUG_CHECK,
+    fix,
+    wrong,
+    files=files,
+    data={
+      "ref": SLUG_REF,
+      "seed": rng.randint(0, 2**31),
+      "n": (200, 800, 3000)[level],
+      "app_sha": hashlib.sha256(SLUG_APP.encode()).hexdigest(),
+    },
+    language="python",
+    complexity=("short", "moderate", "moderate")[level],
+  )
 
 
 UNITS_PKG = '''"""unitconv 1.1 (vendored): convert(value, src, dst) between units of the same dimension."""
@@ -128,9 +155,9 @@ def convert(value, src, dst):
   if src in LENGTH_M and dst in LENGTH_M:
     return value * LENGTH_M[src] / LENGTH_M[dst]
   raise ValueError(f"cannot convert {src} to {dst}")
-'''
+'''  # noqa: E501 (embedded script, kept verbatim)
 
-UNITS_REF = '''
+UNITS_REF = """
 LENGTH_M = {"m": 1.0, "km": 1000.0, "cm": 0.01, "mm": 0.001, "in": 0.0254, "ft": 0.3048,
             "yd": 0.9144, "mi": 1609.344, "nmi": 1852.0}
 def to_k(v, u):
@@ -146,7 +173,7 @@ def convert(value, src, dst):
 def parse(text):
   v, u = text.split()
   return float(v), u
-'''
+"""
 
 UNITS_CHECK = """
 import math, random, sys
@@ -182,32 +209,74 @@ if DATA["parse"]:
       fail(f"parse_quantity({text!r}) raised {e!r}")
     if tuple(got) != want:
       fail(f"parse_quantity({text!r}) = {got!r}, expected {want!r}")
-"""
+"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def vendored_units(rng: random.Random, level: int) -> TaskSpec:
   temps, parse = level >= 1, level >= 2
-  req = ["add the length units `yd` (yard, 0.9144 m), `mi` (statute mile, 1609.344 m) and `nmi` "
-         "(nautical mile, 1852 m)"]
+  req = [
+    "add the length units `yd` (yard, 0.9144 m), `mi` (statute mile, 1609.344 m) and `nmi` "
+    "(nautical mile, 1852 m)"
+  ]
   if temps:
-    req.append("add temperatures `C`, `F`, `K` (convertible among themselves, exact affine formulas; "
-               "converting between a length and a temperature raises ValueError)")
+    req.append(
+      "add temperatures `C`, `F`, `K` (convertible among themselves, exact affine formulas; "
+      "converting between a length and a temperature raises ValueError)"
+    )
   if parse:
-    req.append("add `parse_quantity(text) -> (float, unit)` for strings like `3.5 km` (number, one space, unit)")
-  instruction = ("Our code uses the vendored package /workspace/vendor/unitconv (import it with "
-                 "/workspace/vendor on sys.path). Extend it, keeping its API:\n" +
-                 "".join(f"- {r}\n" for r in req) + "Unknown units or mixed dimensions must raise ValueError.")
-  ref_impl = UNITS_REF.replace("TEMPS", str(temps)).replace("def parse(text):", "def parse_quantity(text):")
-  solve = f"cat > vendor/unitconv/__init__.py <<'PY'\n\"\"\"unitconv 1.2 (vendored).\"\"\"\n{ref_impl}\nPY"
-  wrong = solve.replace('"nmi": 1852.0', '"nmi": 1.852').replace("(v - 32) * 5 / 9 + 273.15", "v * 5 / 9 + 273.15")
+    req.append(
+      "add `parse_quantity(text) -> (float, unit)` for strings like `3.5 km` (number, one space, "
+      "unit)"
+    )
+  instruction = (
+    "Our code uses the vendored package /workspace/vendor/unitconv (import it with "
+    "/workspace/vendor on sys.path). Extend it, keeping its API:\n"
+    + "".join(f"- {r}\n" for r in req)
+    + "Unknown units or mixed dimensions must raise ValueError."
+  )
+  ref_impl = UNITS_REF.replace("TEMPS", str(temps)).replace(
+    "def parse(text):", "def parse_quantity(text):"
+  )
+  solve = (
+    f'cat > vendor/unitconv/__init__.py <<\'PY\'\n"""unitconv 1.2 (vendored)."""\n{ref_impl}\nPY'
+  )
+  wrong = solve.replace('"nmi": 1852.0', '"nmi": 1.852').replace(
+    "(v - 32) * 5 / 9 + 273.15", "v * 5 / 9 + 273.15"
+  )
   units = ["m", "km", "cm", "in", "ft", "yd", "mi", "nmi"] + (["C", "F", "K"] if temps else [])
-  return TaskSpec(instruction, UNITS_CHECK, solve, wrong, files={"vendor/unitconv/__init__.py": UNITS_PKG},
-                  data={"ref": UNITS_REF, "temps": temps, "parse": parse, "units": units,
-                        "seed": rng.randint(0, 2**31), "n": (200, 600, 2000)[level]}, language="python")
+  return TaskSpec(
+    instruction,
+    UNITS_CHECK,
+    solve,
+    wrong,
+    files={"vendor/unitconv/__init__.py": UNITS_PKG},
+    data={
+      "ref": UNITS_REF,
+      "temps": temps,
+      "parse": parse,
+      "units": units,
+      "seed": rng.randint(0, 2**31),
+      "n": (200, 600, 2000)[level],
+    },
+    language="python",
+  )
 
 
 FAMILIES = (
-  Family("vendored_slug_fix", "debugging", "fuzz_equivalence", "vendored_package", vendored_slug, ("python",)),
-  Family("vendored_units_extend", "software_engineering", "fuzz_equivalence", "vendored_package", vendored_units,
-         ("python", "api design")),
+  Family(
+    "vendored_slug_fix",
+    "debugging",
+    "fuzz_equivalence",
+    "vendored_package",
+    vendored_slug,
+    ("python",),
+  ),
+  Family(
+    "vendored_units_extend",
+    "software_engineering",
+    "fuzz_equivalence",
+    "vendored_package",
+    vendored_units,
+    ("python", "api design"),
+  ),
 )

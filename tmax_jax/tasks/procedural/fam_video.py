@@ -11,8 +11,16 @@ import random
 
 from tmax_jax.tasks.procedural.core import Family, TaskSpec
 
-PALETTE = {"red": "ff0000", "green": "00ff00", "blue": "0000ff", "yellow": "ffff00",
-           "magenta": "ff00ff", "cyan": "00ffff", "white": "ffffff", "black": "000000"}
+PALETTE = {
+  "red": "ff0000",
+  "green": "00ff00",
+  "blue": "0000ff",
+  "yellow": "ffff00",
+  "magenta": "ff00ff",
+  "cyan": "00ffff",
+  "white": "ffffff",
+  "black": "000000",
+}
 FPS = 10
 
 TIMELINE_SOLVE = """python3 - <<'PY'
@@ -56,12 +64,16 @@ def color_timeline(rng: random.Random, level: int) -> TaskSpec:
   n, lo, hi = ((4, 10, 20), (6, 6, 15), (9, 4, 10))[level]  # segments, min/max frames
   palette = sorted(rng.sample(sorted(PALETTE), (4, 6, 8)[level]))
   seq = _timeline(rng, palette, n)
-  inputs = " ".join(f"-f lavfi -i color=c=0x{PALETTE[c]}:s=64x48:r={FPS}:"
-                    f"d={rng.randint(lo, hi) / FPS:.1f}" for c in seq)
+  inputs = " ".join(
+    f"-f lavfi -i color=c=0x{PALETTE[c]}:s=64x48:r={FPS}:d={rng.randint(lo, hi) / FPS:.1f}"
+    for c in seq
+  )
   labels = "".join(f"[{i}:v]" for i in range(n))
-  setup = (f"ffmpeg -loglevel error -y {inputs} -filter_complex "
-           f"'{labels}concat=n={n}:v=1:a=0[v]' -map '[v]' -c:v mpeg4 -q:v 2 -pix_fmt yuv420p "
-           "clip.mp4")
+  setup = (
+    f"ffmpeg -loglevel error -y {inputs} -filter_complex "
+    f"'{labels}concat=n={n}:v=1:a=0[v]' -map '[v]' -c:v mpeg4 -q:v 2 -pix_fmt yuv420p "
+    "clip.mp4"
+  )
   names = ", ".join(f"{c} (#{PALETTE[c]})" for c in palette)
   instruction = f"""/workspace/clip.mp4 is a recording of a status light that shows one solid
 colour at a time. Write the colours it shows, in the order they appear, one name per line, to
@@ -74,13 +86,25 @@ got = [l.lower() for l in lines("/workspace/colors.txt")]
 if got != DATA["colors"]:
   fail(f"colours {got}, expected {len(DATA['colors'])} colours in the clip's order")
 """
-  return TaskSpec(instruction, check, solve.replace("COLLAPSE(names)", COLLAPSE),
-                  solve.replace("COLLAPSE(names)", WRONG_COLLAPSE), setup=setup,
-                  data={"colors": seq}, language="python",
-                  complexity=("short", "moderate", "moderate")[level])
+  return TaskSpec(
+    instruction,
+    check,
+    solve.replace("COLLAPSE(names)", COLLAPSE),
+    solve.replace("COLLAPSE(names)", WRONG_COLLAPSE),
+    setup=setup,
+    data={"colors": seq},
+    language="python",
+    complexity=("short", "moderate", "moderate")[level],
+  )
 
 
 FAMILIES = (
-    Family("video_color_timeline", "data_processing", "exact_text", "video", color_timeline,
-           ("video processing",)),
+  Family(
+    "video_color_timeline",
+    "data_processing",
+    "exact_text",
+    "video",
+    color_timeline,
+    ("video processing",),
+  ),
 )

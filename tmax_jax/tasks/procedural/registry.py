@@ -3,16 +3,47 @@
 from __future__ import annotations
 
 from tmax_jax.tasks import format as fmt
-from tmax_jax.tasks.procedural import core
-from tmax_jax.tasks.procedural import (chain_backup, chain_config, chain_contacts,
-                                       chain_kvstore, chain_photos, fam_code, fam_data, fam_files,
-                                       fam_media, fam_science, fam_security, fam_services,
-                                       fam_starter, fam_sysadmin, fam_text, fam_vendor, fam_video)
+from tmax_jax.tasks.procedural import (
+  chain_backup,
+  chain_config,
+  chain_contacts,
+  chain_kvstore,
+  chain_photos,
+  core,
+  fam_code,
+  fam_data,
+  fam_files,
+  fam_media,
+  fam_science,
+  fam_security,
+  fam_services,
+  fam_starter,
+  fam_sysadmin,
+  fam_text,
+  fam_vendor,
+  fam_video,
+)
 from tmax_jax.tasks.procedural.chains import ChainFamily
 
-_MODULES = (fam_files, fam_text, fam_data, fam_science, fam_code, fam_security, fam_sysadmin,
-            fam_services, fam_media, fam_vendor, fam_starter, fam_video, chain_photos,
-            chain_kvstore, chain_backup, chain_contacts, chain_config)
+_MODULES = (
+  fam_files,
+  fam_text,
+  fam_data,
+  fam_science,
+  fam_code,
+  fam_security,
+  fam_sysadmin,
+  fam_services,
+  fam_media,
+  fam_vendor,
+  fam_starter,
+  fam_video,
+  chain_photos,
+  chain_kvstore,
+  chain_backup,
+  chain_contacts,
+  chain_config,
+)
 # Extension chains (tasks/procedural/chains.py): their roots are ordinary families above.
 _CHAIN_MODULES = (chain_photos, chain_kvstore, chain_backup, chain_contacts, chain_config)
 
@@ -66,34 +97,74 @@ def build_task(name: str, seed: int, difficulty: int, *, solution: str = "oracle
     raise ValueError(f"solution must be one of {sorted(override)}, got {solution!r}")
   environment, tests, solution_files = core.task_files(spec, solve=override[solution])
   config = fmt.TaskConfig(
-    task=fmt.TaskInfo(name=task_name(name, seed, difficulty),
-                      description=spec.instruction.strip().splitlines()[0][:200],
-                      authors=("tmax_jax procedural library",),
-                      keywords=(fam.domain, fam.verifier, fam.fixture) + fam.skills),
-    metadata={"difficulty": core.DIFFICULTY_NAMES[difficulty], "category": fam.domain,
-              "family": name, "seed": seed, "level": difficulty, "verifier": fam.verifier,
-              "fixture": fam.fixture, "task_complexity": spec.complexity, "language": spec.language,
-              "tags": [fam.domain, fam.verifier, fam.fixture]},
+    task=fmt.TaskInfo(
+      name=task_name(name, seed, difficulty),
+      description=spec.instruction.strip().splitlines()[0][:200],
+      authors=("tmax_jax procedural library",),
+      keywords=(fam.domain, fam.verifier, fam.fixture) + fam.skills,
+    ),
+    metadata={
+      "difficulty": core.DIFFICULTY_NAMES[difficulty],
+      "category": fam.domain,
+      "family": name,
+      "seed": seed,
+      "level": difficulty,
+      "verifier": fam.verifier,
+      "fixture": fam.fixture,
+      "task_complexity": spec.complexity,
+      "language": spec.language,
+      "tags": [fam.domain, fam.verifier, fam.fixture],
+    },
     verifier=fmt.VerifierConfig(timeout_sec=spec.verifier_timeout_sec),
     agent=fmt.AgentConfig(timeout_sec=spec.agent_timeout_sec),
-    environment=fmt.EnvironmentConfig(build_timeout_sec=300.0, docker_image="tmax-base:bookworm",
-                                      cpus=1.0, memory_mb=2048, storage_mb=4096,
-                                      allow_internet=False, workdir=core.WORKDIR),
+    environment=fmt.EnvironmentConfig(
+      build_timeout_sec=300.0,
+      docker_image="tmax-base:bookworm",
+      cpus=1.0,
+      memory_mb=2048,
+      storage_mb=4096,
+      allow_internet=False,
+      workdir=core.WORKDIR,
+    ),
   )
-  return fmt.Task(instruction=spec.instruction.strip() + "\n", config=config, environment=environment,
-                  tests=tests, solution=solution_files)
+  return fmt.Task(
+    instruction=spec.instruction.strip() + "\n",
+    config=config,
+    environment=environment,
+    tests=tests,
+    solution=solution_files,
+  )
 
 
-def write(name: str, seed: int, difficulty: int, directory, *, solution: str = "oracle",
-          overwrite: bool = False) -> fmt.Task:
-  return fmt.write_task(build_task(name, seed, difficulty, solution=solution), directory,
-                        overwrite=overwrite)
+def write(
+  name: str,
+  seed: int,
+  difficulty: int,
+  directory,
+  *,
+  solution: str = "oracle",
+  overwrite: bool = False,
+) -> fmt.Task:
+  return fmt.write_task(
+    build_task(name, seed, difficulty, solution=solution), directory, overwrite=overwrite
+  )
 
 
 def summary() -> list[dict]:
-  return [dict(name=f.name, domain=f.domain, verifier=f.verifier, fixture=f.fixture)
-          for f in FAMILIES.values()]
+  return [
+    dict(name=f.name, domain=f.domain, verifier=f.verifier, fixture=f.fixture)
+    for f in FAMILIES.values()
+  ]
 
 
-__all__ = ["CHAINS", "FAMILIES", "get_chain", "get_family", "build_spec", "build_task", "write",
-           "task_name", "summary"]
+__all__ = [
+  "CHAINS",
+  "FAMILIES",
+  "get_chain",
+  "get_family",
+  "build_spec",
+  "build_task",
+  "write",
+  "task_name",
+  "summary",
+]

@@ -7,12 +7,74 @@ import random
 import tarfile
 import zipfile
 
-WORDS = ("amber", "birch", "cobalt", "delta", "ember", "falcon", "garnet", "harbor", "indigo", "juniper",
-         "kestrel", "lumen", "marble", "nectar", "onyx", "pepper", "quartz", "raven", "sierra", "tundra",
-         "umber", "violet", "willow", "xenon", "yarrow", "zephyr", "alpine", "basil", "cedar", "dune",
-         "fjord", "glacier", "hazel", "iris", "jasper", "kelp", "lotus", "maple", "nova", "orchid")
-FIRST = ("ana", "ben", "carla", "dev", "elif", "femi", "gita", "hugo", "ines", "jon", "kai", "lena",
-         "mika", "nils", "omar", "pia", "quinn", "rosa", "sam", "tara", "uma", "vic", "wen", "yara")
+WORDS = (
+  "amber",
+  "birch",
+  "cobalt",
+  "delta",
+  "ember",
+  "falcon",
+  "garnet",
+  "harbor",
+  "indigo",
+  "juniper",
+  "kestrel",
+  "lumen",
+  "marble",
+  "nectar",
+  "onyx",
+  "pepper",
+  "quartz",
+  "raven",
+  "sierra",
+  "tundra",
+  "umber",
+  "violet",
+  "willow",
+  "xenon",
+  "yarrow",
+  "zephyr",
+  "alpine",
+  "basil",
+  "cedar",
+  "dune",
+  "fjord",
+  "glacier",
+  "hazel",
+  "iris",
+  "jasper",
+  "kelp",
+  "lotus",
+  "maple",
+  "nova",
+  "orchid",
+)
+FIRST = (
+  "ana",
+  "ben",
+  "carla",
+  "dev",
+  "elif",
+  "femi",
+  "gita",
+  "hugo",
+  "ines",
+  "jon",
+  "kai",
+  "lena",
+  "mika",
+  "nils",
+  "omar",
+  "pia",
+  "quinn",
+  "rosa",
+  "sam",
+  "tara",
+  "uma",
+  "vic",
+  "wen",
+  "yara",
+)
 REGIONS = ("north", "south", "east", "west", "central")
 PRODUCTS = ("widget", "gadget", "sprocket", "gizmo", "doohickey", "bracket", "flange", "valve")
 
@@ -25,7 +87,9 @@ def ident(rng: random.Random, n: int = 2) -> str:
   return "_".join(rng.choice(WORDS) for _ in range(n))
 
 
-def token(rng: random.Random, n: int = 12, alphabet: str = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789") -> str:
+def token(
+  rng: random.Random, n: int = 12, alphabet: str = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+) -> str:
   return "".join(rng.choice(alphabet) for _ in range(n))
 
 
@@ -43,6 +107,7 @@ def tar_bytes(files: dict[str, bytes], mode: str = "w:gz") -> bytes:
   buf = io.BytesIO()
   if mode == "w:gz":  # gzip header carries a timestamp; write the tar then gzip with mtime 0
     import gzip
+
     raw = tar_bytes(files, "w")
     return gzip.compress(raw, mtime=0)
   with tarfile.open(fileobj=buf, mode=mode) as tf:

@@ -32,11 +32,19 @@ def log(msg: str) -> None:
   print(msg, flush=True)
 
 
-def run_cmd(cmd: str, cwd: str, stdin: bytes = b"", timeout: float = 30.0) -> tuple[int | None, bytes, float]:
-  """bash -c cmd -> (exit code or None on timeout, stdout, seconds); kills the whole group on timeout."""
+def run_cmd(
+  cmd: str, cwd: str, stdin: bytes = b"", timeout: float = 30.0
+) -> tuple[int | None, bytes, float]:
+  """bash -c cmd -> (exit code or None on timeout, stdout, seconds); a timeout kills the group."""
   start = time.monotonic()
-  proc = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, start_new_session=True)
+  proc = subprocess.Popen(
+    ["bash", "-c", cmd],
+    cwd=cwd,
+    stdin=subprocess.PIPE,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    start_new_session=True,
+  )
   try:
     out, err = proc.communicate(stdin, timeout=timeout)
   except subprocess.TimeoutExpired:
@@ -54,6 +62,7 @@ def resolve(path: str, workdir: str) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # exact_text: knob = strictness (0 token-equal, 1 trailing whitespace ignored, 2 byte-exact)
+
 
 def normalize(text: str, strictness: int) -> str:
   if strictness >= 2:
@@ -75,7 +84,9 @@ def check_exact_text(spec: dict, workdir: str) -> tuple[int, int]:
         log(f"target {i}: cannot read {p}: {err}")
         continue
     else:
-      code, out, _ = run_cmd(t["command"], workdir, t.get("stdin", "").encode(), t.get("timeout_s", 30))
+      code, out, _ = run_cmd(
+        t["command"], workdir, t.get("stdin", "").encode(), t.get("timeout_s", 30)
+      )
       if code is None:
         log(f"target {i}: command timed out: {t['command']}")
         continue
@@ -90,6 +101,7 @@ def check_exact_text(spec: dict, workdir: str) -> tuple[int, int]:
 
 # ----------------------------------------------------------------------------------------------
 # metric_threshold: knob = threshold
+
 
 def read_values(path: str) -> list[str]:
   with open(path, encoding="utf-8", errors="replace") as f:
@@ -116,7 +128,9 @@ def metric_value(spec: dict, workdir: str) -> float:
     for name in ("baseline", "candidate"):
       best = math.inf
       for _ in range(spec.get("repeats", 3)):
-        code, out, secs = run_cmd(spec[name], workdir, spec.get("stdin", "").encode(), spec.get("timeout_s", 120))
+        code, out, secs = run_cmd(
+          spec[name], workdir, spec.get("stdin", "").encode(), spec.get("timeout_s", 120)
+        )
         if code != 0:
           log(f"{name} command failed (exit {code}): {spec[name]}")
           return math.nan
@@ -151,14 +165,19 @@ def check_metric_threshold(spec: dict, workdir: str) -> tuple[int, int]:
     log(f"metric could not be computed: {err}")
     return 0, 1
   thr = spec["threshold"]
-  ok = (not math.isnan(value)) and (value >= thr if spec.get("higher_is_better", True) else value <= thr)
-  log(f"{spec['metric']} = {value:.6g} (threshold {'>=' if spec.get('higher_is_better', True) else '<='} {thr}):"
-      f" {'PASS' if ok else 'FAIL'}")
+  ok = (not math.isnan(value)) and (
+    value >= thr if spec.get("higher_is_better", True) else value <= thr
+  )
+  log(
+    f"{spec['metric']} = {value:.6g} (threshold "
+    f"{'>=' if spec.get('higher_is_better', True) else '<='} {thr}): {'PASS' if ok else 'FAIL'}"
+  )
   return int(ok), 1
 
 
 # ----------------------------------------------------------------------------------------------
 # adversarial_corpus: knob = sample size and min_pass_rate
+
 
 def classify(spec: dict, item: str, workdir: str) -> bool | None:
   """True = accepted, False = rejected, None = crashed / timed out."""
@@ -196,14 +215,20 @@ def check_adversarial_corpus(spec: dict, workdir: str) -> tuple[int, int]:
     passed += ok
     if not ok:
       want = "accepted" if benign else "rejected"
-      log(f"item {i} ({'benign' if benign else 'malicious'}) should be {want}; verdict={verdict}: {item[:120]!r}")
+      log(
+        f"item {i} ({'benign' if benign else 'malicious'}) should be {want}; verdict={verdict}: "
+        f"{item[:120]!r}"
+      )
   rate = passed / max(1, len(items))
   log(f"{passed}/{len(items)} items handled correctly (need {spec.get('min_pass_rate', 1.0):.2f})")
-  return (len(items), len(items)) if rate >= spec.get("min_pass_rate", 1.0) else (passed, len(items))
+  return (
+    (len(items), len(items)) if rate >= spec.get("min_pass_rate", 1.0) else (passed, len(items))
+  )
 
 
 # ----------------------------------------------------------------------------------------------
 # fuzz_equivalence: knob = n and the input distribution
+
 
 def gen_input(g: dict, rng: random.Random) -> str:
   t = g.get("type", "text")
@@ -214,7 +239,9 @@ def gen_input(g: dict, rng: random.Random) -> str:
   if t == "text":
     alphabet = g.get("alphabet", "abcdefghijklmnopqrstuvwxyz ")
     k = rng.randint(g.get("min_len", 0), g.get("max_len", 40))
-    return "".join(rng.choice(alphabet) for _ in range(k)) + ("\n" if g.get("newline", True) else "")
+    return "".join(rng.choice(alphabet) for _ in range(k)) + (
+      "\n" if g.get("newline", True) else ""
+    )
   if t == "lines":
     sub = dict(g.get("line", {"type": "text"}), newline=False)
     k = rng.randint(g.get("min_lines", 1), g.get("max_lines", 10))
@@ -233,7 +260,9 @@ def reference_output(spec: dict, data: str, workdir: str, scope: dict) -> bytes 
     if "reference" not in scope:
       exec(compile(spec["reference_code"], "reference_code", "exec"), scope)  # pylint: disable=exec-used
     return scope["reference"](data).encode()
-  code, out, _ = run_cmd(spec["reference_command"], workdir, data.encode(), spec.get("timeout_s", 10))
+  code, out, _ = run_cmd(
+    spec["reference_command"], workdir, data.encode(), spec.get("timeout_s", 10)
+  )
   if code != 0:
     raise RuntimeError(f"the reference command failed (exit {code}) on input {data[:200]!r}")
   return out
@@ -241,13 +270,18 @@ def reference_output(spec: dict, data: str, workdir: str, scope: dict) -> bytes 
 
 def check_fuzz_equivalence(spec: dict, workdir: str) -> tuple[int, int]:
   rng = random.Random(spec.get("seed", 0))
-  inputs = list(spec.get("edge_cases", [])) + [gen_input(spec["generator"], rng) for _ in range(spec["n"])]
+  inputs = list(spec.get("edge_cases", [])) + [
+    gen_input(spec["generator"], rng) for _ in range(spec["n"])
+  ]
   scope: dict = {}
   for i, data in enumerate(inputs):
     want = reference_output(spec, data, workdir, scope)
     code, got, _ = run_cmd(spec["command"], workdir, data.encode(), spec.get("timeout_s", 10))
     if code != 0 or got != want:
-      log(f"input {i} differs (exit {code}): input {data[:200]!r}\n  expected {want[:200]!r}\n  got {got[:200]!r}")
+      log(
+        f"input {i} differs (exit {code}): input {data[:200]!r}\n  expected {want[:200]!r}\n"
+        f"  got {got[:200]!r}"
+      )
       return i, len(inputs)
   log(f"all {len(inputs)} inputs match the reference")
   return len(inputs), len(inputs)
@@ -255,6 +289,7 @@ def check_fuzz_equivalence(spec: dict, workdir: str) -> tuple[int, int]:
 
 # ----------------------------------------------------------------------------------------------
 # multi_protocol: knob = number of probes (protocols / conditions)
+
 
 def wait_port(host: str, port: int, timeout: float) -> bool:
   deadline = time.monotonic() + timeout
@@ -314,7 +349,11 @@ def probe_tcp(p: dict, host: str) -> bool:
     want, how, buf = p.get("expect", ""), p.get("match", "strip"), b""
     deadline = time.monotonic() + p.get("timeout_s", 5)
     while time.monotonic() < deadline:
-      done = len(buf) >= len(want.encode()) if how == "exact" else matches(buf.decode(errors="replace"), want, how)
+      done = (
+        len(buf) >= len(want.encode())
+        if how == "exact"
+        else matches(buf.decode(errors="replace"), want, how)
+      )
       if want and done:
         break
       try:
@@ -348,7 +387,11 @@ def probe_udp(p: dict, host: str) -> bool:
 
 def probe_smtp(p: dict, host: str) -> bool:
   with smtplib.SMTP(host, p["port"], timeout=p.get("timeout_s", 5)) as s:
-    s.sendmail(p.get("from", "a@example.com"), p.get("to", ["b@example.com"]), p.get("data", "Subject: t\r\n\r\nhi\r\n"))
+    s.sendmail(
+      p.get("from", "a@example.com"),
+      p.get("to", ["b@example.com"]),
+      p.get("data", "Subject: t\r\n\r\nhi\r\n"),
+    )
   return True
 
 
@@ -359,8 +402,13 @@ def check_multi_protocol(spec: dict, workdir: str) -> tuple[int, int]:
   host = spec.get("host", "127.0.0.1")
   server = None
   if spec.get("start_command"):
-    server = subprocess.Popen(["bash", "-c", spec["start_command"]], cwd=workdir, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+      ["bash", "-c", spec["start_command"]],
+      cwd=workdir,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+      start_new_session=True,
+    )
   try:
     for port in sorted({p["port"] for p in spec["probes"] if p["protocol"] != "udp"}):
       if not wait_port(host, port, spec.get("startup_timeout_s", 10)):
@@ -390,9 +438,13 @@ def check_multi_protocol(spec: dict, workdir: str) -> tuple[int, int]:
       server.wait()
 
 
-CHECKS = {"exact_text": check_exact_text, "metric_threshold": check_metric_threshold,
-          "adversarial_corpus": check_adversarial_corpus, "fuzz_equivalence": check_fuzz_equivalence,
-          "multi_protocol": check_multi_protocol}
+CHECKS = {
+  "exact_text": check_exact_text,
+  "metric_threshold": check_metric_threshold,
+  "adversarial_corpus": check_adversarial_corpus,
+  "fuzz_equivalence": check_fuzz_equivalence,
+  "multi_protocol": check_multi_protocol,
+}
 
 
 def write_reward(passed: int, total: int) -> float:
@@ -406,12 +458,18 @@ def write_reward(passed: int, total: int) -> float:
 
 
 def main(argv: list[str]) -> int:
-  spec_path = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "spec.json")
+  spec_path = (
+    argv[1]
+    if len(argv) > 1
+    else os.path.join(os.path.dirname(os.path.abspath(__file__)), "spec.json")
+  )
   with open(spec_path, encoding="utf-8") as f:
     spec = json.load(f)
   check = CHECKS.get(spec.get("kind"))
   if check is None:
-    raise SystemExit(f"{spec_path}: kind: expected one of {sorted(CHECKS)}, got {spec.get('kind')!r}")
+    raise SystemExit(
+      f"{spec_path}: kind: expected one of {sorted(CHECKS)}, got {spec.get('kind')!r}"
+    )
   workdir = spec.get("workdir", "/workspace")
   if os.path.isdir(workdir):
     passed, total = check(spec, workdir)

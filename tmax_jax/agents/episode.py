@@ -113,9 +113,13 @@ def add_generated(traj: formats.TokenTrajectory, out: Completion) -> None:
   start = 0
   for i in range(1, len(ids) + 1):
     if i == len(ids) or vs[i] != vs[start]:
-      traj.add_generated(ids[start:i], lps[start:i], vs[start],
-                         top_ids[start:i] if top_ids else None,
-                         top_lps[start:i] if top_lps else None)
+      traj.add_generated(
+        ids[start:i],
+        lps[start:i],
+        vs[start],
+        top_ids[start:i] if top_ids else None,
+        top_lps[start:i] if top_lps else None,
+      )
       start = i
 
 
@@ -163,17 +167,21 @@ class ScriptStep:
   wait_text: str = ""
 
 
-_MOVED = {"run_episode": "tmax_jax.agents.harnesses.run_episode",
-          "HARNESSES": "tmax_jax.agents.harnesses.names()",
-          "initial_prompt_ids": "tmax_jax.agents.shell.ShellHarness.initial_prompt_ids",
-          "parse_command": "tmax_jax.agents.shell.ShellHarness.parse_command",
-          "SYSTEM_PROMPT": "tmax_jax.agents.shell.SYSTEM_PROMPT",
-          "MINI_SWE_SYSTEM_PROMPT": "tmax_jax.agents.shell.MINI_SWE_SYSTEM_PROMPT"}
+_MOVED = {
+  "run_episode": "tmax_jax.agents.harnesses.run_episode",
+  "HARNESSES": "tmax_jax.agents.harnesses.names()",
+  "initial_prompt_ids": "tmax_jax.agents.shell.ShellHarness.initial_prompt_ids",
+  "parse_command": "tmax_jax.agents.shell.ShellHarness.parse_command",
+  "SYSTEM_PROMPT": "tmax_jax.agents.shell.SYSTEM_PROMPT",
+  "MINI_SWE_SYSTEM_PROMPT": "tmax_jax.agents.shell.MINI_SWE_SYSTEM_PROMPT",
+}
 
 
 def __getattr__(name: str):
   """Names that moved when the harnesses got their registry: say where, do not alias them."""
   if name in _MOVED:
-    raise ImportError(f"tmax_jax.agents.episode.{name} moved to {_MOVED[name]} (harness loops "
-                      "live in shell.py / terminus.py, looked up in harnesses.py)")
+    raise ImportError(
+      f"tmax_jax.agents.episode.{name} moved to {_MOVED[name]} (harness loops "
+      "live in shell.py / terminus.py, looked up in harnesses.py)"
+    )
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

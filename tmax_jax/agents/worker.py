@@ -63,17 +63,27 @@ class ServerPolicy:
 
   def sampling(self, task, group: int, sample: int) -> SamplingParams:
     c = self.cfg
-    return SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
-                          seed=episode_seed(c.seed, task.name, group, sample))
+    return SamplingParams(
+      temperature=c.temperature,
+      top_p=c.top_p,
+      top_k=c.top_k,
+      seed=episode_seed(c.seed, task.name, group, sample),
+    )
 
   def generate_fn(self, task, group: int, sample: int) -> GenerateFn:
     params = self.sampling(task, group, sample)
 
     def generate(ids, max_tokens):
-      call = self.client.generate(ids, max_tokens, params, stop_token_ids=self.stop_ids,
-                                  timeout_s=self.cfg.request_timeout_s,
-                                  top_logprobs=self.cfg.top_logprobs)
+      call = self.client.generate(
+        ids,
+        max_tokens,
+        params,
+        stop_token_ids=self.stop_ids,
+        timeout_s=self.cfg.request_timeout_s,
+        top_logprobs=self.cfg.top_logprobs,
+      )
       return asyncio.run_coroutine_threadsafe(call, self._loop).result()
+
     return generate
 
 
@@ -120,23 +130,38 @@ class EpisodeWorker:
   """`await worker(task, group, sample) -> EpisodeResult` with the verifier's reward filled in;
   `await worker.trial(...) -> Trial` keeps errors and missing episodes as values."""
 
-  def __init__(self, policy: Policy, tokenizer, episode_cfg: EpisodeConfig,
-               runner_cfg: runner_lib.RunnerConfig, cfg: WorkerConfig = WorkerConfig()):
+  def __init__(
+    self,
+    policy: Policy,
+    tokenizer,
+    episode_cfg: EpisodeConfig,
+    runner_cfg: runner_lib.RunnerConfig,
+    cfg: WorkerConfig = WorkerConfig(),
+  ):
     self.policy, self.tokenizer = policy, tokenizer
     self.harness = harnesses.get(episode_cfg.harness)
     eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
     if eos not in stop_token_ids(episode_cfg):
-      raise ValueError(f"the tokenizer's end of turn {tokenizer.eos_token!r} (id {eos}) is not a "
-                       f"stop token of EpisodeConfig.family={episode_cfg.family!r}: the "
-                       "tokenizer and the episode's model family disagree")
+      raise ValueError(
+        f"the tokenizer's end of turn {tokenizer.eos_token!r} (id {eos}) is not a "
+        f"stop token of EpisodeConfig.family={episode_cfg.family!r}: the "
+        "tokenizer and the episode's model family disagree"
+      )
     self.episode_cfg, self.runner_cfg, self.cfg = episode_cfg, runner_cfg, cfg
-    self._pool = concurrent.futures.ThreadPoolExecutor(cfg.max_parallel_episodes,
-                                                       thread_name_prefix="episode")
+    self._pool = concurrent.futures.ThreadPoolExecutor(
+      cfg.max_parallel_episodes, thread_name_prefix="episode"
+    )
     self._closing = False
 
   @classmethod
-  def served(cls, client, tokenizer, episode_cfg: EpisodeConfig,
-             runner_cfg: runner_lib.RunnerConfig, cfg: WorkerConfig = WorkerConfig()):
+  def served(
+    cls,
+    client,
+    tokenizer,
+    episode_cfg: EpisodeConfig,
+    runner_cfg: runner_lib.RunnerConfig,
+    cfg: WorkerConfig = WorkerConfig(),
+  ):
     """A worker whose policy is the model behind `client` (call on the client's event loop)."""
     return cls(ServerPolicy(client, episode_cfg, cfg), tokenizer, episode_cfg, runner_cfg, cfg)
 
@@ -164,8 +189,9 @@ class EpisodeWorker:
         return policy(ids, max_tokens)
 
       def agent(sandbox):
-        box["episode"] = self.harness.run(sandbox, task.instruction, generate, self.tokenizer,
-                                          self.episode_cfg)
+        box["episode"] = self.harness.run(
+          sandbox, task.instruction, generate, self.tokenizer, self.episode_cfg
+        )
 
       result = runner_lib.run_trial(task, agent, self.runner_cfg)
       trial = score(box.get("episode"), result)

@@ -5,7 +5,8 @@ all sides in one run, alternated (bench/report.compare, >= 5 pairs):
      16-token prompts included on both sides);
   2. multi-turn: E episodes x 8 turns (~500-token observations, 32 generated tokens per turn)
      with and without the prefix cache: prompt tokens prefilled and wall time;
-  3. KV memory: peak bytes of the pages in use during (2) vs the dense cache of the same slots at
+  3. KV memory: peak bytes of the pages in use during (2) (held by live sequences; pages kept only
+     by the prefix cache are evictable and not counted) vs the dense cache of the same slots at
      the configured max_len (what the engine allocated before paging).
 
   python3 bench/serve_bench.py [--record BENCHMARKS.md] [--tiny]
@@ -93,7 +94,11 @@ def decode_side_by_side(model, cfg, params, batch, a) -> dict:
 
 def run_episodes(sched, a, vocab: int) -> dict:
   """E concurrent episodes; each finished turn appends its tokens and an observation and submits
-  the next turn (the whole conversation, as rollout workers do) -> stats of the run."""
+  the next turn (the whole conversation, as rollout workers do) -> stats of the run. Every run
+  starts with an empty prefix cache: the runs repeat the same episodes (timing pairs), and what
+  an earlier run left in the cache would let this one skip even its first prompts."""
+  if sched.cache is not None:
+    sched.cache.clear()
   rng = np.random.default_rng(0)
   history = [rng.integers(1, vocab, a.observation).tolist() for _ in range(a.episodes)]
   generated: dict = {}

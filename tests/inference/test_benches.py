@@ -32,6 +32,8 @@ def test_serve_bench_tiny_runs(tmp_path, capsys):
   # Same episodes (greedy, same observations): the cache saves prompt tokens, never adds any.
   assert m["prefill_tokens_cached"] + m["cached_tokens"] == m["prefill_tokens_plain"]
   assert m["prefill_tokens_cached"] < m["prefill_tokens_plain"]
+  # Each timed run starts cold: every episode's first prompt is prefilled (on the last run too).
+  assert m["prefill_tokens_cached"] >= 2 * (40 - 1)  # --tiny: 2 episodes, 40-token observations
   assert 0 < m["peak_kv_bytes_paged"] < m["kv_bytes_dense"]
   assert "decode B=4" in capsys.readouterr().out
 

@@ -47,8 +47,9 @@ def _abstract(tree):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
 
 
-def train_step_cost(cfg: ModelConfig, batch: int, seq: int, chunk: int) -> dict:
+def compile_train_step(cfg: ModelConfig, batch: int, seq: int, chunk: int):
   """AOT-compiles the real DPPO train step (Trainer's step function) from abstract inputs."""
+  from tmax_jax.train import batch as batch_lib  # pylint: disable=import-outside-toplevel
   tcfg = TrainConfig(logprob_chunk_size=min(chunk, seq))
   model = registry.build_model(cfg)
   trainer = step_lib.Trainer(model, cfg, tcfg)
@@ -59,12 +60,15 @@ def train_step_cost(cfg: ModelConfig, batch: int, seq: int, chunk: int) -> dict:
   fields = {k: (np.int32 if k in ("tokens", "positions", "segment_ids", "targets") else np.float32)
             for k in ("tokens", "positions", "segment_ids", "targets", "loss_mask",
                       "behaviour_logp", "advantages")}
-  from tmax_jax.train import batch as batch_lib  # pylint: disable=import-outside-toplevel
   abstract_batch = batch_lib.TrainBatch(**{k: jax.ShapeDtypeStruct((batch, seq), dt)
                                            for k, dt in fields.items()})
   step_fn = step_lib.make_step_fn(model, cfg, tcfg, trainer.optimizer)
-  compiled = jax.jit(step_fn).lower(state, abstract_batch).compile()
-  cost = hlo_cost.compiled_cost(compiled)
+  return jax.jit(step_fn).lower(state, abstract_batch).compile()
+
+
+def train_step_cost(cfg: ModelConfig, batch: int, seq: int, chunk: int) -> dict:
+  """Compiled matmul FLOPs / model FLOPs and bytes per token of the train step."""
+  cost = hlo_cost.compiled_cost(compile_train_step(cfg, batch, seq, chunk))
   tokens = batch * seq
   model_flops = step_lib.flops_per_token(cfg, seq) * tokens
   return {"what": "train_step", "remat": cfg.remat_policy, "batch": batch, "seq": seq,

@@ -3,17 +3,16 @@
 Both run `Qwen3_5GatedDeltaNet` semantics in fp32 on CPU from identical weights: the torch module
 uses its reference `torch_chunk_gated_delta_rule` fallback (no flash-linear-attention here), ours the
 jitted chunked rule. The step is loss = sum(out * cotangent) and its gradient w.r.t. the input and
-every layer weight. Outputs are checked equal (1e-4 relative) before timing. Prints a markdown row;
---append adds it to BENCHMARKS.md.
+every layer weight. Outputs are checked equal (1e-4 relative) before timing, then both sides are
+timed with report.compare (a warm-up each, >= 5 alternated pairs). Prints a markdown row; --append
+adds it to BENCHMARKS.md unless the machine was busy.
 
-  python3 bench/gated_delta_bench.py --append BENCHMARKS.md
+  python3 bench/gated_delta_bench.py --append BENCHMARKS.md [--seq 512 --batch 2 --hidden 256]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import pathlib
 
 import jax
@@ -45,7 +44,7 @@ def torch_params_to_ours(module) -> dict:
     "norm": {"scale": sd["norm.weight"]}}
 
 
-def main():
+def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--hidden", type=int, default=512)
   parser.add_argument("--k-heads", type=int, default=4)
@@ -54,9 +53,12 @@ def main():
   parser.add_argument("--seq", type=int, default=1024)
   parser.add_argument("--batch", type=int, default=2)
   parser.add_argument("--chunk", type=int, default=64)
-  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
+  parser.add_argument("--tiny", action="store_true", help="tiny shapes (tests)")
   parser.add_argument("--append", type=pathlib.Path, default=None)
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
+  if args.tiny:
+    vars(args).update(hidden=64, k_heads=2, v_heads=4, head_dim=16, seq=64, batch=1, chunk=16)
 
   torch.manual_seed(0)
   hf_cfg = hf_config(args)
@@ -90,23 +92,22 @@ def main():
   err = np.abs(np.asarray(ours_out) - theirs_out).max() / np.abs(theirs_out).max()
   if err > 1e-4:
     raise SystemExit(f"outputs differ: max rel err {err:.2e}")
-  ours_s, ours_min = report.time_it(lambda: jax.block_until_ready(grad(params, x)),
-                                    args.repeats)
-  theirs_s, theirs_min = report.time_it(torch_step, args.repeats)
-  row = (f"| {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} | GatedDeltaNet D={args.hidden} "
-         f"K={args.k_heads} N={args.v_heads} H={args.head_dim} B={args.batch} T={args.seq} "
-         f"chunk={args.chunk} fp32 | {ours_s:.3f} (min {ours_min:.3f}) | {theirs_s:.3f} "
-         f"(min {theirs_min:.3f}) | {theirs_s / ours_s:.2f}x | jax {jax.__version__} / torch "
-         f"{torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} |")
-  print(row)
-  if args.append:
-    report.append_row(args.append, "gated_delta_bench", (
-        "\n## Gated DeltaNet layer forward+backward on CPU (bench/gated_delta_bench.py)\n\n"
-        "Median seconds per step (grads w.r.t. input and all layer weights); transformers "
-        "runs its torch fallback `torch_chunk_gated_delta_rule`; ratio = torch / ours "
-        "(> 1: ours faster).\n\n"
-        "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
-        "|---|---|---|---|---|---|\n"), row)
+  c = report.compare(lambda: jax.block_until_ready(grad(params, x)), torch_step,
+                     pairs=args.pairs)
+  config = (f"GatedDeltaNet D={args.hidden} K={args.k_heads} N={args.v_heads} H={args.head_dim} "
+            f"B={args.batch} T={args.seq} chunk={args.chunk} fp32")
+  report.record_comparison(args.append, "bench/gated_delta_bench.py", HEADING,
+                           [config, f"{c.ours_median_s:.3f}", f"{c.theirs_median_s:.3f}"], c)
+  return c.as_dict()
+
+
+HEADING = (
+  "\n## Gated DeltaNet layer forward+backward on CPU (bench/gated_delta_bench.py)\n\n"
+  "Seconds per step (grads w.r.t. input and all layer weights), medians over alternated pairs; "
+  "transformers runs its torch fallback `torch_chunk_gated_delta_rule`; ratio = median per-pair "
+  "torch / ours (> 1: ours faster) with its min-max.\n\n"
+  "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
+  "|---|---|---|---|---|---|\n")
 
 
 if __name__ == "__main__":

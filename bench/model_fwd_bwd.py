@@ -2,16 +2,16 @@
 
 Both compute the mean next-token log-likelihood loss (ours through the chunked fp32 head) and its
 gradient w.r.t. all params, fp32, from identical weights (ours are loaded from the torch model's
-safetensors). Prints one markdown row per run and, with --append, appends it to BENCHMARKS.md.
+safetensors); the losses are checked equal first. Timed side by side with report.compare (>= 5
+alternated pairs after a warm-up); prints one markdown row, and with --append adds it to
+BENCHMARKS.md unless the machine was busy (report.record_row).
 
-  python3 bench/model_fwd_bwd.py --append BENCHMARKS.md
+  python3 bench/model_fwd_bwd.py --append BENCHMARKS.md [--pairs 7] [--vocab 1024]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import pathlib
 import tempfile
 
@@ -23,7 +23,7 @@ import torch
 import transformers
 
 from tmax_jax.models import build_model, head_weight, hf_io
-from tmax_jax.models.logprobs import token_logprobs
+from tmax_jax.models.logprobs import saves_logits, token_logprobs
 
 
 def hf_config(args) -> transformers.PretrainedConfig:
@@ -47,23 +47,38 @@ def torch_step(model, tokens):
   return step
 
 
-def jax_step(cfg, params, tokens, chunk):
+def loss_fn(cfg, batch: int, seq: int, chunk: int):
+  """(params, tokens [B,T] int32) -> mean next-token negative log-likelihood (chunked fp32 head)."""
   model = build_model(cfg)
-  b, t = tokens.shape
-  positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-  segments = jnp.ones((b, t), jnp.int32)
-  tokens = jnp.asarray(tokens, jnp.int32)
+  positions = jnp.broadcast_to(jnp.arange(seq, dtype=jnp.int32), (batch, seq))
+  segments = jnp.ones((batch, seq), jnp.int32)
 
-  def loss(p):
+  def loss(p, tokens):
     hidden, _ = model.apply({"params": p}, tokens, positions, segments)
-    logp, _ = token_logprobs(hidden[:, :-1], head_weight(p, cfg), tokens[:, 1:], chunk_size=chunk)
+    logp, _ = token_logprobs(hidden[:, :-1], head_weight(p, cfg), tokens[:, 1:], chunk_size=chunk,
+                             save_logits=saves_logits(cfg.remat_policy))
     return -jnp.mean(logp)
 
-  grad = jax.jit(jax.value_and_grad(loss))
-  return lambda: float(jax.block_until_ready(grad(params))[0])
+  return loss
 
 
-def main():
+def jax_step(cfg, params, tokens, chunk):
+  grad = jax.jit(jax.value_and_grad(loss_fn(cfg, *tokens.shape, chunk)))
+  tokens = jnp.asarray(tokens, jnp.int32)
+  return lambda: float(jax.block_until_ready(grad(params, tokens))[0])
+
+
+HEADING = (
+  "\n## Model forward+backward on CPU (bench/model_fwd_bwd.py)\n\n"
+  "`python3 bench/model_fwd_bwd.py`: seconds per step (loss = mean next-token log-likelihood, "
+  "grads of all params, fp32, identical weights); median over alternated pairs; ratio = median "
+  "of the per-pair ratios transformers / ours (> 1: ours faster), with its min-max.\n\n"
+  "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
+  "|---|---|---|---|---|---|\n")
+TINY = dict(layers=2, hidden=64, seq=32, batch=2, vocab=256, chunk=16)
+
+
+def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--layers", type=int, default=4)
   parser.add_argument("--hidden", type=int, default=512)
@@ -72,9 +87,12 @@ def main():
   parser.add_argument("--vocab", type=int, default=16384)
   parser.add_argument("--chunk", type=int, default=256)
   parser.add_argument("--remat", default="none")
-  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
+  parser.add_argument("--tiny", action="store_true", help="tiny shapes (tests)")
   parser.add_argument("--append", type=pathlib.Path, default=None)
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
+  if args.tiny:
+    vars(args).update(TINY)
 
   torch.manual_seed(0)
   ref = transformers.AutoModelForCausalLM.from_config(hf_config(args), dtype=torch.float32)
@@ -88,22 +106,12 @@ def main():
   loss_ours, loss_theirs = ours_fn(), theirs_fn()
   if abs(loss_ours - loss_theirs) > 1e-4 * abs(loss_theirs):
     raise SystemExit(f"losses differ: ours {loss_ours} vs transformers {loss_theirs}")
-  ours, ours_min = report.time_it(ours_fn, args.repeats)
-  theirs, theirs_min = report.time_it(theirs_fn, args.repeats)
-  load = os.getloadavg()[0]
-  row = (f"| {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} | Qwen3 L={args.layers} "
-         f"D={args.hidden} V={args.vocab} B={args.batch} T={args.seq} fp32, remat={args.remat} | "
-         f"{ours:.3f} (min {ours_min:.3f}) | {theirs:.3f} (min {theirs_min:.3f}) | "
-         f"{theirs / ours:.2f}x | jax {jax.__version__} / torch {torch.__version__}, "
-         f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, load {load:.1f} |")
-  print(row)
-  if args.append:
-    report.append_row(args.append, "model_fwd_bwd", (
-        "\n## Model forward+backward on CPU (bench/model_fwd_bwd.py)\n\n"
-        "Median seconds per step (loss = mean next-token log-likelihood, grads of all "
-        "params); ratio = torch / ours (> 1: ours faster).\n\n"
-        "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
-        "|---|---|---|---|---|---|\n"), row)
+  c = report.compare(ours_fn, theirs_fn, pairs=args.pairs)
+  config = (f"Qwen3 L={args.layers} D={args.hidden} V={args.vocab} B={args.batch} T={args.seq} "
+            f"fp32, remat={args.remat}")
+  report.record_comparison(args.append, "bench/model_fwd_bwd.py", HEADING,
+                           [config, f"{c.ours_median_s:.3f}", f"{c.theirs_median_s:.3f}"], c)
+  return c.as_dict()
 
 
 if __name__ == "__main__":

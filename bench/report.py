@@ -89,18 +89,27 @@ class Comparison:
             "load_before": self.load_before, "load_after": self.load_after}
 
 
-def _timed(fn: Callable[[], object]) -> float:
-  start = time.perf_counter()
-  fn()
-  return time.perf_counter() - start
+def _timer(timed: bool) -> Callable[[Callable[[], object]], float]:
+  def wall(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+  return (lambda fn: float(fn())) if timed else wall
 
 
 def compare(ours: Callable[[], object], theirs: Callable[[], object], *, pairs: int = MIN_PAIRS,
-            warmup: int = 1, load_fn: Callable[[], float] = load_average) -> Comparison:
+            warmup: int = 1, load_fn: Callable[[], float] = load_average,
+            timed: bool = False) -> Comparison:
   """Times `ours()` and `theirs()` side by side: `warmup` calls of each (compilation), then
-  `pairs` pairs in alternated order. Each call must block until its result is ready."""
+  `pairs` pairs in alternated order. Each call must block until its result is ready.
+
+  timed: each call returns the seconds to count itself (a side whose set-up must stay out of
+  the measurement, e.g. HF decode time = time(n tokens) - time(1 token)); both sides must then
+  measure the same amount of work."""
   if pairs < MIN_PAIRS:
     raise ValueError(f"compare: pairs={pairs}; a side-by-side ratio needs >= {MIN_PAIRS} pairs")
+  measure = _timer(timed)
   load_before = load_fn()
   for _ in range(warmup):
     ours()
@@ -108,12 +117,25 @@ def compare(ours: Callable[[], object], theirs: Callable[[], object], *, pairs: 
   ours_s, theirs_s = [], []
   for i in range(pairs):
     if i % 2 == 0:
-      ours_s.append(_timed(ours))
-      theirs_s.append(_timed(theirs))
+      ours_s.append(measure(ours))
+      theirs_s.append(measure(theirs))
     else:
-      theirs_s.append(_timed(theirs))
-      ours_s.append(_timed(ours))
+      theirs_s.append(measure(theirs))
+      ours_s.append(measure(ours))
   return Comparison(tuple(ours_s), tuple(theirs_s), load_before, load_fn())
+
+
+def setup_text() -> str:
+  """Versions and cores for a row's setup column."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import torch  # pylint: disable=import-outside-toplevel
+  return (f"jax {jax.__version__} / torch {torch.__version__}, {core_count()} CPUs, "
+          f"torch threads {torch.get_num_threads()}")
+
+
+def utc_now() -> str:
+  import datetime  # pylint: disable=import-outside-toplevel
+  return f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}"
 
 
 def machine_busy(load: float, cores: int | None = None) -> bool:
@@ -122,14 +144,26 @@ def machine_busy(load: float, cores: int | None = None) -> bool:
 
 
 def append_row(path: pathlib.Path, marker: str, heading: str, row: str) -> None:
-  """Appends `row`; writes `heading` (markdown incl. the table header) first when `marker` (the
-  bench's name) does not appear in the file yet. Callers go through `record_row`."""
+  """Adds `row` at the end of the first table after the `## ` heading line that contains `marker`
+  (the bench's name); without such a section, appends `heading` (markdown incl. the table
+  header) and the row at the end of the file. Written atomically. Callers go through
+  `record_row`."""
   path = pathlib.Path(path)
-  new = not path.exists() or marker not in path.read_text()
-  with open(path, "a") as f:
-    if new:
-      f.write(heading)
-    f.write(row + "\n")
+  lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+  start = next((i for i, line in enumerate(lines)
+                if line.startswith("## ") and marker in line), None)
+  if start is None:
+    text = "".join(lines) + heading + row + "\n"
+  else:
+    i = start + 1
+    while i < len(lines) and not lines[i].startswith("|"):
+      i += 1
+    while i < len(lines) and lines[i].startswith("|"):
+      i += 1
+    text = "".join(lines[:i] + [row + "\n"] + lines[i:])
+  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  tmp.write_text(text)
+  os.replace(tmp, path)
 
 
 def record_row(path: pathlib.Path | None, marker: str, heading: str, row: str, *,
@@ -147,3 +181,12 @@ def record_row(path: pathlib.Path | None, marker: str, heading: str, row: str, *
     return False
   append_row(path, marker, heading, row)
   return True
+
+
+def record_comparison(path: pathlib.Path | None, marker: str, heading: str, cells: list[str],
+                      c: Comparison) -> bool:
+  """The side-by-side benches' row: | when (UTC) | *cells | ratio (min-max, pairs) | versions,
+  cores, load before -> after |, through `record_row` (refused on a busy machine)."""
+  row = "| " + " | ".join([utc_now(), *cells, c.ratio_text(),
+                            f"{setup_text()}, {c.load_text()}"]) + " |"
+  return record_row(path, marker, heading, row, loads=(c.load_before, c.load_after))

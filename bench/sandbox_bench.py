@@ -3,7 +3,10 @@
   python3 bench/sandbox_bench.py [--backends bubblewrap,podman] [--starts 5] [--commands 100]
       [--load 32x20] [--jsonl /tmp/sandbox_bench.jsonl] [--append BENCHMARKS.md]
 
-Prints a markdown table; --append adds it to a file, --jsonl writes one metrics record per backend.
+Prints a markdown table; --append adds its rows to BENCHMARKS.md unless the 1-minute load average
+before or after a backend's run exceeded half the cores (report.record_row: sandbox start and
+command latencies on a busy machine measure the other jobs); --jsonl writes one metrics record per
+backend.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import report  # noqa: E402  (bench/report.py)
 from tqdm import tqdm  # noqa: E402
 
 from tmax_jax.sandbox import open_sandbox  # noqa: E402
@@ -74,13 +79,22 @@ def bench_backend(backend: str, starts: int, commands: int, load: tuple[int, int
           "load_cmds_per_s": n_sb * n_cmd / load_s, "cpus": os.cpu_count()}
 
 
-def table(rows: list[dict]) -> str:
-  head = ("| backend | start (median / max) | close | persistent-shell commands/s | exec latency | "
-          "load (sandboxes x commands) | load wall | load commands/s |\n|---|---|---|---|---|---|---|---|\n")
-  return head + "".join(
-      f"| {r['backend']} | {r['start_median_s'] * 1e3:.0f} / {r['start_max_s'] * 1e3:.0f} ms | "
-      f"{r['close_median_s'] * 1e3:.0f} ms | {r['run_cmds_per_s']:.0f} | {r['exec_latency_s'] * 1e3:.0f} ms | "
-      f"{r['load']} | {r['load_s']:.1f} s | {r['load_cmds_per_s']:.0f} |\n" for r in rows)
+HEADING = (
+  "\n## Sandboxes (bench/sandbox_bench.py, issue 6)\n\n"
+  "`python3 bench/sandbox_bench.py` (defaults: 5 start/close cycles, 100 sequential persistent-shell "
+  "commands, 20 `exec`s, then 32 sandboxes x 20 commands through SandboxPool(32) with asyncio), "
+  "base rootfs. Start = sandbox ready for commands.\n\n"
+  "| when (UTC) | backend | start (median / max) | close | persistent-shell commands/s | "
+  "exec latency | load (sandboxes x commands) | load wall | load commands/s | load avg |\n"
+  "|---|---|---|---|---|---|---|---|---|---|\n")
+
+
+def row_text(r: dict) -> str:
+  return (f"| {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} | {r['backend']} | "
+          f"{r['start_median_s'] * 1e3:.0f} / {r['start_max_s'] * 1e3:.0f} ms | "
+          f"{r['close_median_s'] * 1e3:.0f} ms | {r['run_cmds_per_s']:.0f} | "
+          f"{r['exec_latency_s'] * 1e3:.0f} ms | {r['load']} | {r['load_s']:.1f} s | "
+          f"{r['load_cmds_per_s']:.0f} | {r['load_before']:.2f} -> {r['load_after']:.2f} |")
 
 
 def main(argv=None) -> int:
@@ -90,21 +104,18 @@ def main(argv=None) -> int:
   parser.add_argument("--commands", type=int, default=100)
   parser.add_argument("--load", default="32x20")
   parser.add_argument("--jsonl", default=None)
-  parser.add_argument("--append", default=None, help="markdown file to append the table to")
+  parser.add_argument("--append", default=None, help="BENCHMARKS.md to add the rows to")
   args = parser.parse_args(argv)
   n_sb, n_cmd = (int(x) for x in args.load.split("x"))
-  rows = []
   for backend in args.backends.split(","):
-    rows.append(bench_backend(backend, args.starts, args.commands, (n_sb, n_cmd)))
+    before = report.load_average()
+    r = bench_backend(backend, args.starts, args.commands, (n_sb, n_cmd))
+    r.update(load_before=before, load_after=report.load_average())
     if args.jsonl:
       with open(args.jsonl, "a") as f:
-        f.write(json.dumps(rows[-1]) + "\n")
-  text = table(rows)
-  print(text)
-  if args.append:
-    with open(args.append, "a") as f:
-      f.write(f"\n## Sandboxes ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, "
-              f"python3 bench/sandbox_bench.py)\n\n{text}")
+        f.write(json.dumps(r) + "\n")
+    report.record_row(args.append, "bench/sandbox_bench.py", HEADING, row_text(r),
+                      loads=(r["load_before"], r["load_after"]))
   return 0
 
 

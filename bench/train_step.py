@@ -1,7 +1,10 @@
 """CPU train-step throughput: our jitted DPPO step vs a transformers + torch AdamW step on the same
 small Qwen3 config and batch (fp32 both; same loss: token-level DPPO binary TV; global-norm clip 1.0).
 
-  python bench/train_step.py [--steps 5] [--out r.json]   # prints a BENCHMARKS.md table row
+Timed side by side with report.compare (a warm-up step each, then >= 5 alternated pairs); prints a
+BENCHMARKS.md table row, and with --append adds it unless the machine was busy.
+
+  python bench/train_step.py [--pairs 5] [--append BENCHMARKS.md] [--out r.json]
 """
 
 import argparse
@@ -9,7 +12,6 @@ import json
 import pathlib
 import sys
 
-import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -30,20 +32,21 @@ TINY = dict(SMALL, vocab_size=128, hidden_size=32, intermediate_size=64, num_hid
             head_dim=8)
 
 
-def jax_step_time(cfg: ModelConfig, batch, steps: int) -> float:
+def jax_step(cfg: ModelConfig, batch):
+  """-> one call = one jitted Trainer.step (blocks: the metrics come back as floats)."""
   tcfg = TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-5), logprob_chunk_size=256)
   trainer = step_lib.Trainer(registry.build_model(cfg), cfg, tcfg)
-  state = trainer.init_state(registry.init_params(cfg, jax.random.key(0)))
+  state = [trainer.init_state(registry.init_params(cfg, jax.random.key(0)))]
   dev = trainer.to_device(batch)
-  state, _ = trainer.step(state, dev)  # compile
-  times = []
-  for _ in range(steps):
-    state, m = trainer.step(state, dev)
-    times.append(m["step_time_s"])
-  return float(np.median(times))
+
+  def step():
+    state[0], _ = trainer.step(state[0], dev)  # the state is donated: keep the new one
+
+  return step
 
 
-def torch_step_time(cfg: ModelConfig, batch, steps: int) -> float:
+def torch_step(cfg: ModelConfig, batch):
+  """-> one call = forward, DPPO loss, backward, clip, AdamW step (eager torch)."""
   import torch
   import transformers
 
@@ -72,32 +75,44 @@ def torch_step_time(cfg: ModelConfig, batch, steps: int) -> float:
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
-  return report.time_it(step, steps)[0]
+  return step
 
 
-def main(argv=None) -> None:
+HEADING = (
+  "\n## DPPO train step on CPU vs transformers + torch AdamW (bench/train_step.py)\n\n"
+  "`python3 bench/train_step.py`: tokens/s of one full optimizer step on the same random packed "
+  "batch, fp32 both, median over alternated pairs; ratio = median of the per-pair ratios "
+  "(> 1: ours faster) with its min-max.\n\n"
+  "| when (UTC) | config | ours | transformers + torch | ratio | setup |\n"
+  "|---|---|---|---|---|---|\n")
+
+
+def main(argv=None) -> dict:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--steps", type=int, default=5)
+  ap.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
   ap.add_argument("--batch", type=int, default=4)
   ap.add_argument("--seq", type=int, default=256)
   ap.add_argument("--tiny", action="store_true", help="a tiny config (tests)")
+  ap.add_argument("--append", type=pathlib.Path, default=None)
   ap.add_argument("--out", default=None)
   args = ap.parse_args(argv)
-  cfg = ModelConfig(**(TINY if args.tiny else SMALL))
+  shape = TINY if args.tiny else SMALL
+  cfg = ModelConfig(**shape)
   b, s = (2, 32) if args.tiny else (args.batch, args.seq)
   batch = random_batch(cfg, b, s, 0)
-  t_jax = jax_step_time(cfg, batch, args.steps)
-  t_torch = torch_step_time(cfg, batch, args.steps)
+  c = report.compare(jax_step(cfg, batch), torch_step(cfg, batch), pairs=args.pairs)
   tokens = b * s
-  result = {"batch": b, "seq": s, "config": TINY if args.tiny else SMALL,
-            "jax_tokens_per_s": tokens / t_jax, "torch_tokens_per_s": tokens / t_torch,
-            "ratio": t_torch / t_jax}
+  result = {"batch": b, "seq": s, "config": shape, "jax_tokens_per_s": tokens / c.ours_median_s,
+            "torch_tokens_per_s": tokens / c.theirs_median_s, **c.as_dict()}
   print(json.dumps(result, indent=1))
-  print(f"| train step, Qwen3-shaped D={cfg.hidden_size} L={cfg.num_hidden_layers} "
-        f"V={cfg.vocab_size}, B x S = {b} x {s}, fp32, CPU | {tokens / t_jax:,.0f} tok/s | "
-        f"{tokens / t_torch:,.0f} tok/s (transformers+torch AdamW) | {t_torch / t_jax:.2f}x |")
+  config = (f"Qwen3 D={cfg.hidden_size} L={cfg.num_hidden_layers} V={cfg.vocab_size}, "
+            f"B x S = {b} x {s}, fp32, remat={cfg.remat_policy}")
+  report.record_comparison(args.append, "bench/train_step.py", HEADING,
+                           [config, f"{tokens / c.ours_median_s:,.0f} tok/s",
+                            f"{tokens / c.theirs_median_s:,.0f} tok/s"], c)
   if args.out:
     pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
+  return result
 
 
 if __name__ == "__main__":

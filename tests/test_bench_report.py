@@ -49,3 +49,15 @@ def test_record_row_refuses_a_busy_machine(tmp_path, capsys):
   assert report.record_row(out, "m", "## m\n", "| row |", loads=(0.4, 0.9), cores=2)
   assert report.record_row(out, "m", "## m\n", "| row2 |", loads=(0.1, 0.2), cores=2)
   assert out.read_text() == "## m\n| row |\n| row2 |\n"
+
+
+def test_rows_land_in_their_own_section(tmp_path):
+  out = tmp_path / "BENCHMARKS.md"
+  out.write_text("## a (bench/a.py)\n\ntext\n\n| h |\n|---|\n| a1 |\n\n## b (bench/b.py)\n"
+                 "\n| h |\n|---|\n| b1 |\n")
+  report.append_row(out, "bench/a.py", "## a (bench/a.py)\n| h |\n", "| a2 |")
+  report.append_row(out, "bench/b.py", "## b\n", "| b2 |")
+  report.append_row(out, "bench/c.py", "\n## c (bench/c.py)\n| h |\n", "| c1 |")
+  assert out.read_text() == ("## a (bench/a.py)\n\ntext\n\n| h |\n|---|\n| a1 |\n| a2 |\n\n"
+                             "## b (bench/b.py)\n\n| h |\n|---|\n| b1 |\n| b2 |\n"
+                             "\n## c (bench/c.py)\n| h |\n| c1 |\n")

@@ -69,3 +69,19 @@ def test_train_step_flop_ratio_guard():
   assert cfg.remat_policy == ModelConfig().remat_policy  # "none" is the default policy
   r = bench.train_step_cost(cfg, 4, 4096, 1024)
   assert r["ratio"] <= recorded["train_step:none"] * 1.05, r
+
+
+@pytest.mark.slow  # imports torch + transformers through model_fwd_bwd.py
+def test_hlo_census_of_a_tiny_fwd_bwd(capsys):
+  """bench/hlo_census.py sorts every executed instruction into a kind and a model module (from
+  the op_name metadata): the projections, attention, MLP and head are all found."""
+  sys.path.insert(0, str(BENCH))
+  spec = importlib.util.spec_from_file_location("hlo_census", BENCH / "hlo_census.py")
+  census = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = census  # its dataclass looks its module up
+  spec.loader.exec_module(census)
+  s = census.main(["--layers", "2", "--hidden", "64", "--vocab", "256", "--batch", "2",
+                   "--seq", "32", "--chunk", "16", "--top", "5"])
+  assert s["matmul_flops"] > 0 and s["by_kind"]["dot"]["count"] > 0
+  assert {"attention", "mlp", "head", "qkv_proj", "o_proj"} <= set(s["by_module"])
+  assert len(s["top"]) == 5 and "top instructions by bytes" in capsys.readouterr().out

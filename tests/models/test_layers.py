@@ -131,3 +131,27 @@ def test_query_chunked_attention_uses_less_memory():
   full, chunked, smaller = temp(None), temp(128), temp(32)
   assert full > scores
   assert chunked < full / 4 and smaller < chunked, (full, chunked, smaller)
+
+
+@pytest.mark.parametrize("name", ["dots", "dots_no_batch"])
+def test_dot_policies_save_the_custom_vjp_projections(name):
+  """matmul.linear is a custom_vjp_call, opaque to the dot-saving policies: the layers' policies
+  still save its output (3 matmuls per scanned layer, not a 4th recompute); "full" recomputes."""
+  from tmax_jax import hlo_cost  # pylint: disable=import-outside-toplevel
+  from tmax_jax.models import matmul  # pylint: disable=import-outside-toplevel
+
+  def flops(policy):
+    layer = jax.checkpoint(lambda x, w: jnp.cos(matmul.linear(x, w, 1)), policy=policy,
+                           prevent_cse=False)
+
+    def f(x, ws):  # [64, 32], [3, 32, 32]
+      y, _ = jax.lax.scan(lambda c, w: (layer(c, w), None), x, ws)
+      return jnp.sum(y)
+
+    shapes = (jax.ShapeDtypeStruct((64, 32), jnp.float32),
+              jax.ShapeDtypeStruct((3, 32, 32), jnp.float32))
+    compiled = jax.jit(jax.grad(f, (0, 1))).lower(*shapes).compile()
+    return hlo_cost.compiled_cost(compiled).matmul_flops / (3 * 2 * 64 * 32 * 32)
+
+  assert flops(layers.REMAT_POLICY_FNS[name]) == 3
+  assert flops(layers.REMAT_POLICY_FNS["full"]) == 4

@@ -36,25 +36,47 @@ def test_chunked_equals_full(chunk, temperature):
   np.testing.assert_allclose(ent, ref_ent, atol=1e-5, rtol=1e-5)
 
 
-def test_chunked_gradient_equals_full():
+@pytest.mark.parametrize("save_logits", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_gradient_equals_full(save_logits, temperature):
+  """The hand-written backward (both logit sources) equals autodiff of the full-logit loss."""
   rng = np.random.default_rng(1)
   hidden = jnp.asarray(rng.normal(size=(2, 12, 16)), jnp.float32)
   w = jnp.asarray(rng.normal(size=(16, 50)) * 0.3, jnp.float32)
   targets = jnp.asarray(rng.integers(0, 50, (2, 12)), jnp.int32)
+  g = jnp.asarray(rng.normal(size=(2, 12)), jnp.float32)  # per-token cotangents
 
   def chunked(h, w):
-    logp, ent = token_logprobs(h, w, targets, chunk_size=5)
-    return jnp.sum(logp) + 0.1 * jnp.sum(ent)
+    logp, ent = token_logprobs(h, w, targets, chunk_size=5, temperature=temperature,
+                               save_logits=save_logits)
+    return jnp.sum(g * logp) + 0.1 * jnp.sum(ent)
 
   def full(h, w):
-    logits = full_logits(h, w)
+    logits = full_logits(h, w) / temperature
     logp_all = jax.nn.log_softmax(logits)
     logp = jnp.take_along_axis(logp_all, targets[..., None], -1)[..., 0]
     ent = -jnp.sum(jnp.exp(logp_all) * logp_all, -1)
-    return jnp.sum(logp) + 0.1 * jnp.sum(ent)
+    return jnp.sum(g * logp) + 0.1 * jnp.sum(ent)
 
   for got, want in zip(jax.grad(chunked, (0, 1))(hidden, w), jax.grad(full, (0, 1))(hidden, w)):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_saved_logits_skip_the_recompute():
+  """save_logits: 3 head matmuls (forward, d hidden, d W) instead of 4; the same gradient."""
+  from tmax_jax import hlo_cost  # pylint: disable=import-outside-toplevel
+  b, t, d, v = 2, 64, 32, 256
+  args = (jax.ShapeDtypeStruct((b, t, d), jnp.float32), jax.ShapeDtypeStruct((d, v), jnp.float32),
+          jax.ShapeDtypeStruct((b, t), jnp.int32))
+
+  def flops(save):
+    f = lambda h, w, tg: jnp.sum(token_logprobs(h, w, tg, chunk_size=16, save_logits=save)[0])
+    compiled = jax.jit(jax.grad(f, (0, 1))).lower(*args).compile()
+    return hlo_cost.compiled_cost(compiled).matmul_flops
+
+  one = 2 * b * t * d * v
+  assert flops(False) == 4 * one
+  assert flops(True) == 3 * one
 
 
 def _temp_bytes(t, chunk, vocab=4096, d=64, b=2, grad=False):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from tmax_jax.models import paged_attention
+from tmax_jax.models import matmul, paged_attention
 from tmax_jax.models.config import RopeScaling
 
 Dtype = Any
@@ -32,10 +32,11 @@ def param_init(init_fn, axes: tuple[str | None, ...]):
 
 
 def dense(features: int, axes: tuple[str, str], dtype: Dtype, param_dtype: Dtype,
-          name: str) -> nn.Dense:
-  """A bias-free projection [in, features] with logical `axes` (MLP, Gated DeltaNet)."""
-  return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=param_dtype, name=name,
-                  kernel_init=param_init(WEIGHT_INIT, axes))
+          name: str) -> "Einsum":
+  """A bias-free projection [in, features] with logical `axes` (MLP, Gated DeltaNet); the param
+  is `<name>/kernel` [in, features], as nn.Dense names it."""
+  return Einsum("...d,df->...f", (None, features), axes, dtype=dtype, param_dtype=param_dtype,
+                name=name)
 
 
 def constrain(x: jax.Array, axes: tuple[str, ...]) -> jax.Array:
@@ -216,7 +217,9 @@ class Einsum(nn.Module):
   """A projection y = einsum(eqn, x, kernel) (+ bias over the output axes), in compute dtype.
 
   kernel_shape: the kernel's shape; a None entry is taken from x's last axis (the input width).
-  The output axes are the kernel axes that are not contracted (for the bias).
+  The output axes are the kernel axes that are not contracted (for the bias). The kernel's
+  leading axes are contracted with x's trailing ones (matmul.linear: its backward pass orders
+  the weight-gradient operands for the CPU dot).
   """
 
   eqn: str
@@ -231,9 +234,15 @@ class Einsum(nn.Module):
     shape = tuple(x.shape[-1] if s is None else s for s in self.kernel_shape)
     kernel = self.param("kernel", param_init(WEIGHT_INIT, self.kernel_axes), shape,
                         self.param_dtype)
-    y = jnp.einsum(self.eqn, x.astype(self.dtype), kernel.astype(self.dtype))
+    operands, y_spec = self.eqn.replace("...", "").split("->")
+    x_spec, k_spec = operands.split(",")
+    n_in = sum(c in x_spec for c in k_spec)
+    if (k_spec[:n_in] != x_spec[len(x_spec) - n_in:]
+        or y_spec != x_spec[:len(x_spec) - n_in] + k_spec[n_in:]):
+      raise ValueError(f"Einsum {self.eqn!r}: the kernel's leading axes must be x's trailing ones "
+                       "and the output x's other axes followed by the kernel's")
+    y = matmul.linear(x.astype(self.dtype), kernel.astype(self.dtype), n_in)
     if self.use_bias:
-      x_spec, k_spec = self.eqn.split("->")[0].split(",")
       out = [i for i, c in enumerate(k_spec) if c not in x_spec]
       bias_axes = tuple(self.kernel_axes[i] for i in out)
       bias = self.param("bias", param_init(nn.initializers.zeros, bias_axes),
@@ -315,8 +324,25 @@ class Attention(nn.Module):
     return checkpoint_name(out, "attn_out"), cache
 
 
+class Kernel(nn.Module):
+  """A projection kernel `<name>/kernel` returned unapplied (for blocks with a fused backward);
+  same param, init and logical axes as `dense`/`Einsum` create."""
+
+  shape: tuple[int, ...]
+  axes: tuple[str, ...]
+  param_dtype: Dtype = F32
+
+  @nn.compact
+  def __call__(self) -> jax.Array:
+    return self.param("kernel", param_init(WEIGHT_INIT, self.axes), self.shape, self.param_dtype)
+
+
+def _mlp_constrain(h: jax.Array) -> jax.Array:
+  return constrain(h, ("batch", "length", "mlp"))
+
+
 class MLP(nn.Module):
-  """SwiGLU: down(silu(gate(x)) * up(x)); gate/up kernels [D,F], down [F,D]."""
+  """SwiGLU: down(silu(gate(x)) * up(x)); gate/up kernels [D,F], down [F,D] (matmul.swiglu)."""
 
   intermediate_size: int
   dtype: Dtype = F32
@@ -325,17 +351,19 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     """x [B,T,D] -> [B,T,D]."""
-    dt = (self.dtype, self.param_dtype)
-    gate = dense(self.intermediate_size, ("embed", "mlp"), *dt, "gate_proj")(x)  # [B,T,F]
-    up = dense(self.intermediate_size, ("embed", "mlp"), *dt, "up_proj")(x)  # [B,T,F]
-    h = constrain(jax.nn.silu(gate) * up, ("batch", "length", "mlp"))
-    return dense(x.shape[-1], ("mlp", "embed"), *dt, "down_proj")(h)
+    d, f = x.shape[-1], self.intermediate_size
+    kernels = [Kernel(shape, axes, self.param_dtype, name=name)().astype(self.dtype)
+               for name, shape, axes in (("gate_proj", (d, f), ("embed", "mlp")),
+                                         ("up_proj", (d, f), ("embed", "mlp")),
+                                         ("down_proj", (f, d), ("mlp", "embed")))]
+    return matmul.swiglu(x.astype(self.dtype), *kernels, _mlp_constrain)
 
 
 REMAT_POLICY_FNS = {
   "full": None,  # save nothing: recompute the whole layer
-  "dots": jax.checkpoint_policies.checkpoint_dots,
-  "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+  "dots": matmul.saving_projections(jax.checkpoint_policies.checkpoint_dots),
+  "dots_no_batch": matmul.saving_projections(
+    jax.checkpoint_policies.dots_with_no_batch_dims_saveable),
   "save_attn_out": jax.checkpoint_policies.save_only_these_names("attn_out"),
 }
 

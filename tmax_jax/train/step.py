@@ -96,7 +96,8 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
     head_w = registry.head_weight(params, model_cfg)  # [D, V]
     logp, ent = logprobs_lib.token_logprobs(
       hidden, head_w, mb["targets"], chunk_size=cfg.logprob_chunk_size, head_dtype=head_dtype,
-      temperature=cfg.temperature)  # [b, T] each
+      temperature=cfg.temperature,
+      save_logits=logprobs_lib.saves_logits(model_cfg.remat_policy))  # [b, T] each
     mask = mb["loss_mask"]
     cur_topk = None
     if reads_topk:  # current logprobs at the behaviour's top-K ids [b, T, K]

@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 from tmax_jax.inference import decode, paged
-from tmax_jax.models import qwen3_5
+from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
 
 GB = 1e9
@@ -43,23 +43,24 @@ def _args(argv):
   return p.parse_args(argv)
 
 
-def per_token_and_state(preset: str) -> tuple[float, float]:
-  """(KV bytes per token, recurrent-state bytes per slot) of the served model (bf16 compute)."""
-  cfg = qwen3_5.preset(preset, dtypes=DtypePolicy(param_dtype="bfloat16",
+def per_token_and_state(preset: str, tensor: int) -> tuple[float, float]:
+  """(KV bytes per token, recurrent-state bytes per slot) one device of a replica with `tensor`
+  devices holds (the engine's shardings; bf16 compute)."""
+  cfg = registry.preset(preset, dtypes=DtypePolicy(param_dtype="bfloat16",
                                                  compute_dtype="bfloat16"))
   shape = decode.CoreShape(slots=1, max_len=64, page_size=64, num_pages=1)
-  mem = decode.PagedCore(cfg, shape).memory_bytes()  # 1 page of 64 tokens, 1 slot
+  mem = decode.PagedCore(cfg, shape).memory_bytes(per_device_of=tensor)  # 1 page, 1 slot
   return mem["kv_pool_bytes"] / 64, mem["state_bytes"] / shape.slots
 
 
 def main(argv=None):
   a = _args(argv)
-  kv_token, state_slot = per_token_and_state(a.preset)
-  cfg = qwen3_5.preset(a.preset)
+  kv_token, state_slot = per_token_and_state(a.preset, 1)
   rows = []
   for tensor in (int(t) for t in a.tensor.split(",")):
-    kv_split = tensor if cfg.num_key_value_heads % tensor == 0 else 1  # K/V split on kv heads
-    state = a.episodes * state_slot * 2  # slots + as many prefix-cache state blocks (default)
+    kv_device, state_device = per_token_and_state(a.preset, tensor)
+    kv_split = kv_token / kv_device  # K/V split on kv heads (when they divide)
+    state = a.episodes * state_device * 2  # slots + as many prefix-cache state blocks (default)
     dense = a.episodes * a.max_len * kv_token / kv_split
     scenarios = {"dense": dense, "paged, every episode at the cap": dense}
     for ctx in (int(c) for c in a.contexts.split(",")):

@@ -38,6 +38,20 @@ def test_serve_bench_tiny_runs(tmp_path, capsys):
   assert "decode B=4" in capsys.readouterr().out
 
 
+def test_serving_memory_statement_uses_the_engine_shardings():
+  """Computed from the engine's own layout: Qwen3.5-9B's 4 kv heads split K/V over 4 devices but
+  not 8 (replicated); the Gated DeltaNet state splits over both."""
+  r = _load("serving_memory").main(["--tensor", "1,4,8"])
+  one, four, eight = r["rows"]
+  assert r["kv_bytes_per_token"] == 8 * 2 * 4 * 256 * 2  # 8 full-attention layers, K+V, bf16
+  assert (four["kv_split"], eight["kv_split"]) == (4, 1)
+  assert four["state_bytes_per_device"] * 4 == one["state_bytes_per_device"]
+  assert eight["state_bytes_per_device"] * 8 == one["state_bytes_per_device"]
+  dense = one["kv_bytes_per_device"]["dense"]
+  assert dense == 256 * (2048 + 65536) * r["kv_bytes_per_token"]
+  assert one["kv_bytes_per_device"]["paged, mean context 8192"] < dense / 4
+
+
 def test_weight_push_bench_tiny_runs(tmp_path):
   r = _load("weight_push").main(["--tiny", "--out", str(tmp_path / "w.json")])
   assert r["bf16_s"] > 0 and r["fp32_s"] > 0 and r["params"] > 0

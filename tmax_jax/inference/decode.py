@@ -163,9 +163,14 @@ class PagedCore:
   def state_rows(self) -> int:
     return self.shape.slots + self.shape.state_blocks
 
-  def _kv_spec(self, kv_heads: int) -> PartitionSpec:
-    tp = self.mesh.shape[TENSOR]
-    return PartitionSpec(None, None, None, TENSOR if kv_heads % tp == 0 else None, None)
+  def _tp(self, tensor: int | None) -> int:
+    return self.mesh.shape[TENSOR] if tensor is None else tensor
+
+  def _kv_spec(self, kv_heads: int, tensor: int | None = None) -> PartitionSpec:
+    """K/V pages [L,NP,P,K,H] split on kv heads over "tensor" (replicated when it does not
+    divide them)."""
+    split = kv_heads % self._tp(tensor) == 0
+    return PartitionSpec(None, None, None, TENSOR if split else None, None)
 
   def _abstract_state(self):
     s = self.shape
@@ -193,8 +198,21 @@ class PagedCore:
       spec = NamedSharding(self.mesh, self._kv_spec(sub["k_pages"].shape[3]))
       return {"k_pages": spec, "v_pages": spec}
 
-    pool = _map_layers(abstract["pool"], _is_pool_kv, kv, lambda x: rep)
+    def leaf(x, spec):
+      return NamedSharding(self.mesh, self._state_spec(x.shape, spec))
+
+    axes = self.model.cache_logical_axes()
+    pool = _map_layers(abstract["pool"], _is_pool_kv, lambda sub, _: kv(sub), leaf, axes)
     return dict({k: rep for k in abstract if k != "pool"}, pool=pool)
+
+  def _state_spec(self, shape, logical: PartitionSpec,
+                  tensor: int | None = None) -> PartitionSpec:
+    """A state leaf's mesh axes from the family's `cache_logical_axes` under the serving rules
+    (Qwen3.5: conv channels and recurrent heads split over "tensor"): a dimension the tensor axis
+    does not divide stays replicated."""
+    rules, tp = dict(self.rules), self._tp(tensor)
+    return PartitionSpec(*(TENSOR if rules.get(name) == TENSOR and n % tp == 0 else None
+                           for name, n in zip(logical, shape)))
 
   def init_state(self) -> dict:
     """Zeroed decode state, created on device with `state_shardings` (top_p 1 = off)."""
@@ -205,17 +223,25 @@ class PagedCore:
       return dict(state, top_p=jnp.ones_like(state["top_p"]))
     return jax.jit(make, out_shardings=self.state_shardings)()
 
-  def memory_bytes(self) -> dict[str, int]:
-    """Bytes of this replica's page pool (K and V of every attention layer) and state blocks."""
+  def memory_bytes(self, per_device_of: int = 0) -> dict[str, int]:
+    """Bytes of this replica's page pool (K and V of every attention layer) and state blocks; with
+    `per_device_of` = t: what one device holds when the replica has t tensor devices (the
+    shardings above, computed for t without needing t devices)."""
     out = {"kv_pool_bytes": 0, "state_bytes": 0}
+    t = per_device_of or None
 
-    def kv(sub):
+    def size(x, spec) -> int:
+      split = self._tp(t) if per_device_of and TENSOR in tuple(spec) else 1
+      return int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize // split
+
+    def kv(sub, _):
       pages = sub["k_pages"]
-      out["kv_pool_bytes"] += 2 * int(np.prod(pages.shape)) * np.dtype(pages.dtype).itemsize
+      out["kv_pool_bytes"] += 2 * size(pages, self._kv_spec(pages.shape[3], t))
 
-    def leaf(x):
-      out["state_bytes"] += int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
-    _map_layers(self._abstract_state()["pool"], _is_pool_kv, kv, leaf)
+    def leaf(x, logical):
+      out["state_bytes"] += size(x, self._state_spec(x.shape, logical, t))
+    _map_layers(self._abstract_state()["pool"], _is_pool_kv, kv, leaf,
+                self.model.cache_logical_axes())
     return out
 
   # ---- programs ------------------------------------------------------------------------------

@@ -177,3 +177,13 @@ def test_checkpoint_family_is_checked_on_load(tmp_path):
     common.load_policy(ModelSpec(checkpoint=str(tmp_path / "ckpt")), "qwen3_5")
   model_cfg, _ = common.load_policy(ModelSpec(checkpoint=str(tmp_path / "ckpt")), "qwen3")
   assert model_cfg.model_type == "qwen3"
+
+
+def test_standalone_server_stops_on_the_family_tokens():
+  """launch/serve.py without engine.stop_token_ids stops where the model family's turns end."""
+  from tmax_jax.inference import launch_lib
+  from tmax_jax.models import registry
+  from tmax_jax.tokenizers import stop_token_ids
+  qwen3_5 = registry.preset("qwen3.5-9b")
+  assert launch_lib.default_stop_token_ids(qwen3_5) == stop_token_ids("qwen3_5") != ()
+  assert launch_lib.default_stop_token_ids(registry.preset("qwen3-8b")) == stop_token_ids("qwen3")

@@ -28,7 +28,7 @@ import jax
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import openai_api, sampling, server as server_lib
 from tmax_jax.models import registry
-from tmax_jax.models.config import DtypePolicy, ModelConfig
+from tmax_jax.models.config import DtypePolicy, ModelConfig, UnsupportedConfigError
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +47,29 @@ def model_from_config(mc) -> tuple[ModelConfig, Any]:
   return cfg, lambda: registry.init_params(cfg, jax.random.key(mc.seed))
 
 
+def default_stop_token_ids(cfg: ModelConfig) -> tuple[int, ...]:
+  """The model family's end-of-turn and end-of-text ids; () for a family without a tokenizer."""
+  try:
+    return registry.tokenizer_for(cfg.model_type).stop_token_ids()
+  except UnsupportedConfigError:
+    return ()
+
+
 ENGINE_EXTRAS = ("temperature", "replicas", "tensor")  # config.engine keys that are not fields
 
 
 def engine_from_config(config) -> engine_lib.TmaxEngine:
-  """config.engine: EngineConfig fields, plus `temperature` (default sampling of JetStream Decode
-  calls) and the serving mesh `replicas` x `tensor` (first devices of this host)."""
+  """config.engine: EngineConfig fields (stop_token_ids default: the model family's), plus
+  `temperature` (default sampling of JetStream Decode calls) and the serving mesh
+  `replicas` x `tensor` (first devices of this host)."""
   cfg, params_fn = model_from_config(config.model)
   ec = dict(config.engine)
   extras = {k: ec.pop(k) for k in ENGINE_EXTRAS if k in ec}
   unknown = sorted(set(ec) - {f.name for f in dataclasses.fields(engine_lib.EngineConfig)})
   if unknown:
     raise ValueError(f"config.engine: unknown fields {unknown}")
-  if "stop_token_ids" in ec:
-    ec["stop_token_ids"] = tuple(ec["stop_token_ids"])
+  ec["stop_token_ids"] = tuple(ec["stop_token_ids"]) if "stop_token_ids" in ec else (
+      default_stop_token_ids(cfg))
   if "temperature" in extras:
     ec["default_sampling"] = sampling.SamplingParams(temperature=extras["temperature"])
   mesh = engine_lib.serving_mesh(extras.get("replicas", 1), extras.get("tensor", 1))

@@ -56,7 +56,8 @@ def loss_fn(cfg, batch: int, seq: int, chunk: int):
   def loss(p, tokens):
     hidden, _ = model.apply({"params": p}, tokens, positions, segments)
     logp, _ = token_logprobs(hidden[:, :-1], head_weight(p, cfg), tokens[:, 1:], chunk_size=chunk,
-                             save_logits=saves_logits(cfg.remat_policy))
+                             save_logits=saves_logits(cfg.remat_policy, batch * (seq - 1),
+                                                      cfg.vocab_size))
     return -jnp.mean(logp)
 
   return loss

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tmax_jax.models import ModelConfig, build_model, full_logits, head_weight, init_params
-from tmax_jax.models.logprobs import token_logprobs
+from tmax_jax.models.logprobs import SAVE_LOGITS_MAX_BYTES, saves_logits, token_logprobs
 
 
 def reference(hidden, w, targets, temperature=1.0):
@@ -130,3 +130,9 @@ def test_head_matmul_runs_in_head_dtype():
   bf16_dots = _head_dot_types("bfloat16")
   assert all(re.search(r"\(tensor<[0-9x]+xbf16>, tensor<[0-9x]+xbf16>\)", d) for d in bf16_dots), \
     bf16_dots
+
+
+def test_saves_logits_only_without_remat_and_within_the_budget():
+  fits = SAVE_LOGITS_MAX_BYTES // (4 * 1024)  # tokens whose [T, 1024] fp32 logits just fit
+  assert saves_logits("none", fits, 1024) and not saves_logits("none", fits + 1, 1024)
+  assert not any(saves_logits(p, 16, 1024) for p in ("full", "dots", "save_attn_out"))

@@ -27,9 +27,14 @@ import jax.numpy as jnp
 F32 = jnp.float32
 
 
-def saves_logits(remat_policy: str) -> bool:
-  """The trainer's `save_logits` for a model's remat policy: only "none" keeps the logits."""
-  return remat_policy == "none"
+SAVE_LOGITS_MAX_BYTES = 16 << 30  # fp32 logits of one (micro-)batch that "none" may keep
+
+
+def saves_logits(remat_policy: str, n_tokens: int, vocab: int) -> bool:
+  """The trainer's `save_logits`: only remat_policy "none" keeps the logits, and only while the
+  [n_tokens, vocab] fp32 logits of a (micro-)batch fit SAVE_LOGITS_MAX_BYTES (global shape: 10 GB
+  for Qwen3 at B4 x S4096; beyond that the head recomputes, as under remat)."""
+  return remat_policy == "none" and n_tokens * vocab * 4 <= SAVE_LOGITS_MAX_BYTES
 
 
 def _precision(head_dtype):

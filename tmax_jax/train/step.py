@@ -94,10 +94,11 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
     if cfg.loss_tokens_per_row:  # the head only where the loss is (train/compact.py)
       hidden, mb = compact.gather_loss_tokens(hidden, mb, cfg.loss_tokens_per_row)
     head_w = registry.head_weight(params, model_cfg)  # [D, V]
+    save = logprobs_lib.saves_logits(model_cfg.remat_policy, hidden.shape[0] * hidden.shape[1],
+                                     head_w.shape[1])
     logp, ent = logprobs_lib.token_logprobs(
       hidden, head_w, mb["targets"], chunk_size=cfg.logprob_chunk_size, head_dtype=head_dtype,
-      temperature=cfg.temperature,
-      save_logits=logprobs_lib.saves_logits(model_cfg.remat_policy))  # [b, T] each
+      temperature=cfg.temperature, save_logits=save)  # [b, T] each
     mask = mb["loss_mask"]
     cur_topk = None
     if reads_topk:  # current logprobs at the behaviour's top-K ids [b, T, K]

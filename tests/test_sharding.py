@@ -101,3 +101,10 @@ def test_initialize_distributed_reports_missing_values(monkeypatch):
     sharding.initialize_distributed()
   with pytest.raises(ValueError, match="process_id=2 must be in"):
     sharding.initialize_distributed(num_processes=2, process_id=2)
+
+
+def test_cluster_launches_are_detected():
+  assert sharding.cluster_detected({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"})
+  assert not sharding.cluster_detected({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"})  # sbatch shell
+  assert sharding.cluster_detected({"TMAX_AUTO_DISTRIBUTED": "1"})
+  assert not sharding.cluster_detected({})

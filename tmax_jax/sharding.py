@@ -72,11 +72,21 @@ def use_mesh(mesh: Mesh, rules) -> Iterator[None]:
     yield
 
 
+def cluster_detected(env=os.environ) -> bool:
+  """A multi-process launch whose coordinator JAX finds by itself: a SLURM step with several
+  tasks (srun), or TMAX_AUTO_DISTRIBUTED=1 (set by launch/tpu/train_rl.sh on every worker of a
+  TPU pod slice, where JAX asks the TPU metadata)."""
+  if env.get("TMAX_AUTO_DISTRIBUTED") == "1":
+    return True
+  return bool(env.get("SLURM_JOB_ID")) and int(env.get("SLURM_NTASKS", "1") or 1) > 1
+
+
 def initialize_distributed(coordinator_address: str | None = None,
                            num_processes: int | None = None,
                            process_id: int | None = None) -> bool:
   """jax.distributed.initialize from arguments, else JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
-  JAX_PROCESS_ID. Returns False (and does nothing) for a single-process run."""
+  JAX_PROCESS_ID, else the cluster's environment (cluster_detected: SLURM, TPU pod). Returns False
+  (and does nothing) for a single-process run."""
   env = os.environ
   coordinator_address = coordinator_address or env.get("JAX_COORDINATOR_ADDRESS") or None
   if num_processes is None and env.get("JAX_NUM_PROCESSES"):
@@ -84,6 +94,9 @@ def initialize_distributed(coordinator_address: str | None = None,
   if process_id is None and env.get("JAX_PROCESS_ID"):
     process_id = int(env["JAX_PROCESS_ID"])
   if coordinator_address is None and (num_processes or 1) <= 1:
+    if cluster_detected(env):  # SLURM / TPU pod slice: JAX reads the cluster's own environment
+      jax.distributed.initialize()
+      return True
     return False
   missing = [name for name, value in (("coordinator_address", coordinator_address),
                                       ("num_processes", num_processes),

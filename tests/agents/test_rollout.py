@@ -134,3 +134,49 @@ def test_starved_active_sampling_raises_no_usable_groups():
     return sched.stats
 
   assert _run(main())["groups_filtered_zero_std"] == 5
+
+
+def test_indexed_groups_keep_their_index_and_are_counted_consumed():
+  async def run_episode(task, group, sample):
+    return _episode(float(sample < task), version=0)
+
+  async def main():
+    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=1, max_groups_ahead=2)
+    sched = GroupScheduler(iter([(10, 1), (12, 0), (14, 1), (16, 1)]), run_episode, cfg,
+                           indexed=True)
+    batch = await sched.next_batch(0)
+    await sched.close()
+    return batch, sched.consumed
+
+  batch, consumed = _run(main())
+  assert sorted(g.index for g in batch) == [10, 14]
+  assert sorted(consumed) == [10, 12, 14]  # 12 was dropped (zero std), still consumed
+
+
+def test_ordered_batches_follow_draw_order_and_put_back_the_rest():
+  """Completion order is reversed (later groups finish first); the batch is still the first
+  usable groups in draw order, and the groups drawn beyond it are generated again next batch."""
+  calls, served = [], {"version": 0}
+
+  async def run_episode(task, group, sample):
+    calls.append(group)
+    await asyncio.sleep(0.01 * (10 - group))
+    return _episode(float(sample < task), version=served["version"])
+
+  async def main():
+    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=0, max_groups_ahead=3)
+    sched = GroupScheduler(enumerate([1, 0, 1, 1, 1, 1]), run_episode, cfg, indexed=True,
+                           ordered=True)
+    first = await sched.next_batch(0)
+    calls_first = sorted(set(calls))
+    calls.clear()
+    served["version"] = 1  # the trainer stepped and pushed its weights between the batches
+    second = await sched.next_batch(1)
+    await sched.close()
+    return first, calls_first, sorted(set(calls)), second, sched.consumed
+
+  first, calls_first, calls_second, second, consumed = _run(main())
+  assert [g.index for g in first] == [0, 2] and [g.index for g in second] == [3, 4]
+  assert calls_first == [0, 1, 2, 3, 4]  # 3 and 4 ran ahead, then were put back
+  assert calls_second[:2] == [3, 4]
+  assert consumed == [0, 1, 2, 3, 4]

@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import require_base_rootfs
 from tests.inference import serve_process
-from tests.loop.test_rl_loop import TINY, _config
+from tests.loop.rl_helpers import TINY
+from tests.loop.test_rl_loop import _config
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.inference.server import free_port
 from tmax_jax.loop.config import ServingConfig

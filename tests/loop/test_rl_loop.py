@@ -12,38 +12,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tmax_jax.agents.episode import EpisodeConfig, stop_token_ids
-from tmax_jax.agents.rollout import RolloutConfig
-from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig
+from tmax_jax.agents.episode import stop_token_ids
+from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.loop import common
-from tmax_jax.loop.config import ModelSpec, RLConfig, ServingConfig, TaskSource
+from tmax_jax.loop.config import MeshConfig, RLConfig
 from tmax_jax.loop.rl import run_rl
 from tmax_jax.models import logprobs as logprobs_lib, registry
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib
-from tmax_jax.train.config import CheckpointConfig, OptimizerConfig, TrainConfig
 
 from tests.conftest import require_base_rootfs
-
-TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=16, tie_word_embeddings=True)
-
+from tests.loop.rl_helpers import assert_same_training, tiny_rl_config
 
 def _config(tmp_path, steps: int) -> RLConfig:
-  rollout = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=1, max_groups_ahead=2,
-                          zero_std_filter=False)
-  return RLConfig(
-      model=ModelSpec(preset="qwen3-0.6b", overrides=TINY, seed=3),
-      tasks=TaskSource(families=("write_word",), num_train=4, num_eval=1),
-      rollout=rollout,
-      episode=EpisodeConfig(max_tool_calls=2, max_turns=2, turn_max_tokens=16,
-                            max_response_tokens=96, command_timeout_s=5.0, enable_thinking=False),
-      worker=WorkerConfig(max_parallel_episodes=4),
-      train=TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-2, total_steps=8),
-                        checkpoint=CheckpointConfig(save_every=1, keep_last=2, async_save=False),
-                        global_batch=4, logprob_chunk_size=128),
-      serving=ServingConfig(max_concurrent_decodes=4, max_len=384, max_prefill_length=384),
-      steps=steps, seq_len=384, output_dir=str(tmp_path / "run"))
+  """Colocated on all 8 devices: the trainer on data=2 x fsdp=2 x tensor=2, the server on the
+  first of them; every step's batch is recorded."""
+  return tiny_rl_config(tmp_path / "run", steps, mesh=MeshConfig(data=2, fsdp=2, tensor=2),
+                        record_dir=str(tmp_path / "batches"))
 
 
 def test_rl_steps_checkpoint_resume_export(tmp_path):
@@ -56,12 +41,23 @@ def test_rl_steps_checkpoint_resume_export(tmp_path):
   assert all(m["policy_version"] == m["step"] for m in first.metrics)
   assert all(np.isfinite(m["loss"]) for m in first.metrics)
   assert first.metrics[-1]["rollout/groups_generated"] >= 2
+  q = first.params["model"]["layers"]["self_attn"]["q_proj"]["kernel"]
+  assert len(q.sharding.device_set) == 8 and q.sharding.spec[1:3] == ("fsdp", "tensor")
+  after_two = jax.device_get(first.params)
+
+  # the same batches replayed on one device train to the same losses and params
+  single = run_rl(tiny_rl_config(tmp_path / "single", 2, replay_dir=str(tmp_path / "batches")))
+  assert_same_training(first.metrics, after_two, single.metrics, single.params)
 
   # a second run with more steps resumes from the step-2 checkpoint instead of starting over
   resumed = run_rl(_config(tmp_path, steps=3))
   assert [m["step"] for m in resumed.metrics] == [3]
-  lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-  assert [json.loads(l)["step"] for l in lines] == [1, 2, 3]
+  lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+  assert [l["step"] for l in lines] == [1, 2, 3]
+  # async mode: the data position grew by exactly the groups the resumed step consumed, so none
+  # consumed before the restart was drawn again (in-flight ones were: tests/loop/test_task_stream)
+  consumed = lines[2]["rollout/groups_generated"]
+  assert consumed >= 2 and lines[2]["data/consumed"] == lines[1]["data/consumed"] + consumed
 
   # the export loads in transformers and computes our logits
   hf = transformers.AutoModelForCausalLM.from_pretrained(resumed.export_dir,
@@ -76,6 +72,23 @@ def test_rl_steps_checkpoint_resume_export(tmp_path):
   ours = np.asarray(logprobs_lib.full_logits(hidden, registry.head_weight(resumed.params,
                                                                           resumed.model_cfg)))
   assert np.max(np.abs(ours - ref)) / np.max(np.abs(ref)) <= 1e-4
+
+
+def test_rl_disaggregated_equals_a_single_device_replay(tmp_path):
+  """Disaggregated on 8 devices: the trainer on fsdp=2 x tensor=2 over devices 0-3, the server on
+  devices 4-7 (2 replicas x tensor 2); its recorded batches replayed on one device train to the
+  same losses and params."""
+  require_base_rootfs()
+  serving = dataclasses.replace(tiny_rl_config(tmp_path, 1).serving, placement="disaggregated",
+                                devices=4, replicas=2, tensor=2)
+  cfg = tiny_rl_config(tmp_path / "run", 2, mesh=MeshConfig(fsdp=2, tensor=2), serving=serving,
+                       record_dir=str(tmp_path / "batches"))
+  run = run_rl(cfg)
+  assert [m["policy_version"] for m in run.metrics] == [1, 2]
+  q = run.params["model"]["layers"]["self_attn"]["q_proj"]["kernel"]
+  assert {d.id for d in q.sharding.device_set} == {0, 1, 2, 3}
+  single = run_rl(tiny_rl_config(tmp_path / "single", 2, replay_dir=str(tmp_path / "batches")))
+  assert_same_training(run.metrics, run.params, single.metrics, single.params)
 
 
 def test_trajectory_logprobs_match_the_trainer(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 from tmax_jax.models import registry
 from tmax_jax.train import batch as batch_lib
-from tmax_jax.train import toy
+from tests.train import toy
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import pytest
 from tests.train.conftest import random_trajectories
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import step as step_lib
-from tmax_jax.train import toy
+from tests.train import toy
 from tmax_jax.train.config import OptimizerConfig, TrainConfig
 
 

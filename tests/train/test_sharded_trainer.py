@@ -16,7 +16,8 @@ SCRIPT = textwrap.dedent("""
   from tests.train.conftest import random_trajectories
   from tmax_jax import sharding
   from tmax_jax.models import registry
-  from tmax_jax.train import batch as batch_lib, step as step_lib, toy
+  from tmax_jax.train import batch as batch_lib, step as step_lib
+  from tests.train import toy
   from tmax_jax.train.config import OptimizerConfig, PackingConfig, TrainConfig
   assert jax.device_count() == 4
   mcfg = toy.model_config(toy.ToyConfig())

@@ -81,12 +81,22 @@ class NoUsableGroups(RuntimeError):
 class GroupScheduler:
   """Produces groups in the background and hands out filtered batches of them."""
 
-  def __init__(self, tasks: Iterator, run_episode: RunEpisodeFn, cfg: RolloutConfig):
-    self.cfg, self._tasks, self._run_episode = cfg, tasks, run_episode
+  def __init__(self, tasks: Iterator, run_episode: RunEpisodeFn, cfg: RolloutConfig, *,
+               indexed: bool = False, ordered: bool = False):
+    """indexed: `tasks` yields (index, task) pairs and the index names the group (sampling seeds,
+    the data position); else groups are numbered 0, 1, ... in draw order.
+    ordered: deterministic batches (for async_steps = 0): a batch takes groups in draw order,
+    nothing is generated between batches, and the groups drawn beyond the batch are put back to
+    be drawn again, from scratch under the new policy, by the next batch."""
+    self.cfg, self._run_episode = cfg, run_episode
+    self._tasks = tasks if indexed else enumerate(tasks)
+    self._ordered = ordered
     self._ready: asyncio.Queue[Group] = asyncio.Queue()
     self._slots = asyncio.Semaphore(cfg.prompts_per_batch + cfg.max_groups_ahead)
     self._producer: asyncio.Task | None = None
-    self._next_index = 0
+    self._drawn: collections.deque = collections.deque()  # (index, task) in draw order
+    self._put_back: collections.deque = collections.deque()
+    self.consumed: list[int] = []  # indices of groups batches took or dropped (caller drains it)
     self.stats = collections.Counter()
 
   async def _run_group(self, task, index: int) -> Group:
@@ -106,11 +116,12 @@ class GroupScheduler:
       while True:
         await self._slots.acquire()
         try:
-          task = next(self._tasks)
+          index, task = self._put_back.popleft() if self._put_back else next(self._tasks)
         except StopIteration:
           self._slots.release()
           break
-        index, self._next_index = self._next_index, self._next_index + 1
+        if self._ordered:
+          self._drawn.append((index, task))
         job = asyncio.create_task(self._run_group(task, index))
         pending.add(job)
         job.add_done_callback(self._finished(pending))
@@ -158,6 +169,8 @@ class GroupScheduler:
     """`prompts_per_batch` usable groups (with active sampling; without it, the usable part of
     `prompts_per_batch` pulled groups). Raises TasksExhausted / NoUsableGroups, never hangs on an
     empty task stream."""
+    if self._ordered:
+      return await self._next_ordered(trainer_version)
     self.start()
     batch, pulled = [], 0
     while len(batch) < self.cfg.prompts_per_batch:
@@ -168,15 +181,48 @@ class GroupScheduler:
                              f"{self.cfg.prompts_per_batch} groups for this batch")
       self._slots.release()
       pulled += 1
-      if self._usable(group, trainer_version):
-        batch.append(group)
-      if not self.cfg.active_sampling and pulled >= self.cfg.prompts_per_batch:
+      if self._take(group, batch, pulled, trainer_version):
         break
-      if pulled >= self.cfg.max_attempts_per_batch and len(batch) < self.cfg.prompts_per_batch:
-        raise NoUsableGroups(
-            f"active sampling pulled {pulled} groups but only {len(batch)} were usable "
-            f"(stats: {dict(self.stats)}); the tasks are all too easy or too hard for the policy")
     return batch
+
+  def _take(self, group: Group, batch: list, pulled: int, trainer_version: int) -> bool:
+    """Counts `group` as consumed and keeps it if usable; True when the batch is decided."""
+    self.consumed.append(group.index)
+    if self._usable(group, trainer_version):
+      batch.append(group)
+    if not self.cfg.active_sampling and pulled >= self.cfg.prompts_per_batch:
+      return True
+    if pulled >= self.cfg.max_attempts_per_batch and len(batch) < self.cfg.prompts_per_batch:
+      raise NoUsableGroups(
+          f"active sampling pulled {pulled} groups but only {len(batch)} were usable "
+          f"(stats: {dict(self.stats)}); the tasks are all too easy or too hard for the policy")
+    return len(batch) >= self.cfg.prompts_per_batch
+
+  async def _next_ordered(self, trainer_version: int) -> list[Group]:
+    """Groups in draw order; the producer runs only while this batch is being assembled."""
+    self._slots = asyncio.Semaphore(self.cfg.prompts_per_batch + self.cfg.max_groups_ahead)
+    self._producer = asyncio.create_task(self._produce())
+    batch, pulled, arrived = [], 0, {}
+    try:
+      while True:
+        group = await self._ready.get()
+        if group is None:
+          raise TasksExhausted(f"tasks exhausted with {len(batch)} of "
+                               f"{self.cfg.prompts_per_batch} groups for this batch")
+        arrived[group.index] = group
+        while self._drawn and self._drawn[0][0] in arrived:
+          group = arrived.pop(self._drawn.popleft()[0])
+          self._slots.release()
+          pulled += 1
+          if self._take(group, batch, pulled, trainer_version):
+            return batch
+    finally:
+      await self.close()
+      self._producer = None
+      while not self._ready.empty():
+        self._ready.get_nowait()
+      self._put_back.extendleft(reversed(self._drawn))  # drawn, not consumed: again next batch
+      self._drawn.clear()
 
 
 def cycle_tasks(tasks: Sequence, seed: int) -> Iterator:

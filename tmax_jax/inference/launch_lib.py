@@ -33,18 +33,24 @@ from tmax_jax.models.config import DtypePolicy, ModelConfig, UnsupportedConfigEr
 log = logging.getLogger(__name__)
 
 
-def model_from_config(mc) -> tuple[ModelConfig, Any]:
-  """-> (ModelConfig, params_fn)."""
+def model_from_config(mc, mesh=None, **cfg_overrides) -> tuple[ModelConfig, Any]:
+  """-> (ModelConfig, params_fn). With `mesh`, params load (or initialise) straight into their
+  shardings on it: each device reads only its own block of the checkpoint. `cfg_overrides`
+  replace ModelConfig fields (e.g. the serving mesh's logical_axis_rules)."""
   dtypes = DtypePolicy(param_dtype=mc.param_dtype, compute_dtype=mc.compute_dtype,
                        head_dtype=mc.head_dtype)
   if mc.checkpoint:
     from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
-    cfg, params = hf_io.load_pretrained(mc.checkpoint, dtypes=dtypes)
+    cfg, params = hf_io.load_pretrained(mc.checkpoint, mesh=mesh, dtypes=dtypes, **cfg_overrides)
     return cfg, lambda: params
   if not mc.preset:
     raise ValueError("config.model: set `checkpoint` (an HF directory) or `preset`")
-  cfg = registry.preset(mc.preset, dtypes=dtypes, **dict(mc.overrides))
-  return cfg, lambda: registry.init_params(cfg, jax.random.key(mc.seed))
+  cfg = registry.preset(mc.preset, dtypes=dtypes, **{**dict(mc.overrides), **cfg_overrides})
+  shardings = None
+  if mesh is not None:
+    from tmax_jax import sharding  # pylint: disable=import-outside-toplevel
+    shardings = sharding.param_shardings(cfg, mesh)
+  return cfg, lambda: registry.init_params(cfg, jax.random.key(mc.seed), shardings)
 
 
 def default_stop_token_ids(cfg: ModelConfig) -> tuple[int, ...]:

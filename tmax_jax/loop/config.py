@@ -66,10 +66,46 @@ class TaskSource:
   seed: int = 0
 
 
+PLACEMENTS = ("colocated", "disaggregated")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """Axis sizes of a device mesh (sharding.MESH_AXES); one size may be -1 (= the devices left).
+
+  The product must equal the devices the placement gives this mesh (loop/placement.py checks it
+  and names these fields). `num_devices` > 0 uses only the first N of those devices (the rest
+  stay idle: tests, or a deliberate smaller run)."""
+
+  data: int = 1
+  fsdp: int = -1
+  sequence: int = 1
+  tensor: int = 1
+  num_devices: int = 0
+
+  def __post_init__(self):
+    sizes = self.sizes()
+    if any(n == 0 or n < -1 for n in sizes.values()) or list(sizes.values()).count(-1) > 1:
+      raise ValueError(f"mesh sizes {sizes}: each must be >= 1, or -1 for one of them")
+    if self.num_devices < 0:
+      raise ValueError(f"mesh.num_devices={self.num_devices}; expected >= 0 (0 = all)")
+
+  def sizes(self) -> dict[str, int]:
+    return {"data": self.data, "fsdp": self.fsdp, "sequence": self.sequence,
+            "tensor": self.tensor}
+
+
 @dataclasses.dataclass(frozen=True)
 class ServingConfig:
   """The JetStream server the rollouts talk to over gRPC: in-process (loopback), or a separately
-  launched one (`address`, e.g. launch/serve.py) that the loop pushes its weights to."""
+  launched one (`address`, e.g. launch/serve.py) that the loop pushes its weights to.
+
+  Where an in-process server runs: placement "colocated" shares the trainer's devices (each
+  process serves on its own local devices, the first replicas x tensor of them; its params are a
+  resharded copy of the trainer's); "disaggregated" gives the last `devices` local devices of every
+  process to the server (replicas x tensor of them), the others train. The serving mesh is
+  ("replica", "tensor"): data-parallel replicas, each tensor parallel over `tensor` devices.
+  `param_dtype` "" = the policy's."""
 
   max_concurrent_decodes: int = 8
   max_len: int = 2048
@@ -79,6 +115,24 @@ class ServingConfig:
   # Retries per request (<= 2 s apart, within worker.request_timeout_s): a restarting external
   # server is waited for; requests it cut are lost and their groups dropped (rollout/*_server).
   max_attempts: int = 1000
+  placement: str = "colocated"
+  devices: int = 0  # disaggregated: serving devices per process
+  replicas: int = 1
+  tensor: int = 1
+  param_dtype: str = ""
+
+  def __post_init__(self):
+    if self.placement not in PLACEMENTS:
+      raise ValueError(f"serving.placement={self.placement!r}; expected one of {list(PLACEMENTS)}")
+    if self.placement == "disaggregated" and self.devices < 1:
+      raise ValueError(f"serving.devices={self.devices}: placement 'disaggregated' needs the "
+                       "number of serving devices per process (>= 1)")
+    if self.placement == "colocated" and self.devices:
+      raise ValueError(f"serving.devices={self.devices} is only for placement 'disaggregated' "
+                       "(colocated serves on the trainer's devices)")
+    if self.replicas < 1 or self.tensor < 1:
+      raise ValueError(f"serving.replicas={self.replicas}, serving.tensor={self.tensor}; "
+                       "expected both >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +146,7 @@ class RLConfig:
   worker: WorkerConfig = WorkerConfig()
   train: TrainConfig = TrainConfig()
   serving: ServingConfig = ServingConfig()
+  mesh: MeshConfig = MeshConfig()  # the trainer's mesh (over the devices the placement leaves it)
   advantage: str = "centered"
   steps: int = 500
   seq_len: int = 8192
@@ -99,8 +154,18 @@ class RLConfig:
   sandbox_memory_mb: int = 4096
   output_dir: str = "runs/rl"
   export_dir: str = ""  # HF export at the end ("" = <output_dir>/hf)
+  # Deterministic mode (needs rollout.async_steps = 0): batches take groups in prompt order and
+  # nothing is generated while the trainer steps, so a resumed run repeats the uninterrupted one.
+  deterministic: bool = False
+  record_dir: str = ""  # write every step's rollout batch here (loop/replay.py)
+  replay_dir: str = ""  # train on the batches recorded there instead of running rollouts
 
   def __post_init__(self):
+    if self.deterministic and self.rollout.async_steps != 0:
+      raise ValueError(f"deterministic=True needs rollout.async_steps=0, got "
+                       f"{self.rollout.async_steps} (async rollouts depend on timing)")
+    if self.record_dir and self.replay_dir:
+      raise ValueError("record_dir and replay_dir are both set; a replay records nothing")
     self.train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len)
     check_model_family(self.model, self.episode)
 
@@ -114,6 +179,7 @@ class SFTConfig:
   trajectories: str = ""  # JSONL of {"tokens": [...], "loss_mask": [...]}; "" = oracle runs
   episode: EpisodeConfig = EpisodeConfig()
   train: TrainConfig = SFT_TRAIN
+  mesh: MeshConfig = MeshConfig()
   steps: int = 0  # 0 = epochs x batches
   seq_len: int = 8192
   sandbox_backend: str = ""

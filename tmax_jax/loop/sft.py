@@ -2,7 +2,9 @@
 
 Data: a JSONL of token trajectories, or oracle trajectories made by running the tasks' solve.sh
 through the harness in real sandboxes (agents/oracle_data.py). Trajectories are packed into rows of
-`seq_len` (segment ids keep them apart), shuffled per epoch with the run's seed.
+`seq_len` (segment ids keep them apart), shuffled per epoch with the run's seed. The trainer runs
+on `cfg.mesh` over every device; in a multi-process run each process builds the same global batch
+and feeds its own rows of it.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import logging
 import math
 import pathlib
 
+import jax
 import numpy as np
 import tqdm
 
+from tmax_jax import sharding
 from tmax_jax.agents import oracle_data
-from tmax_jax.loop import common
+from tmax_jax.loop import common, placement
 from tmax_jax.loop.config import SFTConfig
 from tmax_jax.models import registry
 from tmax_jax.tokenizers.builder import load_tokenizer, tokenizer_dir
-from tmax_jax.train import batch as batch_lib
+from tmax_jax.train import batch as batch_lib, distributed
 from tmax_jax.train.metrics import MetricsWriter
 from tmax_jax.train.step import Trainer
 
@@ -68,22 +72,29 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   tokenizer = load_tokenizer(cfg.episode.family)
+  mesh = placement.trainer_only(cfg.mesh)
+  if not cfg.train.packing.enabled:  # packed micro-batches are sized for the mesh already
+    placement.check_batch(mesh, cfg.train.global_batch, cfg.train.micro_batches,
+                          "train.global_batch")
+  log.info("SFT trainer mesh: %s", placement.describe(mesh))
   if params is None:
-    model_cfg, params = common.load_policy(cfg.model, cfg.episode.family)
+    model_cfg, params = common.load_policy(cfg.model, cfg.episode.family, mesh=mesh)
+  else:
+    params = jax.device_put(params, sharding.param_shardings(model_cfg, mesh))
   records = records if records is not None else sft_records(cfg, tokenizer)
   if not records:
     raise ValueError("SFT: no trajectories to train on")
   rows = cfg.train.global_batch
   steps_per_epoch = math.ceil(len(records) / rows)
   total = cfg.steps or cfg.train.epochs * steps_per_epoch
-  trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train)
+  trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, mesh)
   state, history = trainer.init_state(params), []
   with MetricsWriter(str(out / "metrics.jsonl"), str(out / "tb")) as writer:
     bar = tqdm.tqdm(total=total, desc="sft")
     epoch = 0
     while len(history) < total:
       for batch in epoch_batches(records, cfg, rows, epoch, trainer):
-        state, m = trainer.step(state, batch)
+        state, m = trainer.step(state, distributed.local_rows(batch))
         history.append({"step": len(history) + 1, **m})
         writer.write(len(history), m)
         bar.update(1)

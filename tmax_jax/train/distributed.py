@@ -5,6 +5,7 @@ sharded over the mesh's batch axes with jax.make_array_from_process_local_data (
 become global rows [p * B_local, (p + 1) * B_local)).
 """
 
+import json
 import os
 from typing import Optional
 
@@ -13,7 +14,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from tmax_jax import sharding
-from tmax_jax.train.batch import TrainBatch
+from tmax_jax.train.batch import PackedBatch, TrainBatch
 
 BATCH_AXES = ("data", "fsdp")
 
@@ -45,8 +46,31 @@ def process_rows(global_rows: int) -> slice:
   return slice(jax.process_index() * per, (jax.process_index() + 1) * per)
 
 
+def local_rows(batch):
+  """This process's share of a global NumPy batch every process built identically (a TrainBatch,
+  or a PackedBatch: each micro-batch split the same way)."""
+  if isinstance(batch, PackedBatch):
+    return PackedBatch(tuple(local_rows(mb) for mb in batch.micro_batches))
+  rows = process_rows(batch.tokens.shape[0])
+  return jax.tree.map(lambda x: x[rows], batch)
+
+
 def global_batch(local: TrainBatch, mesh: Mesh) -> TrainBatch:
   """This process's NumPy rows -> the global TrainBatch sharded over BATCH_AXES."""
   sharding = batch_sharding(mesh)
   return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)),
                       local)
+
+
+def allgather_json(value) -> list:
+  """`value` (JSON-serialisable) of every process, in process order; a collective (every process
+  calls it at the same point). Single process: [value]."""
+  if jax.process_count() == 1:
+    return [value]
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  blob = np.frombuffer(json.dumps(value).encode(), np.uint8)
+  sizes = multihost_utils.process_allgather(np.int32(blob.size))
+  padded = np.zeros(int(np.max(sizes)), np.uint8)
+  padded[:blob.size] = blob
+  every = np.asarray(multihost_utils.process_allgather(padded))
+  return [json.loads(every[p, :int(n)].tobytes()) for p, n in enumerate(np.asarray(sizes))]

@@ -19,8 +19,8 @@ from tmax_jax.tasks import loader
 def _start_server(cfg: EvalConfig):
   """Serves cfg.model (a checkpoint, or a preset at random init) in process on 127.0.0.1."""
   from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
-  model_cfg, params = common.load_policy(cfg.model, cfg.episode.family)
-  return common.start_serving(model_cfg, params, cfg.serving, stop_token_ids(cfg.episode))
+  return common.serve_policy(cfg.model, cfg.episode.family, cfg.serving,
+                             stop_token_ids(cfg.episode))
 
 
 async def _records(cfg: EvalConfig, tasks, tokenizer, address: str, jsonl: pathlib.Path):

@@ -5,7 +5,7 @@ tokens; reward 1 if the response contains `target_token`. Sampling uses jax.rand
 the model's own fp32-head logits, and those logprobs are the behaviour logprobs (on-policy DPPO).
 Everything is seeded; the data position is the step index, so a resumed run continues exactly.
 
-`python -m tmax_jax.train.toy --workdir DIR --steps N [--save_every K]` resumes from DIR's latest
+`python -m tests.train.toy --workdir DIR --steps N [--save_every K]` resumes from DIR's latest
 checkpoint, prints `step <n> saved` lines, writes DIR/metrics.jsonl and DIR/final_params.npz.
 `--synthetic` trains on fixed random trajectories instead (used by the multi-process test: each
 process feeds its own rows of the global batch).

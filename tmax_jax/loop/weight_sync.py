@@ -1,0 +1,111 @@
+"""Trainer -> server weight sync inside one program: a device-to-device reshard, no serialisation.
+
+`WeightSync(...)(params)` turns the trainer's (global, e.g. FSDP-sharded fp32) params into the param
+tree an engine serves (the server's param dtype, `TmaxEngine.param_shardings()` on its
+("replica", "tensor") mesh) without a host copy; `TmaxEngine.swap` then takes each replica's shards
+as they are and prepares the head [D, V] in the head dtype on device (decode.PagedCore.prepare):
+  * the cast runs on the trainer's devices under jit (so a bf16 server moves half the bytes);
+  * same devices (colocated, one process): the jit writes straight into the server's shardings;
+  * otherwise the jit writes a staging copy, replicated per process and split over that process's
+    trainer devices so that each staged shard holds whole server blocks (one collective over the
+    trainer mesh); then every server block is sliced on the trainer device that holds it and
+    copied device to device onto its serving device. Multi-controller JAX cannot `device_put`
+    across processes between different device sets, and within a process `device_put` between
+    different layouts falls back to a host copy; this path avoids both.
+Every process calls it at the same point (the jit is a collective in multi-process runs).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from tmax_jax.inference import decode
+from tmax_jax.models import registry
+from tmax_jax.models.config import ModelConfig
+
+
+def served_target(served_cfg: ModelConfig, mesh: Mesh) -> Any:
+  """Abstract params (shape, served dtype, sharding) an engine serves on `mesh` (axes
+  ("replica", "tensor")): the shardings are the engine's own (decode.param_shardings)."""
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                      registry.abstract_params(served_cfg),
+                      decode.param_shardings(served_cfg, mesh))
+
+
+def _devices(tree: Any) -> frozenset:
+  return frozenset(d for leaf in jax.tree.leaves(tree) for d in leaf.sharding.device_set)
+
+
+def _staging_split(shape: tuple[int, ...], target: NamedSharding, n_local: int) -> tuple[int, int]:
+  """(dim, parts): split the trainer-side copy along the dim the server splits most, into as many
+  parts as both layouts allow, so every staged shard holds whole server blocks; (-1, 1) = keep a
+  whole copy per trainer device (small leaves the server does not split)."""
+  parts = [n // b for n, b in zip(shape, target.shard_shape(shape))]
+  best = max(range(len(shape)), key=lambda k: math.gcd(parts[k], n_local), default=-1)
+  g = math.gcd(parts[best], n_local) if best >= 0 else 1
+  return (best, g) if g > 1 else (-1, 1)
+
+
+# static bounds: an eager lax.slice would send its start indices from the host
+_slice = jax.jit(jax.lax.slice, static_argnums=(1, 2))
+
+
+class WeightSync:
+  """Callable: trainer params (on `trainer_mesh`) -> served params placed as `target`."""
+
+  def __init__(self, trainer_mesh: Mesh, target: Any):
+    self.target = target
+    self._targets = jax.tree.map(lambda t: t.sharding, target)
+    trainer = sorted(np.asarray(trainer_mesh.devices).flat, key=lambda d: (d.process_index, d.id))
+    self._direct = _devices(target) == frozenset(trainer) and jax.process_count() == 1
+    out = self._targets
+    if not self._direct:
+      self._n_local = len(trainer) // jax.process_count()
+      self._grid = np.asarray(trainer).reshape(jax.process_count(), self._n_local)
+      out = jax.tree.map(self._staging, target)
+    self._cast = jax.jit(self._cast_impl, out_shardings=out)
+
+  def _staging(self, t: jax.ShapeDtypeStruct) -> NamedSharding:
+    """Replicated over processes, split over each process's own trainer devices."""
+    dim, g = _staging_split(t.shape, t.sharding, self._n_local)
+    mesh = Mesh(self._grid.reshape(jax.process_count(), g, self._n_local // g),
+                ("process", "split", "rep"))
+    spec = [None] * len(t.shape)
+    if dim >= 0:
+      spec[dim] = "split"
+    return NamedSharding(mesh, P(*spec))
+
+  def _cast_impl(self, params):
+    return jax.tree.map(lambda x, t: x.astype(t.dtype), params, self.target)
+
+  @staticmethod
+  def _to_server(staged: jax.Array, target: NamedSharding) -> jax.Array:
+    """Each server block sliced on the trainer device that holds it, then copied device to
+    device (jax.device_put of a 1-device array); `jax.device_put` of the whole array would take
+    a host path whenever the two layouts differ."""
+    held = [(s.index, s.data) for s in staged.addressable_shards]
+    blocks = []
+    for device, idx in target.addressable_devices_indices_map(staged.shape).items():
+      want = [sl.indices(n) for sl, n in zip(idx, staged.shape)]
+      for have, data in held:
+        got = [sl.indices(n) for sl, n in zip(have, staged.shape)]
+        if all(g[0] <= w[0] and w[1] <= g[1] for g, w in zip(got, want)):
+          start = tuple(w[0] - g[0] for g, w in zip(got, want))
+          limit = tuple(w[1] - g[0] for g, w in zip(got, want))
+          blocks.append(jax.device_put(_slice(data, start, limit), device))
+          break
+      else:
+        raise AssertionError(f"no staged shard holds server block {idx}")
+    return jax.make_array_from_single_device_arrays(staged.shape, target, blocks)
+
+  def __call__(self, params: Any) -> Any:
+    """-> the served params placed for the server (blocks until the copies are done)."""
+    staged = self._cast(params)
+    if not self._direct:
+      staged = jax.tree.map(self._to_server, staged, self._targets)
+    return jax.block_until_ready(staged)

@@ -1,0 +1,306 @@
+"""Memory plan of an RL / SFT job on a device topology: per-device bytes and whether it fits.
+
+python3 -m tmax_jax.plan --config=configs/tmax_qwen3_5_9b.py --devices=8 --device_memory_gb=141 \
+    [--processes=1] [--json]
+
+Trainer, per device of its mesh (the job's MeshConfig over the devices its placement leaves it):
+  params, optimizer state  exact: the abstract state placed with the trainer's shardings
+  gradients                the fp32 param-shaped accumulator (counted inside XLA's temp)
+  activations              XLA's compiled memory analysis of the real train step (the Trainer's
+                           step function, the configured micro-batch, seq_len, remat, packing and
+                           sequence axis) lowered on a fake-device mesh of the same shape, with a
+                           few layers (two and three periods of the layer pattern), extrapolated
+                           linearly in the layer count; minus the gradients
+  batch                    the step's input rows on this device
+Server, per serving device: its params (serving dtype, tensor split) and its decode cache (KV and
+recurrent state) at its slot count (`server_cache_bytes`: the dense [slots, max_len] cache of the
+model's init_cache; the paged engine's pool replaces it there).
+Colocated: a device holds both; disaggregated: each side must fit its own devices.
+
+Caveat: the fake devices are CPU devices, so the activation figure is XLA:CPU's buffer assignment
+(its fusion and bf16 handling differ from GPU/TPU); it is what the issue asks for (a compiled
+figure, not a hand formula) and is checked against a fully compiled small config
+(tests/test_plan.py: within 10%).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+GB = 1e9
+
+
+def _force_fake_devices(argv: list[str]) -> None:
+  """--devices=N must become N fake CPU devices before jax initialises its backends."""
+  for arg in argv:
+    if arg.startswith("--devices="):
+      flag = f"--xla_force_host_platform_device_count={int(arg.split('=', 1)[1])}"
+      os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+      os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+if __name__ == "__main__":
+  _force_fake_devices(sys.argv)
+
+# pylint: disable=wrong-import-position
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from tmax_jax import sharding
+from tmax_jax.inference import decode
+from tmax_jax.models import registry
+from tmax_jax.models.config import ModelConfig
+from tmax_jax.train import batch as batch_lib
+from tmax_jax.train import optimizer as opt_lib
+from tmax_jax.train import state as state_lib
+from tmax_jax.train import step as step_lib
+from tmax_jax.train.config import TrainConfig
+
+
+@dataclasses.dataclass
+class Plan:
+  """Per-device bytes of each part (trainer device / server device) and the verdict."""
+  trainer: dict[str, float]
+  server: dict[str, float]
+  placement: str
+  device_bytes: float
+  notes: list[str] = dataclasses.field(default_factory=list)
+
+  @property
+  def peak(self) -> float:
+    t, s = self.trainer.get("total", 0.0), self.server.get("total", 0.0)
+    return t + s if self.placement == "colocated" else max(t, s)
+
+  @property
+  def fits(self) -> bool:
+    return self.peak <= self.device_bytes
+
+  def table(self) -> str:
+    rows = [f"{'trainer ' + k:<28}{v / GB:>10.2f} GB" for k, v in self.trainer.items()]
+    rows += [f"{'server ' + k:<28}{v / GB:>10.2f} GB" for k, v in self.server.items()]
+    rows.append(f"{'peak per device':<28}{self.peak / GB:>10.2f} GB of "
+                f"{self.device_bytes / GB:.1f} ({self.placement}): "
+                f"{'FITS' if self.fits else 'DOES NOT FIT'}")
+    return "\n".join(rows + [f"note: {n}" for n in self.notes])
+
+
+def _bytes_per_device(tree: Any) -> float:
+  """Bytes one device holds of an abstract tree with shardings (the largest shard per leaf)."""
+  total = 0.0
+  for x in jax.tree.leaves(tree):
+    shape = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
+    total += float(np.prod(shape)) * jnp.dtype(x.dtype).itemsize
+  return total
+
+
+def _with(tree: Any, shardings: Any) -> Any:
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree,
+                      shardings)
+
+
+def with_layers(cfg: ModelConfig, n: int) -> ModelConfig:
+  """`cfg` cut to its first `n` layers (a hybrid stack keeps its layer pattern)."""
+  fam = cfg.family_config
+  if fam is not None and getattr(fam, "layer_types", None):
+    fam = dataclasses.replace(fam, layer_types=tuple(fam.layer_types[:n]))
+  return cfg.replace(num_hidden_layers=n, family_config=fam)
+
+
+def layer_period(cfg: ModelConfig) -> int:
+  fam = cfg.family_config
+  if fam is None or not getattr(fam, "layer_types", None):
+    return 1
+  from tmax_jax.models.decoder import layer_period as period  # pylint: disable=import-outside-toplevel
+  return period(tuple(fam.layer_types))
+
+
+def abstract_state(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh):
+  """The TrainState as ShapeDtypeStructs with the trainer's shardings (nothing allocated)."""
+  param_shardings = sharding.param_shardings(model_cfg, mesh)
+  params = _with(registry.abstract_params(model_cfg), param_shardings)
+  optimizer = opt_lib.make_optimizer(train_cfg.optimizer)
+  replicated = NamedSharding(mesh, P())
+  opt_state = _with(jax.eval_shape(optimizer.init, params),
+                    state_lib.opt_state_shardings(optimizer, params, replicated))
+  scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
+  rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+  return state_lib.TrainState(params, opt_state, scalar, rng), optimizer
+
+
+def abstract_batch(train_cfg: TrainConfig, mesh: Mesh, rows: int, seq_len: int):
+  """The step's TrainBatch as ShapeDtypeStructs (fields as batch.pack makes them)."""
+  k = train_cfg.loss.top_k
+  one = batch_lib.pack([batch_lib.Trajectory(tokens=np.ones(4, np.int32),
+                                             loss_mask=np.ones(4, np.float32),
+                                             behaviour_logp=np.zeros(4, np.float32),
+                                             topk_ids=np.zeros((4, k), np.int32),
+                                             topk_logp=np.zeros((4, k), np.float32),
+                                             ref_logp=np.zeros(4, np.float32))],
+                       seq_len, num_rows=1, pack_rows=False,
+                       fields=train_cfg.loss.batch_fields(), top_k=k)
+  rows_sharding = NamedSharding(mesh, P(step_lib.BATCH_AXES))
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct((rows,) + x.shape[1:], x.dtype,
+                                                     sharding=rows_sharding), one)
+
+
+def compiled_step_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int,
+                         seq_len: int) -> dict[str, float]:
+  """XLA's memory analysis of the jitted train step (per device): argument, output, alias and
+  temp bytes, and `total` = what the step needs at its peak (donated state aliased)."""
+  state, optimizer = abstract_state(model_cfg, train_cfg, mesh)
+  batch = abstract_batch(train_cfg, mesh, rows, seq_len)
+  step_fn = step_lib.make_step_fn(registry.build_model(model_cfg), model_cfg, train_cfg,
+                                  optimizer, mesh)
+  shardings = jax.tree.map(lambda x: x.sharding, state)
+  jitted = jax.jit(step_fn, donate_argnums=(0,),
+                   out_shardings=(shardings, NamedSharding(mesh, P())))
+  with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
+    mem = jitted.lower(state, batch).compile().memory_analysis()
+  out = {"argument": float(mem.argument_size_in_bytes), "output": float(mem.output_size_in_bytes),
+         "alias": float(mem.alias_size_in_bytes), "temp": float(mem.temp_size_in_bytes)}
+  out["total"] = out["argument"] + out["temp"] + out["output"] - out["alias"]
+  return out
+
+
+def trainer_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int,
+                   seq_len: int, layers: tuple[int, int] | None = None) -> dict[str, float]:
+  """Per-device trainer bytes; activations from compiles at `layers` (default: two and three
+  periods of the layer pattern; a scan of length one is compiled differently, its temp does not
+  lie on the line) extrapolated to the model's layer count."""
+  n = model_cfg.num_hidden_layers
+  p = layer_period(model_cfg)
+  l1, l2 = layers or (2 * p, 3 * p)
+  temps = [compiled_step_memory(with_layers(model_cfg, k), train_cfg, mesh, rows, seq_len)["temp"]
+           for k in (l1, l2)]
+  temp = temps[0] + (temps[1] - temps[0]) * (n - l1) / (l2 - l1)
+  state, _ = abstract_state(model_cfg, train_cfg, mesh)
+  params = _bytes_per_device(state.params)
+  grads = _bytes_per_device(jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32, sharding=x.sharding), state.params))
+  out = {"params": params, "optimizer": _bytes_per_device(state.opt_state), "gradients": grads,
+         "activations": max(temp - grads, 0.0),
+         "batch": _bytes_per_device(abstract_batch(train_cfg, mesh, rows, seq_len))}
+  out["total"] = sum(out.values()) + _bytes_per_device((state.step, state.rng))
+  return out
+
+
+def server_cache_bytes(served_cfg: ModelConfig, slots: int, max_len: int, mesh: Mesh) -> float:
+  """Decode cache (KV and recurrent state) of one replica, per device: the dense
+  [slots, max_len] cache of the model's init_cache, split as the serving rules split it. The
+  paged engine (issue 14) sizes a page pool instead; swap its pool shape in here."""
+  model = registry.build_model(served_cfg)
+  cache = jax.eval_shape(lambda: model.init_cache(slots, max_len))
+  rules = decode.serving_rules(served_cfg.logical_axis_rules)
+  shardings = sharding.logical_to_sharding(model.cache_logical_axes(), mesh, rules)
+  return _bytes_per_device(_with(cache, shardings))
+
+
+def server_memory(served_cfg: ModelConfig, serving, mesh: Mesh) -> dict[str, float]:
+  from tmax_jax.loop.weight_sync import served_target  # pylint: disable=import-outside-toplevel
+  replica = Mesh(np.asarray(mesh.devices)[:1], mesh.axis_names)
+  # the engine's prepared head [D, V] in the head dtype (decode.PagedCore.prepare), counted as
+  # split over the replica's tensor devices
+  head = (served_cfg.hidden_size * served_cfg.vocab_size *
+          jnp.dtype(served_cfg.dtypes.head).itemsize / replica.shape["tensor"])
+  out = {"params": _bytes_per_device(served_target(served_cfg, replica)), "head": float(head),
+         "cache": server_cache_bytes(served_cfg, serving.max_concurrent_decodes,
+                                     serving.max_len, replica)}
+  out["total"] = sum(out.values())
+  return out
+
+
+def _model_config(spec) -> ModelConfig:
+  from tmax_jax.inference import launch_lib  # pylint: disable=import-outside-toplevel
+  from tmax_jax.models.config import DtypePolicy, from_hf_config  # pylint: disable=import-outside-toplevel
+  if spec.checkpoint:  # the config only: no weights are read
+    dtypes = DtypePolicy(param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype,
+                         head_dtype=spec.head_dtype)
+    return from_hf_config(spec.checkpoint, dtypes=dtypes)
+  return launch_lib.model_from_config(spec)[0]
+
+
+def _meshes(job, devices: list, processes: int):
+  """(trainer mesh, one serving replica's mesh or None) of `job` on `devices` split into
+  `processes` equal hosts, as loop/placement.py lays them out."""
+  from tmax_jax.loop import placement  # pylint: disable=import-outside-toplevel
+  if len(devices) % processes:
+    raise ValueError(f"--devices={len(devices)} does not split into --processes={processes}")
+  per = len(devices) // processes
+  hosts = [devices[i * per:(i + 1) * per] for i in range(processes)]
+  serving = getattr(job, "serving", None)
+  if serving is None:
+    return placement.build_mesh(job.mesh, devices, "mesh", f"{len(devices)} devices"), None
+  n_serve = serving.replicas * serving.tensor
+  if serving.placement == "disaggregated":
+    train = [d for h in hosts for d in h[:per - serving.devices]]
+    serve = hosts[0][per - serving.devices:]
+  else:
+    train, serve = devices, hosts[0][:n_serve]
+  if len(serve) < n_serve:
+    raise ValueError(f"serving.replicas x serving.tensor = {n_serve} does not fit {len(serve)} "
+                     "serving device(s) per host")
+  trainer = placement.build_mesh(job.mesh, train, "mesh", f"{len(train)} trainer devices")
+  server = Mesh(np.asarray(serve[:n_serve]).reshape(serving.replicas, serving.tensor),
+                placement.SERVING_AXES)
+  return trainer, server
+
+
+def plan_job(job, device_memory_gb: float, processes: int = 1) -> Plan:
+  """The plan of an RLConfig / SFTConfig on every visible device (fake CPU devices here)."""
+  from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
+  model_cfg = _model_config(job.model)
+  trainer_mesh, server_mesh = _meshes(job, jax.devices(), processes)
+  rl = getattr(job, "rollout", None)
+  rows = rl.prompts_per_batch * rl.group_size if rl is not None else job.train.global_batch
+  trainer = trainer_memory(model_cfg, job.train, trainer_mesh, rows, job.seq_len)
+  server, place = {}, "trainer only"
+  if server_mesh is not None:
+    server = server_memory(common.served_config(model_cfg, job.serving), job.serving, server_mesh)
+    place = job.serving.placement
+  notes = [f"trainer mesh {dict(trainer_mesh.shape)}"]
+  if server_mesh is not None:
+    notes.append(f"server mesh {dict(server_mesh.shape)}, {job.serving.max_concurrent_decodes} "
+                 f"slots x {job.serving.max_len} tokens per replica")
+  # a trainer-only job is judged like a disaggregated one (each side on its own devices)
+  return Plan(trainer, server, "disaggregated" if place == "trainer only" else place,
+              device_memory_gb * GB, notes)
+
+
+def _job(config_dict):
+  from tmax_jax.config_dict import from_config_dict  # pylint: disable=import-outside-toplevel
+  from tmax_jax.loop.config import RLConfig, SFTConfig  # pylint: disable=import-outside-toplevel
+  cls = RLConfig if "rollout" in config_dict else SFTConfig
+  return from_config_dict(cls, config_dict)
+
+
+def main(argv) -> None:
+  del argv
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  f = flags.FLAGS
+  if jax.device_count() != f.devices:
+    raise SystemExit(f"--devices={f.devices} but jax sees {jax.device_count()} devices (run as "
+                     "python3 -m tmax_jax.plan so the fake devices are set up first)")
+  result = plan_job(_job(f.config), f.device_memory_gb, f.processes)
+  if f.json:
+    print(json.dumps({"trainer": result.trainer, "server": result.server, "peak": result.peak,
+                      "fits": result.fits, "notes": result.notes}))
+  else:
+    print(result.table())
+
+
+if __name__ == "__main__":
+  from absl import app, flags as absl_flags  # pylint: disable=ungrouped-imports
+  from ml_collections import config_flags
+  config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
+  absl_flags.DEFINE_integer("devices", 8, "devices of the topology (fake CPU devices here)")
+  absl_flags.DEFINE_float("device_memory_gb", 80.0, "memory of one device, GB (1e9 bytes)")
+  absl_flags.DEFINE_integer("processes", 1, "hosts the devices are split over")
+  absl_flags.DEFINE_bool("json", False, "print JSON instead of the table")
+  absl_flags.mark_flags_as_required(["config"])
+  app.run(main)

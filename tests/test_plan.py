@@ -2,6 +2,7 @@
 compiles with a few layers agrees with the fully compiled step within 10%; the server's cache is
 the KV bytes of its slots; the CLI plans a job config."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -51,13 +52,15 @@ def test_hybrid_models_are_cut_by_whole_periods():
       cfg.family_config.layer_types[:8])
 
 
-def test_server_cache_is_the_kv_of_its_slots():
+def test_server_cache_is_the_engines_page_pool():
   mesh = Mesh(np.asarray(jax.devices()[:2]).reshape(1, 2), ("replica", "tensor"))
-  got = plan.server_cache_bytes(CFG, slots=4, max_len=64, mesh=mesh)
-  kv = CFG.num_hidden_layers * 2 * 4 * 64 * CFG.num_key_value_heads * CFG.head_dim * 4 / 2
-  segments = CFG.num_hidden_layers * 4 * 64 * 4
-  assert got == kv + segments
-  server = plan.server_memory(CFG, ServingConfig(max_concurrent_decodes=4, max_len=64), mesh)
+  kv_per_token = CFG.num_hidden_layers * 2 * CFG.num_key_value_heads * CFG.head_dim * 4 / 2
+  serving = ServingConfig(max_concurrent_decodes=4, max_len=64, max_prefill_length=64)
+  got = plan.server_cache_bytes(CFG, serving, mesh)
+  assert got == 4 * 64 * kv_per_token  # num_pages 0: every slot at max_len
+  fewer = dataclasses.replace(serving, num_pages=5)  # 5 pages of 16 tokens
+  assert plan.server_cache_bytes(CFG, fewer, mesh) == 5 * 16 * kv_per_token
+  server = plan.server_memory(CFG, serving, mesh)
   assert server["head"] == CFG.hidden_size * CFG.vocab_size * 4 / 2
   assert server["total"] == server["params"] + server["head"] + got
 
@@ -65,7 +68,8 @@ def test_server_cache_is_the_kv_of_its_slots():
 @pytest.mark.slow
 def test_cli_plans_a_job_config():
   env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  r = subprocess.run([sys.executable, "-m", "tmax_jax.plan", "--config=tests/loop/rl_tiny_config.py",
+  r = subprocess.run([sys.executable, "-m", "tmax_jax.plan",
+                      "--config=tests/loop/rl_tiny_config.py",
                       "--devices=8", "--device_memory_gb=1", "--config.mesh.num_devices=0",
                       "--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2",
                       "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)

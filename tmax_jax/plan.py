@@ -116,7 +116,8 @@ def layer_period(cfg: ModelConfig) -> int:
   fam = cfg.family_config
   if fam is None or not getattr(fam, "layer_types", None):
     return 1
-  from tmax_jax.models.decoder import layer_period as period  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from tmax_jax.models.decoder import layer_period as period
   return period(tuple(fam.layer_types))
 
 
@@ -190,15 +191,18 @@ def trainer_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, r
   return out
 
 
-def server_cache_bytes(served_cfg: ModelConfig, slots: int, max_len: int, mesh: Mesh) -> float:
-  """Decode cache (KV and recurrent state) of one replica, per device: the dense
-  [slots, max_len] cache of the model's init_cache, split as the serving rules split it. The
-  paged engine (issue 14) sizes a page pool instead; swap its pool shape in here."""
-  model = registry.build_model(served_cfg)
-  cache = jax.eval_shape(lambda: model.init_cache(slots, max_len))
-  rules = decode.serving_rules(served_cfg.logical_axis_rules)
-  shardings = sharding.logical_to_sharding(model.cache_logical_axes(), mesh, rules)
-  return _bytes_per_device(_with(cache, shardings))
+def server_cache_bytes(served_cfg: ModelConfig, serving, mesh: Mesh) -> float:
+  """Decode memory of one replica, per device: the engine's own paged pool (K/V pages of every
+  attention layer, split over tensor when the KV heads divide) and recurrent-state blocks, as
+  decode.PagedCore lays them out for `serving` (slots, max_len, page_size, num_pages)."""
+  from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
+  engine_cfg = common.engine_config(serving)
+  replica = Mesh(np.asarray(mesh.devices).reshape(-1)[:mesh.shape["tensor"]], (decode.TENSOR,))
+  core = decode.PagedCore(served_cfg, engine_cfg.core_shape(decode.is_stateful(served_cfg)),
+                          replica)
+  # pylint: disable-next=protected-access
+  pool = _with(core._abstract_state()["pool"], core.state_shardings["pool"])
+  return _bytes_per_device(pool)
 
 
 def server_memory(served_cfg: ModelConfig, serving, mesh: Mesh) -> dict[str, float]:
@@ -209,15 +213,15 @@ def server_memory(served_cfg: ModelConfig, serving, mesh: Mesh) -> dict[str, flo
   head = (served_cfg.hidden_size * served_cfg.vocab_size *
           jnp.dtype(served_cfg.dtypes.head).itemsize / replica.shape["tensor"])
   out = {"params": _bytes_per_device(served_target(served_cfg, replica)), "head": float(head),
-         "cache": server_cache_bytes(served_cfg, serving.max_concurrent_decodes,
-                                     serving.max_len, replica)}
+         "cache": server_cache_bytes(served_cfg, serving, replica)}
   out["total"] = sum(out.values())
   return out
 
 
 def _model_config(spec) -> ModelConfig:
   from tmax_jax.inference import launch_lib  # pylint: disable=import-outside-toplevel
-  from tmax_jax.models.config import DtypePolicy, from_hf_config  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from tmax_jax.models.config import DtypePolicy, from_hf_config
   if spec.checkpoint:  # the config only: no weights are read
     dtypes = DtypePolicy(param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype,
                          head_dtype=spec.head_dtype)

@@ -93,13 +93,20 @@ def test_rl_disaggregated_equals_a_single_device_replay(tmp_path):
 
 def test_trajectory_logprobs_match_the_trainer(tmp_path):
   """The DPPO invariant on a real multi-turn episode: the trainer's chunked logprobs of the
-  generated tokens equal the server's behaviour logprobs; observation tokens have no loss."""
+  generated tokens equal the server's behaviour logprobs; observation tokens have no loss. The
+  server is the eval jobs' one (common.serve_policy) on a 4-device mesh: 2 replicas x tensor 2,
+  the policy loaded straight into its shardings."""
   require_base_rootfs()
   cfg = _config(tmp_path, steps=1)
   tokenizer = load_tokenizer("qwen3")
   model_cfg, params = common.load_policy(cfg.model, cfg.episode.family)
   tasks, _ = common.load_tasks(cfg.tasks)
-  server = common.start_serving(model_cfg, params, cfg.serving, stop_token_ids(cfg.episode))
+  serving = dataclasses.replace(cfg.serving, replicas=2, tensor=2)
+  server = common.serve_policy(cfg.model, cfg.episode.family, serving, stop_token_ids(cfg.episode))
+  served = server.engine.load_params()[1].get()[0]["params"]
+  q = served["model"]["layers"]["self_attn"]["q_proj"]["kernel"]  # [L, D, N, H], replica 1
+  assert {d.id for d in q.sharding.device_set} == {2, 3}
+  assert q.addressable_shards[0].data.shape[2] == 1  # N = 2 heads over tensor 2
 
   async def episode():
     from tmax_jax.inference.client import RolloutClient

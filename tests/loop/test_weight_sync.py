@@ -72,7 +72,8 @@ def test_guard_catches_a_host_round_trip():
 
 @pytest.mark.slow
 def test_bench_tiny_runs_both_paths(tmp_path):
-  import json, os, pathlib, subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
+  # pylint: disable-next=import-outside-toplevel,multiple-imports
+  import json, os, pathlib, subprocess, sys
   root = pathlib.Path(__file__).resolve().parents[2]
   out = tmp_path / "r.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")

@@ -24,11 +24,13 @@ import threading
 from typing import Any
 
 import jax
+from jax.sharding import Mesh
 
-from tmax_jax.inference import engine as engine_lib
+from tmax_jax.inference import decode, engine as engine_lib
 from tmax_jax.inference import openai_api, sampling, server as server_lib
 from tmax_jax.models import registry
-from tmax_jax.models.config import DtypePolicy, ModelConfig, UnsupportedConfigError
+from tmax_jax.models.config import (DEFAULT_LOGICAL_AXIS_RULES, DtypePolicy, ModelConfig,
+                                    UnsupportedConfigError)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,14 @@ def default_stop_token_ids(cfg: ModelConfig) -> tuple[int, ...]:
     return ()
 
 
+def served_model(mc, mesh: Mesh) -> tuple[ModelConfig, Any]:
+  """-> (ModelConfig, params_fn) loading `mc` straight into the serving shardings on `mesh` (a
+  ("replica", "tensor") serving mesh: only its tensor axis splits; each device reads its block)."""
+  rules = decode.serving_rules(DEFAULT_LOGICAL_AXIS_RULES)
+  cfg, params_fn = model_from_config(mc, mesh, logical_axis_rules=rules)
+  return cfg.replace(logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES), params_fn
+
+
 ENGINE_EXTRAS = ("temperature", "replicas", "tensor")  # config.engine keys that are not fields
 
 
@@ -68,17 +78,17 @@ def engine_from_config(config) -> engine_lib.TmaxEngine:
   """config.engine: EngineConfig fields (stop_token_ids default: the model family's), plus
   `temperature` (default sampling of JetStream Decode calls) and the serving mesh
   `replicas` x `tensor` (first devices of this host)."""
-  cfg, params_fn = model_from_config(config.model)
   ec = dict(config.engine)
   extras = {k: ec.pop(k) for k in ENGINE_EXTRAS if k in ec}
   unknown = sorted(set(ec) - {f.name for f in dataclasses.fields(engine_lib.EngineConfig)})
   if unknown:
     raise ValueError(f"config.engine: unknown fields {unknown}")
+  mesh = engine_lib.serving_mesh(extras.get("replicas", 1), extras.get("tensor", 1))
+  cfg, params_fn = served_model(config.model, mesh)
   ec["stop_token_ids"] = tuple(ec["stop_token_ids"]) if "stop_token_ids" in ec else (
       default_stop_token_ids(cfg))
   if "temperature" in extras:
     ec["default_sampling"] = sampling.SamplingParams(temperature=extras["temperature"])
-  mesh = engine_lib.serving_mesh(extras.get("replicas", 1), extras.get("tensor", 1))
   return engine_lib.TmaxEngine(cfg, engine_lib.EngineConfig(**ec), params_fn, mesh=mesh)
 
 

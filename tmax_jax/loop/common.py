@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from tmax_jax.inference import decode, launch_lib
+from tmax_jax.inference import launch_lib
 from tmax_jax.loop.config import ModelSpec, ServingConfig, TaskSource, check_family
-from tmax_jax.models.config import DEFAULT_LOGICAL_AXIS_RULES
 from tmax_jax.tasks import loader, runner as runner_lib
 
 log = logging.getLogger(__name__)
@@ -43,11 +42,10 @@ def serve_policy(spec: ModelSpec, family: str, serving: ServingConfig, stop_toke
   first serving.replicas x serving.tensor) and starts the server there (eval)."""
   from tmax_jax.loop import placement  # pylint: disable=import-outside-toplevel
   mesh = placement.serving_only(serving)
-  rules = decode.serving_rules(DEFAULT_LOGICAL_AXIS_RULES)
-  model_cfg, params = load_policy(spec, family, mesh=mesh, logical_axis_rules=rules)
-  model_cfg = served_config(model_cfg.replace(logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES),
-                            serving)
-  return start_serving(model_cfg, params, serving, stop_token_ids, max_topk, mesh=mesh)
+  model_cfg, params_fn = launch_lib.served_model(spec, mesh)
+  check_family(model_cfg.model_type, family)
+  return start_serving(served_config(model_cfg, serving), params_fn(), serving, stop_token_ids,
+                       max_topk, mesh=mesh)
 
 
 def served_config(model_cfg, serving: ServingConfig):
@@ -57,6 +55,15 @@ def served_config(model_cfg, serving: ServingConfig):
   return model_cfg.with_dtypes(param_dtype=serving.param_dtype)
 
 
+def engine_config(serving: ServingConfig, stop_token_ids=(), max_topk: int = 0):
+  """The EngineConfig of an in-process server (also what tmax_jax.plan sizes its pool with)."""
+  from tmax_jax.inference import engine as engine_lib  # pylint: disable=import-outside-toplevel
+  return engine_lib.EngineConfig(
+      max_concurrent_decodes=serving.max_concurrent_decodes, max_len=serving.max_len,
+      max_prefill_length=serving.max_prefill_length, page_size=serving.page_size,
+      num_pages=serving.num_pages, stop_token_ids=tuple(stop_token_ids), max_topk=max_topk)
+
+
 def start_serving(model_cfg, params, serving: ServingConfig, stop_token_ids=(),
                   max_topk: int = 0, mesh=None):
   """Starts the JetStream server (gRPC on 127.0.0.1) serving `params` at policy version 0, on
@@ -64,10 +71,7 @@ def start_serving(model_cfg, params, serving: ServingConfig, stop_token_ids=(),
   top-K logprobs its requests may ask for (WorkerConfig.top_logprobs)."""
   # pylint: disable-next=import-outside-toplevel
   from tmax_jax.inference import engine as engine_lib, server as server_lib
-  engine_cfg = engine_lib.EngineConfig(
-      max_concurrent_decodes=serving.max_concurrent_decodes, max_len=serving.max_len,
-      max_prefill_length=serving.max_prefill_length, stop_token_ids=tuple(stop_token_ids),
-      max_topk=max_topk)
+  engine_cfg = engine_config(serving, stop_token_ids, max_topk)
   engine = engine_lib.TmaxEngine(model_cfg, engine_cfg, lambda: params, mesh=mesh)
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=serving.port))
   log.info("rollout server on %s", server.address)

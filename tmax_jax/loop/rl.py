@@ -18,7 +18,8 @@ With `serving.address` the server is a separately launched one (launch/serve.py;
 loop pushes its weights there through UpdateWeights at the start and after every step. If that
 server dies and comes back, requests it cut are lost (their groups are dropped and counted as
 `rollout/groups_dropped_server`), the client pushes the current policy to the new instance once
-(`on_restart`, never while a step holds the state) and rollouts go on; `server_restarts` counts them.
+(`on_restart`, never while a step holds the state) and rollouts go on; `server_restarts` counts
+them.
 """
 
 from __future__ import annotations

@@ -107,5 +107,6 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
   if cfg.export_dir:
     from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
     export = str(hf_io.save_pretrained(cfg.export_dir, state.params, model_cfg,
-                                       tokenizer_dir=tokenizer_dir(cfg.episode.family), overwrite=True))
+                                       tokenizer_dir=tokenizer_dir(cfg.episode.family),
+                                       overwrite=True))
   return SFTResult(state.params, model_cfg, records, history, export)

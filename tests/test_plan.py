@@ -77,3 +77,16 @@ def test_cli_plans_a_job_config():
   out = json.loads(r.stdout.strip().splitlines()[-1])
   assert out["fits"] and 0 < out["peak"] < 1e9
   assert out["notes"][0] == "trainer mesh {'data': 2, 'fsdp': 2, 'sequence': 1, 'tensor': 2}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["configs/tmax_qwen3_8b.py"])  # the recipe configs with a mesh
+def test_recipe_mesh_passes_its_plan(config):
+  """The topology a recipe config names (8 x H200, 141 GB) fits by its own plan."""
+  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  r = subprocess.run([sys.executable, "-m", "tmax_jax.plan", f"--config={config}", "--devices=8",
+                      "--device_memory_gb=141", "--json"], cwd=ROOT, env=env,
+                     capture_output=True, text=True, timeout=3000)
+  assert r.returncode == 0, r.stderr[-3000:]
+  out = json.loads(r.stdout.strip().splitlines()[-1])
+  assert out["fits"], out

@@ -296,10 +296,10 @@ def test_served_model_policy(tmp_path, tok):
   registry.write("csv_aggregate", 3, 0, tasks / "csv")
   model = ModelSpec(preset="qwen3-0.6b", overrides=dict(
       vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-      num_attention_heads=2, num_key_value_heads=1, head_dim=16))
+      num_attention_heads=2, num_key_value_heads=2, head_dim=16))
   cfg = _cfg(tasks, tmp_path / "o", policy="server", harness="bash_tool", model=model,
              serving=ServingConfig(max_concurrent_decodes=2, max_len=1024,
-                                   max_prefill_length=1024),
+                                   max_prefill_length=1024, replicas=2, tensor=2),
              episode=EpisodeConfig(max_turns=2, turn_max_tokens=8), runs_per_task=2,
              parallelism=2, request_timeout_s=300.0)
   res = E.evaluate(cfg, tokenizer=tok)

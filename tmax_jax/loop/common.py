@@ -61,7 +61,8 @@ def engine_config(serving: ServingConfig, stop_token_ids=(), max_topk: int = 0):
   return engine_lib.EngineConfig(
       max_concurrent_decodes=serving.max_concurrent_decodes, max_len=serving.max_len,
       max_prefill_length=serving.max_prefill_length, page_size=serving.page_size,
-      num_pages=serving.num_pages, stop_token_ids=tuple(stop_token_ids), max_topk=max_topk)
+      num_pages=serving.num_pages, prefix_cache=serving.prefix_cache,
+      stop_token_ids=tuple(stop_token_ids), max_topk=max_topk)
 
 
 def start_serving(model_cfg, params, serving: ServingConfig, stop_token_ids=(),

@@ -112,6 +112,7 @@ class ServingConfig:
   max_prefill_length: int = 1024
   page_size: int = 16  # KV page size of the engine's paged pool (EngineConfig.page_size)
   num_pages: int = 0  # pages per replica (0 = every slot at max_len: the dense footprint)
+  prefix_cache: bool = True  # off in RLConfig.deterministic runs (see loop/rl.py)
   port: int = 0  # 0 = a free port
   address: str = ""  # "host:port" of an external server ("" = start one in-process)
   # Retries per request (<= 2 s apart, within worker.request_timeout_s): a restarting external

@@ -125,9 +125,13 @@ async def _start_server(job: _Job):
   if cfg.serving.address:
     return None, None
   served_cfg = common.served_config(job.model_cfg, cfg.serving)
+  serving = cfg.serving
+  if cfg.deterministic:  # a prefix served from the cache differs from a recomputed one in the
+    # last bit, and a restarted server starts with an empty cache
+    serving = dataclasses.replace(serving, prefix_cache=False)
   sync = WeightSync(job.place.trainer_mesh, served_target(served_cfg, job.place.server_mesh))
   served = await asyncio.get_running_loop().run_in_executor(None, sync, job.state.params)
-  server = common.start_serving(served_cfg, served, cfg.serving, stop_token_ids(cfg.episode),
+  server = common.start_serving(served_cfg, served, serving, stop_token_ids(cfg.episode),
                                 cfg.worker.top_logprobs, mesh=job.place.server_mesh)
   return server, sync
 

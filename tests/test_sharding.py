@@ -54,7 +54,7 @@ def test_sharded_forward_matches_single_device(mesh):
   positions = jnp.broadcast_to(jnp.arange(12, dtype=jnp.int32), (8, 12))
   segments = jnp.ones((8, 12), jnp.int32).at[3, 8:].set(0)
   batch_sharding = sharding.activation_sharding(mesh, CFG.logical_axis_rules, ("batch", "length"))
-  assert batch_sharding.spec == P(("data", "fsdp"), None)
+  assert batch_sharding.spec == P(("data", "fsdp"), "sequence")  # sequence axis of size 1 here
   inputs = [jax.device_put(x, batch_sharding) for x in (tokens, positions, segments)]
   with sharding.use_mesh(mesh, CFG.logical_axis_rules):
     sharded = jax.jit(forward, static_argnums=0)(CFG, params, *inputs)
@@ -68,7 +68,7 @@ def test_sharded_forward_matches_single_device(mesh):
 def test_cache_shardings(mesh):
   model = build_model(CFG)
   shardings = sharding.logical_to_sharding(model.cache_logical_axes(), mesh, CFG.logical_axis_rules)
-  assert shardings["k"].spec == P(None, ("data", "fsdp"), None, "tensor", None)
+  assert shardings["k"].spec == P(None, ("data", "fsdp"), "sequence", "tensor", None)
   cache = jax.jit(model.init_cache, static_argnums=(0, 1), out_shardings=shardings)(8, 16)
   assert cache["v"].addressable_shards[0].data.shape == (2, 2, 16, 1, 16)
 

@@ -20,6 +20,7 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "yarn")
 SUPPORTED_ACTIVATIONS = ("silu",)
 HF_DEFAULT_ROPE_THETA = 10_000.0  # what transformers assumes when a config.json omits rope_theta
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "save_attn_out")
+ATTENTION_IMPLS = ("auto", "reference", "blockwise", "cudnn", "splash")  # see models/attention
 
 # Logical axis -> mesh axes. Order matters: flax assigns each mesh axis at most once per array, in
 # rule order, so activations' `batch` takes (data, fsdp) and their `embed` then stays replicated,
@@ -27,7 +28,7 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "save_attn_out")
 # tensor (Megatron style).
 DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
   ("batch", ("data", "fsdp")),
-  ("length", None),
+  ("length", "sequence"),  # context parallelism (a no-op while the sequence axis is 1)
   ("vocab", "tensor"),
   ("heads", "tensor"),
   ("kv_heads", "tensor"),
@@ -109,13 +110,18 @@ class ModelConfig:
   dtypes: DtypePolicy = DtypePolicy()
   remat_policy: str = "none"
   scan_layers: bool = True
-  attention_q_chunk: int | None = None  # query block size for attention (None: whole sequence)
+  # Training attention kernel (models/attention): auto | reference | blockwise | cudnn | splash;
+  # "auto" = splash on TPU, cudnn on GPU (bf16/fp16), blockwise otherwise.
+  attention_impl: str = "auto"
+  attention_q_chunk: int | None = None  # query block (None: the kernel's default; reference: T)
+  attention_kv_chunk: int | None = None  # key block of blockwise / ring (None: kernel default)
   logical_axis_rules: tuple[tuple[str, Any], ...] = DEFAULT_LOGICAL_AXIS_RULES
   family_config: Any = None  # frozen dataclass owned by a family package, or None
 
   def __post_init__(self):
     _check_choice("hidden_act", self.hidden_act, SUPPORTED_ACTIVATIONS)
     _check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
+    _check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
     if self.rope_scaling is not None:
       _check_choice("rope_scaling.rope_type", self.rope_scaling.rope_type, SUPPORTED_ROPE_TYPES)
     if self.num_attention_heads % self.num_key_value_heads:

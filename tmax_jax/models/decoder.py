@@ -41,12 +41,13 @@ def dtypes(cfg) -> dict:
 
 
 def attention_spec(cfg) -> layers.AttentionSpec:
-  """The softmax-attention block of `cfg` (q/k/v bias, q/k norm, output gate, query chunking)."""
+  """The softmax-attention block of `cfg` (q/k/v bias, q/k norm, output gate, kernel and blocks)."""
   return layers.AttentionSpec(
     num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
     qkv_bias=cfg.attention_bias, o_bias=cfg.o_proj_bias, qk_norm=cfg.qk_norm,
     output_gate=cfg.attn_output_gate, norm_eps=cfg.rms_norm_eps,
-    norm_zero_centered=cfg.norm_zero_centered, q_chunk=cfg.attention_q_chunk)
+    norm_zero_centered=cfg.norm_zero_centered, impl=cfg.attention_impl,
+    q_chunk=cfg.attention_q_chunk, kv_chunk=cfg.attention_kv_chunk)
 
 
 def layer_period(layer_types: tuple[str, ...]) -> int:

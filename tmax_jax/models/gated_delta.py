@@ -24,6 +24,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from tmax_jax.models import context_parallel as cp
 
 L2_EPS = 1e-6  # transformers' (and FLA's) l2norm epsilon
 
@@ -97,14 +100,12 @@ def _chunk_masks(reset, b: int, m: int, c: int):
   return valid, starts < 0
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, *, chunk_size: int = 64, initial_state=None,
-                           reset=None, use_qk_l2norm: bool = True):
-  """Chunked gated delta rule (same args and results as `recurrent_gated_delta_rule`).
+def _chunk_inputs(q, k, v, g, beta, reset, chunk_size: int, use_qk_l2norm: bool):
+  """The per-chunk quantities of the chunked rule (the costly, state-independent part).
 
-  T need not be a multiple of `chunk_size`: the tail is padded with g = beta = 0 tokens, which leave
-  the state unchanged, so the final state is the one after token T-1.
+  -> tuple of [M,B,N,...] scan inputs (u [C,Hv], w [C,Hk], q_read [C,Hk], k_write [C,Hk],
+  intra [C,C], chunk_decay []) and the fp32 head dims (Hk, Hv).
   """
-  out_dtype = v.dtype
   q, k, v, g, beta = _prepare(q, k, v, g, beta, use_qk_l2norm)
   b, t, n, hk = k.shape
   hv = v.shape[-1]
@@ -140,7 +141,12 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, chunk_size: int = 64, initial_st
   end_decay = jnp.where(valid[..., -1, :], jnp.exp(cum[..., -1:] - cum), 0.0)  # token j -> chunk end
   k_write = k * end_decay[..., None]
   chunk_decay = start_decay[..., -1]  # [B,N,M]
+  xs = tuple(jnp.moveaxis(x, 2, 0) for x in (u, w, q_read, k_write, intra, chunk_decay))
+  return xs, (hk, hv)
 
+
+def _chunk_scan(xs, state):
+  """Carries the state [B,N,Hk,Hv] through the chunks -> (final state, out [B,T',N,Hv] fp32)."""
   def step(s, xs):  # s [B,N,Hk,Hv]
     u_c, w_c, q_c, k_c, intra_c, a_c = xs
     v_new = u_c - jnp.einsum("bnck,bnkv->bncv", w_c, s)
@@ -148,8 +154,80 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, chunk_size: int = 64, initial_st
     s = s * a_c[..., None, None] + jnp.einsum("bnck,bncv->bnkv", k_c, v_new)
     return s, out
 
-  state = _zero_state(b, n, hk, hv) if initial_state is None else initial_state.astype(jnp.float32)
-  xs = tuple(jnp.moveaxis(x, 2, 0) for x in (u, w, q_read, k_write, intra, chunk_decay))
   state, out = lax.scan(step, state, xs)  # out [M,B,N,C,Hv]
-  out = jnp.moveaxis(out, 0, 2).reshape(b, n, m * c, hv)[:, :, :t]
-  return jnp.moveaxis(out, 1, 2).astype(out_dtype), state
+  m, b, n, c, hv = out.shape
+  return state, jnp.moveaxis(jnp.moveaxis(out, 0, 2).reshape(b, n, m * c, hv), 1, 2)
+
+
+def _chunk_transition(xs):
+  """The affine map a shard applies to its entering state: final = M @ S_in + S0.
+
+  Per chunk s' = (a I - k_write^T w) s + k_write^T u, so one scan over [M | S0] (init [I | 0])
+  gives M [B,N,Hk,Hk] and S0 [B,N,Hk,Hv] (the final state from a zero start).
+  """
+  u, w, _, k_write, _, a = xs
+  _, b, n, _, hk = w.shape
+  eye = jnp.broadcast_to(jnp.eye(hk, dtype=jnp.float32), (b, n, hk, hk))
+  zero = jnp.zeros(u.shape[1:3] + (hk, u.shape[-1]), jnp.float32)
+
+  def step(carry, xs):
+    m_c, s_c = carry
+    u_c, w_c, k_c, a_c = xs
+    kw = jnp.einsum("bnck,bncj->bnkj", k_c, w_c)  # [B,N,Hk,Hk]
+    m_new = m_c * a_c[..., None, None] - jnp.einsum("bnkj,bnjl->bnkl", kw, m_c)
+    s_new = s_c * a_c[..., None, None] - jnp.einsum("bnkj,bnjv->bnkv", kw, s_c) + jnp.einsum(
+      "bnck,bncv->bnkv", k_c, u_c)
+    return (m_new, s_new), None
+
+  (m_s, s0), _ = lax.scan(step, (eye, zero), (u, w, k_write, a))
+  return m_s, s0
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, *, chunk_size: int = 64, initial_state=None,
+                           reset=None, use_qk_l2norm: bool = True):
+  """Chunked gated delta rule (same args and results as `recurrent_gated_delta_rule`).
+
+  T need not be a multiple of `chunk_size`: the tail is padded with g = beta = 0 tokens, which leave
+  the state unchanged, so the final state is the one after token T-1. Under a mesh with a
+  `sequence` axis > 1 (context parallelism) the row is split over it (`_sequence_parallel`).
+  """
+  if cp.splits(q.shape[1]):
+    return _sequence_parallel(q, k, v, g, beta, chunk_size, initial_state, reset, use_qk_l2norm)
+  t = q.shape[1]
+  xs, (hk, hv) = _chunk_inputs(q, k, v, g, beta, reset, chunk_size, use_qk_l2norm)
+  b, n = v.shape[0], v.shape[2]
+  state = _zero_state(b, n, hk, hv) if initial_state is None else initial_state.astype(jnp.float32)
+  state, out = _chunk_scan(xs, state)
+  return out[:, :t].astype(v.dtype), state
+
+
+def _sequence_parallel(q, k, v, g, beta, chunk_size, initial_state, reset, use_qk_l2norm):
+  """The chunked rule with T split over the `sequence` axis: each shard computes its chunk inputs
+  and its transition (M, S0) from a zero state; the S transitions are all-gathered (a few
+  [Hk, Hk + Hv] matrices per head), each shard folds those before it into its entering state, and
+  rescans its chunks from there. Exact: the rule is affine in the state."""
+  b, t, n, hv = v.shape
+  shards = cp.check_divisible(t, "chunk_gated_delta_rule")
+  hk = k.shape[-1]
+  state0 = (_zero_state(b, n, hk, hv) if initial_state is None
+            else initial_state.astype(jnp.float32))
+  reset = jnp.zeros((b, t), bool) if reset is None else reset
+
+  def body(q, k, v, g, beta, reset, state0):
+    xs, _ = _chunk_inputs(q, k, v, g, beta, reset, chunk_size, use_qk_l2norm)
+    m_s, s0 = _chunk_transition(xs)
+    all_m, all_s = lax.all_gather(m_s, cp.AXIS), lax.all_gather(s0, cp.AXIS)  # [S,B,N,...]
+    me = lax.axis_index(cp.AXIS)
+
+    def fold(carry, xs):  # carry: (state entering my shard, state after the last shard)
+      j, m_j, s_j = xs
+      after = jnp.einsum("bnkj,bnjv->bnkv", m_j, carry[1]) + s_j
+      return (jnp.where(j < me, after, carry[0]), after), None
+
+    (entering, final), _ = lax.scan(fold, (state0, state0), (jnp.arange(shards), all_m, all_s))
+    _, out = _chunk_scan(xs, entering)
+    return out[:, :q.shape[1]].astype(v.dtype), final
+
+  tokens, rep = cp.TOKENS, P()
+  return cp.shard_tokens(body, in_specs=(tokens,) * 6 + (rep,), out_specs=(tokens, rep))(
+    q, k, v, g, beta, reset, state0)

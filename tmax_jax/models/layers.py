@@ -18,7 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
+from tmax_jax.models import attention as attention_lib
 from tmax_jax.models import matmul, paged_attention
+from tmax_jax.models.attention.reference import attention_mask, dot_product_attention
 from tmax_jax.models.config import RopeScaling
 
 Dtype = Any
@@ -150,48 +152,6 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 # -------------------------------------------------------------------------------------- attention
 
 
-def attention_mask(q_pos: jax.Array, q_seg: jax.Array, k_pos: jax.Array,
-                   k_seg: jax.Array) -> jax.Array:
-  """-> bool [B,T,S]: query i sees key j iff segments match, are non-zero, and pos_j <= pos_i."""
-  same = (q_seg[:, :, None] == k_seg[:, None, :]) & (q_seg[:, :, None] != 0)
-  return same & (k_pos[:, None, :] <= q_pos[:, :, None])
-
-
-def _attend(q, k, v, mask, scale):
-  """q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H] (one block of queries)."""
-  b, t, n, h = q.shape
-  kv = k.shape[2]
-  qg = q.reshape(b, t, kv, n // kv, h)  # [B,T,K,G,H]
-  scores = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=F32) * scale
-  scores = jnp.where(mask[:, None, None], scores, jnp.finfo(F32).min)
-  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # [B,K,G,T,S]
-  out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
-  return out.reshape(b, t, n, h)
-
-
-def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                          scale: float | None = None, q_chunk: int | None = None) -> jax.Array:
-  """q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H]; scores and softmax in fp32 (GQA:
-  query head n uses kv head n // (N/K), like HF's repeat_kv). Fully masked rows give finite junk.
-
-  q_chunk: process queries in blocks of this size (scan + remat), so the fp32 score buffer is
-  [B,N,q_chunk,S] instead of [B,N,T,S] in the forward and the backward pass.
-  """
-  scale = q.shape[-1] ** -0.5 if scale is None else scale
-  b, t, n, h = q.shape
-  if not q_chunk or t <= q_chunk:
-    return _attend(q, k, v, mask, scale)
-  n_chunks = -(-t // q_chunk)
-  pad = n_chunks * q_chunk - t
-  q = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
-  mask = jnp.pad(mask, ((0, 0), (0, pad), (0, 0)))
-  qs = q.reshape(b, n_chunks, q_chunk, n, h).swapaxes(0, 1)  # [n,B,C,N,H]
-  ms = mask.reshape(b, n_chunks, q_chunk, -1).swapaxes(0, 1)  # [n,B,C,S]
-  body = jax.checkpoint(lambda qc, mc: _attend(qc, k, v, mc, scale))
-  _, out = jax.lax.scan(lambda c, xs: (c, body(*xs)), None, (qs, ms))  # [n,B,C,N,H]
-  return out.swapaxes(0, 1).reshape(b, n_chunks * q_chunk, n, h)[:, :t]
-
-
 def init_kv_cache(batch: int, max_len: int, num_kv_heads: int, head_dim: int,
                   dtype: Dtype) -> dict[str, jax.Array]:
   """One layer's cache: k/v [B,S,K,H] and segment_ids [B,S] (0 = empty slot). Slot s holds the
@@ -268,7 +228,9 @@ class AttentionSpec:
   output_gate: bool = False
   norm_eps: float = 1e-6
   norm_zero_centered: bool = False
-  q_chunk: int | None = None  # see dot_product_attention
+  impl: str = "auto"  # training-path kernel, see models/attention (decode uses the reference)
+  q_chunk: int | None = None  # query block (reference: query chunk, see dot_product_attention)
+  kv_chunk: int | None = None  # key block of the blockwise / ring kernels
 
 
 class Attention(nn.Module):
@@ -303,13 +265,13 @@ class Attention(nn.Module):
       q = RMSNorm(name="q_norm", **norm)(q)
       k = RMSNorm(name="k_norm", **norm)(k)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    if cache is None:
-      mask = attention_mask(positions, segment_ids, positions, segment_ids)
-      out = dot_product_attention(q, k, v, mask, q_chunk=sp.q_chunk)
+    if cache is None:  # training / cache-free prefill: the configured kernel
+      out = attention_lib.self_attention(q, k, v, positions, segment_ids, impl=sp.impl,
+                                         q_chunk=sp.q_chunk, kv_chunk=sp.kv_chunk)
     elif paged_attention.is_paged(cache):  # serving: pages in, the call's new K/V out
       mask = attention_mask(positions, segment_ids, positions, segment_ids)
       out, cache = paged_attention.attend(q, k, v, mask, cache)
-    else:
+    else:  # dense-cache decode keeps its own path: the reference over the cache
       cache = update_kv_cache(cache, k, v, positions, segment_ids)
       slots = jnp.broadcast_to(jnp.arange(cache["k"].shape[1]), cache["segment_ids"].shape)
       mask = attention_mask(positions, segment_ids, slots, cache["segment_ids"])

@@ -23,6 +23,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from tmax_jax.models import context_parallel as cp
 
 F32 = jnp.float32
 
@@ -163,8 +166,19 @@ def token_logprobs(hidden: jax.Array, head_w: jax.Array, targets: jax.Array, *,
   both float32. T need not divide chunk_size (the tail is padded and dropped). `temperature` divides
   the logits (sampling temperature), matching the sampler's distribution. save_logits: keep the
   logits for the backward pass instead of recomputing them (see the module docstring); the
-  forward pass then is one matmul over all T tokens.
+  forward pass then is one matmul over all T tokens. Under context parallelism each sequence
+  shard does its own tokens (the row is never gathered).
   """
+  if cp.splits(hidden.shape[1]):
+    local = functools.partial(_token_logprobs, chunk_size=chunk_size, head_dtype=head_dtype,
+                              temperature=temperature, save_logits=save_logits)
+    return cp.shard_tokens(local, in_specs=(cp.TOKENS, P(), cp.TOKENS),
+                           out_specs=(cp.TOKENS, cp.TOKENS))(hidden, head_w, targets)
+  return _token_logprobs(hidden, head_w, targets, chunk_size=chunk_size, head_dtype=head_dtype,
+                         temperature=temperature, save_logits=save_logits)
+
+
+def _token_logprobs(hidden, head_w, targets, *, chunk_size, head_dtype, temperature, save_logits):
   b, t, d = hidden.shape
   chunk = min(chunk_size, t)
   w = head_w.astype(head_dtype)

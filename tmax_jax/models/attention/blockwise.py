@@ -1,0 +1,232 @@
+"""Blockwise (flash-style) causal attention in pure JAX with a custom VJP.
+
+The forward pass walks [block_q, block_k] tiles with an online softmax and keeps only the output and
+the row log-sum-exp; the backward pass recomputes each tile's probabilities from that log-sum-exp.
+No step holds more than one tile of scores, so memory is O(T) in the forward and the backward pass
+(the reference materialises [T, S]). Each pass is ONE scan over a static list of (query block, key
+block) pairs: the lower block triangle for causal self-attention (so compiled FLOPs are the causal
+half), every pair on ring steps. The mask is computed per tile from positions and segment ids
+(query i sees key j iff the segments match, are non-zero and pos_j <= pos_i), never as a [T, S]
+array; a tile with no visible pair (padding, two different packed segments) is skipped with
+`lax.cond`.
+
+Rows that see no key at all (padding) give output 0 and log-sum-exp `EMPTY_LSE`; both merge
+NaN-free, which is what ring attention (ring.py) relies on when it combines per-shard partials.
+
+`attend_tiles` / `attend_tiles_bwd` are the tile loops the ring reuses on each visiting K/V shard.
+Shapes: B batch, T query time, S key time, N query heads, K kv heads, G = N / K, H head dim.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from tmax_jax.models.attention.reference import attention_mask as tile_mask  # on [Q, C] tiles
+
+F32 = jnp.float32
+DEFAULT_BLOCK = 512  # tile edge on both axes unless the config says otherwise
+EMPTY_LSE = -1e30  # finite "log 0": exp(EMPTY_LSE - x) underflows to 0, never NaN
+
+
+def _blocks(x: jax.Array, block: int) -> jax.Array:
+  """[B,T,...] -> [T/block, B, block, ...] (T already padded to a multiple of block)."""
+  b, t = x.shape[:2]
+  return x.reshape(b, t // block, block, *x.shape[2:]).swapaxes(0, 1)
+
+
+def _unblocks(x: jax.Array) -> jax.Array:
+  """[n, B, block, ...] -> [B, n * block, ...]."""
+  n, b, block = x.shape[:3]
+  return x.swapaxes(0, 1).reshape(b, n * block, *x.shape[3:])
+
+
+def pad_time(x: jax.Array, block: int) -> jax.Array:
+  """Right-pads axis 1 with zeros to a multiple of block (segment id 0 = masked, for int inputs)."""
+  pad = -x.shape[1] % block
+  if not pad:
+    return x
+  return jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+
+
+def _tie(*xs):
+  """Ties positions/segments to q/k/v so no transformation sees the tile masks as independent of
+  them. Without it, a scan over layers (positions are loop-invariant there) hoists every tile's
+  mask out of the layer loop as a stacked [T/Q, S/C, ..., Q, C] array: quadratic memory."""
+  return lax.optimization_barrier(xs)
+
+
+def _scores(q_i, k_j, scale):
+  """q_i [B,Q,K,G,H], k_j [B,C,K,H] -> fp32 scores [B,K,G,Q,C]."""
+  return jnp.einsum("bqkgh,bckh->bkgqc", q_i, k_j, preferred_element_type=F32) * scale
+
+
+def tile_pairs(nq: int, nk: int, block_q: int, block_k: int, causal: bool):
+  """The (query block, key block) pairs to visit, query-major -> (qi [P], kj [P]) int32.
+
+  causal: keys after every query of a block (by index) are never visible, which holds when q and
+  k are the same tokens and positions increase along each segment (how packing writes rows); then
+  only the lower triangle of blocks is listed. Otherwise (ring steps) every pair is.
+  """
+  qi, kj = np.meshgrid(np.arange(nq), np.arange(nk), indexing="ij")
+  keep = (kj * block_k <= qi * block_q + block_q - 1) if causal else np.ones_like(qi, bool)
+  return jnp.asarray(qi[keep], jnp.int32), jnp.asarray(kj[keep], jnp.int32)
+
+
+def _grouped_blocks(x, kh: int, block: int):
+  """[B,T,N,...] -> [T/block, B, block, K, G, ...]."""
+  b, t, n = x.shape[:3]
+  return _blocks(x.reshape(b, t, kh, n // kh, *x.shape[3:]), block)
+
+
+def attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float, block_q: int,
+                 block_k: int, causal: bool) -> tuple[jax.Array, jax.Array]:
+  """Forward tile loop on padded inputs: one scan over `tile_pairs`, online softmax per block.
+
+  q [B,T,N,H], k/v [B,S,K,H], positions/segments [B,T] / [B,S] with T, S multiples of the blocks
+  -> (out [B,T,N,H] fp32, lse [B,T,N] fp32). Rows with no visible key: out 0, lse EMPTY_LSE.
+  """
+  q, k, v, q_pos, q_seg, k_pos, k_seg = _tie(q, k, v, q_pos, q_seg, k_pos, k_seg)
+  b, t, n, h = q.shape
+  kh = k.shape[2]
+  qb = _grouped_blocks(q, kh, block_q)  # [nq,B,Q,K,G,H]
+  kb, vb = _blocks(k, block_k), _blocks(v, block_k)  # [nk,B,C,K,H]
+  qposb, qsegb = _blocks(q_pos, block_q), _blocks(q_seg, block_q)
+  kposb, ksegb = _blocks(k_pos, block_k), _blocks(k_seg, block_k)
+
+  def step(carry, pair):
+    i, j = pair
+    q_i, k_j, v_j = qb[i], kb[j], vb[j]
+    mask = tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]  # [B,1,1,Q,C]
+
+    def visit(state):
+      m, l, acc = state  # [B,Q,K,G], [B,Q,K,G], [B,Q,K,G,H]
+      s = jnp.where(mask, _scores(q_i, k_j, scale), EMPTY_LSE)  # [B,K,G,Q,C]
+      m_new = jnp.maximum(m, jnp.einsum("bkgq->bqkg", jnp.max(s, axis=-1)))
+      p = jnp.where(mask, jnp.exp(s - jnp.einsum("bqkg->bkgq", m_new)[..., None]), 0.0)
+      corr = jnp.exp(m - m_new)
+      pv = jnp.einsum("bkgqc,bckh->bqkgh", p.astype(v_j.dtype), v_j, preferred_element_type=F32)
+      l_new = l * corr + jnp.einsum("bkgq->bqkg", jnp.sum(p, axis=-1))
+      return m_new, l_new, acc * corr[..., None] + pv
+
+    block = lax.cond(jnp.any(mask), visit, lambda st: st, tuple(x[i] for x in carry))
+    return tuple(x.at[i].set(y) for x, y in zip(carry, block)), None
+
+  stats = (qb.shape[0], b, block_q, kh, n // kh)
+  init = (jnp.full(stats, EMPTY_LSE, F32), jnp.zeros(stats, F32), jnp.zeros(qb.shape, F32))
+  pairs = tile_pairs(qb.shape[0], kb.shape[0], block_q, block_k, causal)
+  (m, l, acc), _ = lax.scan(step, init, pairs)
+  seen = l > 0
+  out = acc / jnp.where(seen, l, 1.0)[..., None]
+  lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), EMPTY_LSE)
+  return _unblocks(out).reshape(b, t, n, h), _unblocks(lse).reshape(b, t, n)
+
+
+def attend_tiles_bwd(q, k, v, q_pos, q_seg, k_pos, k_seg, lse, delta, dout, *, scale: float,
+                     block_q: int, block_k: int,
+                     causal: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Backward tile loop: the gradient contributions of keys k/v to queries q.
+
+  lse, delta [B,T,N] are the FINAL row log-sum-exp and rowsum(dout * out) (minus the log-sum-exp's
+  own cotangent), dout [B,T,N,H]. -> fp32 (dq [B,T,N,H], dk [B,S,K,H], dv [B,S,K,H]). Because the
+  probabilities come from the final lse, the contributions of several key shards simply add up.
+  """
+  q, k, v, q_pos, q_seg, k_pos, k_seg = _tie(q, k, v, q_pos, q_seg, k_pos, k_seg)
+  b, t, n, h = q.shape
+  kh = k.shape[2]
+  qb, dob = _grouped_blocks(q, kh, block_q), _grouped_blocks(dout, kh, block_q)
+  lseb, deltab = _grouped_blocks(lse, kh, block_q), _grouped_blocks(delta, kh, block_q)
+  kb, vb = _blocks(k, block_k), _blocks(v, block_k)
+  qposb, qsegb = _blocks(q_pos, block_q), _blocks(q_seg, block_q)
+  kposb, ksegb = _blocks(k_pos, block_k), _blocks(k_seg, block_k)
+
+  def step(carry, pair):
+    i, j = pair
+    dq, dk, dv = carry
+    q_i, do_i, k_j, v_j = qb[i], dob[i], kb[j], vb[j]
+    mask = tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]  # [B,1,1,Q,C]
+
+    def visit(grads):
+      dq_i, dk_j, dv_j = grads
+      lse_i = jnp.einsum("bqkg->bkgq", lseb[i])[..., None]
+      p = jnp.where(mask, jnp.exp(_scores(q_i, k_j, scale) - lse_i), 0.0)  # [B,K,G,Q,C]
+      dv_j = dv_j + jnp.einsum("bkgqc,bqkgh->bckh", p.astype(do_i.dtype), do_i,
+                               preferred_element_type=F32)
+      dp = jnp.einsum("bqkgh,bckh->bkgqc", do_i, v_j, preferred_element_type=F32)
+      ds = p * (dp - jnp.einsum("bqkg->bkgq", deltab[i])[..., None]) * scale
+      dq_i = dq_i + jnp.einsum("bkgqc,bckh->bqkgh", ds.astype(k_j.dtype), k_j,
+                               preferred_element_type=F32)
+      dk_j = dk_j + jnp.einsum("bkgqc,bqkgh->bckh", ds.astype(q_i.dtype), q_i,
+                               preferred_element_type=F32)
+      return dq_i, dk_j, dv_j
+
+    dq_i, dk_j, dv_j = lax.cond(jnp.any(mask), visit, lambda g: g, (dq[i], dk[j], dv[j]))
+    return (dq.at[i].set(dq_i), dk.at[j].set(dk_j), dv.at[j].set(dv_j)), None
+
+  init = (jnp.zeros(qb.shape, F32), jnp.zeros(kb.shape, F32), jnp.zeros(vb.shape, F32))
+  pairs = tile_pairs(qb.shape[0], kb.shape[0], block_q, block_k, causal)
+  (dq, dk, dv), _ = lax.scan(step, init, pairs)
+  return _unblocks(dq).reshape(b, t, n, h), _unblocks(dk), _unblocks(dv)
+
+
+def row_delta(out: jax.Array, dout: jax.Array) -> jax.Array:
+  """rowsum(dout * out) [B,T,N] fp32 (FlashAttention-2's D)."""
+  return jnp.sum(out.astype(F32) * dout.astype(F32), axis=-1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
+def _flash(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, block_q, block_k, causal):
+  out, _ = attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, scale=scale, block_q=block_q,
+                        block_k=block_k, causal=causal)
+  return out.astype(q.dtype)
+
+
+def _flash_fwd(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, block_q, block_k, causal):
+  out, lse = attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, scale=scale, block_q=block_q,
+                          block_k=block_k, causal=causal)
+  out = out.astype(q.dtype)
+  return out, (q, k, v, q_pos, q_seg, k_pos, k_seg, out, lse)
+
+
+def _flash_bwd(scale, block_q, block_k, causal, res, dout):
+  q, k, v, q_pos, q_seg, k_pos, k_seg, out, lse = res
+  dq, dk, dv = attend_tiles_bwd(q, k, v, q_pos, q_seg, k_pos, k_seg, lse, row_delta(out, dout),
+                                dout, scale=scale, block_q=block_q, block_k=block_k,
+                                causal=causal)
+  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None, None, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def block_sizes(t: int, s: int, block_q: int | None, block_k: int | None) -> tuple[int, int]:
+  """Tile edges for a [T, S] problem: the configured sizes (DEFAULT_BLOCK when None), never larger
+  than the (8-rounded) sequence itself, so short inputs are not padded to a whole default block."""
+  def fit(block, length):
+    return max(1, min(block or DEFAULT_BLOCK, -(-length // 8) * 8))
+  return fit(block_q, t), fit(block_k, s)
+
+
+def attention(q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float | None = None,
+              block_q: int | None = None, block_k: int | None = None,
+              index_causal: bool = True) -> jax.Array:
+  """Causal, segment-masked attention; same contract as reference.dot_product_attention.
+
+  q [B,T,N,H], k/v [B,S,K,H] (N a multiple of K: GQA), q_pos/q_seg [B,T], k_pos/k_seg [B,S] int32
+  -> [B,T,N,H] in q's dtype. Scores and softmax statistics are fp32. Any T, S (padded internally
+  with segment 0). Rows with no visible key give 0. index_causal: q and k are the same tokens and
+  positions increase along each segment (packed training rows), so blocks above the diagonal are
+  never visited; False visits every block pair (any positions).
+  """
+  scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+  t, s = q.shape[1], k.shape[1]
+  bq, bk = block_sizes(t, s, block_q, block_k)
+  q, q_pos, q_seg = (pad_time(x, bq) for x in (q, q_pos, q_seg))
+  k, v, k_pos, k_seg = (pad_time(x, bk) for x in (k, v, k_pos, k_seg))
+  out = _flash(q, k, v, q_pos.astype(jnp.int32), q_seg.astype(jnp.int32),
+               k_pos.astype(jnp.int32), k_seg.astype(jnp.int32), scale, bq, bk, index_causal)
+  return out[:, :t]

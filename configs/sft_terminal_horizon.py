@@ -25,7 +25,8 @@ PACKING = train_config.PackingConfig(tokens_per_micro_batch=8 * 65536,
 def get_config():
   return to_config_dict(SFTConfig(
       model=ModelSpec(preset="qwen3.5-27b", param_dtype="float32", compute_dtype="bfloat16",
-                      head_dtype="float32", overrides={"remat_policy": "full"}),
+                      head_dtype="float32",
+                      overrides={"remat_policy": "full", "attention_impl": "auto"}),
       episode=EpisodeConfig(family="qwen3_5"),
       train=train_config.sft_terminal_horizon(global_batch=128, packing=PACKING),
       seq_len=65536,

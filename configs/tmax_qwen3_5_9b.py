@@ -14,10 +14,20 @@ from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.loop.config import ModelSpec, RLConfig, ServingConfig, preset_family
 from tmax_jax.rl.losses import DPPOHyper
-from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
+from tmax_jax.train.config import LossConfig, OptimizerConfig, PackingConfig, TrainConfig
 
 PRESET = "qwen3.5-9b"
 MAX_PROMPT, MAX_RESPONSE = 2048, 65536
+# Training attention: splash on TPU, cuDNN on GPU, blockwise (flash-style, O(T) memory) elsewhere.
+MODEL_OVERRIDES = {"remat_policy": "full", "attention_impl": "auto"}
+
+
+def packing(seq_len: int) -> PackingConfig:
+  """Episodes are uneven (a few long, most short): packed micro-batches of 8 x seq_len token slots
+  with rows of seq_len / 8 .. seq_len, instead of one row per trajectory padded to seq_len. 8 =
+  one longest row per batch shard for up to 8 data x fsdp shards (raise it with the mesh)."""
+  return PackingConfig(tokens_per_micro_batch=8 * seq_len,
+                       row_lengths=tuple(seq_len // d for d in (8, 4, 2, 1)))
 
 
 def recipe(preset: str = PRESET, max_response: int = MAX_RESPONSE) -> RLConfig:
@@ -27,7 +37,7 @@ def recipe(preset: str = PRESET, max_response: int = MAX_RESPONSE) -> RLConfig:
                           zero_std_filter=True, active_sampling=True, max_groups_ahead=32)
   return RLConfig(
       model=ModelSpec(preset=preset, param_dtype="float32", compute_dtype="bfloat16",
-                      head_dtype="float32", overrides={"remat_policy": "full"}),
+                      head_dtype="float32", overrides=MODEL_OVERRIDES),
       rollout=rollout,
       episode=EpisodeConfig(harness="bash_tool", family=preset_family(preset), max_tool_calls=64,
                             turn_max_tokens=16384, max_response_tokens=max_response,
@@ -39,7 +49,7 @@ def recipe(preset: str = PRESET, max_response: int = MAX_RESPONSE) -> RLConfig:
           loss=LossConfig(policy_loss="dppo", hyper=DPPOHyper(divergence="tv", delta=0.1),
                           kl_beta=0.0, aggregation="token"),
           global_batch=rollout.prompts_per_batch * rollout.group_size, epochs=1, micro_batches=256,
-          temperature=1.0),
+          temperature=1.0, packing=packing(MAX_PROMPT + max_response)),
       serving=ServingConfig(max_concurrent_decodes=256, max_len=MAX_PROMPT + max_response,
                             max_prefill_length=MAX_PROMPT + max_response),
       advantage="centered",

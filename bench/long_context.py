@@ -111,7 +111,8 @@ def tokens_per_s(cfg: ModelConfig, t: int, repeats: int, mesh=None) -> float:
   """Median train-step throughput on one packed row (after a compile / warm-up step)."""
   tcfg = TrainConfig(logprob_chunk_size=min(512, t))
   trainer = step_lib.Trainer(registry.build_model(cfg), cfg, tcfg, mesh)
-  box = {"state": trainer.init_state(registry.init_params(cfg, jax.random.key(0)))}
+  shardings = None if mesh is None else sharding.param_shardings(cfg, mesh)
+  box = {"state": trainer.init_state(registry.init_params(cfg, jax.random.key(0), shardings))}
   batch = random_rows(cfg, 1, t)
 
   def one():

@@ -62,7 +62,10 @@ def compare(fn, case, tol: float, rel: bool) -> dict:
   q, k, v, pos, seg, live = case
   f32 = [x.astype(jnp.float32) for x in (q, k, v)]
   mask = reference.attention_mask(pos, seg, pos, seg)
-  ref = lambda q, k, v: reference.dot_product_attention(q, k, v, mask)
+
+  def ref(q, k, v):
+    return reference.dot_product_attention(q, k, v, mask)
+
   w = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32)
   got = [jax.jit(fn)(q, k, v)] + list(jax.jit(jax.grad(_loss(fn, w, live), (0, 1, 2)))(q, k, v))
   want = [ref(*f32)] + list(jax.grad(_loss(ref, w, live), (0, 1, 2))(*f32))

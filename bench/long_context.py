@@ -28,7 +28,6 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
                              " --xla_force_host_platform_device_count=4").strip()
 
 import jax  # noqa: E402  (after XLA_FLAGS)
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))

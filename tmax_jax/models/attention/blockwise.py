@@ -104,13 +104,13 @@ def attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float, block_q: 
     mask = tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]  # [B,1,1,Q,C]
 
     def visit(state):
-      m, l, acc = state  # [B,Q,K,G], [B,Q,K,G], [B,Q,K,G,H]
+      m, denom, acc = state  # [B,Q,K,G], [B,Q,K,G], [B,Q,K,G,H]
       s = jnp.where(mask, _scores(q_i, k_j, scale), EMPTY_LSE)  # [B,K,G,Q,C]
       m_new = jnp.maximum(m, jnp.einsum("bkgq->bqkg", jnp.max(s, axis=-1)))
       p = jnp.where(mask, jnp.exp(s - jnp.einsum("bqkg->bkgq", m_new)[..., None]), 0.0)
       corr = jnp.exp(m - m_new)
       pv = jnp.einsum("bkgqc,bckh->bqkgh", p.astype(v_j.dtype), v_j, preferred_element_type=F32)
-      l_new = l * corr + jnp.einsum("bkgq->bqkg", jnp.sum(p, axis=-1))
+      l_new = denom * corr + jnp.einsum("bkgq->bqkg", jnp.sum(p, axis=-1))
       return m_new, l_new, acc * corr[..., None] + pv
 
     block = lax.cond(jnp.any(mask), visit, lambda st: st, tuple(x[i] for x in carry))
@@ -119,10 +119,10 @@ def attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float, block_q: 
   stats = (qb.shape[0], b, block_q, kh, n // kh)
   init = (jnp.full(stats, EMPTY_LSE, F32), jnp.zeros(stats, F32), jnp.zeros(qb.shape, F32))
   pairs = tile_pairs(qb.shape[0], kb.shape[0], block_q, block_k, causal)
-  (m, l, acc), _ = lax.scan(step, init, pairs)
-  seen = l > 0
-  out = acc / jnp.where(seen, l, 1.0)[..., None]
-  lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), EMPTY_LSE)
+  (m, denom, acc), _ = lax.scan(step, init, pairs)
+  seen = denom > 0
+  out = acc / jnp.where(seen, denom, 1.0)[..., None]
+  lse = jnp.where(seen, m + jnp.log(jnp.where(seen, denom, 1.0)), EMPTY_LSE)
   return _unblocks(out).reshape(b, t, n, h), _unblocks(lse).reshape(b, t, n)
 
 

@@ -46,7 +46,9 @@ def attention(q, k, v, segment_ids, *, scale: float | None = None, block: int | 
   block = max(MIN_BLOCK, min(block or blockwise.DEFAULT_BLOCK, -(-t // MIN_BLOCK) * MIN_BLOCK))
   q, k, v, seg = (blockwise.pad_time(x, block) for x in (q, k, v, segment_ids.astype(jnp.int32)))
   kernel = _kernel(q.shape[1], n, block, interpret)
-  heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # [B,T,N,H] -> [B,N,T,H]
+
+  def heads_first(x):  # [B,T,N,H] -> [B,N,T,H]
+    return jnp.swapaxes(x, 1, 2)
 
   def one(q_b, k_b, v_b, seg_b):
     return kernel(q_b, k_b, v_b, segment_ids=kernel_lib.SegmentIds(seg_b, seg_b))

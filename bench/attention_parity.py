@@ -44,9 +44,9 @@ def packed_inputs(b: int, t: int, n: int, k: int, h: int, dtype, seed: int = 0):
   padded tail, row 1 is one segment over the whole row."""
   rng = np.random.default_rng(seed)
   seg = np.ones((b, t), np.int32)
-  seg[0, t // 4:] = 2
-  seg[0, t // 2:] = 3
-  seg[0, t - t // 5:] = 0
+  seg[0, t // 4 :] = 2
+  seg[0, t // 2 :] = 3
+  seg[0, t - t // 5 :] = 0
   seg = jnp.asarray(seg)
   pos = reference.segment_positions(seg)
   q, kk, v = (jnp.asarray(rng.normal(size=(b, t, heads, h)), dtype) for heads in (n, k, k))
@@ -88,59 +88,115 @@ def check_kernel(name: str, shapes, dtype, tol: float, rel: bool, fn_for) -> dic
     errs = compare(fn_for(case, block), case, tol, rel)
     results.append({"shape": [b, t, n, k, h], "block": block, **errs})
   ok = all(r["ok"] for r in results)
-  return {"kernel": name, "status": "ok" if ok else "FAILED", "dtype": jnp.dtype(dtype).name,
-          "tolerance": tol, "relative": rel, "cases": results}
+  return {
+    "kernel": name,
+    "status": "ok" if ok else "FAILED",
+    "dtype": jnp.dtype(dtype).name,
+    "tolerance": tol,
+    "relative": rel,
+    "cases": results,
+  }
 
 
 def run(tiny: bool, interpret: bool) -> list[dict]:
   platform = jax.default_backend()
   shapes = SHAPES["tiny" if tiny else "accelerator"]
-  out = [check_kernel("blockwise", shapes, jnp.float32, FP32_TOL, False, lambda c, blk: (
-    lambda q, k, v: blockwise.attention(q, k, v, c[3], c[4], c[3], c[4], block_q=blk,
-                                        block_k=blk)))]
+  out = [
+    check_kernel(
+      "blockwise",
+      shapes,
+      jnp.float32,
+      FP32_TOL,
+      False,
+      lambda c, blk: (
+        lambda q, k, v: blockwise.attention(
+          q, k, v, c[3], c[4], c[3], c[4], block_q=blk, block_k=blk
+        )
+      ),
+    )
+  ]
   devices = jax.devices()
   if len(devices) >= 2:
     mesh = sharding.make_mesh(fsdp=1, sequence=2, devices=devices[:2])
     ring_shapes = [(b, t + t % 2, n, k, h, blk) for b, t, n, k, h, blk in shapes]  # T even
     with sharding.use_mesh(mesh, ()):
-      out.append(check_kernel("ring", ring_shapes, jnp.float32, FP32_TOL, False, lambda c, blk: (
-        lambda q, k, v: ring.attention(q, k, v, c[3], c[4], block_q=blk, block_k=blk))))
+      out.append(
+        check_kernel(
+          "ring",
+          ring_shapes,
+          jnp.float32,
+          FP32_TOL,
+          False,
+          lambda c, blk: (
+            lambda q, k, v: ring.attention(q, k, v, c[3], c[4], block_q=blk, block_k=blk)
+          ),
+        )
+      )
   else:
     out.append({"kernel": "ring", "status": "skipped: one device (needs >= 2)"})
   if platform == "gpu":
-    out.append(check_kernel("cudnn", shapes, jnp.bfloat16, BF16_TOL, True, lambda c, blk: (
-      lambda q, k, v: attention.self_attention(q, k, v, c[3], c[4], impl="cudnn"))))
+    out.append(
+      check_kernel(
+        "cudnn",
+        shapes,
+        jnp.bfloat16,
+        BF16_TOL,
+        True,
+        lambda c, blk: lambda q, k, v: attention.self_attention(q, k, v, c[3], c[4], impl="cudnn"),
+      )
+    )
   else:
     out.append({"kernel": "cudnn", "status": f"skipped: needs a GPU (platform is {platform})"})
   if platform == "tpu" or interpret:
     splash_shapes = SHAPES["tiny_splash"] if tiny else shapes
-    dtype, tol, rel = ((jnp.float32, FP32_TOL, False) if platform != "tpu"
-                       else (jnp.bfloat16, BF16_TOL, True))
-    out.append(check_kernel("splash", splash_shapes, dtype, tol, rel, lambda c, blk: (
-      lambda q, k, v: attention.self_attention(q, k, v, c[3], c[4], impl="splash",
-                                               q_chunk=blk))))
+    dtype, tol, rel = (
+      (jnp.float32, FP32_TOL, False) if platform != "tpu" else (jnp.bfloat16, BF16_TOL, True)
+    )
+    out.append(
+      check_kernel(
+        "splash",
+        splash_shapes,
+        dtype,
+        tol,
+        rel,
+        lambda c, blk: (
+          lambda q, k, v: attention.self_attention(q, k, v, c[3], c[4], impl="splash", q_chunk=blk)
+        ),
+      )
+    )
   else:
-    out.append({"kernel": "splash", "status": f"skipped: needs a TPU or --interpret "
-                                              f"(platform is {platform})"})
+    out.append(
+      {
+        "kernel": "splash",
+        "status": f"skipped: needs a TPU or --interpret (platform is {platform})",
+      }
+    )
   return out
 
 
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--tiny", action="store_true", help="small CPU shapes")
-  parser.add_argument("--interpret", action="store_true",
-                      help="also check splash through the Pallas interpreter (off TPU)")
+  parser.add_argument(
+    "--interpret",
+    action="store_true",
+    help="also check splash through the Pallas interpreter (off TPU)",
+  )
   parser.add_argument("--out", default=None, help="JSONL output path")
   args = parser.parse_args()
-  out_path = pathlib.Path(args.out or os.path.join(os.environ.get("OUT", "."),
-                                                    "attention_parity.jsonl"))
+  out_path = pathlib.Path(
+    args.out or os.path.join(os.environ.get("OUT", "."), "attention_parity.jsonl")
+  )
   results = run(args.tiny, args.interpret)
   with out_path.open("a") as f:
     for r in results:
       f.write(json.dumps(r) + "\n")
   for r in results:
-    worst = {k: max(c[k] for c in r["cases"]) for k in ("out", "dq", "dk", "dv")} if (
-      "cases" in r) else {}
+    worst = (
+      {k: max(c[k] for c in r["cases"]) for k in ("out", "dq", "dk", "dv")}
+      if ("cases" in r)
+      else {}
+    )
     print(f"{r['kernel']:10s} {r['status']}" + (f"  max err {worst}" if worst else ""))
   return 1 if any(r["status"] == "FAILED" for r in results) else 0
 

@@ -7,8 +7,8 @@ Model FLOPs: train = 6 x matmul params (incl. the head) x tokens + causal attent
 token (train/step.flops_per_token); decode = 2 x matmul params per sequence + attention over the
 live context (4 x L x N x H x context).
 
-  python bench/compiled_flops.py [--policies none,full] [--out r.json] [--write bench/compiled_flops.json]
-  python bench/compiled_flops.py --tiny     # a tiny config (tests)
+  python bench/compiled_flops.py [--policies none,full] [--out r.json] [--write
+  bench/compiled_flops.json] python bench/compiled_flops.py --tiny     # a tiny config (tests)
 """
 
 from __future__ import annotations
@@ -32,8 +32,15 @@ from tmax_jax.train import step as step_lib  # noqa: E402
 from tmax_jax.train.config import TrainConfig  # noqa: E402
 
 RECORDED = pathlib.Path(__file__).resolve().parent / "compiled_flops.json"
-TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+TINY = dict(
+  vocab_size=512,
+  hidden_size=64,
+  intermediate_size=128,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=16,
+)
 
 
 def model_config(tiny: bool, remat: str) -> ModelConfig:
@@ -50,18 +57,32 @@ def _abstract(tree):
 def compile_train_step(cfg: ModelConfig, batch: int, seq: int, chunk: int):
   """AOT-compiles the real DPPO train step (Trainer's step function) from abstract inputs."""
   from tmax_jax.train import batch as batch_lib  # pylint: disable=import-outside-toplevel
+
   tcfg = TrainConfig(logprob_chunk_size=min(chunk, seq))
   model = registry.build_model(cfg)
   trainer = step_lib.Trainer(model, cfg, tcfg)
   params = registry.abstract_params(cfg)
-  state = state_lib.TrainState(params, jax.eval_shape(trainer.optimizer.init, params),
-                               jax.ShapeDtypeStruct((), np.int32),
-                               jax.ShapeDtypeStruct((2,), np.uint32))
-  fields = {k: (np.int32 if k in ("tokens", "positions", "segment_ids", "targets") else np.float32)
-            for k in ("tokens", "positions", "segment_ids", "targets", "loss_mask",
-                      "behaviour_logp", "advantages")}
-  abstract_batch = batch_lib.TrainBatch(**{k: jax.ShapeDtypeStruct((batch, seq), dt)
-                                           for k, dt in fields.items()})
+  state = state_lib.TrainState(
+    params,
+    jax.eval_shape(trainer.optimizer.init, params),
+    jax.ShapeDtypeStruct((), np.int32),
+    jax.ShapeDtypeStruct((2,), np.uint32),
+  )
+  fields = {
+    k: (np.int32 if k in ("tokens", "positions", "segment_ids", "targets") else np.float32)
+    for k in (
+      "tokens",
+      "positions",
+      "segment_ids",
+      "targets",
+      "loss_mask",
+      "behaviour_logp",
+      "advantages",
+    )
+  }
+  abstract_batch = batch_lib.TrainBatch(
+    **{k: jax.ShapeDtypeStruct((batch, seq), dt) for k, dt in fields.items()}
+  )
   step_fn = step_lib.make_step_fn(model, cfg, tcfg, trainer.optimizer)
   return jax.jit(step_fn).lower(state, abstract_batch).compile()
 
@@ -71,9 +92,16 @@ def train_step_cost(cfg: ModelConfig, batch: int, seq: int, chunk: int) -> dict:
   cost = hlo_cost.compiled_cost(compile_train_step(cfg, batch, seq, chunk))
   tokens = batch * seq
   model_flops = step_lib.flops_per_token(cfg, seq) * tokens
-  return {"what": "train_step", "remat": cfg.remat_policy, "batch": batch, "seq": seq,
-          "compiled_matmul_flops": cost.matmul_flops, "model_flops": model_flops,
-          "ratio": cost.matmul_flops / model_flops, "bytes_per_token": cost.bytes_accessed / tokens}
+  return {
+    "what": "train_step",
+    "remat": cfg.remat_policy,
+    "batch": batch,
+    "seq": seq,
+    "compiled_matmul_flops": cost.matmul_flops,
+    "model_flops": model_flops,
+    "ratio": cost.matmul_flops / model_flops,
+    "bytes_per_token": cost.bytes_accessed / tokens,
+  }
 
 
 def decode_model_flops(cfg: ModelConfig, slots: int, context: int) -> float:
@@ -89,8 +117,10 @@ def decode_model_flops(cfg: ModelConfig, slots: int, context: int) -> float:
 def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int) -> dict:
   """One decode step of the engine's paged decode core, every slot's table at max_len."""
   from tmax_jax.inference import decode  # pylint: disable=import-outside-toplevel
-  shape = decode.CoreShape(slots=slots, max_len=max_len, page_size=16,
-                           num_pages=slots * -(-max_len // 16))
+
+  shape = decode.CoreShape(
+    slots=slots, max_len=max_len, page_size=16, num_pages=slots * -(-max_len // 16)
+  )
   core = decode.PagedCore(cfg, shape)
   params = registry.abstract_params(cfg)
   served = core.prepare.eval_shape(params)
@@ -99,9 +129,15 @@ def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int) -> dict:
   compiled = core.decode.lower(served, state, table, jax.ShapeDtypeStruct((), np.int32)).compile()
   cost = hlo_cost.compiled_cost(compiled)
   model_flops = decode_model_flops(cfg, slots, max_len)
-  return {"what": "decode_step", "slots": slots, "max_len": max_len,
-          "compiled_matmul_flops": cost.matmul_flops, "model_flops": model_flops,
-          "ratio": cost.matmul_flops / model_flops, "bytes_per_token": cost.bytes_accessed / slots}
+  return {
+    "what": "decode_step",
+    "slots": slots,
+    "max_len": max_len,
+    "compiled_matmul_flops": cost.matmul_flops,
+    "model_flops": model_flops,
+    "ratio": cost.matmul_flops / model_flops,
+    "bytes_per_token": cost.bytes_accessed / slots,
+  }
 
 
 def main(argv=None) -> list[dict]:
@@ -117,21 +153,29 @@ def main(argv=None) -> list[dict]:
   ap.add_argument("--write", default=None, help="record the ratios here (the guard test reads it)")
   args = ap.parse_args(argv)
   b, s = (2, 64) if args.tiny else (args.batch, args.seq)
-  rows = [train_step_cost(model_config(args.tiny, p), b, s, args.chunk)
-          for p in args.policies.split(",")]
+  rows = [
+    train_step_cost(model_config(args.tiny, p), b, s, args.chunk) for p in args.policies.split(",")
+  ]
   slots, max_len = (2, 64) if args.tiny else (args.slots, args.max_len)
   rows.append(decode_step_cost(model_config(args.tiny, "none"), slots, max_len))
   shape = "tiny" if args.tiny else "Qwen3-1.7B"
   for r in rows:
-    where = (f"train B x S = {r['batch']} x {r['seq']}, remat={r['remat']}"
-             if r["what"] == "train_step" else f"decode, {r['slots']} slots x {r['max_len']}")
-    print(f"| {shape} {where} | {r['compiled_matmul_flops']:.4g} | {r['model_flops']:.4g} | "
-          f"{r['ratio']:.3f} | {r['bytes_per_token']:.3g} |")
+    where = (
+      f"train B x S = {r['batch']} x {r['seq']}, remat={r['remat']}"
+      if r["what"] == "train_step"
+      else f"decode, {r['slots']} slots x {r['max_len']}"
+    )
+    print(
+      f"| {shape} {where} | {r['compiled_matmul_flops']:.4g} | {r['model_flops']:.4g} | "
+      f"{r['ratio']:.3f} | {r['bytes_per_token']:.3g} |"
+    )
   if args.out:
     pathlib.Path(args.out).write_text(json.dumps(rows, indent=1))
   if args.write:
-    pathlib.Path(args.write).write_text(json.dumps(
-        {f"{r['what']}:{r.get('remat', 'none')}": r["ratio"] for r in rows}, indent=1) + "\n")
+    pathlib.Path(args.write).write_text(
+      json.dumps({f"{r['what']}:{r.get('remat', 'none')}": r["ratio"] for r in rows}, indent=1)
+      + "\n"
+    )
   return rows
 
 

@@ -1,9 +1,9 @@
 """Forward+backward time of our Gated DeltaNet layer (chunked rule) vs transformers' torch layer.
 
 Both run `Qwen3_5GatedDeltaNet` semantics in fp32 on CPU from identical weights: the torch module
-uses its reference `torch_chunk_gated_delta_rule` fallback (no flash-linear-attention here), ours the
-jitted chunked rule. The step is loss = sum(out * cotangent) and its gradient w.r.t. the input and
-every layer weight. Outputs are checked equal (1e-4 relative) before timing, then both sides are
+uses its reference `torch_chunk_gated_delta_rule` fallback (no flash-linear-attention here), ours
+the jitted chunked rule. The step is loss = sum(out * cotangent) and its gradient w.r.t. the input
+and every layer weight. Outputs are checked equal (1e-4 relative) before timing, then both sides are
 timed with report.compare (a warm-up each, >= 5 alternated pairs). Prints a markdown row; --append
 adds it to BENCHMARKS.md unless the machine was busy.
 
@@ -29,19 +29,33 @@ from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet
 
 def hf_config(args) -> transformers.Qwen3_5TextConfig:
   return transformers.Qwen3_5TextConfig(
-    hidden_size=args.hidden, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-    head_dim=args.hidden // 4, linear_num_key_heads=args.k_heads,
-    linear_num_value_heads=args.v_heads, linear_key_head_dim=args.head_dim,
-    linear_value_head_dim=args.head_dim, vocab_size=256)
+    hidden_size=args.hidden,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=args.hidden // 4,
+    linear_num_key_heads=args.k_heads,
+    linear_num_value_heads=args.v_heads,
+    linear_key_head_dim=args.head_dim,
+    linear_value_head_dim=args.head_dim,
+    vocab_size=256,
+  )
 
 
 def torch_params_to_ours(module) -> dict:
   sd = {k: v.detach().numpy() for k, v in module.state_dict().items()}
-  dense = lambda name: {"kernel": sd[f"{name}.weight"].T}
-  return {name: dense(name) for name in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a",
-                                         "out_proj")} | {
-    "conv1d": {"kernel": sd["conv1d.weight"]}, "dt_bias": sd["dt_bias"], "A_log": sd["A_log"],
-    "norm": {"scale": sd["norm.weight"]}}
+
+  def dense(name):
+    return {"kernel": sd[f"{name}.weight"].T}
+
+  return {
+    name: dense(name) for name in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+  } | {
+    "conv1d": {"kernel": sd["conv1d.weight"]},
+    "dt_bias": sd["dt_bias"],
+    "A_log": sd["A_log"],
+    "norm": {"scale": sd["norm.weight"]},
+  }
 
 
 def main(argv=None) -> dict:
@@ -92,12 +106,18 @@ def main(argv=None) -> dict:
   err = np.abs(np.asarray(ours_out) - theirs_out).max() / np.abs(theirs_out).max()
   if err > 1e-4:
     raise SystemExit(f"outputs differ: max rel err {err:.2e}")
-  c = report.compare(lambda: jax.block_until_ready(grad(params, x)), torch_step,
-                     pairs=args.pairs)
-  config = (f"GatedDeltaNet D={args.hidden} K={args.k_heads} N={args.v_heads} H={args.head_dim} "
-            f"B={args.batch} T={args.seq} chunk={args.chunk} fp32")
-  report.record_comparison(args.append, "bench/gated_delta_bench.py", HEADING,
-                           [config, f"{c.ours_median_s:.3f}", f"{c.theirs_median_s:.3f}"], c)
+  c = report.compare(lambda: jax.block_until_ready(grad(params, x)), torch_step, pairs=args.pairs)
+  config = (
+    f"GatedDeltaNet D={args.hidden} K={args.k_heads} N={args.v_heads} H={args.head_dim} "
+    f"B={args.batch} T={args.seq} chunk={args.chunk} fp32"
+  )
+  report.record_comparison(
+    args.append,
+    "bench/gated_delta_bench.py",
+    HEADING,
+    [config, f"{c.ours_median_s:.3f}", f"{c.theirs_median_s:.3f}"],
+    c,
+  )
   return c.as_dict()
 
 
@@ -107,7 +127,8 @@ HEADING = (
   "transformers runs its torch fallback `torch_chunk_gated_delta_rule`; ratio = median per-pair "
   "torch / ours (> 1: ours faster) with its min-max.\n\n"
   "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
-  "|---|---|---|---|---|---|\n")
+  "|---|---|---|---|---|---|\n"
+)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,15 @@ from tmax_jax.models.config import DtypePolicy
 
 HF_ANCHOR_TOK_S = 960.0  # HF transformers bf16 sdpa generate, same shape, H200 (machine.md)
 H200_HBM_BYTES_S = 4.8e12  # spec; machine.md measured ~2.7e12 for an elementwise copy
-TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+TINY = dict(
+  vocab_size=512,
+  hidden_size=128,
+  intermediate_size=256,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=32,
+)
 
 
 def _args(argv):
@@ -54,17 +61,25 @@ def bandwidth_bound(cfg, served, batch, max_len, mean_len, table_len):
   (a) every slot at max_len (a dense cache), (b) the live tokens, (c) the bucketed block tables
   the paged decode actually reads."""
   flat = jax.tree_util.tree_flatten_with_path(served["params"])[0]
-  body = sum(x.size * x.dtype.itemsize for path, x in flat
-             if "embed_tokens" not in jax.tree_util.keystr(path)
-             and "lm_head" not in jax.tree_util.keystr(path))
+  body = sum(
+    x.size * x.dtype.itemsize
+    for path, x in flat
+    if "embed_tokens" not in jax.tree_util.keystr(path)
+    and "lm_head" not in jax.tree_util.keystr(path)
+  )
   weight_bytes = body + served["head"].size * served["head"].dtype.itemsize
   kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2  # bf16
 
   def bound(tokens):
     return batch * H200_HBM_BYTES_S / (weight_bytes + batch * tokens * kv_per_token)
-  return dict(weight_bytes_per_step=int(weight_bytes), kv_bytes_per_token=kv_per_token,
-              bound_tok_s_full_cache=bound(max_len), bound_tok_s_live_kv=bound(mean_len),
-              bound_tok_s_paged_tables=bound(table_len))
+
+  return dict(
+    weight_bytes_per_step=int(weight_bytes),
+    kv_bytes_per_token=kv_per_token,
+    bound_tok_s_full_cache=bound(max_len),
+    bound_tok_s_live_kv=bound(mean_len),
+    bound_tok_s_paged_tables=bound(table_len),
+  )
 
 
 def _run(sched, prompts, new, sp):
@@ -84,20 +99,27 @@ def _run(sched, prompts, new, sp):
 def main(argv=None):
   a = _args(argv)
   if jax.default_backend() == "cpu" and not a.tiny:
-    print("gpu_decode: no accelerator (JAX backend is cpu); run with --tiny for the CPU smoke "
-          "run", flush=True)
+    print(
+      "gpu_decode: no accelerator (JAX backend is cpu); run with --tiny for the CPU smoke run",
+      flush=True,
+    )
     return {}
   dtypes = DtypePolicy(param_dtype="bfloat16", compute_dtype="bfloat16", head_dtype="float32")
   cfg = registry.preset("qwen3-1.7b", dtypes=dtypes, **(TINY if a.tiny else {}))
   max_len = a.prompt + a.new + 1
-  shape = decode.CoreShape(slots=a.batch, max_len=max_len, page_size=a.page_size,
-                           num_pages=a.batch * paged.pages_for(max_len, a.page_size))
-  mesh = Mesh(np.asarray(jax.devices()[:a.tensor]), (decode.TENSOR,))
+  shape = decode.CoreShape(
+    slots=a.batch,
+    max_len=max_len,
+    page_size=a.page_size,
+    num_pages=a.batch * paged.pages_for(max_len, a.page_size),
+  )
+  mesh = Mesh(np.asarray(jax.devices()[: a.tensor]), (decode.TENSOR,))
   core = decode.PagedCore(cfg, shape, mesh)
   params = registry.init_params(cfg, jax.random.key(0), decode.param_shardings(cfg, mesh))
   box = decode.ParamsBox(params, 0, core.prepare)
-  sched_cfg = scheduler.SchedulerConfig(prefill_chunk=min(512, a.prompt), prefill_batch=8,
-                                        prefix_cache=False)
+  sched_cfg = scheduler.SchedulerConfig(
+    prefill_chunk=min(512, a.prompt), prefill_batch=8, prefix_cache=False
+  )
   sched = scheduler.Scheduler(core, box, sched_cfg, emit=lambda events: None)
   rng = np.random.default_rng(0)
   prompts = rng.integers(0, cfg.vocab_size, size=(a.batch, a.prompt)).astype(np.int32)
@@ -107,15 +129,30 @@ def main(argv=None):
   compile_s = time.perf_counter() - t0
   prefill_s, decode_s = _run(sched, prompts, a.new, sp)
   new_tokens = a.batch * a.new
-  table_len = scheduler.bucket(paged.pages_for(a.prompt + a.new, a.page_size), shape.max_pages,
-                               max(1, 512 // a.page_size)) * a.page_size
+  table_len = (
+    scheduler.bucket(
+      paged.pages_for(a.prompt + a.new, a.page_size), shape.max_pages, max(1, 512 // a.page_size)
+    )
+    * a.page_size
+  )
   result = dict(
-      device=str(jax.devices()[0].device_kind), tiny=a.tiny, batch=a.batch, prompt=a.prompt,
-      new=a.new, page_size=a.page_size, tensor=a.tensor, compile_s=compile_s,
-      prefill_s=prefill_s, decode_s=decode_s, decode_tok_s=new_tokens / decode_s,
-      end_to_end_tok_s=new_tokens / (prefill_s + decode_s), hf_anchor_tok_s=HF_ANCHOR_TOK_S,
-      peak_pages_in_use=sched.stats["peak_pages_in_use"], **core.memory_bytes(),
-      **bandwidth_bound(cfg, box.get()[0], a.batch, max_len, a.prompt + a.new / 2, table_len))
+    device=str(jax.devices()[0].device_kind),
+    tiny=a.tiny,
+    batch=a.batch,
+    prompt=a.prompt,
+    new=a.new,
+    page_size=a.page_size,
+    tensor=a.tensor,
+    compile_s=compile_s,
+    prefill_s=prefill_s,
+    decode_s=decode_s,
+    decode_tok_s=new_tokens / decode_s,
+    end_to_end_tok_s=new_tokens / (prefill_s + decode_s),
+    hf_anchor_tok_s=HF_ANCHOR_TOK_S,
+    peak_pages_in_use=sched.stats["peak_pages_in_use"],
+    **core.memory_bytes(),
+    **bandwidth_bound(cfg, box.get()[0], a.batch, max_len, a.prompt + a.new / 2, table_len),
+  )
   result["vs_hf_anchor"] = result["end_to_end_tok_s"] / HF_ANCHOR_TOK_S
   result["fraction_of_bound"] = result["decode_tok_s"] / result["bound_tok_s_live_kv"]
   line = json.dumps(result)

@@ -33,10 +33,15 @@ SHAPES_TINY = dict(hidden=64, k_heads=2, v_heads=4, head_dim=16, conv=4)
 
 
 def spec_for(shape: dict, chunk: int) -> Qwen3_5Config:
-  return Qwen3_5Config(layer_types=("linear_attention",), linear_conv_kernel_dim=shape["conv"],
-                       linear_key_head_dim=shape["head_dim"], linear_value_head_dim=shape["head_dim"],
-                       linear_num_key_heads=shape["k_heads"], linear_num_value_heads=shape["v_heads"],
-                       chunk_size=chunk)
+  return Qwen3_5Config(
+    layer_types=("linear_attention",),
+    linear_conv_kernel_dim=shape["conv"],
+    linear_key_head_dim=shape["head_dim"],
+    linear_value_head_dim=shape["head_dim"],
+    linear_num_key_heads=shape["k_heads"],
+    linear_num_value_heads=shape["v_heads"],
+    chunk_size=chunk,
+  )
 
 
 def timed(fn, repeats: int) -> dict:
@@ -77,17 +82,28 @@ def check_against_torch(shape: dict, chunk: int) -> dict:
   except ImportError as e:
     return {"check": "skipped", "reason": f"torch/transformers unavailable: {e}"}
   hf_cfg = transformers.Qwen3_5TextConfig(
-    hidden_size=shape["hidden"], linear_num_key_heads=shape["k_heads"],
-    linear_num_value_heads=shape["v_heads"], linear_key_head_dim=shape["head_dim"],
-    linear_value_head_dim=shape["head_dim"], linear_conv_kernel_dim=shape["conv"])
+    hidden_size=shape["hidden"],
+    linear_num_key_heads=shape["k_heads"],
+    linear_num_value_heads=shape["v_heads"],
+    linear_key_head_dim=shape["head_dim"],
+    linear_value_head_dim=shape["head_dim"],
+    linear_conv_kernel_dim=shape["conv"],
+  )
   torch.manual_seed(0)
   module = hf_mod.Qwen3_5GatedDeltaNet(hf_cfg, layer_idx=0).float().eval()
   sd = {k: v.detach().cpu().numpy() for k, v in module.state_dict().items()}
-  dense = lambda n: {"kernel": sd[f"{n}.weight"].T}
-  params = {n: dense(n) for n in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a",
-                                  "out_proj")} | {
-    "conv1d": {"kernel": sd["conv1d.weight"]}, "dt_bias": sd["dt_bias"], "A_log": sd["A_log"],
-    "norm": {"scale": sd["norm.weight"]}}
+
+  def dense(n):
+    return {"kernel": sd[f"{n}.weight"].T}
+
+  params = {
+    n: dense(n) for n in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+  } | {
+    "conv1d": {"kernel": sd["conv1d.weight"]},
+    "dt_bias": sd["dt_bias"],
+    "A_log": sd["A_log"],
+    "norm": {"scale": sd["norm.weight"]},
+  }
   seq = 3 * chunk + 5
   x = np.random.default_rng(0).normal(size=(1, seq, shape["hidden"])).astype(np.float32)
   with torch.no_grad():
@@ -104,14 +120,20 @@ def torch_time(shape: dict, batch: int, seq: int, repeats: int) -> dict:
   import torch
   import transformers
   from transformers.models.qwen3_5 import modeling_qwen3_5 as hf_mod
+
   device = "cuda" if torch.cuda.is_available() else "cpu"
   hf_cfg = transformers.Qwen3_5TextConfig(
-    hidden_size=shape["hidden"], linear_num_key_heads=shape["k_heads"],
-    linear_num_value_heads=shape["v_heads"], linear_key_head_dim=shape["head_dim"],
-    linear_value_head_dim=shape["head_dim"], linear_conv_kernel_dim=shape["conv"])
+    hidden_size=shape["hidden"],
+    linear_num_key_heads=shape["k_heads"],
+    linear_num_value_heads=shape["v_heads"],
+    linear_key_head_dim=shape["head_dim"],
+    linear_value_head_dim=shape["head_dim"],
+    linear_conv_kernel_dim=shape["conv"],
+  )
   module = hf_mod.Qwen3_5GatedDeltaNet(hf_cfg, layer_idx=0).to(device, torch.bfloat16)
-  x = torch.randn(batch, seq, shape["hidden"], device=device, dtype=torch.bfloat16,
-                  requires_grad=True)
+  x = torch.randn(
+    batch, seq, shape["hidden"], device=device, dtype=torch.bfloat16, requires_grad=True
+  )
 
   def step():
     module.zero_grad(set_to_none=True)
@@ -138,15 +160,25 @@ def main():
   seqs = args.seqs or ([256, 1024] if args.tiny else [4096, 16384])
   out = args.out or pathlib.Path(os.environ.get("OUT", ".")) / "gated_delta_gpu.jsonl"
   out.parent.mkdir(parents=True, exist_ok=True)
-  header = {"devices": [str(d) for d in jax.devices()], "jax": jax.__version__, "shape": shape,
-            "tiny": args.tiny}
+  header = {
+    "devices": [str(d) for d in jax.devices()],
+    "jax": jax.__version__,
+    "shape": shape,
+    "tiny": args.tiny,
+  }
   records = [header, check_against_torch(shape, min(args.chunks))]
   print(json.dumps(records[-1]), flush=True)
   for seq in seqs:
     for chunk in args.chunks:
       fwd, fwd_bwd = layer_fns(shape, chunk, args.batch, seq, jnp.bfloat16)
-      rec = {"seq": seq, "batch": args.batch, "chunk": chunk, "dtype": "bfloat16",
-             "fwd": timed(fwd, args.repeats), "fwd_bwd": timed(fwd_bwd, args.repeats)}
+      rec = {
+        "seq": seq,
+        "batch": args.batch,
+        "chunk": chunk,
+        "dtype": "bfloat16",
+        "fwd": timed(fwd, args.repeats),
+        "fwd_bwd": timed(fwd_bwd, args.repeats),
+      }
       rec["fwd_bwd_tokens_per_s"] = args.batch * seq / rec["fwd_bwd"]["median_s"]
       if args.torch and chunk == args.chunks[0]:
         rec.update(torch_time(shape, args.batch, seq, max(1, args.repeats // 2)))

@@ -38,9 +38,8 @@ from tmax_jax.train.config import TrainConfig  # noqa: E402
 
 def model_config(name: str, tiny: bool) -> ModelConfig:
   if tiny:
-    return long_context.small_models(tiny=True)["dense" if name.startswith("qwen3-") else
-                                                "qwen3_5"]
-  cfg = (qwen3_5.preset(name) if name.startswith("qwen3.5") else qwen.preset(name))
+    return long_context.small_models(tiny=True)["dense" if name.startswith("qwen3-") else "qwen3_5"]
+  cfg = qwen3_5.preset(name) if name.startswith("qwen3.5") else qwen.preset(name)
   cfg = cfg.replace(remat_policy="full")
   return cfg.with_dtypes(param_dtype="float32", compute_dtype="bfloat16", head_dtype="float32")
 
@@ -60,11 +59,16 @@ def time_step(cfg: ModelConfig, seq: int, steps: int) -> dict:
     times.append(metrics["step_time_s"])
   step_s = float(np.median(times))
   tps = seq / step_s
-  return {"temp_gib": mem.temp_size_in_bytes / 2 ** 30,
-          "argument_gib": mem.argument_size_in_bytes / 2 ** 30, "first_call_s": first_s,
-          "median_step_s": step_s, "tokens_per_s": tps,
-          "mfu": step_lib.flops_per_token(cfg, seq) * tps / tcfg.peak_flops_per_device,
-          "loss": metrics["loss"], "first_loss": first["loss"]}
+  return {
+    "temp_gib": mem.temp_size_in_bytes / 2**30,
+    "argument_gib": mem.argument_size_in_bytes / 2**30,
+    "first_call_s": first_s,
+    "median_step_s": step_s,
+    "tokens_per_s": tps,
+    "mfu": step_lib.flops_per_token(cfg, seq) * tps / tcfg.peak_flops_per_device,
+    "loss": metrics["loss"],
+    "first_loss": first["loss"],
+  }
 
 
 def main() -> int:
@@ -77,8 +81,7 @@ def main() -> int:
   ap.add_argument("--skip_parity", action="store_true")
   ap.add_argument("--out", default=None)
   args = ap.parse_args()
-  out = pathlib.Path(args.out or os.path.join(os.environ.get("OUT", "."),
-                                              "gpu_long_context.jsonl"))
+  out = pathlib.Path(args.out or os.path.join(os.environ.get("OUT", "."), "gpu_long_context.jsonl"))
   platform = jax.default_backend()
   results = []
   if not args.skip_parity:
@@ -86,8 +89,13 @@ def main() -> int:
   seq = 256 if args.tiny else args.seq
   base = model_config(args.model, args.tiny)
   for impl in args.impls + ["reference"]:
-    row = {"check": "train_step", "model": args.model, "impl": impl, "seq": seq,
-           "device": jax.devices()[0].device_kind}
+    row = {
+      "check": "train_step",
+      "model": args.model,
+      "impl": impl,
+      "seq": seq,
+      "device": jax.devices()[0].device_kind,
+    }
     scores_gb = 4 * base.num_attention_heads * seq * seq / 1e9
     if impl == "reference" and scores_gb > 8 and not args.tiny:
       row["status"] = f"skipped: fp32 scores of one layer need {scores_gb:.0f} GB"

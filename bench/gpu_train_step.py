@@ -31,9 +31,16 @@ ANCHOR_TOKENS_PER_S = 23_500.0  # machine.md: HF/PyTorch on one H200, same shape
 
 def model_config(args) -> ModelConfig:
   if args.tiny:
-    return ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                       remat_policy=args.remat)
+    return ModelConfig(
+      vocab_size=256,
+      hidden_size=64,
+      intermediate_size=128,
+      num_hidden_layers=2,
+      num_attention_heads=4,
+      num_key_value_heads=2,
+      head_dim=16,
+      remat_policy=args.remat,
+    )
   cfg = presets.qwen3("1.7b", remat_policy=args.remat)
   return cfg.with_dtypes(param_dtype="float32", compute_dtype="bfloat16", head_dtype="float32")
 
@@ -42,13 +49,16 @@ def random_batch(cfg: ModelConfig, b: int, s: int, seed: int) -> batch_lib.Train
   """Full rows of one trajectory each: a 10% prompt, the rest response tokens with DPPO inputs."""
   rng = np.random.default_rng(seed)
   prompt = max(1, s // 10)
-  trajs = [batch_lib.Trajectory(
-    tokens=rng.integers(0, cfg.vocab_size, s),
-    loss_mask=(np.arange(s) >= prompt).astype(np.float32),
-    # near a random init's logprob (-ln V) so the ratios are ~1, as on-policy
-    behaviour_logp=-np.log(cfg.vocab_size) + rng.uniform(-0.5, 0.5, s),
-    advantage=float(rng.choice([-1.0, 1.0])))
-    for _ in range(b)]
+  trajs = [
+    batch_lib.Trajectory(
+      tokens=rng.integers(0, cfg.vocab_size, s),
+      loss_mask=(np.arange(s) >= prompt).astype(np.float32),
+      # near a random init's logprob (-ln V) so the ratios are ~1, as on-policy
+      behaviour_logp=-np.log(cfg.vocab_size) + rng.uniform(-0.5, 0.5, s),
+      advantage=float(rng.choice([-1.0, 1.0])),
+    )
+    for _ in range(b)
+  ]
   return batch_lib.pack(trajs, s, pack_rows=False)
 
 
@@ -60,24 +70,37 @@ def trace_only(args) -> dict:
   model = registry.build_model(cfg)
   trainer = step_lib.Trainer(model, cfg, tcfg)
   params = registry.abstract_params(cfg)
-  state = state_lib.TrainState(params, jax.eval_shape(trainer.optimizer.init, params),
-                               jax.ShapeDtypeStruct((), np.int32), jax.ShapeDtypeStruct((2,), np.uint32))
-  batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                       random_batch(cfg, args.batch, 8, 0))
+  state = state_lib.TrainState(
+    params,
+    jax.eval_shape(trainer.optimizer.init, params),
+    jax.ShapeDtypeStruct((), np.int32),
+    jax.ShapeDtypeStruct((2,), np.uint32),
+  )
+  batch = jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), random_batch(cfg, args.batch, 8, 0)
+  )
   batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((args.batch, args.seq), x.dtype), batch)
   step_fn = step_lib.make_step_fn(model, cfg, tcfg, trainer.optimizer)
   new_state, metrics = jax.eval_shape(step_fn, state, batch)
-  return {"params": registry.count_params(params), "batch": args.batch, "seq": args.seq,
-          "flops_per_token": step_lib.flops_per_token(cfg, args.seq),
-          "param_dtypes": sorted({str(x.dtype) for x in jax.tree.leaves(new_state.params)}),
-          "metrics": sorted(metrics)}
+  return {
+    "params": registry.count_params(params),
+    "batch": args.batch,
+    "seq": args.seq,
+    "flops_per_token": step_lib.flops_per_token(cfg, args.seq),
+    "param_dtypes": sorted({str(x.dtype) for x in jax.tree.leaves(new_state.params)}),
+    "metrics": sorted(metrics),
+  }
 
 
 def run(args) -> dict:
   cfg = model_config(args)
   b, s = (2, 64) if args.tiny else (args.batch, args.seq)
-  tcfg = TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-6), micro_batches=args.micro_batches,
-                     logprob_chunk_size=min(args.chunk, s), peak_flops_per_device=args.peak_tflops * 1e12)
+  tcfg = TrainConfig(
+    optimizer=OptimizerConfig(learning_rate=1e-6),
+    micro_batches=args.micro_batches,
+    logprob_chunk_size=min(args.chunk, s),
+    peak_flops_per_device=args.peak_tflops * 1e12,
+  )
   model = registry.build_model(cfg)
   trainer = step_lib.Trainer(model, cfg, tcfg)
   t0 = time.perf_counter()
@@ -93,13 +116,24 @@ def run(args) -> dict:
   step_s = float(np.median(times))
   tokens_per_s = b * s / step_s
   mfu = step_lib.flops_per_token(cfg, s) * tokens_per_s / (args.peak_tflops * 1e12)
-  return {"device": str(jax.devices()[0].device_kind), "params": registry.count_params(state.params),
-          "batch": b, "seq": s, "remat": cfg.remat_policy, "micro_batches": args.micro_batches,
-          "compile_plus_first_step_s": compile_s, "median_step_s": step_s,
-          "tokens_per_s": tokens_per_s, "mfu": mfu, "peak_tflops": args.peak_tflops,
-          "vs_anchor": tokens_per_s / ANCHOR_TOKENS_PER_S, "loss": rows[-1]["loss"],
-          "grad_norm": rows[-1]["grad_norm"], "first_loss": first["loss"],
-          "skipped": sum(r["skipped"] for r in rows)}
+  return {
+    "device": str(jax.devices()[0].device_kind),
+    "params": registry.count_params(state.params),
+    "batch": b,
+    "seq": s,
+    "remat": cfg.remat_policy,
+    "micro_batches": args.micro_batches,
+    "compile_plus_first_step_s": compile_s,
+    "median_step_s": step_s,
+    "tokens_per_s": tokens_per_s,
+    "mfu": mfu,
+    "peak_tflops": args.peak_tflops,
+    "vs_anchor": tokens_per_s / ANCHOR_TOKENS_PER_S,
+    "loss": rows[-1]["loss"],
+    "grad_norm": rows[-1]["grad_norm"],
+    "first_loss": first["loss"],
+    "skipped": sum(r["skipped"] for r in rows),
+  }
 
 
 def main(argv=None) -> None:

@@ -34,14 +34,39 @@ from tmax_jax.models import registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
 
 # Module attribution: the first of these names found (right to left) in an op's op_name path.
-MODULES = (("q_norm", "qk_norm"), ("k_norm", "qk_norm"), ("input_layernorm", "norm"),
-           ("post_attention_layernorm", "norm"), ("model/norm", "norm"), ("rotary", "rotary"),
-           ("q_proj", "qkv_proj"), ("k_proj", "qkv_proj"), ("v_proj", "qkv_proj"),
-           ("o_proj", "o_proj"), ("self_attn", "attention"), ("linear_attn", "linear_attn"),
-           ("mlp", "mlp"), ("lm_head", "head"), ("embed_tokens", "embed"))
-INTERESTING = ("dot", "transpose", "copy", "convert", "reduce", "exponential", "select",
-               "compare", "dynamic-slice", "dynamic-update-slice", "broadcast", "scatter",
-               "gather", "iota")
+MODULES = (
+  ("q_norm", "qk_norm"),
+  ("k_norm", "qk_norm"),
+  ("input_layernorm", "norm"),
+  ("post_attention_layernorm", "norm"),
+  ("model/norm", "norm"),
+  ("rotary", "rotary"),
+  ("q_proj", "qkv_proj"),
+  ("k_proj", "qkv_proj"),
+  ("v_proj", "qkv_proj"),
+  ("o_proj", "o_proj"),
+  ("self_attn", "attention"),
+  ("linear_attn", "linear_attn"),
+  ("mlp", "mlp"),
+  ("lm_head", "head"),
+  ("embed_tokens", "embed"),
+)
+INTERESTING = (
+  "dot",
+  "transpose",
+  "copy",
+  "convert",
+  "reduce",
+  "exponential",
+  "select",
+  "compare",
+  "dynamic-slice",
+  "dynamic-update-slice",
+  "broadcast",
+  "scatter",
+  "gather",
+  "iota",
+)
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
@@ -78,13 +103,26 @@ def _kind(ins, comps, types) -> str:
     return "mask"
   if ops <= {"copy", "transpose", "broadcast", "reshape"}:
     return "layout"
-  if ops <= {"dynamic-slice", "dynamic-update-slice", "copy", "transpose", "broadcast",
-             "reshape"}:
+  if ops <= {"dynamic-slice", "dynamic-update-slice", "copy", "transpose", "broadcast", "reshape"}:
     return "slice"
   if ops <= {"convert", "broadcast", "reshape", "copy"}:
     return "convert"
-  if ops & {"add", "multiply", "subtract", "divide", "exponential", "select", "reduce",
-            "maximum", "rsqrt", "negate", "logistic", "log", "compare", "tanh"}:
+  if ops & {
+    "add",
+    "multiply",
+    "subtract",
+    "divide",
+    "exponential",
+    "select",
+    "reduce",
+    "maximum",
+    "rsqrt",
+    "negate",
+    "logistic",
+    "log",
+    "compare",
+    "tanh",
+  }:
     return "elementwise"
   return "other:" + ",".join(sorted(ops))[:40]
 
@@ -106,9 +144,17 @@ def census(hlo_text: str) -> tuple[list[Row], H.Cost]:
         continue
       op_name = _OP_NAME.search(ins.rest)
       op_name = op_name.group(1) if op_name else ""
-      rows.append(Row(H._moved_bytes(ins, types[comp], comps, types) * mult, mult,
-                      _kind(ins, comps, types), _module(op_name), ins.name,
-                      ins.type_text[:48], op_name))
+      rows.append(
+        Row(
+          H._moved_bytes(ins, types[comp], comps, types) * mult,
+          mult,
+          _kind(ins, comps, types),
+          _module(op_name),
+          ins.name,
+          ins.type_text[:48],
+          op_name,
+        )
+      )
 
   walk(entry, 1.0)
   return rows, H.hlo_text_cost(hlo_text)
@@ -116,14 +162,26 @@ def census(hlo_text: str) -> tuple[list[Row], H.Cost]:
 
 def summary(rows: list[Row], cost: H.Cost, top: int) -> dict:
   total = sum(r.bytes for r in rows) or 1.0
-  by = lambda key: {k: {"count": sum(r.count for r in v), "bytes": sum(r.bytes for r in v),
-                        "seconds": sum(r.seconds for r in v)}
-                    for k, v in _group(rows, key).items()}
+
+  def by(key):
+    return {
+      k: {
+        "count": sum(r.count for r in v),
+        "bytes": sum(r.bytes for r in v),
+        "seconds": sum(r.seconds for r in v),
+      }
+      for k, v in _group(rows, key).items()
+    }
+
   order = (lambda r: -r.seconds) if any(r.seconds for r in rows) else (lambda r: -r.bytes)
-  return {"matmul_flops": cost.matmul_flops, "bytes": total,
-          "seconds": sum(r.seconds for r in rows), "by_kind": by(lambda r: r.kind),
-          "by_module": by(lambda r: r.module),
-          "top": [dataclasses.asdict(r) for r in sorted(rows, key=order)[:top]]}
+  return {
+    "matmul_flops": cost.matmul_flops,
+    "bytes": total,
+    "seconds": sum(r.seconds for r in rows),
+    "by_kind": by(lambda r: r.kind),
+    "by_module": by(lambda r: r.module),
+    "top": [dataclasses.asdict(r) for r in sorted(rows, key=order)[:top]],
+  }
 
 
 def _group(rows, key):
@@ -136,11 +194,15 @@ def _group(rows, key):
 def print_summary(s: dict) -> None:
   total, secs = s["bytes"], s["seconds"] or 1.0
   timed = bool(s["seconds"])
-  print(f"matmul FLOPs {s['matmul_flops']:.4g}   bytes (estimate) {total:.4g}"
-        + (f"   profiled {s['seconds']:.3f} s per run" if timed else ""))
+  print(
+    f"matmul FLOPs {s['matmul_flops']:.4g}   bytes (estimate) {total:.4g}"
+    + (f"   profiled {s['seconds']:.3f} s per run" if timed else "")
+  )
   for title in ("by_kind", "by_module"):
-    print(f"\n{title[3:]:>14} {'count':>7} {'bytes':>10} {'share':>6}"
-          + (" seconds share" if timed else ""))
+    print(
+      f"\n{title[3:]:>14} {'count':>7} {'bytes':>10} {'share':>6}"
+      + (" seconds share" if timed else "")
+    )
     key = "seconds" if timed else "bytes"
     for k, v in sorted(s[title].items(), key=lambda kv: -kv[1][key]):
       line = f"{k[:14]:>14} {v['count']:7.0f} {v['bytes']:10.3e} {100 * v['bytes'] / total:5.1f}%"
@@ -149,23 +211,29 @@ def print_summary(s: dict) -> None:
   for r in s["top"]:
     where = "/".join(r["op_name"].replace("jit(", "").split("/")[-3:])
     t = f"{1e3 * r['seconds']:7.1f}ms " if timed else ""
-    print(f"{t}{r['bytes']:9.2e} {100 * r['bytes'] / total:4.1f}% x{r['count']:<3.0f} "
-          f"{r['kind'][:11]:11} {r['module'][:10]:10} {r['shape'][:36]:36} {r['name'][:22]:22} "
-          f"{where[:50]}")
+    print(
+      f"{t}{r['bytes']:9.2e} {100 * r['bytes'] / total:4.1f}% x{r['count']:<3.0f} "
+      f"{r['kind'][:11]:11} {r['module'][:10]:10} {r['shape'][:36]:36} {r['name'][:22]:22} "
+      f"{where[:50]}"
+    )
 
 
 def fwd_bwd_program(cfg: ModelConfig, batch: int, seq: int, chunk: int):
   """model_fwd_bwd.py's jitted value_and_grad -> (compiled, concrete random inputs)."""
   import model_fwd_bwd  # noqa: E402  pylint: disable=import-outside-toplevel
+
   loss = model_fwd_bwd.loss_fn(cfg, batch, seq, chunk)
   tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
-  compiled = jax.jit(jax.value_and_grad(loss)).lower(registry.abstract_params(cfg),
-                                                     tokens).compile()
+  compiled = (
+    jax.jit(jax.value_and_grad(loss)).lower(registry.abstract_params(cfg), tokens).compile()
+  )
 
   def inputs():
     rng = np.random.default_rng(0)
-    return (registry.init_params(cfg, jax.random.key(0)),
-            jnp.asarray(rng.integers(0, cfg.vocab_size, (batch, seq)), jnp.int32))
+    return (
+      registry.init_params(cfg, jax.random.key(0)),
+      jnp.asarray(rng.integers(0, cfg.vocab_size, (batch, seq)), jnp.int32),
+    )
 
   return compiled, inputs
 
@@ -174,13 +242,16 @@ def train_step_program(cfg: ModelConfig, batch: int, seq: int, chunk: int):
   """The real DPPO train step (compiled_flops.py's AOT lowering) -> (compiled, inputs)."""
   import compiled_flops  # noqa: E402  pylint: disable=import-outside-toplevel
   import gpu_train_step  # noqa: E402  pylint: disable=import-outside-toplevel
+
   from tmax_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
   from tmax_jax.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+
   compiled = compiled_flops.compile_train_step(cfg, batch, seq, chunk)
 
   def inputs():
-    trainer = step_lib.Trainer(registry.build_model(cfg), cfg,
-                               TrainConfig(logprob_chunk_size=min(chunk, seq)))
+    trainer = step_lib.Trainer(
+      registry.build_model(cfg), cfg, TrainConfig(logprob_chunk_size=min(chunk, seq))
+    )
     state = trainer.init_state(registry.init_params(cfg, jax.random.key(0)))
     return state, trainer.to_device(gpu_train_step.random_batch(cfg, batch, seq, 0))
 
@@ -191,7 +262,9 @@ def profile(compiled, inputs, rows: list[Row], runs: int) -> dict[str, float]:
   """Runs `compiled` `runs` times under jax.profiler and returns seconds per run by instruction
   name (XLA CPU traces each thunk under its HLO name; needs --xla_cpu_enable_xprof_traceme)."""
   import tempfile  # pylint: disable=import-outside-toplevel
+
   from jax._src.lib import _profile_data  # pylint: disable=import-outside-toplevel
+
   args = inputs()
   jax.block_until_ready(compiled(*args))
   names = {r.name for r in rows}
@@ -223,21 +296,34 @@ def main(argv=None) -> dict:
   ap.add_argument("--unroll", action="store_true", help="unrolled layers (default: scanned)")
   ap.add_argument("--attention_impl", default=None, help="ModelConfig.attention_impl, if any")
   ap.add_argument("--dtype", default="float32", help="compute dtype")
-  ap.add_argument("--profile", type=int, default=0,
-                  help="also run it N times under jax.profiler and attribute the time")
+  ap.add_argument(
+    "--profile",
+    type=int,
+    default=0,
+    help="also run it N times under jax.profiler and attribute the time",
+  )
   ap.add_argument("--top", type=int, default=25)
   ap.add_argument("--hlo", default=None, help="also write the optimised HLO text here")
   ap.add_argument("--json", default=None)
   args = ap.parse_args(argv)
   if args.profile:  # read when the CPU backend starts, i.e. before the first compile
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_cpu_enable_xprof_traceme=true")
+    os.environ["XLA_FLAGS"] = (
+      os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
+    )
   extra = {} if args.attention_impl is None else {"attention_impl": args.attention_impl}
-  cfg = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden,
-                    intermediate_size=3 * args.hidden, num_hidden_layers=args.layers,
-                    num_attention_heads=8, num_key_value_heads=4, head_dim=args.hidden // 8,
-                    tie_word_embeddings=False, scan_layers=not args.unroll,
-                    remat_policy=args.remat, **extra).with_dtypes(compute_dtype=args.dtype)
+  cfg = ModelConfig(
+    vocab_size=args.vocab,
+    hidden_size=args.hidden,
+    intermediate_size=3 * args.hidden,
+    num_hidden_layers=args.layers,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    head_dim=args.hidden // 8,
+    tie_word_embeddings=False,
+    scan_layers=not args.unroll,
+    remat_policy=args.remat,
+    **extra,
+  ).with_dtypes(compute_dtype=args.dtype)
   program = fwd_bwd_program if args.program == "fwd_bwd" else train_step_program
   compiled, inputs = program(cfg, args.batch, args.seq, args.chunk)
   text = compiled.as_text()

@@ -24,8 +24,9 @@ import pathlib
 import sys
 
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                             " --xla_force_host_platform_device_count=4").strip()
+  os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+  ).strip()
 
 import jax  # noqa: E402  (after XLA_FLAGS)
 import numpy as np  # noqa: E402
@@ -49,15 +50,32 @@ SEQUENCE_AXES = (1, 2, 4)
 def small_models(tiny: bool = False) -> dict[str, ModelConfig]:
   """name -> config: a small dense Qwen3 and a small Qwen3.5 of the same widths (fp32)."""
   d, layers, heads, kv, h, v = (32, 2, 4, 2, 8, 64) if tiny else (256, 4, 8, 2, 32, 4096)
-  dense = ModelConfig(vocab_size=v, hidden_size=d, intermediate_size=2 * d,
-                      num_hidden_layers=layers, num_attention_heads=heads,
-                      num_key_value_heads=kv, head_dim=h, tie_word_embeddings=False,
-                      remat_policy="full")
+  dense = ModelConfig(
+    vocab_size=v,
+    hidden_size=d,
+    intermediate_size=2 * d,
+    num_hidden_layers=layers,
+    num_attention_heads=heads,
+    num_key_value_heads=kv,
+    head_dim=h,
+    tie_word_embeddings=False,
+    remat_policy="full",
+  )
   types = ("linear_attention",) * (layers - 1) + ("full_attention",)
-  fam = Qwen3_5Config(layer_types=types, linear_key_head_dim=h, linear_value_head_dim=h,
-                      linear_num_key_heads=kv, linear_num_value_heads=heads)
-  qwen3_5 = dense.replace(model_type="qwen3_5_text", norm_zero_centered=True,
-                          attn_output_gate=True, partial_rotary_factor=0.25, family_config=fam)
+  fam = Qwen3_5Config(
+    layer_types=types,
+    linear_key_head_dim=h,
+    linear_value_head_dim=h,
+    linear_num_key_heads=kv,
+    linear_num_value_heads=heads,
+  )
+  qwen3_5 = dense.replace(
+    model_type="qwen3_5_text",
+    norm_zero_centered=True,
+    attn_output_gate=True,
+    partial_rotary_factor=0.25,
+    family_config=fam,
+  )
   return {"dense": dense, "qwen3_5": qwen3_5}
 
 
@@ -67,16 +85,22 @@ def random_rows(cfg: ModelConfig, b: int, t: int, seed: int = 0) -> batch_lib.Tr
   trajs = []
   for _ in range(b):
     for n in (t // 2, t // 3, t - t // 2 - t // 3):
-      trajs.append(batch_lib.Trajectory(
-        tokens=rng.integers(0, cfg.vocab_size, n), loss_mask=(np.arange(n) >= n // 10) * 1.0,
-        behaviour_logp=-np.log(cfg.vocab_size) + rng.uniform(-0.5, 0.5, n),
-        advantage=float(rng.choice([-1.0, 1.0]))))
+      trajs.append(
+        batch_lib.Trajectory(
+          tokens=rng.integers(0, cfg.vocab_size, n),
+          loss_mask=(np.arange(n) >= n // 10) * 1.0,
+          behaviour_logp=-np.log(cfg.vocab_size) + rng.uniform(-0.5, 0.5, n),
+          advantage=float(rng.choice([-1.0, 1.0])),
+        )
+      )
   return batch_lib.pack(trajs, t, num_rows=b)
 
 
 def _abstract(tree):
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
-                      if x is not None else None, tree)
+  return jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype) if x is not None else None,
+    tree,
+  )
 
 
 def compiled_step(cfg: ModelConfig, t: int, b: int = 1, mesh=None, tcfg: TrainConfig | None = None):
@@ -85,9 +109,12 @@ def compiled_step(cfg: ModelConfig, t: int, b: int = 1, mesh=None, tcfg: TrainCo
   model = registry.build_model(cfg)
   trainer = step_lib.Trainer(model, cfg, tcfg, mesh)
   params = registry.abstract_params(cfg)
-  state = state_lib.TrainState(params, jax.eval_shape(trainer.optimizer.init, params),
-                               jax.ShapeDtypeStruct((), np.int32),
-                               jax.ShapeDtypeStruct((2,), np.uint32))
+  state = state_lib.TrainState(
+    params,
+    jax.eval_shape(trainer.optimizer.init, params),
+    jax.ShapeDtypeStruct((), np.int32),
+    jax.ShapeDtypeStruct((2,), np.uint32),
+  )
   batch = _abstract(random_rows(cfg, b, t))
   fn = step_lib.make_step_fn(model, cfg, tcfg, trainer.optimizer, mesh)
   if mesh is None:
@@ -128,8 +155,13 @@ def rows(args) -> list[dict]:
     for impl in ("reference", "blockwise"):
       cfg = base.replace(attention_impl=impl)
       for t in seqs:
-        row = {"model": name, "impl": impl, "T": t, "sequence": 1,
-               "temp_mib": temp_bytes(cfg, t) / 2 ** 20}
+        row = {
+          "model": name,
+          "impl": impl,
+          "T": t,
+          "sequence": 1,
+          "temp_mib": temp_bytes(cfg, t) / 2**20,
+        }
         scores_gb = 4 * cfg.num_attention_heads * t * t / 1e9
         if not args.memory_only and (impl != "reference" or scores_gb <= args.max_run_gb):
           row["tokens_per_s"] = tokens_per_s(cfg, t, args.repeats)
@@ -139,8 +171,13 @@ def rows(args) -> list[dict]:
     for n in SEQUENCE_AXES:
       t = seqs[-1]
       mesh = sequence_mesh(n)
-      row = {"model": name, "impl": "blockwise", "T": t, "sequence": n,
-             "temp_mib": temp_bytes(cfg, t, mesh=mesh) / 2 ** 20}
+      row = {
+        "model": name,
+        "impl": "blockwise",
+        "T": t,
+        "sequence": n,
+        "temp_mib": temp_bytes(cfg, t, mesh=mesh) / 2**20,
+      }
       if not args.memory_only:
         row["tokens_per_s"] = tokens_per_s(cfg, t, args.repeats, mesh)
       out.append(row)
@@ -149,12 +186,15 @@ def rows(args) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-  lines = ["| model | kernel | T | sequence | temp MiB / device | tokens/s |",
-           "|---|---|---|---|---|---|"]
+  lines = [
+    "| model | kernel | T | sequence | temp MiB / device | tokens/s |",
+    "|---|---|---|---|---|---|",
+  ]
   for r in results:
     tps = f"{r['tokens_per_s']:.0f}" if "tokens_per_s" in r else "-"
-    lines.append(f"| {r['model']} | {r['impl']} | {r['T']} | {r['sequence']} | "
-                 f"{r['temp_mib']:.1f} | {tps} |")
+    lines.append(
+      f"| {r['model']} | {r['impl']} | {r['T']} | {r['sequence']} | {r['temp_mib']:.1f} | {tps} |"
+    )
   return "\n".join(lines)
 
 
@@ -164,8 +204,12 @@ def main() -> None:
   ap.add_argument("--seqs", type=int, nargs="+", default=list(SEQS))
   ap.add_argument("--memory_only", action="store_true", help="compile only, no timed steps")
   ap.add_argument("--repeats", type=int, default=3)
-  ap.add_argument("--max_run_gb", type=float, default=4.0,
-                  help="run the reference only where its fp32 scores of one layer fit this")
+  ap.add_argument(
+    "--max_run_gb",
+    type=float,
+    default=4.0,
+    help="run the reference only where its fp32 scores of one layer fit this",
+  )
   ap.add_argument("--out", default=None)
   args = ap.parse_args()
   out = pathlib.Path(args.out or os.path.join(os.environ.get("OUT", "."), "long_context.jsonl"))

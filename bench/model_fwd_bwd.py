@@ -28,9 +28,16 @@ from tmax_jax.models.logprobs import saves_logits, token_logprobs
 
 def hf_config(args) -> transformers.PretrainedConfig:
   return transformers.Qwen3Config(
-    vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 3,
-    num_hidden_layers=args.layers, num_attention_heads=8, num_key_value_heads=4,
-    head_dim=args.hidden // 8, tie_word_embeddings=False, max_position_embeddings=4096)
+    vocab_size=args.vocab,
+    hidden_size=args.hidden,
+    intermediate_size=args.hidden * 3,
+    num_hidden_layers=args.layers,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    head_dim=args.hidden // 8,
+    tie_word_embeddings=False,
+    max_position_embeddings=4096,
+  )
 
 
 def torch_step(model, tokens):
@@ -55,9 +62,13 @@ def loss_fn(cfg, batch: int, seq: int, chunk: int):
 
   def loss(p, tokens):
     hidden, _ = model.apply({"params": p}, tokens, positions, segments)
-    logp, _ = token_logprobs(hidden[:, :-1], head_weight(p, cfg), tokens[:, 1:], chunk_size=chunk,
-                             save_logits=saves_logits(cfg.remat_policy, batch * (seq - 1),
-                                                      cfg.vocab_size))
+    logp, _ = token_logprobs(
+      hidden[:, :-1],
+      head_weight(p, cfg),
+      tokens[:, 1:],
+      chunk_size=chunk,
+      save_logits=saves_logits(cfg.remat_policy, batch * (seq - 1), cfg.vocab_size),
+    )
     return -jnp.mean(logp)
 
   return loss
@@ -75,7 +86,8 @@ HEADING = (
   "grads of all params, fp32, identical weights); median over alternated pairs; ratio = median "
   "of the per-pair ratios transformers / ours (> 1: ours faster), with its min-max.\n\n"
   "| when (UTC) | config | ours s | transformers s | ratio | setup |\n"
-  "|---|---|---|---|---|---|\n")
+  "|---|---|---|---|---|---|\n"
+)
 TINY = dict(layers=2, hidden=64, seq=32, batch=2, vocab=256, chunk=16)
 
 
@@ -108,10 +120,17 @@ def main(argv=None) -> dict:
   if abs(loss_ours - loss_theirs) > 1e-4 * abs(loss_theirs):
     raise SystemExit(f"losses differ: ours {loss_ours} vs transformers {loss_theirs}")
   c = report.compare(ours_fn, theirs_fn, pairs=args.pairs)
-  config = (f"Qwen3 L={args.layers} D={args.hidden} V={args.vocab} B={args.batch} T={args.seq} "
-            f"fp32, remat={args.remat}")
-  report.record_comparison(args.append, "bench/model_fwd_bwd.py", HEADING,
-                           [config, f"{c.ours_median_s:.3f}", f"{c.theirs_median_s:.3f}"], c)
+  config = (
+    f"Qwen3 L={args.layers} D={args.hidden} V={args.vocab} B={args.batch} T={args.seq} "
+    f"fp32, remat={args.remat}"
+  )
+  report.record_comparison(
+    args.append,
+    "bench/model_fwd_bwd.py",
+    HEADING,
+    [config, f"{c.ours_median_s:.3f}", f"{c.theirs_median_s:.3f}"],
+    c,
+  )
   return c.as_dict()
 
 

@@ -28,9 +28,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import report  # noqa: E402  (bench/report.py)
 from train_step import SMALL, TINY  # noqa: E402
 
-HEADING = ("\n## Packed RL batches (bench/packing.py)\n\n"
-           "| model, batch | one row per trajectory | packed micro-batches | ratio |\n"
-           "|---|---|---|---|\n")
+HEADING = (
+  "\n## Packed RL batches (bench/packing.py)\n\n"
+  "| model, batch | one row per trajectory | packed micro-batches | ratio |\n"
+  "|---|---|---|---|\n"
+)
 
 
 def episodes(n: int, seq_len: int, vocab: int, seed: int) -> list[batch_lib.Trajectory]:
@@ -38,11 +40,15 @@ def episodes(n: int, seq_len: int, vocab: int, seed: int) -> list[batch_lib.Traj
   10% of each is prompt (no loss)."""
   rng = np.random.default_rng(seed)
   lengths = np.clip(rng.lognormal(np.log(seq_len / 8), 1.0, n), 16, seq_len).astype(int)
-  return [batch_lib.Trajectory(
-    tokens=rng.integers(0, vocab, length),
-    loss_mask=(np.arange(length) >= length // 10).astype(np.float32),
-    behaviour_logp=-np.log(vocab) + rng.uniform(-0.5, 0.5, length),
-    advantage=float(rng.choice([-1.0, 1.0]))) for length in lengths]
+  return [
+    batch_lib.Trajectory(
+      tokens=rng.integers(0, vocab, length),
+      loss_mask=(np.arange(length) >= length // 10).astype(np.float32),
+      behaviour_logp=-np.log(vocab) + rng.uniform(-0.5, 0.5, length),
+      advantage=float(rng.choice([-1.0, 1.0])),
+    )
+    for length in lengths
+  ]
 
 
 def main(argv=None) -> None:
@@ -63,35 +69,55 @@ def main(argv=None) -> None:
   model = registry.build_model(cfg)
   params = registry.init_params(cfg, jax.random.key(0))
   sides = {}
-  for name, tcfg in (("fixed", base),
-                     ("packed", base.replace(packing=PackingConfig(budget, tuple(rows))))):
+  for name, tcfg in (
+    ("fixed", base),
+    ("packed", base.replace(packing=PackingConfig(budget, tuple(rows)))),
+  ):
     trainer = step_lib.Trainer(model, cfg, tcfg)
     batch = trainer.make_batch(trajs, s, num_rows=n, pack_rows=False)
-    sides[name] = {"trainer": trainer, "batch": batch,
-                   "state": trainer.init_state(jax.tree.map(jnp.copy, params))}
+    sides[name] = {
+      "trainer": trainer,
+      "batch": batch,
+      "state": trainer.init_state(jax.tree.map(jnp.copy, params)),
+    }
 
   def run(name):
     def call():
       side = sides[name]
       side["state"], side["metrics"] = side["trainer"].step(side["state"], side["batch"])
+
     return call
 
   cmp = report.compare(run("packed"), run("fixed"), pairs=args.pairs)
   tokens = sum(len(t.tokens) for t in trajs)
-  result = {"episodes": n, "seq": s, "budget": budget, "row_lengths": rows, "tokens": tokens,
-            "fixed_padding": sides["fixed"]["metrics"]["padding_fraction"],
-            "packed_padding": sides["packed"]["metrics"]["padding_fraction"],
-            "packed_micro_batches": sides["packed"]["metrics"]["micro_batches"],
-            "fixed_tokens_per_s": tokens / cmp.theirs_median_s,
-            "packed_tokens_per_s": tokens / cmp.ours_median_s, **cmp.as_dict()}
+  result = {
+    "episodes": n,
+    "seq": s,
+    "budget": budget,
+    "row_lengths": rows,
+    "tokens": tokens,
+    "fixed_padding": sides["fixed"]["metrics"]["padding_fraction"],
+    "packed_padding": sides["packed"]["metrics"]["padding_fraction"],
+    "packed_micro_batches": sides["packed"]["metrics"]["micro_batches"],
+    "fixed_tokens_per_s": tokens / cmp.theirs_median_s,
+    "packed_tokens_per_s": tokens / cmp.ours_median_s,
+    **cmp.as_dict(),
+  }
   print(json.dumps(result, indent=1))
-  row = (f"| Qwen3-shaped D={cfg.hidden_size} L={cfg.num_hidden_layers} V={cfg.vocab_size}, "
-         f"{n} episodes <= {s} tokens, fp32 CPU | {result['fixed_tokens_per_s']:,.0f} tok/s, "
-         f"{result['fixed_padding']:.0%} padding | {result['packed_tokens_per_s']:,.0f} tok/s, "
-         f"{result['packed_padding']:.0%} padding, {budget} slots x "
-         f"{result['packed_micro_batches']:.0f} | {cmp.ratio_text()}, {cmp.load_text()} |")
-  report.record_row(pathlib.Path(args.record) if args.record else None, "bench/packing.py",
-                    HEADING, row, loads=(cmp.load_before, cmp.load_after))
+  row = (
+    f"| Qwen3-shaped D={cfg.hidden_size} L={cfg.num_hidden_layers} V={cfg.vocab_size}, "
+    f"{n} episodes <= {s} tokens, fp32 CPU | {result['fixed_tokens_per_s']:,.0f} tok/s, "
+    f"{result['fixed_padding']:.0%} padding | {result['packed_tokens_per_s']:,.0f} tok/s, "
+    f"{result['packed_padding']:.0%} padding, {budget} slots x "
+    f"{result['packed_micro_batches']:.0f} | {cmp.ratio_text()}, {cmp.load_text()} |"
+  )
+  report.record_row(
+    pathlib.Path(args.record) if args.record else None,
+    "bench/packing.py",
+    HEADING,
+    row,
+    loads=(cmp.load_before, cmp.load_after),
+  )
   if args.out:
     pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
 

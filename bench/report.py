@@ -82,11 +82,18 @@ class Comparison:
     return f"load {self.load_before:.2f} -> {self.load_after:.2f}"
 
   def as_dict(self) -> dict:
-    return {"ours_s": list(self.ours_s), "theirs_s": list(self.theirs_s),
-            "ratios": list(self.ratios), "ratio_median": self.ratio,
-            "ratio_min": min(self.ratios), "ratio_max": max(self.ratios),
-            "ours_median_s": self.ours_median_s, "theirs_median_s": self.theirs_median_s,
-            "load_before": self.load_before, "load_after": self.load_after}
+    return {
+      "ours_s": list(self.ours_s),
+      "theirs_s": list(self.theirs_s),
+      "ratios": list(self.ratios),
+      "ratio_median": self.ratio,
+      "ratio_min": min(self.ratios),
+      "ratio_max": max(self.ratios),
+      "ours_median_s": self.ours_median_s,
+      "theirs_median_s": self.theirs_median_s,
+      "load_before": self.load_before,
+      "load_after": self.load_after,
+    }
 
 
 def _timer(timed: bool) -> Callable[[Callable[[], object]], float]:
@@ -98,9 +105,15 @@ def _timer(timed: bool) -> Callable[[Callable[[], object]], float]:
   return (lambda fn: float(fn())) if timed else wall
 
 
-def compare(ours: Callable[[], object], theirs: Callable[[], object], *, pairs: int = MIN_PAIRS,
-            warmup: int = 1, load_fn: Callable[[], float] = load_average,
-            timed: bool = False) -> Comparison:
+def compare(
+  ours: Callable[[], object],
+  theirs: Callable[[], object],
+  *,
+  pairs: int = MIN_PAIRS,
+  warmup: int = 1,
+  load_fn: Callable[[], float] = load_average,
+  timed: bool = False,
+) -> Comparison:
   """Times `ours()` and `theirs()` side by side: `warmup` calls of each (compilation), then
   `pairs` pairs in alternated order. Each call must block until its result is ready.
 
@@ -129,12 +142,16 @@ def setup_text() -> str:
   """Versions and cores for a row's setup column."""
   import jax  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
-  return (f"jax {jax.__version__} / torch {torch.__version__}, {core_count()} CPUs, "
-          f"torch threads {torch.get_num_threads()}")
+
+  return (
+    f"jax {jax.__version__} / torch {torch.__version__}, {core_count()} CPUs, "
+    f"torch threads {torch.get_num_threads()}"
+  )
 
 
 def utc_now() -> str:
   import datetime  # pylint: disable=import-outside-toplevel
+
   return f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}"
 
 
@@ -150,8 +167,9 @@ def append_row(path: pathlib.Path, marker: str, heading: str, row: str) -> None:
   `record_row`."""
   path = pathlib.Path(path)
   lines = path.read_text().splitlines(keepends=True) if path.exists() else []
-  start = next((i for i, line in enumerate(lines)
-                if line.startswith("## ") and marker in line), None)
+  start = next(
+    (i for i, line in enumerate(lines) if line.startswith("## ") and marker in line), None
+  )
   if start is None:
     text = "".join(lines) + heading + row + "\n"
   else:
@@ -166,15 +184,23 @@ def append_row(path: pathlib.Path, marker: str, heading: str, row: str) -> None:
   os.replace(tmp, path)
 
 
-def record_row(path: pathlib.Path | None, marker: str, heading: str, row: str, *,
-               loads: tuple[float, ...], cores: int | None = None) -> bool:
+def record_row(
+  path: pathlib.Path | None,
+  marker: str,
+  heading: str,
+  row: str,
+  *,
+  loads: tuple[float, ...],
+  cores: int | None = None,
+) -> bool:
   """Prints `row` and appends it to `path` (when given) unless any of the `loads` readings says
   the machine was busy; then the row is printed marked 'not recorded: machine busy' and nothing
   is written. -> whether the row was written."""
   worst = max(loads)
   if machine_busy(worst, cores):
-    print(f"{row} not recorded: machine busy (1-min load {worst:.2f} > "
-          f"{(cores or core_count()) / 2:g})")
+    print(
+      f"{row} not recorded: machine busy (1-min load {worst:.2f} > {(cores or core_count()) / 2:g})"
+    )
     return False
   print(row)
   if path is None:
@@ -183,10 +209,14 @@ def record_row(path: pathlib.Path | None, marker: str, heading: str, row: str, *
   return True
 
 
-def record_comparison(path: pathlib.Path | None, marker: str, heading: str, cells: list[str],
-                      c: Comparison) -> bool:
+def record_comparison(
+  path: pathlib.Path | None, marker: str, heading: str, cells: list[str], c: Comparison
+) -> bool:
   """The side-by-side benches' row: | when (UTC) | *cells | ratio (min-max, pairs) | versions,
   cores, load before -> after |, through `record_row` (refused on a busy machine)."""
-  row = "| " + " | ".join([utc_now(), *cells, c.ratio_text(),
-                            f"{setup_text()}, {c.load_text()}"]) + " |"
+  row = (
+    "| "
+    + " | ".join([utc_now(), *cells, c.ratio_text(), f"{setup_text()}, {c.load_text()}"])
+    + " |"
+  )
   return record_row(path, marker, heading, row, loads=(c.load_before, c.load_after))

@@ -35,6 +35,7 @@ def _image(backend: str) -> str:
   rootfs = ensure_base_rootfs(quiet=True)
   if backend == "podman":
     from tmax_jax.sandbox.podman import ensure_podman_image  # pylint: disable=import-outside-toplevel
+
     return ensure_podman_image(rootfs)
   return str(rootfs)
 
@@ -73,28 +74,38 @@ def bench_backend(backend: str, starts: int, commands: int, load: tuple[int, int
   t0 = time.perf_counter()
   asyncio.run(main())
   load_s = time.perf_counter() - t0
-  return {"backend": backend, "start_median_s": statistics.median(start_s), "start_max_s": max(start_s),
-          "close_median_s": statistics.median(close_s), "run_cmds_per_s": commands / run_s,
-          "exec_latency_s": exec_s, "load": f"{n_sb}x{n_cmd}", "load_s": load_s,
-          "load_cmds_per_s": n_sb * n_cmd / load_s, "cpus": os.cpu_count()}
+  return {
+    "backend": backend,
+    "start_median_s": statistics.median(start_s),
+    "start_max_s": max(start_s),
+    "close_median_s": statistics.median(close_s),
+    "run_cmds_per_s": commands / run_s,
+    "exec_latency_s": exec_s,
+    "load": f"{n_sb}x{n_cmd}",
+    "load_s": load_s,
+    "load_cmds_per_s": n_sb * n_cmd / load_s,
+    "cpus": os.cpu_count(),
+  }
 
 
 HEADING = (
-  "\n## Sandboxes (bench/sandbox_bench.py, issue 6)\n\n"
-  "`python3 bench/sandbox_bench.py` (defaults: 5 start/close cycles, 100 sequential persistent-shell "
-  "commands, 20 `exec`s, then 32 sandboxes x 20 commands through SandboxPool(32) with asyncio), "
-  "base rootfs. Start = sandbox ready for commands.\n\n"
-  "| when (UTC) | backend | start (median / max) | close | persistent-shell commands/s | "
-  "exec latency | load (sandboxes x commands) | load wall | load commands/s | load avg |\n"
-  "|---|---|---|---|---|---|---|---|---|---|\n")
+  "\n## Sandboxes (bench/sandbox_bench.py, issue 6)\n\n`python3 bench/sandbox_bench.py` (defaults: "
+  "5 start/close cycles, 100 sequential persistent-shell commands, 20 `exec`s, then 32 sandboxes x "
+  "20 commands through SandboxPool(32) with asyncio), base rootfs. Start = sandbox ready for "
+  "commands.\n\n| when (UTC) | backend | start (median / max) | close | persistent-shell "
+  "commands/s | exec latency | load (sandboxes x commands) | load wall | load commands/s | load "
+  "avg |\n|---|---|---|---|---|---|---|---|---|---|\n"
+)
 
 
 def row_text(r: dict) -> str:
-  return (f"| {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} | {r['backend']} | "
-          f"{r['start_median_s'] * 1e3:.0f} / {r['start_max_s'] * 1e3:.0f} ms | "
-          f"{r['close_median_s'] * 1e3:.0f} ms | {r['run_cmds_per_s']:.0f} | "
-          f"{r['exec_latency_s'] * 1e3:.0f} ms | {r['load']} | {r['load_s']:.1f} s | "
-          f"{r['load_cmds_per_s']:.0f} | {r['load_before']:.2f} -> {r['load_after']:.2f} |")
+  return (
+    f"| {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} | {r['backend']} | "
+    f"{r['start_median_s'] * 1e3:.0f} / {r['start_max_s'] * 1e3:.0f} ms | "
+    f"{r['close_median_s'] * 1e3:.0f} ms | {r['run_cmds_per_s']:.0f} | "
+    f"{r['exec_latency_s'] * 1e3:.0f} ms | {r['load']} | {r['load_s']:.1f} s | "
+    f"{r['load_cmds_per_s']:.0f} | {r['load_before']:.2f} -> {r['load_after']:.2f} |"
+  )
 
 
 def main(argv=None) -> int:
@@ -114,8 +125,13 @@ def main(argv=None) -> int:
     if args.jsonl:
       with open(args.jsonl, "a") as f:
         f.write(json.dumps(r) + "\n")
-    report.record_row(args.append, "bench/sandbox_bench.py", HEADING, row_text(r),
-                      loads=(r["load_before"], r["load_after"]))
+    report.record_row(
+      args.append,
+      "bench/sandbox_bench.py",
+      HEADING,
+      row_text(r),
+      loads=(r["load_before"], r["load_after"]),
+    )
   return 0
 
 

@@ -28,18 +28,35 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=wrong-import-position
 import report  # noqa: E402  (bench/report.py)
+
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling, scheduler
 from tmax_jax.models import hf_io
 
-SMALL = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=64)
-TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+SMALL = dict(
+  vocab_size=8192,
+  hidden_size=256,
+  intermediate_size=768,
+  num_hidden_layers=4,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=64,
+)
+TINY = dict(
+  vocab_size=256,
+  hidden_size=64,
+  intermediate_size=128,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=16,
+)
 GREEDY = sampling.SamplingParams(temperature=0.0)
-HEADING = ("\n## Serving (bench/serve_bench.py)\n\n"
-           "| when (UTC) | measurement | ours | reference | ratio | setup |\n"
-           "|---|---|---|---|---|---|\n")
+HEADING = (
+  "\n## Serving (bench/serve_bench.py)\n\n"
+  "| when (UTC) | measurement | ours | reference | ratio | setup |\n"
+  "|---|---|---|---|---|---|\n"
+)
 
 
 def _args(argv):
@@ -59,14 +76,27 @@ def _args(argv):
   a = p.parse_args(argv)
   if a.tiny:
     a.batches, a.new, a.episodes, a.turns, a.observation, a.turn_tokens, a.max_len = (
-        "4", 8, 2, 3, 40, 6, 512)
+      "4",
+      8,
+      2,
+      3,
+      40,
+      6,
+      512,
+    )
   return a
 
 
 def _engine(cfg, params, slots, max_len, prefix_cache=True):
-  ecfg = engine_lib.EngineConfig(max_concurrent_decodes=slots, max_len=max_len,
-                                 max_prefill_length=max_len - 1, page_size=16,
-                                 prefill_chunk=512, prefill_batch=8, prefix_cache=prefix_cache)
+  ecfg = engine_lib.EngineConfig(
+    max_concurrent_decodes=slots,
+    max_len=max_len,
+    max_prefill_length=max_len - 1,
+    page_size=16,
+    prefill_chunk=512,
+    prefill_batch=8,
+    prefix_cache=prefix_cache,
+  )
   return engine_lib.TmaxEngine(cfg, ecfg, lambda: params).replicas[0].start(lambda e: None)
 
 
@@ -82,14 +112,25 @@ def decode_side_by_side(model, cfg, params, batch, a) -> dict:
 
   def theirs():
     with torch.no_grad():
-      model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=a.new,
-                     min_new_tokens=a.new, do_sample=False, pad_token_id=0)
+      model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=a.new,
+        min_new_tokens=a.new,
+        do_sample=False,
+        pad_token_id=0,
+      )
 
   c = report.compare(ours, theirs, pairs=a.pairs)
   tokens = batch * a.new
-  return dict(batch=batch, ours_tok_s=tokens / c.ours_median_s,
-              hf_tok_s=tokens / c.theirs_median_s, comparison=c.as_dict(), ratio=c.ratio_text(),
-              load=c.load_text())
+  return dict(
+    batch=batch,
+    ours_tok_s=tokens / c.ours_median_s,
+    hf_tok_s=tokens / c.theirs_median_s,
+    comparison=c.as_dict(),
+    ratio=c.ratio_text(),
+    load=c.load_text(),
+  )
 
 
 def run_episodes(sched, a, vocab: int) -> dict:
@@ -140,56 +181,84 @@ def multi_turn_side_by_side(cfg, params, a) -> dict:
   page_bytes = cached.core.memory_bytes()["kv_pool_bytes"] // page.num_pages
   dense = a.episodes * a.max_len * page_bytes // page.page_size
   peak = cached.stats["peak_pages_in_use"] * page_bytes
-  return dict(prefill_tokens_cached=stats["cached"]["prefill_tokens"],
-              prefill_tokens_plain=stats["plain"]["prefill_tokens"],
-              cached_tokens=stats["cached"]["cached_tokens"], comparison=c.as_dict(),
-              ratio=c.ratio_text(), load=c.load_text(), wall_s_cached=c.ours_median_s,
-              wall_s_plain=c.theirs_median_s, peak_kv_bytes_paged=int(peak),
-              kv_bytes_dense=int(dense), pool_kv_bytes=cached.core.memory_bytes()["kv_pool_bytes"])
+  return dict(
+    prefill_tokens_cached=stats["cached"]["prefill_tokens"],
+    prefill_tokens_plain=stats["plain"]["prefill_tokens"],
+    cached_tokens=stats["cached"]["cached_tokens"],
+    comparison=c.as_dict(),
+    ratio=c.ratio_text(),
+    load=c.load_text(),
+    wall_s_cached=c.ours_median_s,
+    wall_s_plain=c.theirs_median_s,
+    peak_kv_bytes_paged=int(peak),
+    kv_bytes_dense=int(dense),
+    pool_kv_bytes=cached.core.memory_bytes()["kv_pool_bytes"],
+  )
 
 
 def _rows(result, a) -> list[str]:
   when = result["when"]
-  setup = (f"Qwen3 d={result['shape']['hidden_size']} L={result['shape']['num_hidden_layers']} "
-           f"V={result['shape']['vocab_size']} fp32, {report.core_count()} CPUs")
-  rows = [f"| {when} | decode B={d['batch']}, prompt {a.prompt}, {a.new} new, greedy: tok/s "
-          f"| {d['ours_tok_s']:.0f} | HF generate {d['hf_tok_s']:.0f} | {d['ratio']} | "
-          f"{setup}, {d['load']} |" for d in result["decode"]]
+  setup = (
+    f"Qwen3 d={result['shape']['hidden_size']} L={result['shape']['num_hidden_layers']} "
+    f"V={result['shape']['vocab_size']} fp32, {report.core_count()} CPUs"
+  )
+  rows = [
+    f"| {when} | decode B={d['batch']}, prompt {a.prompt}, {a.new} new, greedy: tok/s "
+    f"| {d['ours_tok_s']:.0f} | HF generate {d['hf_tok_s']:.0f} | {d['ratio']} | "
+    f"{setup}, {d['load']} |"
+    for d in result["decode"]
+  ]
   m = result["multi_turn"]
-  rows.append(f"| {when} | {a.episodes} episodes x {a.turns} turns, {a.observation}-token "
-              f"observations, {a.turn_tokens} generated/turn: prefill tokens, wall s | "
-              f"prefix cache {m['prefill_tokens_cached']}, {m['wall_s_cached']:.1f} s | "
-              f"no cache {m['prefill_tokens_plain']}, {m['wall_s_plain']:.1f} s | {m['ratio']} "
-              f"| {setup}, {m['load']} |")
-  rows.append(f"| {when} | peak KV bytes of the multi-turn run | paged {m['peak_kv_bytes_paged']} "
-              f"| dense {a.episodes} x max_len {a.max_len}: {m['kv_bytes_dense']} | "
-              f"{m['kv_bytes_dense'] / max(m['peak_kv_bytes_paged'], 1):.2f}x | {setup} |")
+  rows.append(
+    f"| {when} | {a.episodes} episodes x {a.turns} turns, {a.observation}-token "
+    f"observations, {a.turn_tokens} generated/turn: prefill tokens, wall s | "
+    f"prefix cache {m['prefill_tokens_cached']}, {m['wall_s_cached']:.1f} s | "
+    f"no cache {m['prefill_tokens_plain']}, {m['wall_s_plain']:.1f} s | {m['ratio']} "
+    f"| {setup}, {m['load']} |"
+  )
+  rows.append(
+    f"| {when} | peak KV bytes of the multi-turn run | paged {m['peak_kv_bytes_paged']} "
+    f"| dense {a.episodes} x max_len {a.max_len}: {m['kv_bytes_dense']} | "
+    f"{m['kv_bytes_dense'] / max(m['peak_kv_bytes_paged'], 1):.2f}x | {setup} |"
+  )
   return rows
 
 
 def main(argv=None):
   import datetime  # pylint: disable=import-outside-toplevel
+
   a = _args(argv)
   shape = TINY if a.tiny else SMALL
   torch.manual_seed(0)
   torch.set_num_threads(report.core_count())
-  hf_cfg = transformers.Qwen3Config(tie_word_embeddings=True,
-                                    max_position_embeddings=a.max_len + 64, **shape)
+  hf_cfg = transformers.Qwen3Config(
+    tie_word_embeddings=True, max_position_embeddings=a.max_len + 64, **shape
+  )
   model = transformers.AutoModelForCausalLM.from_config(hf_cfg).float().eval()
   with tempfile.TemporaryDirectory() as d:
     model.save_pretrained(d)
     cfg, params = hf_io.load_pretrained(d)
-  result = dict(when=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-                shape=shape, cpu_threads=report.core_count(),
-                decode=[decode_side_by_side(model, cfg, params, int(b), a)
-                        for b in a.batches.split(",")],
-                multi_turn=multi_turn_side_by_side(cfg, params, a))
+  result = dict(
+    when=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+    shape=shape,
+    cpu_threads=report.core_count(),
+    decode=[decode_side_by_side(model, cfg, params, int(b), a) for b in a.batches.split(",")],
+    multi_turn=multi_turn_side_by_side(cfg, params, a),
+  )
   print(json.dumps(result))
-  loads = [x for d in result["decode"] + [result["multi_turn"]]
-           for x in (d["comparison"]["load_before"], d["comparison"]["load_after"])]
+  loads = [
+    x
+    for d in result["decode"] + [result["multi_turn"]]
+    for x in (d["comparison"]["load_before"], d["comparison"]["load_after"])
+  ]
   for row in _rows(result, a):
-    report.record_row(pathlib.Path(a.record) if a.record else None, "bench/serve_bench.py",
-                      HEADING, row, loads=tuple(loads))
+    report.record_row(
+      pathlib.Path(a.record) if a.record else None,
+      "bench/serve_bench.py",
+      HEADING,
+      row,
+      loads=tuple(loads),
+    )
   if a.out:
     out = pathlib.Path(a.out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -36,18 +36,24 @@ def _args(argv):
   p.add_argument("--turn_max", type=int, default=16384)
   p.add_argument("--page_size", type=int, default=64)
   p.add_argument("--tensor", default="1,2,4")
-  p.add_argument("--generating", type=float, default=0.5,
-                 help="fraction of episodes generating (the rest wait on their sandbox)")
-  p.add_argument("--contexts", default="8192,16384,32768",
-                 help="mean in-flight context (tokens) scenarios")
+  p.add_argument(
+    "--generating",
+    type=float,
+    default=0.5,
+    help="fraction of episodes generating (the rest wait on their sandbox)",
+  )
+  p.add_argument(
+    "--contexts", default="8192,16384,32768", help="mean in-flight context (tokens) scenarios"
+  )
   return p.parse_args(argv)
 
 
 def per_token_and_state(preset: str, tensor: int) -> tuple[float, float]:
   """(KV bytes per token, recurrent-state bytes per slot) one device of a replica with `tensor`
   devices holds (the engine's shardings; bf16 compute)."""
-  cfg = registry.preset(preset, dtypes=DtypePolicy(param_dtype="bfloat16",
-                                                 compute_dtype="bfloat16"))
+  cfg = registry.preset(
+    preset, dtypes=DtypePolicy(param_dtype="bfloat16", compute_dtype="bfloat16")
+  )
   shape = decode.CoreShape(slots=1, max_len=64, page_size=64, num_pages=1)
   mem = decode.PagedCore(cfg, shape).memory_bytes(per_device_of=tensor)  # 1 page, 1 slot
   return mem["kv_pool_bytes"] / 64, mem["state_bytes"] / shape.slots
@@ -65,18 +71,35 @@ def main(argv=None):
     scenarios = {"dense": dense, "paged, every episode at the cap": dense}
     for ctx in (int(c) for c in a.contexts.split(",")):
       pages = a.episodes * paged.pages_for(ctx, a.page_size) + int(
-          a.episodes * a.generating) * paged.pages_for(a.turn_max + 1, a.page_size)
+        a.episodes * a.generating
+      ) * paged.pages_for(a.turn_max + 1, a.page_size)
       scenarios[f"paged, mean context {ctx}"] = pages * a.page_size * kv_token / kv_split
-    rows.append(dict(tensor=tensor, kv_split=kv_split, state_bytes_per_device=state,
-                     kv_bytes_per_device=scenarios))
-  result = dict(preset=a.preset, episodes=a.episodes, max_len=a.max_len, page_size=a.page_size,
-                kv_bytes_per_token=kv_token, state_bytes_per_slot=state_slot,
-                generating=a.generating, turn_max=a.turn_max, rows=rows)
+    rows.append(
+      dict(
+        tensor=tensor,
+        kv_split=kv_split,
+        state_bytes_per_device=state,
+        kv_bytes_per_device=scenarios,
+      )
+    )
+  result = dict(
+    preset=a.preset,
+    episodes=a.episodes,
+    max_len=a.max_len,
+    page_size=a.page_size,
+    kv_bytes_per_token=kv_token,
+    state_bytes_per_slot=state_slot,
+    generating=a.generating,
+    turn_max=a.turn_max,
+    rows=rows,
+  )
   print(json.dumps(result))
   for r in rows:
     for name, b in r["kv_bytes_per_device"].items():
-      print(f"| tensor={r['tensor']} | {name} | {b / GB:.1f} GB KV + "
-            f"{r['state_bytes_per_device'] / GB:.1f} GB state |")
+      print(
+        f"| tensor={r['tensor']} | {name} | {b / GB:.1f} GB KV + "
+        f"{r['state_bytes_per_device'] / GB:.1f} GB state |"
+      )
   return result
 
 

@@ -1,5 +1,6 @@
 """Builds every task of a task set from its Dockerfile and runs the oracle and a no-op agent on each
-backend: the correctness table of issue #16 (task, language, build s, cached build s, oracle, no-op).
+backend: the correctness table of issue #16 (task, language, build s, cached build s, oracle,
+no-op).
 
   python3 bench/task_images.py --tb1 ../shared/data/tb1-public-sample \
       --tb2 ../shared/data/tb2-public-envs --backends bubblewrap,podman --out runs/task_images
@@ -38,12 +39,14 @@ def _language(name: str, task) -> str:
 def _load(args, out: pathlib.Path):
   from tmax_jax.tasks import tb1  # pylint: disable=import-outside-toplevel
   from tmax_jax.tasks.format import load_task, write_task  # pylint: disable=import-outside-toplevel
+
   tasks = []
   for d in sorted(pathlib.Path(args.tb1).iterdir()) if args.tb1 else []:
     if (d / "task.yaml").is_file():
       conv = out / "converted" / d.name
-      task = load_task(conv) if (conv / "task.toml").is_file() else write_task(
-          tb1.convert_tb1(d), conv)
+      task = (
+        load_task(conv) if (conv / "task.toml").is_file() else write_task(tb1.convert_tb1(d), conv)
+      )
       tasks.append(("tb1", d.name, task))
   for d in sorted(pathlib.Path(args.tb2).iterdir()) if args.tb2 else []:
     if (d / "task.toml").is_file():
@@ -55,26 +58,37 @@ def _load(args, out: pathlib.Path):
 
 def _build_times(task) -> dict:
   from tmax_jax.tasks import environment  # pylint: disable=import-outside-toplevel
+
   start = time.monotonic()
   built = environment.built_spec(task)
   first = time.monotonic() - start
   start = time.monotonic()
   again = environment.built_spec(task)
   cached = time.monotonic() - start
-  return {"build_s": round(first, 2), "cached_build_s": round(cached, 2), "image": built.image.id,
-          "same_image": again.image.id == built.image.id,
-          "new_layers": sum(1 for s in built.image.steps if not s["cached"]),
-          "warnings": list(built.image.warnings), "rewrites": list(built.image.rewrites)}
+  return {
+    "build_s": round(first, 2),
+    "cached_build_s": round(cached, 2),
+    "image": built.image.id,
+    "same_image": again.image.id == built.image.id,
+    "new_layers": sum(1 for s in built.image.steps if not s["cached"]),
+    "warnings": list(built.image.warnings),
+    "rewrites": list(built.image.rewrites),
+  }
 
 
 def _trial(kind: str, task, backend: str) -> dict:
   from tmax_jax.tasks import runner  # pylint: disable=import-outside-toplevel
+
   cfg = runner.RunnerConfig(backend=backend, memory_mb=4096)
   start = time.monotonic()
   res = (runner.run_oracle if kind == "oracle" else runner.run_noop)(task, cfg)
-  return {"reward": res.reward, "reason": res.reason[:2000], "seconds": round(
-      time.monotonic() - start, 1), "verifier_tail": res.logs.get("test-stdout.txt", "")[-3000:],
-          "environment": res.logs.get("environment.txt", "")}
+  return {
+    "reward": res.reward,
+    "reason": res.reason[:2000],
+    "seconds": round(time.monotonic() - start, 1),
+    "verifier_tail": res.logs.get("test-stdout.txt", "")[-3000:],
+    "environment": res.logs.get("environment.txt", ""),
+  }
 
 
 def _record(path: pathlib.Path, rec: dict) -> None:
@@ -87,30 +101,45 @@ def table(records: list[dict], backends: list[str]) -> str:
   builds = {r["task"]: r for r in records if r["kind"] == "build"}
   trials = {(r["task"], r["kind"], r["backend"]): r for r in records if r["kind"] != "build"}
   head = "| task | set | language | build s | cached build s |" + "".join(
-      f" oracle ({b}) | no-op ({b}) |" for b in backends)
+    f" oracle ({b}) | no-op ({b}) |" for b in backends
+  )
   lines = [head, "|" + "---|" * (5 + 2 * len(backends))]
   for task, b in sorted(builds.items()):
-    cells = [task, b["set"], b["language"], f"{b.get('build_s', '-')}",
-             f"{b.get('cached_build_s', '-')}"]
+    cells = [
+      task,
+      b["set"],
+      b["language"],
+      f"{b.get('build_s', '-')}",
+      f"{b.get('cached_build_s', '-')}",
+    ]
     if b.get("error"):
       cells[3] = "failed"
     for be in backends:
       for kind in ("oracle", "noop"):
         r = trials.get((task, kind, be))
-        cells.append("-" if r is None else f"{r['reward']:g}" + (
-            "" if r["reason"] == "ok" else f" ({r['reason'][:40]})"))
+        cells.append(
+          "-"
+          if r is None
+          else f"{r['reward']:g}" + ("" if r["reason"] == "ok" else f" ({r['reason'][:40]})")
+        )
     lines.append("| " + " | ".join(cells) + " |")
   for be in backends:
     for kind in ("oracle", "noop"):
-      rs = [r for (t, k, b), r in trials.items() if k == kind and b == be and builds[t]["set"] == (
-          "tb1" if kind == "oracle" else builds[t]["set"])]
+      rs = [
+        r
+        for (t, k, b), r in trials.items()
+        if k == kind
+        and b == be
+        and builds[t]["set"] == ("tb1" if kind == "oracle" else builds[t]["set"])
+      ]
       if rs:
         mean = sum(r["reward"] for r in rs) / len(rs)
         lines.append(f"\n{kind} {be}: mean reward {mean:.3f} over {len(rs)} tasks")
   total = sum(b.get("build_s", 0) for b in builds.values())
   cached = sum(b.get("cached_build_s", 0) for b in builds.values())
-  lines.append(f"\nbuilds: {total:.1f} s first, {cached:.1f} s cached "
-               f"({100 * cached / max(total, 1e-9):.1f}%)")
+  lines.append(
+    f"\nbuilds: {total:.1f} s first, {cached:.1f} s cached ({100 * cached / max(total, 1e-9):.1f}%)"
+  )
   return "\n".join(lines)
 
 
@@ -135,21 +164,34 @@ def main(argv=None) -> int:
   seen = {(r["task"], r["kind"], r.get("backend")) for r in done}
   backends = [b for b in args.backends.split(",") if b]
   tasks = _load(args, out)
-  jobs = [(s, n, t, kind, be) for s, n, t in tasks for kind, be in
-          [("build", None)] + [(k, be) for be in backends for k in (
-              ("oracle", "noop") if s == "tb1" else ("noop",))]]
+  jobs = [
+    (s, n, t, kind, be)
+    for s, n, t in tasks
+    for kind, be in [("build", None)]
+    + [(k, be) for be in backends for k in (("oracle", "noop") if s == "tb1" else ("noop",))]
+  ]
   bar = tqdm.tqdm(jobs, desc="task images", unit="job")
   for set_name, name, task, kind, backend in bar:
     bar.set_postfix_str(f"{name[:28]} {kind} {backend or ''}")
     if (name, kind, backend) in seen:
       continue
-    rec = {"task": name, "set": set_name, "kind": kind, "backend": backend,
-           "language": _language(name, task)}
+    rec = {
+      "task": name,
+      "set": set_name,
+      "kind": kind,
+      "backend": backend,
+      "language": _language(name, task),
+    }
     try:
       rec.update(_build_times(task) if kind == "build" else _trial(kind, task, backend))
     except Exception as err:  # pylint: disable=broad-except
-      rec.update({"error": f"{type(err).__name__}: {err}"[:3000], "reward": 0.0,
-                  "reason": f"error: {type(err).__name__}: {str(err)[:300]}"})
+      rec.update(
+        {
+          "error": f"{type(err).__name__}: {err}"[:3000],
+          "reward": 0.0,
+          "reason": f"error: {type(err).__name__}: {str(err)[:300]}",
+        }
+      )
       traceback.print_exc(file=sys.stderr)
     _record(path, rec)
     done.append(rec)

@@ -1,5 +1,6 @@
 """CPU train-step throughput: our jitted DPPO step vs a transformers + torch AdamW step on the same
-small Qwen3 config and batch (fp32 both; same loss: token-level DPPO binary TV; global-norm clip 1.0).
+small Qwen3 config and batch (fp32 both; same loss: token-level DPPO binary TV; global-norm clip
+1.0).
 
 Timed side by side with report.compare (a warm-up step each, then >= 5 alternated pairs); prints a
 BENCHMARKS.md table row, and with --append adds it unless the machine was busy.
@@ -11,7 +12,6 @@ import argparse
 import json
 import pathlib
 import sys
-
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -26,10 +26,19 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import report  # noqa: E402  (bench/report.py)
 from gpu_train_step import random_batch  # noqa: E402
 
-SMALL = dict(vocab_size=2048, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False)
-TINY = dict(SMALL, vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            head_dim=8)
+SMALL = dict(
+  vocab_size=2048,
+  hidden_size=256,
+  intermediate_size=768,
+  num_hidden_layers=4,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=64,
+  tie_word_embeddings=False,
+)
+TINY = dict(
+  SMALL, vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, head_dim=8
+)
 
 
 def jax_step(cfg: ModelConfig, batch):
@@ -52,8 +61,12 @@ def torch_step(cfg: ModelConfig, batch):
 
   torch.manual_seed(0)
   torch.set_num_threads(2)  # the CPU machines have 2 cores; same as XLA
-  hf = transformers.Qwen3Config(**{k: getattr(cfg, k) for k in SMALL}, rms_norm_eps=cfg.rms_norm_eps,
-                                rope_theta=cfg.rope_theta, attention_bias=False)
+  hf = transformers.Qwen3Config(
+    **{k: getattr(cfg, k) for k in SMALL},
+    rms_norm_eps=cfg.rms_norm_eps,
+    rope_theta=cfg.rope_theta,
+    attention_bias=False,
+  )
   model = transformers.Qwen3ForCausalLM(hf).float().train()
   opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
   tokens = torch.as_tensor(batch.tokens, dtype=torch.long)
@@ -84,7 +97,8 @@ HEADING = (
   "batch, fp32 both, median over alternated pairs; ratio = median of the per-pair ratios "
   "(> 1: ours faster) with its min-max.\n\n"
   "| when (UTC) | config | ours | transformers + torch | ratio | setup |\n"
-  "|---|---|---|---|---|---|\n")
+  "|---|---|---|---|---|---|\n"
+)
 
 
 def main(argv=None) -> dict:
@@ -102,14 +116,26 @@ def main(argv=None) -> dict:
   batch = random_batch(cfg, b, s, 0)
   c = report.compare(jax_step(cfg, batch), torch_step(cfg, batch), pairs=args.pairs)
   tokens = b * s
-  result = {"batch": b, "seq": s, "config": shape, "jax_tokens_per_s": tokens / c.ours_median_s,
-            "torch_tokens_per_s": tokens / c.theirs_median_s, **c.as_dict()}
+  result = {
+    "batch": b,
+    "seq": s,
+    "config": shape,
+    "jax_tokens_per_s": tokens / c.ours_median_s,
+    "torch_tokens_per_s": tokens / c.theirs_median_s,
+    **c.as_dict(),
+  }
   print(json.dumps(result, indent=1))
-  config = (f"Qwen3 D={cfg.hidden_size} L={cfg.num_hidden_layers} V={cfg.vocab_size}, "
-            f"B x S = {b} x {s}, fp32, remat={cfg.remat_policy}")
-  report.record_comparison(args.append, "bench/train_step.py", HEADING,
-                           [config, f"{tokens / c.ours_median_s:,.0f} tok/s",
-                            f"{tokens / c.theirs_median_s:,.0f} tok/s"], c)
+  config = (
+    f"Qwen3 D={cfg.hidden_size} L={cfg.num_hidden_layers} V={cfg.vocab_size}, "
+    f"B x S = {b} x {s}, fp32, remat={cfg.remat_policy}"
+  )
+  report.record_comparison(
+    args.append,
+    "bench/train_step.py",
+    HEADING,
+    [config, f"{tokens / c.ours_median_s:,.0f} tok/s", f"{tokens / c.theirs_median_s:,.0f} tok/s"],
+    c,
+  )
   if args.out:
     pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
   return result

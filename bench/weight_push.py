@@ -27,10 +27,19 @@ from tmax_jax.inference import server as server_lib
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
 
-TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-HEADING = ("\n## Weight push (bench/weight_push.py)\n\n| model | params | fp32 s | bf16 s | bf16 GB/s "
-           "| fp32/bf16 | load |\n|---|---|---|---|---|---|---|\n")
+TINY = dict(
+  vocab_size=256,
+  hidden_size=64,
+  intermediate_size=128,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=16,
+)
+HEADING = (
+  "\n## Weight push (bench/weight_push.py)\n\n| model | params | fp32 s | bf16 s | bf16 GB/s "
+  "| fp32/bf16 | load |\n|---|---|---|---|---|---|---|\n"
+)
 
 
 def _args(argv):
@@ -49,8 +58,11 @@ def main(argv=None) -> dict:
   cfg = registry.preset(args.preset, dtypes=f32, **(TINY if args.tiny else {}))
   params = jax.tree.map(np.asarray, registry.init_params(cfg, jax.random.key(0)))
   n_params = registry.count_params(params)
-  engine = engine_lib.TmaxEngine(cfg, engine_lib.EngineConfig(
-      max_concurrent_decodes=1, max_len=64, max_prefill_length=32), lambda: params)
+  engine = engine_lib.TmaxEngine(
+    cfg,
+    engine_lib.EngineConfig(max_concurrent_decodes=1, max_len=64, max_prefill_length=32),
+    lambda: params,
+  )
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=0))
   loop = asyncio.new_event_loop()
   client = loop.run_until_complete(_client(server.address))
@@ -67,21 +79,34 @@ def main(argv=None) -> dict:
     loop.close()
     server.stop()
   bf16_gb = n_params * 2 / 1e9
-  out = {"preset": args.preset, "tiny": args.tiny, "params": n_params,
-         "bf16_s": cmp.ours_median_s, "fp32_s": cmp.theirs_median_s,
-         "bf16_gb_s": bf16_gb / cmp.ours_median_s, "fp32_over_bf16": cmp.ratio,
-         "comparison": cmp.as_dict()}
+  out = {
+    "preset": args.preset,
+    "tiny": args.tiny,
+    "params": n_params,
+    "bf16_s": cmp.ours_median_s,
+    "fp32_s": cmp.theirs_median_s,
+    "bf16_gb_s": bf16_gb / cmp.ours_median_s,
+    "fp32_over_bf16": cmp.ratio,
+    "comparison": cmp.as_dict(),
+  }
   print(json.dumps(out))
   if args.out:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.out)) or ".")
     with os.fdopen(fd, "w") as f:
       json.dump(out, f)
     os.replace(tmp, args.out)
-  row = (f"| {args.preset}{' (tiny)' if args.tiny else ''} | {n_params / 1e6:.1f}M | "
-         f"{cmp.theirs_median_s:.3f} | {cmp.ours_median_s:.3f} | {out['bf16_gb_s']:.2f} | "
-         f"{cmp.ratio_text()} | {cmp.load_text()} |")
-  report.record_row(pathlib.Path(args.record) if args.record else None, "bench/weight_push.py",
-                    HEADING, row, loads=(cmp.load_before, cmp.load_after))
+  row = (
+    f"| {args.preset}{' (tiny)' if args.tiny else ''} | {n_params / 1e6:.1f}M | "
+    f"{cmp.theirs_median_s:.3f} | {cmp.ours_median_s:.3f} | {out['bf16_gb_s']:.2f} | "
+    f"{cmp.ratio_text()} | {cmp.load_text()} |"
+  )
+  report.record_row(
+    pathlib.Path(args.record) if args.record else None,
+    "bench/weight_push.py",
+    HEADING,
+    row,
+    loads=(cmp.load_before, cmp.load_after),
+  )
   return out
 
 

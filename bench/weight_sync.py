@@ -15,8 +15,9 @@ import os
 import pathlib
 import sys
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
@@ -32,13 +33,22 @@ from tmax_jax.loop.config import ServingConfig
 from tmax_jax.loop.weight_sync import WeightSync, served_target
 from tmax_jax.models import registry
 
-TINY = dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=4, head_dim=16)
+TINY = dict(
+  vocab_size=1024,
+  hidden_size=64,
+  intermediate_size=128,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=4,
+  head_dim=16,
+)
 MARKER = "Weight sync (trainer -> server)"
-HEADING = (f"\n## {MARKER}\n\n`python3 bench/weight_sync.py` (8 fake CPU devices; trainer "
-           "fsdp=2 x tensor=2 on 4, server on the other 4; fp32 -> bf16)\n\n"
-           "| model | params | device reshard s | gRPC UpdateWeights s | ratio | load |\n"
-           "|---|---|---|---|---|---|\n")
+HEADING = (
+  f"\n## {MARKER}\n\n`python3 bench/weight_sync.py` (8 fake CPU devices; trainer "
+  "fsdp=2 x tensor=2 on 4, server on the other 4; fp32 -> bf16)\n\n"
+  "| model | params | device reshard s | gRPC UpdateWeights s | ratio | load |\n"
+  "|---|---|---|---|---|---|\n"
+)
 
 
 def _args(argv):
@@ -57,8 +67,7 @@ def main(argv=None) -> dict:
   cfg = registry.preset("qwen3-0.6b", **(TINY if args.tiny else {}))
   devices = jax.devices()
   trainer_mesh = sharding.make_mesh(fsdp=2, tensor=2, devices=devices[:4])
-  params = registry.init_params(cfg, jax.random.key(0),
-                                sharding.param_shardings(cfg, trainer_mesh))
+  params = registry.init_params(cfg, jax.random.key(0), sharding.param_shardings(cfg, trainer_mesh))
   served_cfg = cfg.with_dtypes(param_dtype="bfloat16", compute_dtype="bfloat16")
   server_mesh = Mesh(np.asarray(devices[4:]).reshape(1, 4), ("replica", "tensor"))
   sync = WeightSync(trainer_mesh, served_target(served_cfg, server_mesh))
@@ -74,8 +83,7 @@ def main(argv=None) -> dict:
 
   def grpc_push():
     version[0] += 1
-    loop.run_until_complete(client.update_weights(params, version=version[0],
-                                                  timeout_s=3600))
+    loop.run_until_complete(client.update_weights(params, version=version[0], timeout_s=3600))
 
   try:
     result = report.compare(lambda: sync(params), grpc_push, pairs=args.pairs)
@@ -83,12 +91,24 @@ def main(argv=None) -> dict:
     loop.run_until_complete(client.__aexit__(None, None, None))
     server.stop()
   n = registry.count_params(params)
-  out = {"model": "tiny" if args.tiny else "qwen3-0.6b", "params": n,
-         "device_s": result.ours_median_s, "grpc_s": result.theirs_median_s, **result.as_dict()}
-  row = (f"| {out['model']} | {n / 1e6:.0f}M | {result.ours_median_s:.3f} | "
-         f"{result.theirs_median_s:.3f} | {result.ratio_text()} | {result.load_text()} |")
-  report.record_row(pathlib.Path(args.record) if args.record else None, MARKER, HEADING, row,
-                    loads=(result.load_before, result.load_after))
+  out = {
+    "model": "tiny" if args.tiny else "qwen3-0.6b",
+    "params": n,
+    "device_s": result.ours_median_s,
+    "grpc_s": result.theirs_median_s,
+    **result.as_dict(),
+  }
+  row = (
+    f"| {out['model']} | {n / 1e6:.0f}M | {result.ours_median_s:.3f} | "
+    f"{result.theirs_median_s:.3f} | {result.ratio_text()} | {result.load_text()} |"
+  )
+  report.record_row(
+    pathlib.Path(args.record) if args.record else None,
+    MARKER,
+    HEADING,
+    row,
+    loads=(result.load_before, result.load_after),
+  )
   print(json.dumps(out))
   if args.out:
     tmp = pathlib.Path(args.out).with_suffix(".tmp")

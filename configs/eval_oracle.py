@@ -11,6 +11,14 @@ from tmax_jax.tasks.runner import RunnerConfig
 
 
 def get_config():
-  return to_config_dict(EvalConfig(
-      tasks_dir="", output_dir="runs/eval_oracle", policy="oracle", harness="bash_tool",
-      runs_per_task=1, parallelism=2, runner=RunnerConfig(backend="", image="", memory_mb=4096)))
+  return to_config_dict(
+    EvalConfig(
+      tasks_dir="",
+      output_dir="runs/eval_oracle",
+      policy="oracle",
+      harness="bash_tool",
+      runs_per_task=1,
+      parallelism=2,
+      runner=RunnerConfig(backend="", image="", memory_mb=4096),
+    )
+  )

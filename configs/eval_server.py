@@ -16,10 +16,19 @@ from tmax_jax.tasks.runner import RunnerConfig
 
 
 def get_config():
-  return to_config_dict(EvalConfig(
-      tasks_dir="", output_dir="runs/eval", policy="server", address="127.0.0.1:9000", harness="bash_tool",
-      runs_per_task=4, parallelism=8, temperature=1.0,
+  return to_config_dict(
+    EvalConfig(
+      tasks_dir="",
+      output_dir="runs/eval",
+      policy="server",
+      address="127.0.0.1:9000",
+      harness="bash_tool",
+      runs_per_task=4,
+      parallelism=8,
+      temperature=1.0,
       model=ModelSpec(checkpoint="", preset=""),
       serving=ServingConfig(max_concurrent_decodes=8, max_len=65536, max_prefill_length=32768),
       episode=EpisodeConfig(family="qwen3"),
-      runner=RunnerConfig(backend="", image="", memory_mb=4096)))
+      runner=RunnerConfig(backend="", image="", memory_mb=4096),
+    )
+  )

@@ -18,18 +18,25 @@ from tmax_jax.train import config as train_config
 # one [128, 65536] batch. Three row buckets so short trajectories share rows; a micro-batch has
 # 8 x 64k token slots, i.e. one 64k row per batch shard for up to 8 data x fsdp shards (raise it
 # with the mesh: rows per micro-batch are rounded down to a multiple of the shards).
-PACKING = train_config.PackingConfig(tokens_per_micro_batch=8 * 65536,
-                                     row_lengths=(16384, 32768, 65536))
+PACKING = train_config.PackingConfig(
+  tokens_per_micro_batch=8 * 65536, row_lengths=(16384, 32768, 65536)
+)
 
 
 def get_config():
-  return to_config_dict(SFTConfig(
-      model=ModelSpec(preset="qwen3.5-27b", param_dtype="float32", compute_dtype="bfloat16",
-                      head_dtype="float32",
-                      overrides={"remat_policy": "full", "attention_impl": "auto"}),
+  return to_config_dict(
+    SFTConfig(
+      model=ModelSpec(
+        preset="qwen3.5-27b",
+        param_dtype="float32",
+        compute_dtype="bfloat16",
+        head_dtype="float32",
+        overrides={"remat_policy": "full", "attention_impl": "auto"},
+      ),
       episode=EpisodeConfig(family="qwen3_5"),
       train=train_config.sft_terminal_horizon(global_batch=128, packing=PACKING),
       seq_len=65536,
       output_dir="runs/sft_terminal_horizon",
       export_dir="runs/sft_terminal_horizon/hf",
-  ))
+    )
+  )

@@ -11,17 +11,24 @@ from tmax_jax.train import config as train_config
 
 # 64k-token trajectories of uneven length: packed micro-batches (as configs/sft_terminal_horizon.py)
 # of 8 x 64k token slots with 16k / 32k / 64k rows; raise the slots with the data x fsdp shards.
-PACKING = train_config.PackingConfig(tokens_per_micro_batch=8 * 65536,
-                                     row_lengths=(16384, 32768, 65536))
+PACKING = train_config.PackingConfig(
+  tokens_per_micro_batch=8 * 65536, row_lengths=(16384, 32768, 65536)
+)
 
 
 def get_config():
-  return to_config_dict(SFTConfig(
-      model=ModelSpec(preset="qwen3-8b", param_dtype="float32", compute_dtype="bfloat16",
-                      head_dtype="float32",
-                      overrides={"remat_policy": "full", "attention_impl": "auto"}),
+  return to_config_dict(
+    SFTConfig(
+      model=ModelSpec(
+        preset="qwen3-8b",
+        param_dtype="float32",
+        compute_dtype="bfloat16",
+        head_dtype="float32",
+        overrides={"remat_policy": "full", "attention_impl": "auto"},
+      ),
       train=train_config.sft_tmax_qwen3_8b(micro_batches=128, packing=PACKING),
       seq_len=65536,
       output_dir="runs/sft_qwen3_8b",
       export_dir="runs/sft_qwen3_8b/hf",
-  ))
+    )
+  )

@@ -7,7 +7,8 @@ import pathlib
 from tmax_jax.config_dict import to_config_dict
 
 _spec = importlib.util.spec_from_file_location(
-    "tmax_qwen3_5_9b", pathlib.Path(__file__).with_name("tmax_qwen3_5_9b.py"))
+  "tmax_qwen3_5_9b", pathlib.Path(__file__).with_name("tmax_qwen3_5_9b.py")
+)
 _base = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_base)
 

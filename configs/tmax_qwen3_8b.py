@@ -17,17 +17,21 @@ from tmax_jax.config_dict import to_config_dict
 from tmax_jax.loop.config import MeshConfig
 
 _spec = importlib.util.spec_from_file_location(
-    "tmax_qwen3_5_9b", pathlib.Path(__file__).with_name("tmax_qwen3_5_9b.py"))
+  "tmax_qwen3_5_9b", pathlib.Path(__file__).with_name("tmax_qwen3_5_9b.py")
+)
 _base = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_base)
 
 
 def get_config():
   cfg = _base.recipe(preset="qwen3-8b", max_response=32768)
-  model = dataclasses.replace(cfg.model, overrides={**cfg.model.overrides,
-                                                    "attention_q_chunk": 1024})
-  serving = dataclasses.replace(cfg.serving, replicas=2, tensor=4, max_concurrent_decodes=128,
-                                page_size=64, num_pages=20480)
+  model = dataclasses.replace(
+    cfg.model, overrides={**cfg.model.overrides, "attention_q_chunk": 1024}
+  )
+  serving = dataclasses.replace(
+    cfg.serving, replicas=2, tensor=4, max_concurrent_decodes=128, page_size=64, num_pages=20480
+  )
   train = dataclasses.replace(cfg.train, micro_batches=32)  # memory only: same optimizer step
-  return to_config_dict(dataclasses.replace(cfg, model=model, serving=serving, train=train,
-                                            mesh=MeshConfig(fsdp=8)))
+  return to_config_dict(
+    dataclasses.replace(cfg, model=model, serving=serving, train=train, mesh=MeshConfig(fsdp=8))
+  )

@@ -12,8 +12,9 @@ from tmax_jax.config_dict import from_config_dict
 from tmax_jax.loop.config import DemoConfig
 from tmax_jax.loop.demo import run_demo
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "demo config (configs/demo_cpu.py)",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "demo config (configs/demo_cpu.py)", lock_config=True
+)
 flags.mark_flags_as_required(["config"])
 
 

@@ -13,8 +13,9 @@ from ml_collections import config_flags
 from tmax_jax.config_dict import from_config_dict
 from tmax_jax.loop.evaluate import EvalConfig, evaluate, summary_text
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "eval config (configs/eval_*.py)",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "eval config (configs/eval_*.py)", lock_config=True
+)
 flags.mark_flags_as_required(["config"])
 
 

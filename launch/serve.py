@@ -8,8 +8,9 @@ from ml_collections import config_flags
 
 from tmax_jax.inference import launch_lib
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "serving config (configs/serve_*.py)",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "serving config (configs/serve_*.py)", lock_config=True
+)
 
 
 def main(argv):

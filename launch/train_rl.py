@@ -11,8 +11,9 @@ from tmax_jax.loop.config import RLConfig
 from tmax_jax.loop.rl import run_rl
 from tmax_jax.train.distributed import initialize
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "RL config (configs/*.py)",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "RL config (configs/*.py)", lock_config=True
+)
 flags.mark_flags_as_required(["config"])
 
 

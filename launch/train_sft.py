@@ -11,8 +11,9 @@ from tmax_jax.loop.config import SFTConfig
 from tmax_jax.loop.sft import run_sft
 from tmax_jax.train.distributed import initialize
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "SFT config (configs/sft_*.py)",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "SFT config (configs/sft_*.py)", lock_config=True
+)
 flags.mark_flags_as_required(["config"])
 
 
@@ -21,8 +22,10 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   initialize()  # multi-host from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
   result = run_sft(from_config_dict(SFTConfig, _CONFIG.value))
-  print(f"SFT done: {len(result.metrics)} steps, final loss {result.metrics[-1]['loss']:.4f}; "
-        f"export: {result.export_dir or '(none)'}")
+  print(
+    f"SFT done: {len(result.metrics)} steps, final loss {result.metrics[-1]['loss']:.4f}; "
+    f"export: {result.export_dir or '(none)'}"
+  )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ _FLAG = "--xla_force_host_platform_device_count=8"
 # XLA:CPU aborts the process when the fake devices' threads do not all reach a collective within
 # 40 s, which happens on a loaded 2-core machine; give them 15 minutes (tests spawning their own
 # jax processes add these flags too).
-SLOW_COLLECTIVE_FLAGS = ("--xla_cpu_collective_call_terminate_timeout_seconds=900 "
-                         "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120")
+SLOW_COLLECTIVE_FLAGS = (
+  "--xla_cpu_collective_call_terminate_timeout_seconds=900 "
+  "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120"
+)
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 if "collective_call_terminate" not in os.environ["XLA_FLAGS"]:
@@ -19,6 +21,7 @@ def require_base_rootfs():
   """Skips the calling test (with the reason) unless sandboxes can start from the built base
   rootfs; returns its path. Shared by every test that runs real sandboxes."""
   import pytest  # pylint: disable=import-outside-toplevel
+
   try:
     from tmax_jax.sandbox import open_sandbox  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     from tmax_jax.sandbox.images import is_built, rootfs_path  # pylint: disable=import-outside-toplevel

@@ -1,4 +1,5 @@
-"""bench/report.py: alternated side-by-side timing and the busy-machine guard (fake load readings)."""
+"""bench/report.py: alternated side-by-side timing and the busy-machine guard (fake load
+readings)."""
 
 import importlib.util
 import pathlib
@@ -8,7 +9,8 @@ import time
 import pytest
 
 _SPEC = importlib.util.spec_from_file_location(
-    "bench_report", pathlib.Path(__file__).resolve().parents[1] / "bench" / "report.py")
+  "bench_report", pathlib.Path(__file__).resolve().parents[1] / "bench" / "report.py"
+)
 report = importlib.util.module_from_spec(_SPEC)
 sys.modules[_SPEC.name] = report  # dataclasses look their module up while the class is built
 _SPEC.loader.exec_module(report)
@@ -53,11 +55,15 @@ def test_record_row_refuses_a_busy_machine(tmp_path, capsys):
 
 def test_rows_land_in_their_own_section(tmp_path):
   out = tmp_path / "BENCHMARKS.md"
-  out.write_text("## a (bench/a.py)\n\ntext\n\n| h |\n|---|\n| a1 |\n\n## b (bench/b.py)\n"
-                 "\n| h |\n|---|\n| b1 |\n")
+  out.write_text(
+    "## a (bench/a.py)\n\ntext\n\n| h |\n|---|\n| a1 |\n\n## b (bench/b.py)\n"
+    "\n| h |\n|---|\n| b1 |\n"
+  )
   report.append_row(out, "bench/a.py", "## a (bench/a.py)\n| h |\n", "| a2 |")
   report.append_row(out, "bench/b.py", "## b\n", "| b2 |")
   report.append_row(out, "bench/c.py", "\n## c (bench/c.py)\n| h |\n", "| c1 |")
-  assert out.read_text() == ("## a (bench/a.py)\n\ntext\n\n| h |\n|---|\n| a1 |\n| a2 |\n\n"
-                             "## b (bench/b.py)\n\n| h |\n|---|\n| b1 |\n| b2 |\n"
-                             "\n## c (bench/c.py)\n| h |\n| c1 |\n")
+  assert out.read_text() == (
+    "## a (bench/a.py)\n\ntext\n\n| h |\n|---|\n| a1 |\n| a2 |\n\n"
+    "## b (bench/b.py)\n\n| h |\n|---|\n| b1 |\n| b2 |\n"
+    "\n## c (bench/c.py)\n| h |\n| c1 |\n"
+  )

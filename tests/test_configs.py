@@ -184,6 +184,7 @@ def test_standalone_server_stops_on_the_family_tokens():
   from tmax_jax.inference import launch_lib
   from tmax_jax.models import registry
   from tmax_jax.tokenizers import stop_token_ids
+
   qwen3_5 = registry.preset("qwen3.5-9b")
   assert launch_lib.default_stop_token_ids(qwen3_5) == stop_token_ids("qwen3_5") != ()
   assert launch_lib.default_stop_token_ids(registry.preset("qwen3-8b")) == stop_token_ids("qwen3")

@@ -80,8 +80,24 @@ def test_hlo_census_of_a_tiny_fwd_bwd(capsys):
   census = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = census  # its dataclass looks its module up
   spec.loader.exec_module(census)
-  s = census.main(["--layers", "2", "--hidden", "64", "--vocab", "256", "--batch", "2",
-                   "--seq", "32", "--chunk", "16", "--top", "5"])
+  s = census.main(
+    [
+      "--layers",
+      "2",
+      "--hidden",
+      "64",
+      "--vocab",
+      "256",
+      "--batch",
+      "2",
+      "--seq",
+      "32",
+      "--chunk",
+      "16",
+      "--top",
+      "5",
+    ]
+  )
   assert s["matmul_flops"] > 0 and s["by_kind"]["dot"]["count"] > 0
   assert {"attention", "mlp", "head", "qkv_proj", "o_proj"} <= set(s["by_module"])
   assert len(s["top"]) == 5 and "top instructions by bytes" in capsys.readouterr().out

@@ -20,9 +20,17 @@ from tmax_jax.models.config import ModelConfig
 from tmax_jax.train.config import TrainConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CFG = ModelConfig(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=5,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                  tie_word_embeddings=False, remat_policy="full")
+CFG = ModelConfig(
+  vocab_size=1024,
+  hidden_size=128,
+  intermediate_size=256,
+  num_hidden_layers=5,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=32,
+  tie_word_embeddings=False,
+  remat_policy="full",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -44,12 +52,14 @@ def test_planned_trainer_memory_matches_the_compiled_step():
 
 def test_hybrid_models_are_cut_by_whole_periods():
   from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel
+
   cfg = registry.preset("qwen3.5-9b")
   p = plan.layer_period(cfg)
   assert p == 4 and plan.layer_period(CFG) == 1
   cut = plan.with_layers(cfg, 2 * p)
   assert cut.num_hidden_layers == 8 and tuple(cut.family_config.layer_types) == tuple(
-      cfg.family_config.layer_types[:8])
+    cfg.family_config.layer_types[:8]
+  )
 
 
 def test_server_cache_is_the_engines_page_pool():
@@ -68,11 +78,26 @@ def test_server_cache_is_the_engines_page_pool():
 @pytest.mark.slow
 def test_cli_plans_a_job_config():
   env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  r = subprocess.run([sys.executable, "-m", "tmax_jax.plan",
-                      "--config=tests/loop/rl_tiny_config.py",
-                      "--devices=8", "--device_memory_gb=1", "--config.mesh.num_devices=0",
-                      "--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2",
-                      "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+  r = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "tmax_jax.plan",
+      "--config=tests/loop/rl_tiny_config.py",
+      "--devices=8",
+      "--device_memory_gb=1",
+      "--config.mesh.num_devices=0",
+      "--config.mesh.data=2",
+      "--config.mesh.fsdp=2",
+      "--config.mesh.tensor=2",
+      "--json",
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=1200,
+  )
   assert r.returncode == 0, r.stderr[-3000:]
   out = json.loads(r.stdout.strip().splitlines()[-1])
   assert out["fits"] and 0 < out["peak"] < 1e9
@@ -84,9 +109,22 @@ def test_cli_plans_a_job_config():
 def test_recipe_mesh_passes_its_plan(config):
   """The topology a recipe config names (8 x H200, 141 GB) fits by its own plan."""
   env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  r = subprocess.run([sys.executable, "-m", "tmax_jax.plan", f"--config={config}", "--devices=8",
-                      "--device_memory_gb=141", "--json"], cwd=ROOT, env=env,
-                     capture_output=True, text=True, timeout=3000)
+  r = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "tmax_jax.plan",
+      f"--config={config}",
+      "--devices=8",
+      "--device_memory_gb=141",
+      "--json",
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=3000,
+  )
   assert r.returncode == 0, r.stderr[-3000:]
   out = json.loads(r.stdout.strip().splitlines()[-1])
   assert out["fits"], out

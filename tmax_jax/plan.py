@@ -50,7 +50,8 @@ if __name__ == "__main__":
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from tmax_jax import sharding
 from tmax_jax.inference import decode
@@ -66,6 +67,7 @@ from tmax_jax.train.config import TrainConfig
 @dataclasses.dataclass
 class Plan:
   """Per-device bytes of each part (trainer device / server device) and the verdict."""
+
   trainer: dict[str, float]
   server: dict[str, float]
   placement: str
@@ -84,9 +86,11 @@ class Plan:
   def table(self) -> str:
     rows = [f"{'trainer ' + k:<28}{v / GB:>10.2f} GB" for k, v in self.trainer.items()]
     rows += [f"{'server ' + k:<28}{v / GB:>10.2f} GB" for k, v in self.server.items()]
-    rows.append(f"{'peak per device':<28}{self.peak / GB:>10.2f} GB of "
-                f"{self.device_bytes / GB:.1f} ({self.placement}): "
-                f"{'FITS' if self.fits else 'DOES NOT FIT'}")
+    rows.append(
+      f"{'peak per device':<28}{self.peak / GB:>10.2f} GB of "
+      f"{self.device_bytes / GB:.1f} ({self.placement}): "
+      f"{'FITS' if self.fits else 'DOES NOT FIT'}"
+    )
     return "\n".join(rows + [f"note: {n}" for n in self.notes])
 
 
@@ -100,8 +104,9 @@ def _bytes_per_device(tree: Any) -> float:
 
 
 def _with(tree: Any, shardings: Any) -> Any:
-  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree,
-                      shardings)
+  return jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings
+  )
 
 
 def with_layers(cfg: ModelConfig, n: int) -> ModelConfig:
@@ -118,6 +123,7 @@ def layer_period(cfg: ModelConfig) -> int:
     return 1
   # pylint: disable-next=import-outside-toplevel
   from tmax_jax.models.decoder import layer_period as period
+
   return period(tuple(fam.layer_types))
 
 
@@ -127,8 +133,10 @@ def abstract_state(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh):
   params = _with(registry.abstract_params(model_cfg), param_shardings)
   optimizer = opt_lib.make_optimizer(train_cfg.optimizer)
   replicated = NamedSharding(mesh, P())
-  opt_state = _with(jax.eval_shape(optimizer.init, params),
-                    state_lib.opt_state_shardings(optimizer, params, replicated))
+  opt_state = _with(
+    jax.eval_shape(optimizer.init, params),
+    state_lib.opt_state_shardings(optimizer, params, replicated),
+  )
   scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
   return state_lib.TrainState(params, opt_state, scalar, rng), optimizer
@@ -137,56 +145,88 @@ def abstract_state(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh):
 def abstract_batch(train_cfg: TrainConfig, mesh: Mesh, rows: int, seq_len: int):
   """The step's TrainBatch as ShapeDtypeStructs (fields as batch.pack makes them)."""
   k = train_cfg.loss.top_k
-  one = batch_lib.pack([batch_lib.Trajectory(tokens=np.ones(4, np.int32),
-                                             loss_mask=np.ones(4, np.float32),
-                                             behaviour_logp=np.zeros(4, np.float32),
-                                             topk_ids=np.zeros((4, k), np.int32),
-                                             topk_logp=np.zeros((4, k), np.float32),
-                                             ref_logp=np.zeros(4, np.float32))],
-                       seq_len, num_rows=1, pack_rows=False,
-                       fields=train_cfg.loss.batch_fields(), top_k=k)
+  one = batch_lib.pack(
+    [
+      batch_lib.Trajectory(
+        tokens=np.ones(4, np.int32),
+        loss_mask=np.ones(4, np.float32),
+        behaviour_logp=np.zeros(4, np.float32),
+        topk_ids=np.zeros((4, k), np.int32),
+        topk_logp=np.zeros((4, k), np.float32),
+        ref_logp=np.zeros(4, np.float32),
+      )
+    ],
+    seq_len,
+    num_rows=1,
+    pack_rows=False,
+    fields=train_cfg.loss.batch_fields(),
+    top_k=k,
+  )
   rows_sharding = NamedSharding(mesh, P(step_lib.BATCH_AXES))
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct((rows,) + x.shape[1:], x.dtype,
-                                                     sharding=rows_sharding), one)
+  return jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct((rows,) + x.shape[1:], x.dtype, sharding=rows_sharding), one
+  )
 
 
-def compiled_step_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int,
-                         seq_len: int) -> dict[str, float]:
+def compiled_step_memory(
+  model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, seq_len: int
+) -> dict[str, float]:
   """XLA's memory analysis of the jitted train step (per device): argument, output, alias and
   temp bytes, and `total` = what the step needs at its peak (donated state aliased)."""
   state, optimizer = abstract_state(model_cfg, train_cfg, mesh)
   batch = abstract_batch(train_cfg, mesh, rows, seq_len)
-  step_fn = step_lib.make_step_fn(registry.build_model(model_cfg), model_cfg, train_cfg,
-                                  optimizer, mesh)
+  step_fn = step_lib.make_step_fn(
+    registry.build_model(model_cfg), model_cfg, train_cfg, optimizer, mesh
+  )
   shardings = jax.tree.map(lambda x: x.sharding, state)
-  jitted = jax.jit(step_fn, donate_argnums=(0,),
-                   out_shardings=(shardings, NamedSharding(mesh, P())))
+  jitted = jax.jit(
+    step_fn, donate_argnums=(0,), out_shardings=(shardings, NamedSharding(mesh, P()))
+  )
   with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
     mem = jitted.lower(state, batch).compile().memory_analysis()
-  out = {"argument": float(mem.argument_size_in_bytes), "output": float(mem.output_size_in_bytes),
-         "alias": float(mem.alias_size_in_bytes), "temp": float(mem.temp_size_in_bytes)}
+  out = {
+    "argument": float(mem.argument_size_in_bytes),
+    "output": float(mem.output_size_in_bytes),
+    "alias": float(mem.alias_size_in_bytes),
+    "temp": float(mem.temp_size_in_bytes),
+  }
   out["total"] = out["argument"] + out["temp"] + out["output"] - out["alias"]
   return out
 
 
-def trainer_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int,
-                   seq_len: int, layers: tuple[int, int] | None = None) -> dict[str, float]:
+def trainer_memory(
+  model_cfg: ModelConfig,
+  train_cfg: TrainConfig,
+  mesh: Mesh,
+  rows: int,
+  seq_len: int,
+  layers: tuple[int, int] | None = None,
+) -> dict[str, float]:
   """Per-device trainer bytes; activations from compiles at `layers` (default: two and three
   periods of the layer pattern; a scan of length one is compiled differently, its temp does not
   lie on the line) extrapolated to the model's layer count."""
   n = model_cfg.num_hidden_layers
   p = layer_period(model_cfg)
   l1, l2 = layers or (2 * p, 3 * p)
-  temps = [compiled_step_memory(with_layers(model_cfg, k), train_cfg, mesh, rows, seq_len)["temp"]
-           for k in (l1, l2)]
+  temps = [
+    compiled_step_memory(with_layers(model_cfg, k), train_cfg, mesh, rows, seq_len)["temp"]
+    for k in (l1, l2)
+  ]
   temp = temps[0] + (temps[1] - temps[0]) * (n - l1) / (l2 - l1)
   state, _ = abstract_state(model_cfg, train_cfg, mesh)
   params = _bytes_per_device(state.params)
-  grads = _bytes_per_device(jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32, sharding=x.sharding), state.params))
-  out = {"params": params, "optimizer": _bytes_per_device(state.opt_state), "gradients": grads,
-         "activations": max(temp - grads, 0.0),
-         "batch": _bytes_per_device(abstract_batch(train_cfg, mesh, rows, seq_len))}
+  grads = _bytes_per_device(
+    jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32, sharding=x.sharding), state.params
+    )
+  )
+  out = {
+    "params": params,
+    "optimizer": _bytes_per_device(state.opt_state),
+    "gradients": grads,
+    "activations": max(temp - grads, 0.0),
+    "batch": _bytes_per_device(abstract_batch(train_cfg, mesh, rows, seq_len)),
+  }
   out["total"] = sum(out.values()) + _bytes_per_device((state.step, state.rng))
   return out
 
@@ -196,10 +236,12 @@ def server_cache_bytes(served_cfg: ModelConfig, serving, mesh: Mesh) -> float:
   attention layer, split over tensor when the KV heads divide) and recurrent-state blocks, as
   decode.PagedCore lays them out for `serving` (slots, max_len, page_size, num_pages)."""
   from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
+
   engine_cfg = common.engine_config(serving)
-  replica = Mesh(np.asarray(mesh.devices).reshape(-1)[:mesh.shape["tensor"]], (decode.TENSOR,))
-  core = decode.PagedCore(served_cfg, engine_cfg.core_shape(decode.is_stateful(served_cfg)),
-                          replica)
+  replica = Mesh(np.asarray(mesh.devices).reshape(-1)[: mesh.shape["tensor"]], (decode.TENSOR,))
+  core = decode.PagedCore(
+    served_cfg, engine_cfg.core_shape(decode.is_stateful(served_cfg)), replica
+  )
   # pylint: disable-next=protected-access
   pool = _with(core._abstract_state()["pool"], core.state_shardings["pool"])
   return _bytes_per_device(pool)
@@ -207,24 +249,35 @@ def server_cache_bytes(served_cfg: ModelConfig, serving, mesh: Mesh) -> float:
 
 def server_memory(served_cfg: ModelConfig, serving, mesh: Mesh) -> dict[str, float]:
   from tmax_jax.loop.weight_sync import served_target  # pylint: disable=import-outside-toplevel
+
   replica = Mesh(np.asarray(mesh.devices)[:1], mesh.axis_names)
   # the engine's prepared head [D, V] in the head dtype (decode.PagedCore.prepare), counted as
   # split over the replica's tensor devices
-  head = (served_cfg.hidden_size * served_cfg.vocab_size *
-          jnp.dtype(served_cfg.dtypes.head).itemsize / replica.shape["tensor"])
-  out = {"params": _bytes_per_device(served_target(served_cfg, replica)), "head": float(head),
-         "cache": server_cache_bytes(served_cfg, serving, replica)}
+  head = (
+    served_cfg.hidden_size
+    * served_cfg.vocab_size
+    * jnp.dtype(served_cfg.dtypes.head).itemsize
+    / replica.shape["tensor"]
+  )
+  out = {
+    "params": _bytes_per_device(served_target(served_cfg, replica)),
+    "head": float(head),
+    "cache": server_cache_bytes(served_cfg, serving, replica),
+  }
   out["total"] = sum(out.values())
   return out
 
 
 def _model_config(spec) -> ModelConfig:
   from tmax_jax.inference import launch_lib  # pylint: disable=import-outside-toplevel
+
   # pylint: disable-next=import-outside-toplevel
   from tmax_jax.models.config import DtypePolicy, from_hf_config
+
   if spec.checkpoint:  # the config only: no weights are read
-    dtypes = DtypePolicy(param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype,
-                         head_dtype=spec.head_dtype)
+    dtypes = DtypePolicy(
+      param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype, head_dtype=spec.head_dtype
+    )
     return from_hf_config(spec.checkpoint, dtypes=dtypes)
   return launch_lib.model_from_config(spec)[0]
 
@@ -233,31 +286,36 @@ def _meshes(job, devices: list, processes: int):
   """(trainer mesh, one serving replica's mesh or None) of `job` on `devices` split into
   `processes` equal hosts, as loop/placement.py lays them out."""
   from tmax_jax.loop import placement  # pylint: disable=import-outside-toplevel
+
   if len(devices) % processes:
     raise ValueError(f"--devices={len(devices)} does not split into --processes={processes}")
   per = len(devices) // processes
-  hosts = [devices[i * per:(i + 1) * per] for i in range(processes)]
+  hosts = [devices[i * per : (i + 1) * per] for i in range(processes)]
   serving = getattr(job, "serving", None)
   if serving is None:
     return placement.build_mesh(job.mesh, devices, "mesh", f"{len(devices)} devices"), None
   n_serve = serving.replicas * serving.tensor
   if serving.placement == "disaggregated":
-    train = [d for h in hosts for d in h[:per - serving.devices]]
-    serve = hosts[0][per - serving.devices:]
+    train = [d for h in hosts for d in h[: per - serving.devices]]
+    serve = hosts[0][per - serving.devices :]
   else:
     train, serve = devices, hosts[0][:n_serve]
   if len(serve) < n_serve:
-    raise ValueError(f"serving.replicas x serving.tensor = {n_serve} does not fit {len(serve)} "
-                     "serving device(s) per host")
+    raise ValueError(
+      f"serving.replicas x serving.tensor = {n_serve} does not fit {len(serve)} "
+      "serving device(s) per host"
+    )
   trainer = placement.build_mesh(job.mesh, train, "mesh", f"{len(train)} trainer devices")
-  server = Mesh(np.asarray(serve[:n_serve]).reshape(serving.replicas, serving.tensor),
-                placement.SERVING_AXES)
+  server = Mesh(
+    np.asarray(serve[:n_serve]).reshape(serving.replicas, serving.tensor), placement.SERVING_AXES
+  )
   return trainer, server
 
 
 def plan_job(job, device_memory_gb: float, processes: int = 1) -> Plan:
   """The plan of an RLConfig / SFTConfig on every visible device (fake CPU devices here)."""
   from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
+
   model_cfg = _model_config(job.model)
   trainer_mesh, server_mesh = _meshes(job, jax.devices(), processes)
   rl = getattr(job, "rollout", None)
@@ -269,16 +327,24 @@ def plan_job(job, device_memory_gb: float, processes: int = 1) -> Plan:
     place = job.serving.placement
   notes = [f"trainer mesh {dict(trainer_mesh.shape)}"]
   if server_mesh is not None:
-    notes.append(f"server mesh {dict(server_mesh.shape)}, {job.serving.max_concurrent_decodes} "
-                 f"slots x {job.serving.max_len} tokens per replica")
+    notes.append(
+      f"server mesh {dict(server_mesh.shape)}, {job.serving.max_concurrent_decodes} "
+      f"slots x {job.serving.max_len} tokens per replica"
+    )
   # a trainer-only job is judged like a disaggregated one (each side on its own devices)
-  return Plan(trainer, server, "disaggregated" if place == "trainer only" else place,
-              device_memory_gb * GB, notes)
+  return Plan(
+    trainer,
+    server,
+    "disaggregated" if place == "trainer only" else place,
+    device_memory_gb * GB,
+    notes,
+  )
 
 
 def _job(config_dict):
   from tmax_jax.config_dict import from_config_dict  # pylint: disable=import-outside-toplevel
   from tmax_jax.loop.config import RLConfig, SFTConfig  # pylint: disable=import-outside-toplevel
+
   cls = RLConfig if "rollout" in config_dict else SFTConfig
   return from_config_dict(cls, config_dict)
 
@@ -286,21 +352,35 @@ def _job(config_dict):
 def main(argv) -> None:
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
+
   f = flags.FLAGS
   if jax.device_count() != f.devices:
-    raise SystemExit(f"--devices={f.devices} but jax sees {jax.device_count()} devices (run as "
-                     "python3 -m tmax_jax.plan so the fake devices are set up first)")
+    raise SystemExit(
+      f"--devices={f.devices} but jax sees {jax.device_count()} devices (run as "
+      "python3 -m tmax_jax.plan so the fake devices are set up first)"
+    )
   result = plan_job(_job(f.config), f.device_memory_gb, f.processes)
   if f.json:
-    print(json.dumps({"trainer": result.trainer, "server": result.server, "peak": result.peak,
-                      "fits": result.fits, "notes": result.notes}))
+    print(
+      json.dumps(
+        {
+          "trainer": result.trainer,
+          "server": result.server,
+          "peak": result.peak,
+          "fits": result.fits,
+          "notes": result.notes,
+        }
+      )
+    )
   else:
     print(result.table())
 
 
 if __name__ == "__main__":
-  from absl import app, flags as absl_flags  # pylint: disable=ungrouped-imports
+  from absl import app  # pylint: disable=ungrouped-imports
+  from absl import flags as absl_flags
   from ml_collections import config_flags
+
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
   absl_flags.DEFINE_integer("devices", 8, "devices of the topology (fake CPU devices here)")
   absl_flags.DEFINE_float("device_memory_gb", 80.0, "memory of one device, GB (1e9 bytes)")

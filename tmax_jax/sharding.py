@@ -20,8 +20,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 MESH_AXES = ("data", "fsdp", "sequence", "tensor")
 
 
-def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices: list | None = None, *,
-              sequence: int = 1) -> Mesh:
+def make_mesh(
+  data: int = 1, fsdp: int = -1, tensor: int = 1, devices: list | None = None, *, sequence: int = 1
+) -> Mesh:
   """A (data, fsdp, sequence, tensor) mesh; one size may be -1 (= the remaining devices).
 
   `sequence` is the context-parallel axis (activations' "length" split over devices); it defaults
@@ -81,9 +82,11 @@ def cluster_detected(env=os.environ) -> bool:
   return bool(env.get("SLURM_JOB_ID")) and int(env.get("SLURM_NTASKS", "1") or 1) > 1
 
 
-def initialize_distributed(coordinator_address: str | None = None,
-                           num_processes: int | None = None,
-                           process_id: int | None = None) -> bool:
+def initialize_distributed(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+) -> bool:
   """jax.distributed.initialize from arguments, else JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
   JAX_PROCESS_ID, else the cluster's environment (cluster_detected: SLURM, TPU pod). Returns False
   (and does nothing) for a single-process run."""
@@ -98,14 +101,23 @@ def initialize_distributed(coordinator_address: str | None = None,
       jax.distributed.initialize()
       return True
     return False
-  missing = [name for name, value in (("coordinator_address", coordinator_address),
-                                      ("num_processes", num_processes),
-                                      ("process_id", process_id)) if value is None]
+  missing = [
+    name
+    for name, value in (
+      ("coordinator_address", coordinator_address),
+      ("num_processes", num_processes),
+      ("process_id", process_id),
+    )
+    if value is None
+  ]
   if missing:
-    raise ValueError(f"multi-host init needs {missing} (flags or JAX_COORDINATOR_ADDRESS, "
-                     "JAX_NUM_PROCESSES, JAX_PROCESS_ID)")
+    raise ValueError(
+      f"multi-host init needs {missing} (flags or JAX_COORDINATOR_ADDRESS, "
+      "JAX_NUM_PROCESSES, JAX_PROCESS_ID)"
+    )
   if not 0 <= process_id < num_processes:
     raise ValueError(f"process_id={process_id} must be in [0, num_processes={num_processes})")
-  jax.distributed.initialize(coordinator_address=coordinator_address,
-                             num_processes=num_processes, process_id=process_id)
+  jax.distributed.initialize(
+    coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
+  )
   return True

@@ -6,8 +6,13 @@ import pytest
 
 from tmax_jax.agents import formats
 from tmax_jax.agents.episode import EpisodeResult
-from tmax_jax.agents.rollout import (GroupScheduler, NoUsableGroups, RolloutConfig,
-                                     TasksExhausted, cycle_tasks)
+from tmax_jax.agents.rollout import (
+  GroupScheduler,
+  NoUsableGroups,
+  RolloutConfig,
+  TasksExhausted,
+  cycle_tasks,
+)
 
 
 def _episode(reward: float, version: int) -> EpisodeResult:
@@ -94,7 +99,9 @@ def test_exhausted_tasks_raise_instead_of_hanging():
     return _episode(0.0, 0)
 
   async def main():
-    sched = GroupScheduler(iter([0, 0]), run_episode, RolloutConfig(group_size=2, prompts_per_batch=1))
+    sched = GroupScheduler(
+      iter([0, 0]), run_episode, RolloutConfig(group_size=2, prompts_per_batch=1)
+    )
     with pytest.raises(TasksExhausted):
       await asyncio.wait_for(sched.next_batch(0), timeout=10)
     await sched.close()
@@ -142,8 +149,9 @@ def test_indexed_groups_keep_their_index_and_are_counted_consumed():
 
   async def main():
     cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=1, max_groups_ahead=2)
-    sched = GroupScheduler(iter([(10, 1), (12, 0), (14, 1), (16, 1)]), run_episode, cfg,
-                           indexed=True)
+    sched = GroupScheduler(
+      iter([(10, 1), (12, 0), (14, 1), (16, 1)]), run_episode, cfg, indexed=True
+    )
     batch = await sched.next_batch(0)
     await sched.close()
     return batch, sched.consumed
@@ -165,8 +173,9 @@ def test_ordered_batches_follow_draw_order_and_put_back_the_rest():
 
   async def main():
     cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=0, max_groups_ahead=3)
-    sched = GroupScheduler(enumerate([1, 0, 1, 1, 1, 1]), run_episode, cfg, indexed=True,
-                           ordered=True)
+    sched = GroupScheduler(
+      enumerate([1, 0, 1, 1, 1, 1]), run_episode, cfg, indexed=True, ordered=True
+    )
     first = await sched.next_batch(0)
     calls_first = sorted(set(calls))
     calls.clear()

@@ -1,8 +1,7 @@
 """Fixtures: tiny HF checkpoints and in-process servers (real gRPC on 127.0.0.1)."""
 
-import pytest
-
 import inference_helpers as helpers
+import pytest
 
 
 @pytest.fixture(scope="session")

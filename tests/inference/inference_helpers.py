@@ -1,4 +1,5 @@
-"""Shared helpers: tiny random transformers models (the numerical reference) saved as checkpoints."""
+"""Shared helpers: tiny random transformers models (the numerical reference) saved as
+checkpoints."""
 
 import pathlib
 
@@ -9,12 +10,29 @@ import transformers
 VOCAB = 128
 # One serving shape for the tests: engines with the same model config and shape share compiled
 # programs (decode.PagedCore.shared), which keeps the suite's compile time down.
-ENGINE = dict(max_concurrent_decodes=4, max_len=512, max_prefill_length=64, page_size=8,
-              prefill_chunk=16, prefill_batch=4, max_topk=4)
+ENGINE = dict(
+  max_concurrent_decodes=4,
+  max_len=512,
+  max_prefill_length=64,
+  page_size=8,
+  prefill_chunk=16,
+  prefill_batch=4,
+  max_topk=4,
+)
 
-TINY = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-            rope_theta=10000.0, rms_norm_eps=1e-6, initializer_range=0.3)
+TINY = dict(
+  vocab_size=VOCAB,
+  hidden_size=64,
+  intermediate_size=128,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=16,
+  max_position_embeddings=512,
+  rope_theta=10000.0,
+  rms_norm_eps=1e-6,
+  initializer_range=0.3,
+)
 
 
 def hf_config(model_type: str, **overrides):
@@ -43,10 +61,16 @@ def hf_greedy(model, prompts: list[list[int]], new_tokens: int) -> list[list[int
   for p in prompts:
     ids = torch.tensor([p])
     with torch.no_grad():
-      gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                           min_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
-                           pad_token_id=0)
-    out.append(gen[0, len(p):].tolist())
+      gen = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+      )
+    out.append(gen[0, len(p) :].tolist())
   return out
 
 

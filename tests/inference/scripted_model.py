@@ -23,18 +23,26 @@ LOGIT = 10.0  # per unit of the normalised one-hot: successor logit = sqrt(D) * 
 def model_config():
   spec = tokenizers.get_spec(FAMILY)
   vocab = -(-spec.vocab_size // 64) * 64
-  return registry.preset("qwen3-0.6b", vocab_size=vocab, hidden_size=D, intermediate_size=64,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                         head_dim=16, tie_word_embeddings=False,
-                         dtypes=DtypePolicy(param_dtype="float32", compute_dtype="float32",
-                                            head_dtype="float32"))
+  return registry.preset(
+    "qwen3-0.6b",
+    vocab_size=vocab,
+    hidden_size=D,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    tie_word_embeddings=False,
+    dtypes=DtypePolicy(param_dtype="float32", compute_dtype="float32", head_dtype="float32"),
+  )
 
 
 def scripted_params(base, tokenizer, reply: str):
   """A copy of the param tree `base` (numpy) that answers any chat prompt (ending in the
   generation prompt) with `reply`."""
-  start = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
-                                        add_generation_prompt=True)
+  start = tokenizer.apply_chat_template(
+    [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+  )
   after = tokenizer.encode(start, add_special_tokens=False)[-1]
   stop = tokenizers.get_spec(FAMILY).stop_token_ids()[0]
   chain = [after] + tokenizer.encode(reply, add_special_tokens=False) + [stop]

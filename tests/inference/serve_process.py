@@ -10,14 +10,31 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def start(port: int, ready: pathlib.Path, log: pathlib.Path, *overrides: str,
-          config: str = "configs/serve_tiny.py", timeout_s: float = 300) -> subprocess.Popen:
+def start(
+  port: int,
+  ready: pathlib.Path,
+  log: pathlib.Path,
+  *overrides: str,
+  config: str = "configs/serve_tiny.py",
+  timeout_s: float = 300,
+) -> subprocess.Popen:
   """Starts the server and waits for its ready file; its output is appended to `log`."""
   ready.unlink(missing_ok=True)
-  cmd = [sys.executable, str(ROOT / "launch/serve.py"), f"--config={ROOT / config}",
-         f"--config.server.port={port}", f"--config.ready_file={ready}", *overrides]
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("a"), stderr=subprocess.STDOUT,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  cmd = [
+    sys.executable,
+    str(ROOT / "launch/serve.py"),
+    f"--config={ROOT / config}",
+    f"--config.server.port={port}",
+    f"--config.ready_file={ready}",
+    *overrides,
+  ]
+  proc = subprocess.Popen(
+    cmd,
+    cwd=ROOT,
+    stdout=log.open("a"),
+    stderr=subprocess.STDOUT,
+    env=dict(os.environ, JAX_PLATFORMS="cpu"),
+  )
   deadline = time.monotonic() + timeout_s
   while not ready.exists():
     if proc.poll() is not None or time.monotonic() > deadline:

@@ -30,8 +30,10 @@ def test_tree_map_alias_and_quiet_root_logger():
 
 def test_bind_host_defaults_to_loopback_and_restores():
   from tmax_jax.inference import compat
+
   compat.apply()
   from jetstream.core import server_lib
+
   before = server_lib._HOST
   with compat.bind_host():
     assert server_lib._HOST == "127.0.0.1"

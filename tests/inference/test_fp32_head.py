@@ -11,11 +11,11 @@ head's effect on it was -0.00012 +- 0.00034 (stderr): no detectable change. So (
 what that supports: the effect's 95% interval stays within 5% of the gap (an earlier version
 asserted the fp32 head also *lowers* (b); measured, it does not, beyond noise)."""
 
+import inference_helpers as helpers
 import numpy as np
 import pytest
-
-import inference_helpers as helpers
 from test_server import Served, _generate_all, _trainer_logprobs
+
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling
 from tmax_jax.models import DtypePolicy, hf_io
@@ -31,9 +31,17 @@ def _per_prompt_gaps(ckpt, head_dtype, prompts, refs):
     outs = _generate_all(s.address, prompts, 32, sampling.SamplingParams(seed=1))
   finally:
     s.server.stop()
-  return [np.array([np.mean(np.abs(np.asarray(o.logprobs) -
-                                   _trainer_logprobs(cfg, params, p, o.token_ids, 1.0)))
-                    for p, o in zip(prompts, outs)]) for cfg, params in refs]
+  return [
+    np.array(
+      [
+        np.mean(
+          np.abs(np.asarray(o.logprobs) - _trainer_logprobs(cfg, params, p, o.token_ids, 1.0))
+        )
+        for p, o in zip(prompts, outs)
+      ]
+    )
+    for cfg, params in refs
+  ]
 
 
 def test_fp32_head_closes_gap_to_trainer(tmp_path):
@@ -42,8 +50,9 @@ def test_fp32_head_closes_gap_to_trainer(tmp_path):
   prompts = helpers.prompts(8, seed=3)
   (f_trainer,) = _per_prompt_gaps(tmp_path, "float32", prompts, [trainer])
   (b_trainer,) = _per_prompt_gaps(tmp_path, "bfloat16", prompts, [trainer])
-  print(f"per-prompt |logp gap| vs bf16+fp32-head trainer: fp32 head {f_trainer}, bf16 head "
-        f"{b_trainer}")
+  print(
+    f"per-prompt |logp gap| vs bf16+fp32-head trainer: fp32 head {f_trainer}, bf16 head {b_trainer}"
+  )
   # Per prompt, not the mean: the served bf16 body reduces attention keys page block by page
   # block, the trainer over its whole row, so now and then one bf16 rounding flips and that
   # prompt's gap is ~1e-3 whatever the head (BUILD_NOTES "fp32 head finding").
@@ -65,6 +74,8 @@ def test_head_dtype_effect_on_gap_to_fp32_reference(tmp_path):
     gaps.append(f_gap)
   d, gap = np.concatenate(diffs), np.concatenate(gaps).mean()
   half_width = 1.96 * d.std(ddof=1) / np.sqrt(len(d))
-  print(f"gap to all-fp32: {gap:.5f}; bf16 head - fp32 head: {d.mean():+.5f} +- {half_width:.5f} "
-        f"(95%, n={len(d)})")
+  print(
+    f"gap to all-fp32: {gap:.5f}; bf16 head - fp32 head: {d.mean():+.5f} +- {half_width:.5f} "
+    f"(95%, n={len(d)})"
+  )
   assert abs(d.mean()) + half_width < 0.05 * gap

@@ -8,9 +8,20 @@ import pytest
 from tmax_jax import tokenizers
 from tmax_jax.inference import openai_chat as oc
 
-TOOL = {"type": "function", "function": {"name": "run", "parameters": {
-    "type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"},
-                                     "opts": {"type": "object"}}}}}
+TOOL = {
+  "type": "function",
+  "function": {
+    "name": "run",
+    "parameters": {
+      "type": "object",
+      "properties": {
+        "cmd": {"type": "string"},
+        "n": {"type": "integer"},
+        "opts": {"type": "object"},
+      },
+    },
+  },
+}
 
 
 @pytest.fixture(scope="module")
@@ -19,13 +30,16 @@ def tok():
 
 
 def test_xml_calls_are_typed_by_the_schema_and_bad_calls_stay_content():
-  text = ("Plan.\n<tool_call>\n<function=run>\n<parameter=cmd>\nls -la\n</parameter>\n"
-          "<parameter=n>\n3\n</parameter>\n<parameter=opts>\n{\"a\": [1]}\n</parameter>\n"
-          "</function>\n</tool_call>")
+  text = (
+    "Plan.\n<tool_call>\n<function=run>\n<parameter=cmd>\nls -la\n</parameter>\n"
+    '<parameter=n>\n3\n</parameter>\n<parameter=opts>\n{"a": [1]}\n</parameter>\n'
+    "</function>\n</tool_call>"
+  )
   content, calls = oc.parse_calls(text, "xml", [TOOL])
   assert content == "Plan."
   assert [json.loads(c["function"]["arguments"]) for c in calls] == [
-      {"cmd": "ls -la", "n": 3, "opts": {"a": [1]}}]
+    {"cmd": "ls -la", "n": 3, "opts": {"a": [1]}}
+  ]
   hermes = '<tool_call>\n{"name": "run", "arguments": {"cmd": "pwd"}}\n</tool_call>\n' * 2
   _, calls = oc.parse_calls(hermes, "hermes", [TOOL])
   assert [c["function"]["name"] for c in calls] == ["run", "run"]
@@ -58,10 +72,18 @@ def _feed(tok, req, text, fmt="hermes"):
 
 
 def test_streamed_deltas_add_up_to_the_message(tok):
-  req = oc.GenRequest(prompt_ids=(1,), max_tokens=99, stop=("STOP",), think_prefilled=True,
-                      parse_tools=True, tools=(TOOL,))
-  text = ('Hmm, über 😀 ok</think>\n\nSure<tool_call>\n{"name": "run", "arguments": {"n": 2}}\n'
-          '</tool_call>')
+  req = oc.GenRequest(
+    prompt_ids=(1,),
+    max_tokens=99,
+    stop=("STOP",),
+    think_prefilled=True,
+    parse_tools=True,
+    tools=(TOOL,),
+  )
+  text = (
+    'Hmm, über 😀 ok</think>\n\nSure<tool_call>\n{"name": "run", "arguments": {"n": 2}}\n'
+    "</tool_call>"
+  )
   choice, got, calls = _feed(tok, req, text)
   msg = choice.message()
   assert got["reasoning_content"] == msg["reasoning_content"] == "Hmm, über 😀 ok"
@@ -76,18 +98,28 @@ def test_streamed_deltas_add_up_to_the_message(tok):
 
 def test_request_checks_name_the_parameter(tok):
   base = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-  for extra, param in (({"n": 0}, "n"), ({"stop": ["a"] * 5}, "stop"), ({"top_p": 0}, "top_p"),
-                       ({"max_tokens": "9"}, "max_tokens"),
-                       ({"logit_bias": {"1": 2}}, "logit_bias"),
-                       ({"tool_choice": "required"}, "tool_choice"),
-                       ({"stream_options": {"include_usage": True}}, "stream_options"),
-                       ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-                        "messages[0].content[0]")):
+  for extra, param in (
+    ({"n": 0}, "n"),
+    ({"stop": ["a"] * 5}, "stop"),
+    ({"top_p": 0}, "top_p"),
+    ({"max_tokens": "9"}, "max_tokens"),
+    ({"logit_bias": {"1": 2}}, "logit_bias"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),
+    (
+      {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+      "messages[0].content[0]",
+    ),
+  ):
     with pytest.raises(oc.APIError) as err:
       oc.chat_request({**base, **extra}, tok, max_len=512, max_topk=4)
     assert err.value.status == 400 and err.value.param == param, extra
-  req = oc.chat_request({**base, "seed": 5, "n": 2, "logprobs": True, "top_logprobs": 4,
-                         "stop": "x"}, tok, max_len=512, max_topk=4)
+  req = oc.chat_request(
+    {**base, "seed": 5, "n": 2, "logprobs": True, "top_logprobs": 4, "stop": "x"},
+    tok,
+    max_len=512,
+    max_topk=4,
+  )
   assert req.top_logprobs == 4 and req.stop == ("x",)
   assert req.max_tokens == 512 - len(req.prompt_ids)
   assert req.sampling_params(1).seed == 6 and req.sampling_params(0).temperature == 1.0

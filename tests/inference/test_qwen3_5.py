@@ -1,11 +1,11 @@
 """Qwen3.5 (Gated DeltaNet + gated attention) through the server: the engine only sees the generic
 [L, B, ...] cache pytree, so conv/recurrent state rides the same prefill/insert/generate path."""
 
+import inference_helpers as helpers
 import numpy as np
 import pytest
-
-import inference_helpers as helpers
 from test_server import Served, _generate_all, _trainer_logprobs
+
 from tmax_jax.inference import sampling
 
 

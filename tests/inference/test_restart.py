@@ -4,11 +4,9 @@ servers over gRPC on one loopback port."""
 
 import asyncio
 
-import jax
-import numpy as np
+import inference_helpers as helpers
 import pytest
 
-import inference_helpers as helpers
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling
@@ -21,8 +19,10 @@ GREEDY = sampling.SamplingParams(temperature=0.0)
 def _start(d, port: int) -> server_lib.RolloutServer:
   cfg, params = hf_io.load_pretrained(d)
   engine = engine_lib.TmaxEngine(
-      cfg, engine_lib.EngineConfig(max_concurrent_decodes=2, max_len=2048, max_prefill_length=64),
-      lambda: params)
+    cfg,
+    engine_lib.EngineConfig(max_concurrent_decodes=2, max_len=2048, max_prefill_length=64),
+    lambda: params,
+  )
   return server_lib.start_server(engine, server_lib.ServerConfig(port=port))
 
 
@@ -37,8 +37,9 @@ def test_restart_loses_the_cut_request_and_resyncs_once(tmp_path):
   pushes, restarted = [], {}
 
   async def go():
-    cfg = client_lib.ClientConfig(timeout_s=120, max_attempts=200, backoff_s=0.05,
-                                  backoff_max_s=0.5)
+    cfg = client_lib.ClientConfig(
+      timeout_s=120, max_attempts=200, backoff_s=0.05, backoff_max_s=0.5
+    )
 
     async def resync():  # what the RL loop does: the new instance gets the current policy
       pushes.append(await c.update_weights(trained_params, version=3))

@@ -22,8 +22,14 @@ def _draw(logits_row, n, temperature=1.0, top_p=1.0, top_k=0, seed=0):
   logits = jnp.broadcast_to(jnp.asarray(logits_row, jnp.float32), (n, len(logits_row)))
   keys = jax.random.split(jax.random.key(seed), n)
   fn = jax.jit(sampling.sample)
-  return fn(logits, keys, jnp.zeros((n,), jnp.int32), jnp.full((n,), temperature, jnp.float32),
-            jnp.full((n,), top_p, jnp.float32), jnp.full((n,), top_k, jnp.int32))
+  return fn(
+    logits,
+    keys,
+    jnp.zeros((n,), jnp.int32),
+    jnp.full((n,), temperature, jnp.float32),
+    jnp.full((n,), top_p, jnp.float32),
+    jnp.full((n,), top_k, jnp.int32),
+  )
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -57,7 +63,7 @@ def test_truncation_never_emits_excluded_token(top_k, top_p):
   probs = np.asarray(jax.nn.softmax(logits))[order]
   allowed = order[:top_k] if top_k else order
   if top_p < 1.0:
-    p_k = probs[:len(allowed)] / probs[:len(allowed)].sum()
+    p_k = probs[: len(allowed)] / probs[: len(allowed)].sum()
     n_keep = int(np.searchsorted(np.cumsum(p_k), top_p) + 1)  # smallest prefix reaching top_p
     allowed = allowed[:n_keep]
   emitted = set(np.unique(np.asarray(tokens)).tolist())
@@ -81,8 +87,13 @@ def test_truncated_distribution_is_renormalised_softmax():
 def test_greedy_is_argmax_and_reports_t1_logprob():
   logits = jax.random.normal(jax.random.key(4), (16, 50))
   tokens, logp = jax.jit(sampling.sample)(
-      logits, jax.random.split(jax.random.key(0), 16), jnp.arange(16, dtype=jnp.int32),
-      jnp.zeros((16,)), jnp.ones((16,)), jnp.zeros((16,), jnp.int32))
+    logits,
+    jax.random.split(jax.random.key(0), 16),
+    jnp.arange(16, dtype=jnp.int32),
+    jnp.zeros((16,)),
+    jnp.ones((16,)),
+    jnp.zeros((16,), jnp.int32),
+  )
   np.testing.assert_array_equal(np.asarray(tokens), np.argmax(np.asarray(logits), -1))
   ref = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), np.asarray(tokens)[:, None], 1)
   np.testing.assert_allclose(np.asarray(logp), ref[:, 0], atol=1e-6)
@@ -118,8 +129,9 @@ def test_two_level_inverse_cdf_matches_softmax_across_blocks():
   probs = np.exp(logp.astype(np.float64) - logp[np.isfinite(logp)].max())
   probs /= probs.sum()
   u = jax.random.uniform(jax.random.key(1), (n, 2))
-  draws = np.asarray(jax.jit(sampling.inverse_cdf_sample)(
-      jnp.broadcast_to(jnp.asarray(logp), (n, v)), u))
+  draws = np.asarray(
+    jax.jit(sampling.inverse_cdf_sample)(jnp.broadcast_to(jnp.asarray(logp), (n, v)), u)
+  )
   assert np.all(np.isfinite(logp[draws]))
   counts = np.bincount(draws, minlength=v)
   likely = probs * n >= 20

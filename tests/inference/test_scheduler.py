@@ -2,12 +2,12 @@
 exhausted / freed, batched and chunked prefill, prefix-cache exactness (dense and Qwen3.5), top-K
 parity with the trainer's chunked head, JetStream's Engine API."""
 
+import inference_helpers as helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import inference_helpers as helpers
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling, scheduler
 from tmax_jax.models import hf_io, logprobs, registry
@@ -60,8 +60,9 @@ def test_greedy_matches_transformers_with_batched_and_chunked_prefill(models):
 def test_pages_admitted_exhausted_and_freed(models):
   """6 pages of 8 tokens: each request may need 3 (12 + 12 tokens), so 2 run and 2 wait for
   pages although slots are free; all finish correctly, and every page is free again."""
-  cfg = dataclasses_replace(SMALL, max_len=32, max_prefill_length=16, num_pages=6,
-                            prefix_cache=False)
+  cfg = dataclasses_replace(
+    SMALL, max_len=32, max_prefill_length=16, num_pages=6, prefix_cache=False
+  )
   sched = _sched(models, cfg=cfg)
   prompts = helpers.prompts(4, seed=2, lo=12, hi=13)
   for i, p in enumerate(prompts):
@@ -89,7 +90,7 @@ def test_long_prompt_prefills_in_chunks_while_others_stream(models):
   assert len(chunks) == 6  # the long prompt's 89 tokens in 16-token chunks
   assert all(kinds[i + 1] == "decode" for i in chunks)  # a decode step after every chunk
   ref = helpers.hf_greedy(models["qwen3"][2], [short, long], 40)
-  assert _tokens(out["short"]) == ref[0][:len(out["short"])]
+  assert _tokens(out["short"]) == ref[0][: len(out["short"])]
   assert _tokens(out["long"]) == ref[1][:8]
 
 
@@ -126,8 +127,9 @@ def test_multi_turn_episode_identical_with_and_without_prefix_cache(models, mode
 
 def _tensor_sched(models, model_type, tensor=2):
   model_cfg, params, _ = models[model_type]
-  engine = engine_lib.TmaxEngine(model_cfg, SMALL, lambda: params,
-                                 mesh=engine_lib.serving_mesh(replicas=1, tensor=tensor))
+  engine = engine_lib.TmaxEngine(
+    model_cfg, SMALL, lambda: params, mesh=engine_lib.serving_mesh(replicas=1, tensor=tensor)
+  )
   return engine.replicas[0].start(lambda events: None)
 
 
@@ -173,24 +175,28 @@ def test_topk_logprobs_match_trainer_chunked_head(models):
   cfg, params, _ = models["qwen3"]
   sched = _sched(models)
   prompt, t = helpers.prompts(1, seed=8)[0], 0.7
-  ev = helpers.collect(sched, [_seq(0, prompt, 12, sampling.SamplingParams(temperature=t, seed=2),
-                                    topk=4)])[0]
+  ev = helpers.collect(
+    sched, [_seq(0, prompt, 12, sampling.SamplingParams(temperature=t, seed=2), topk=4)]
+  )[0]
   completion = _tokens(ev)
   seq = jnp.asarray([prompt + completion])
   model = registry.build_model(cfg)
-  hidden, _ = model.apply({"params": params}, seq, jnp.arange(seq.shape[1])[None],
-                          jnp.ones_like(seq))
-  hidden = hidden[:, len(prompt) - 1:-1]  # the positions that predicted each completion token
+  hidden, _ = model.apply(
+    {"params": params}, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq)
+  )
+  hidden = hidden[:, len(prompt) - 1 : -1]  # the positions that predicted each completion token
   head = registry.head_weight(params, cfg)
   full = jax.nn.log_softmax(logprobs.full_logits(hidden, head) / t, axis=-1)[0]  # [n,V]
   ids = np.asarray([e.topk_ids for e in ev])
   np.testing.assert_array_equal(ids, np.argsort(-np.asarray(full), axis=-1)[:, :4])
-  want = topk_lib.topk_logprobs(hidden, head, jnp.asarray(ids)[None], chunk_size=8,
-                                temperature=t)[0]
+  want = topk_lib.topk_logprobs(hidden, head, jnp.asarray(ids)[None], chunk_size=8, temperature=t)[
+    0
+  ]
   # End to end (the served body vs the trainer's cache-free forward): the 1e-4 of the standard.
   np.testing.assert_allclose(np.asarray([e.topk_logprobs for e in ev]), want, atol=1e-4, rtol=0)
-  np.testing.assert_allclose([e.logprob for e in ev],
-                             np.asarray(full)[np.arange(len(ev)), completion], atol=1e-4, rtol=0)
+  np.testing.assert_allclose(
+    [e.logprob for e in ev], np.asarray(full)[np.arange(len(ev)), completion], atol=1e-4, rtol=0
+  )
   # The same distribution: a sampled token inside its own top-K has exactly that logprob.
   for e, tok in zip(ev, completion):
     if tok in e.topk_ids:
@@ -207,9 +213,10 @@ def test_jetstream_engine_api_prefill_insert_generate(models):
   prompts = helpers.prompts(2, seed=9)
   for slot, p in enumerate(prompts):
     padded = np.zeros((64,), np.int32)
-    padded[:len(p)] = p
-    state = rep.insert(rep.prefill(params=box, padded_tokens=padded, true_length=len(p)), state,
-                       slot)
+    padded[: len(p)] = p
+    state = rep.insert(
+      rep.prefill(params=box, padded_tokens=padded, true_length=len(p)), state, slot
+    )
   got = [[], []]
   for _ in range(10):
     state, result = rep.generate(box, state)
@@ -220,4 +227,5 @@ def test_jetstream_engine_api_prefill_insert_generate(models):
 
 def dataclasses_replace(cfg, **kw):
   import dataclasses  # pylint: disable=import-outside-toplevel
+
   return dataclasses.replace(cfg, **kw)

@@ -6,12 +6,12 @@ import functools
 import time
 
 import grpc
+import inference_helpers as helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import inference_helpers as helpers
 from tmax_jax.agents import episode, formats
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
@@ -49,6 +49,7 @@ def _generate_all(address, prompts, max_tokens, params=GREEDY, **kw):
   async def go():
     async with client_lib.RolloutClient(address, client_lib.ClientConfig(timeout_s=120)) as c:
       return await asyncio.gather(*[c.generate(p, max_tokens, params, **kw) for p in prompts])
+
   return asyncio.run(go())
 
 
@@ -74,10 +75,16 @@ def _trainer_fn(cfg, temperature):
     t = seq.shape[1]
     seg = (jnp.arange(t)[None] < n).astype(jnp.int32)
     hidden, _ = model.apply({"params": params}, seq, jnp.arange(t)[None], seg)
-    lp, _ = logprobs.token_logprobs(hidden[:, :-1], registry.head_weight(params, cfg), seq[:, 1:],
-                                    chunk_size=16, head_dtype=cfg.dtypes.head,
-                                    temperature=temperature)
+    lp, _ = logprobs.token_logprobs(
+      hidden[:, :-1],
+      registry.head_weight(params, cfg),
+      seq[:, 1:],
+      chunk_size=16,
+      head_dtype=cfg.dtypes.head,
+      temperature=temperature,
+    )
     return lp[0]
+
   return fn
 
 
@@ -85,9 +92,9 @@ def _trainer_logprobs(cfg, params, prompt, completion, temperature, pad_to=128):
   """logp of each completion token under the trainer's computation -> [len(completion)]."""
   ids = prompt + completion
   seq = np.zeros((1, max(pad_to, len(ids))), np.int32)
-  seq[0, :len(ids)] = ids
+  seq[0, : len(ids)] = ids
   lp = _trainer_fn(cfg, float(temperature))(params, jnp.asarray(seq), len(ids))
-  return np.asarray(lp[len(prompt) - 1:len(ids) - 1])
+  return np.asarray(lp[len(prompt) - 1 : len(ids) - 1])
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -115,7 +122,9 @@ def test_stop_tokens_end_the_stream(served):
   first = free.token_ids.index(stop)
   out = _generate_all(served.address, p, 32, stop_token_ids=[stop])[0]
   assert out.finish_reason == "stop"
-  assert out.token_ids == free.token_ids[:first + 1]  # the stop token is returned (RL trains on it)
+  assert (
+    out.token_ids == free.token_ids[: first + 1]
+  )  # the stop token is returned (RL trains on it)
 
 
 def test_multi_turn_token_prompt_continuation(served):
@@ -145,6 +154,7 @@ def test_bad_request_is_rejected_with_a_clear_error(served):
         await c.generate([1, 10_000], 4)
       with pytest.raises(client_lib.RolloutError, match="max_len"):
         await c.generate([1, 2], 1000)
+
   asyncio.run(go())
 
 
@@ -169,7 +179,7 @@ def test_top_logprobs_through_grpc_and_status_pages(served):
   traj.add_prompt(prompt)
   episode.add_generated(traj, out)  # the rollout's trajectory carries the top-K to the batch
   assert traj.topk_ids == [[]] * len(prompt) + out.topk_ids
-  assert traj.topk_logprobs[len(prompt):] == out.topk_logprobs
+  assert traj.topk_logprobs[len(prompt) :] == out.topk_logprobs
   assert status.max_topk == 4 and status.page_size == 8
   client_lib.check_top_logprobs(status, 4, served.address)  # what the RL loop checks at start
   with pytest.raises(ValueError, match="worker.top_logprobs=5 .* max_topk=4"):
@@ -180,24 +190,29 @@ def test_top_logprobs_through_grpc_and_status_pages(served):
 
 def test_jetstream_decode_and_health_check_still_served(served):
   from jetstream.core.proto import jetstream_pb2, jetstream_pb2_grpc
+
   prompt = helpers.prompts(1, seed=7)[0]
   with grpc.insecure_channel(served.address) as ch:
     stub = jetstream_pb2_grpc.OrchestratorStub(ch)
     assert stub.HealthCheck(jetstream_pb2.HealthCheckRequest(), timeout=10).is_live
     req = jetstream_pb2.DecodeRequest(
-        token_content=jetstream_pb2.DecodeRequest.TokenContent(token_ids=prompt), max_tokens=10)
-    ids = [t for r in stub.Decode(req, timeout=60) for s in r.stream_content.samples
-           for t in s.token_ids]
+      token_content=jetstream_pb2.DecodeRequest.TokenContent(token_ids=prompt), max_tokens=10
+    )
+    ids = [
+      t for r in stub.Decode(req, timeout=60) for s in r.stream_content.samples for t in s.token_ids
+    ]
   # The engine's default sampling is greedy.
   assert ids == helpers.hf_greedy(served.torch_model, [prompt], 10)[0]
 
 
 def test_jetstream_text_request_without_tokenizer_fails_clearly(served):
   from jetstream.core.proto import jetstream_pb2, jetstream_pb2_grpc
+
   with grpc.insecure_channel(served.address) as ch:
     stub = jetstream_pb2_grpc.OrchestratorStub(ch)
     req = jetstream_pb2.DecodeRequest(
-        text_content=jetstream_pb2.DecodeRequest.TextContent(text="hello"), max_tokens=4)
+      text_content=jetstream_pb2.DecodeRequest.TextContent(text="hello"), max_tokens=4
+    )
     with pytest.raises(grpc.RpcError) as err:
       list(stub.Decode(req, timeout=30))
     assert "tokenizer_path" in err.value.details()

@@ -5,11 +5,11 @@ scheduler per replica and routes multi-turn sessions to the replica holding thei
 
 import asyncio
 
+import inference_helpers as helpers
 import jax
 import numpy as np
 import pytest
 
-import inference_helpers as helpers
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling, scheduler
@@ -26,8 +26,9 @@ def setup(tmp_path_factory):
   cfg, params = hf_io.load_pretrained(d1)
   _, params2 = hf_io.load_pretrained(d2)
   single = engine_lib.TmaxEngine(cfg, ECFG, lambda: params)
-  sharded = engine_lib.TmaxEngine(cfg, ECFG, lambda: params,
-                                  mesh=engine_lib.serving_mesh(replicas=2, tensor=2))
+  sharded = engine_lib.TmaxEngine(
+    cfg, ECFG, lambda: params, mesh=engine_lib.serving_mesh(replicas=2, tensor=2)
+  )
   for e in (single, sharded):
     for rep in e.replicas:
       rep.start(lambda events: None)
@@ -36,8 +37,10 @@ def setup(tmp_path_factory):
 
 def _requests(prompts):
   greedy = sampling.SamplingParams(temperature=0.0)
-  return [scheduler.Sequence(i, p, 16, greedy if i % 2 else sampling.SamplingParams(seed=i))
-          for i, p in enumerate(prompts)]
+  return [
+    scheduler.Sequence(i, p, 16, greedy if i % 2 else sampling.SamplingParams(seed=i))
+    for i, p in enumerate(prompts)
+  ]
 
 
 def test_params_are_tensor_sharded_and_replicated(setup):
@@ -45,8 +48,10 @@ def test_params_are_tensor_sharded_and_replicated(setup):
   q = eng.served_params()["model"]["layers"]["self_attn"]["q_proj"]["kernel"]  # [L,D,N,H]
   assert tuple(q.sharding.spec)[:3] == (None, None, "tensor")
   assert len(q.sharding.device_set) == 2  # replica 0's two devices
-  devices = [set(r.load_params().get()[0]["params"]["model"]["norm"]["scale"].sharding.device_set)
-             for r in eng.replicas]
+  devices = [
+    set(r.load_params().get()[0]["params"]["model"]["norm"]["scale"].sharding.device_set)
+    for r in eng.replicas
+  ]
   assert not devices[0] & devices[1] and len(devices[0] | devices[1]) == 4
 
 
@@ -62,8 +67,9 @@ def test_sharded_replicas_match_single_device(setup):
   two = helpers.collect(routed, [])
   for i in range(len(prompts)):
     assert [e.token for e in two[i]] == [e.token for e in one[i]]
-    np.testing.assert_allclose([e.logprob for e in two[i]], [e.logprob for e in one[i]],
-                               rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+      [e.logprob for e in two[i]], [e.logprob for e in one[i]], rtol=0, atol=1e-5
+    )
 
 
 def test_multi_turn_session_routes_to_its_replica(setup):
@@ -79,14 +85,18 @@ def test_multi_turn_session_routes_to_its_replica(setup):
 def test_swap_of_params_in_param_shardings_has_no_host_round_trip(setup):
   eng = setup["sharded"]
   new = jax.device_put(setup["params2"], eng.param_shardings())  # the trainer's side
-  with jax.transfer_guard_host_to_device("disallow_explicit"), \
-       jax.transfer_guard_device_to_host("disallow_explicit"):
+  with (
+    jax.transfer_guard_host_to_device("disallow_explicit"),
+    jax.transfer_guard_device_to_host("disallow_explicit"),
+  ):
     eng.swap(new, version=1)
   assert eng.version == 1
   prompts = helpers.prompts(2, seed=3)
   greedy = sampling.SamplingParams(temperature=0.0)
-  out = helpers.collect([eng.replicas[0].scheduler, eng.replicas[1].scheduler],
-                        [scheduler.Sequence(i, p, 8, greedy) for i, p in enumerate(prompts)])
+  out = helpers.collect(
+    [eng.replicas[0].scheduler, eng.replicas[1].scheduler],
+    [scheduler.Sequence(i, p, 8, greedy) for i, p in enumerate(prompts)],
+  )
   assert [[e.token for e in out[i]] for i in range(2)] == helpers.hf_greedy(setup["m2"], prompts, 8)
   assert {e.version for i in range(2) for e in out[i]} == {1}
 
@@ -96,16 +106,19 @@ def test_grpc_server_over_replicas(tmp_path):
   both replicas."""
   model = helpers.save_tiny("qwen3", tmp_path)
   cfg, params = hf_io.load_pretrained(tmp_path)
-  engine = engine_lib.TmaxEngine(cfg, ECFG, lambda: params,
-                                 mesh=engine_lib.serving_mesh(replicas=2, tensor=2))
+  engine = engine_lib.TmaxEngine(
+    cfg, ECFG, lambda: params, mesh=engine_lib.serving_mesh(replicas=2, tensor=2)
+  )
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=0))
   prompts = helpers.prompts(6, seed=4)
 
   async def go():
-    async with client_lib.RolloutClient(server.address,
-                                        client_lib.ClientConfig(timeout_s=120)) as c:
-      outs = await asyncio.gather(*[
-          c.generate(p, 12, sampling.SamplingParams(temperature=0.0)) for p in prompts])
+    async with client_lib.RolloutClient(
+      server.address, client_lib.ClientConfig(timeout_s=120)
+    ) as c:
+      outs = await asyncio.gather(
+        *[c.generate(p, 12, sampling.SamplingParams(temperature=0.0)) for p in prompts]
+      )
       return outs, await c.status()
 
   try:

@@ -4,12 +4,12 @@ import asyncio
 import dataclasses
 
 import grpc
+import inference_helpers as helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import inference_helpers as helpers
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import rl_proto, sampling, updates
@@ -26,9 +26,7 @@ def served(tmp_path_factory):
   m2 = helpers.save_tiny("qwen3", d2, seed=1)  # the "trained" policy: different weights
   cfg, params = hf_io.load_pretrained(d1)
   _, params2 = hf_io.load_pretrained(d2)
-  engine = engine_lib.TmaxEngine(
-      cfg, engine_lib.EngineConfig(**helpers.ENGINE),
-      lambda: params)
+  engine = engine_lib.TmaxEngine(cfg, engine_lib.EngineConfig(**helpers.ENGINE), lambda: params)
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=0))
   yield dict(server=server, m1=m1, m2=m2, params2=params2, d2=d2)
   server.stop()
@@ -39,11 +37,14 @@ def test_push_changes_outputs_and_inflight_requests_complete(served):
   prompts = helpers.prompts(3, seed=10)
 
   async def go():
-    async with client_lib.RolloutClient(server.address,
-                                        client_lib.ClientConfig(timeout_s=120)) as c:
+    async with client_lib.RolloutClient(
+      server.address, client_lib.ClientConfig(timeout_s=120)
+    ) as c:
       before = await c.generate(prompts[0], 16, GREEDY)
-      long = [asyncio.create_task(c.generate(p, 400, sampling.SamplingParams(seed=i)))
-              for i, p in enumerate(prompts)]
+      long = [
+        asyncio.create_task(c.generate(p, 400, sampling.SamplingParams(seed=i)))
+        for i, p in enumerate(prompts)
+      ]
       while (await c.status()).active_requests < len(prompts):
         await asyncio.sleep(0.01)
       stats = server.engine.replicas[0].scheduler.stats
@@ -70,31 +71,40 @@ def test_push_changes_outputs_and_inflight_requests_complete(served):
 
 def _greedy(server, prompt, n=12):
   async def go():
-    async with client_lib.RolloutClient(server.address,
-                                        client_lib.ClientConfig(timeout_s=60)) as c:
+    async with client_lib.RolloutClient(server.address, client_lib.ClientConfig(timeout_s=60)) as c:
       return await c.generate(prompt, n, GREEDY)
+
   return asyncio.run(go())
 
 
 async def _raw_push(address: str, messages: list) -> None:
   """Sends hand-made UpdateWeights messages (a sender that breaks the protocol)."""
   async with grpc.aio.insecure_channel(address) as channel:
-    call = channel.stream_unary(rl_proto.method_path("UpdateWeights"),
-                                request_serializer=lambda m: m.SerializeToString(),
-                                response_deserializer=rl_proto.UpdateWeightsResponse.FromString)
+    call = channel.stream_unary(
+      rl_proto.method_path("UpdateWeights"),
+      request_serializer=lambda m: m.SerializeToString(),
+      response_deserializer=rl_proto.UpdateWeightsResponse.FromString,
+    )
     await call(iter(messages), timeout=30)
 
 
 def _stream(params, version: int, chunk: int = 1000) -> list:
   """The messages RolloutClient.update_weights sends, as a list (to corrupt one of them)."""
   specs = updates.manifest(params)
-  out = [rl_proto.UpdateWeightsRequest(version=version, manifest=[
-      rl_proto.TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in specs])]
+  out = [
+    rl_proto.UpdateWeightsRequest(
+      version=version,
+      manifest=[rl_proto.TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in specs],
+    )
+  ]
   for i, (spec, leaf) in enumerate(zip(specs, updates.named_leaves(params).values())):
     data, crc = updates.tensor_bytes(leaf, spec)
     for offset, piece in updates.chunks(data, chunk):
-      out.append(rl_proto.UpdateWeightsRequest(version=version, tensor=i, offset=offset,
-                                               data=piece, crc32=crc if offset == 0 else ""))
+      out.append(
+        rl_proto.UpdateWeightsRequest(
+          version=version, tensor=i, offset=offset, data=piece, crc32=crc if offset == 0 else ""
+        )
+      )
   return out
 
 
@@ -109,23 +119,30 @@ def test_refused_pushes_name_the_tensor_and_keep_serving(served):
   bad_shape = jax.tree.map(lambda x: x, p2)
   bad_shape["model"]["norm"]["scale"] = np.ones(3, np.float32)
   msgs = _stream(p2, before_version + 1)
-  target = next(i for i, m in enumerate(msgs) if m.tensor and m.data and m.offset > 0
-                and msgs[0].manifest[m.tensor].name == name)
+  target = next(
+    i
+    for i, m in enumerate(msgs)
+    if m.tensor and m.data and m.offset > 0 and msgs[0].manifest[m.tensor].name == name
+  )
   corrupt = list(msgs)
   data = bytearray(corrupt[target].data)
   data[7] ^= 0x01  # one flipped bit in the middle of the tensor
   corrupt[target] = rl_proto.UpdateWeightsRequest(
-      version=before_version + 1, tensor=corrupt[target].tensor, offset=corrupt[target].offset,
-      data=bytes(data))
+    version=before_version + 1,
+    tensor=corrupt[target].tensor,
+    offset=corrupt[target].offset,
+    data=bytes(data),
+  )
   truncated = msgs[:target]
 
   async def go():
-    async with client_lib.RolloutClient(server.address,
-                                        client_lib.ClientConfig(timeout_s=60)) as c:
+    async with client_lib.RolloutClient(server.address, client_lib.ClientConfig(timeout_s=60)) as c:
       with pytest.raises(client_lib.RolloutError, match=r"model/norm/scale: shape \(3,\)"):
         await c.update_weights(bad_shape, version=before_version + 1)
-    for messages, pattern in ((corrupt, f"{name}: checksum mismatch"),
-                              (truncated, "ended early: tensors .*" + name)):
+    for messages, pattern in (
+      (corrupt, f"{name}: checksum mismatch"),
+      (truncated, "ended early: tensors .*" + name),
+    ):
       with pytest.raises(grpc.aio.AioRpcError, match=pattern) as err:
         await _raw_push(server.address, messages)
       assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -142,8 +159,7 @@ def test_bf16_push_is_rounded_once_and_swapped_whole(served):
   version = server.driver.version + 1
 
   async def go():
-    async with client_lib.RolloutClient(server.address,
-                                        client_lib.ClientConfig(timeout_s=60)) as c:
+    async with client_lib.RolloutClient(server.address, client_lib.ClientConfig(timeout_s=60)) as c:
       return await c.update_weights(fresh, version=version, dtype="bfloat16")
 
   assert asyncio.run(go()) == version
@@ -177,8 +193,7 @@ def test_push_from_checkpoint_path_and_version_checks(served):
   server = served["server"]
 
   async def go():
-    async with client_lib.RolloutClient(server.address,
-                                        client_lib.ClientConfig(timeout_s=60)) as c:
+    async with client_lib.RolloutClient(server.address, client_lib.ClientConfig(timeout_s=60)) as c:
       v0 = (await c.status()).version
       v = await c.update_weights(path=str(served["d2"]), version=v0 + 5)
       with pytest.raises(client_lib.RolloutError, match=f"older than the served version {v}"):

@@ -4,9 +4,8 @@ launch/train_rl.py as real processes (multi-process, SIGKILL and resume).
 python3 launch/train_rl.py --config=tests/loop/rl_tiny_config.py --config.output_dir=/tmp/run
 """
 
-from tmax_jax.config_dict import to_config_dict
-
 from tests.loop.rl_helpers import tiny_rl_config
+from tmax_jax.config_dict import to_config_dict
 
 
 def get_config():

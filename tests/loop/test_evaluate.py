@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from tests.conftest import require_base_rootfs
 from tmax_jax.agents import harnesses
 from tmax_jax.loop import evaluate as E
 from tmax_jax.tasks import loader
@@ -18,19 +19,41 @@ from tmax_jax.tasks.procedural import registry
 from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tokenizers import load_tokenizer
 
-from tests.conftest import require_base_rootfs
-
 # Cheap, fast families (each oracle run < 1 s), one per category.
 FAMILIES = ("csv_aggregate", "find_large_files", "fix_permissions", "jq_inventory")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-TRIAL_KEYS = {"task": str, "category": str, "run": int, "reward": float, "passed": bool,
-              "reward_reason": str, "status": str, "turns": int, "tool_calls": int,
-              "format_errors": int, "response_tokens": int, "duration_s": float}
-AGG_KEYS = {"num_tasks", "num_trials", "runs_per_task", "pass_threshold", "pass@1", "pass@k",
-            "mean_reward", "num_errors", "unsupported_tasks", "status_counts", "mean_turns", "mean_tool_calls",
-            "mean_response_tokens", "mean_duration_s"}
+TRIAL_KEYS = {
+  "task": str,
+  "category": str,
+  "run": int,
+  "reward": float,
+  "passed": bool,
+  "reward_reason": str,
+  "status": str,
+  "turns": int,
+  "tool_calls": int,
+  "format_errors": int,
+  "response_tokens": int,
+  "duration_s": float,
+}
+AGG_KEYS = {
+  "num_tasks",
+  "num_trials",
+  "runs_per_task",
+  "pass_threshold",
+  "pass@1",
+  "pass@k",
+  "mean_reward",
+  "num_errors",
+  "unsupported_tasks",
+  "status_counts",
+  "mean_turns",
+  "mean_tool_calls",
+  "mean_response_tokens",
+  "mean_duration_s",
+}
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +87,13 @@ def _check_schema(results, out: pathlib.Path):
   on_disk = json.loads((out / "results.json").read_text())
   assert on_disk == json.loads(json.dumps(results))
   lines = (out / "trials.jsonl").read_text().splitlines()
-  assert sorted(json.loads(l)["task"] for l in lines) == sorted(r["task"] for r in results["trials"])
+  assert sorted(json.loads(line)["task"] for line in lines) == sorted(
+    r["task"] for r in results["trials"]
+  )
   png = (out / "pass_at_1.png").read_bytes()
   assert png.startswith(PNG_MAGIC)
   from matplotlib import image
+
   assert image.imread(str(out / "pass_at_1.png")).ndim == 3
   table = (out / "categories.txt").read_text()
   for cat in results["categories"]:
@@ -76,13 +102,16 @@ def _check_schema(results, out: pathlib.Path):
 
 # --- live: reference policies on procedural tasks -------------------------------------------------
 
+
 @pytest.mark.parametrize("harness", ["bash_tool", "terminus"])
 def test_oracle_scores_one_and_noop_zero(harness, proc_tasks, tmp_path, tok):
   root = require_base_rootfs()
   if harness == "terminus" and not (root / "usr" / "bin" / "tmux").exists():
     pytest.skip(f"tmux is not in the base rootfs {root} (sandbox/packages.txt)")
-  oracle = E.evaluate(_cfg(proc_tasks, tmp_path / "oracle", policy="oracle", harness=harness,
-                           parallelism=2), tokenizer=tok)
+  oracle = E.evaluate(
+    _cfg(proc_tasks, tmp_path / "oracle", policy="oracle", harness=harness, parallelism=2),
+    tokenizer=tok,
+  )
   _check_schema(oracle, tmp_path / "oracle")
   agg = oracle["aggregate"]
   assert agg["num_errors"] == 0, [r["error"] for r in oracle["trials"]]
@@ -92,8 +121,12 @@ def test_oracle_scores_one_and_noop_zero(harness, proc_tasks, tmp_path, tok):
   assert all(r["tool_calls"] >= 1 and r["response_tokens"] > 0 for r in oracle["trials"])
   assert len(oracle["categories"]) == len(FAMILIES)
 
-  noop = E.evaluate(_cfg(proc_tasks, tmp_path / "noop", policy="noop", harness=harness,
-                         runs_per_task=2, parallelism=2), tokenizer=tok)
+  noop = E.evaluate(
+    _cfg(
+      proc_tasks, tmp_path / "noop", policy="noop", harness=harness, runs_per_task=2, parallelism=2
+    ),
+    tokenizer=tok,
+  )
   _check_schema(noop, tmp_path / "noop")
   agg = noop["aggregate"]
   assert agg["num_errors"] == 0 and agg["num_trials"] == 2 * len(FAMILIES)
@@ -105,7 +138,8 @@ def test_oracle_scores_one_and_noop_zero(harness, proc_tasks, tmp_path, tok):
 def _tb1_task(root: pathlib.Path) -> pathlib.Path:
   d = root / "tb1-greeting"
   (d / "tests").mkdir(parents=True)
-  (d / "task.yaml").write_text(textwrap.dedent("""\
+  (d / "task.yaml").write_text(
+    textwrap.dedent("""\
       instruction: Write the line 'hello from tb1' to /app/greeting.txt.
       difficulty: easy
       category: file-operations
@@ -113,14 +147,18 @@ def _tb1_task(root: pathlib.Path) -> pathlib.Path:
       parser_name: pytest
       max_agent_timeout_sec: 60
       max_test_timeout_sec: 60
-      """))
-  (d / "Dockerfile").write_text("FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest\n"
-                                "WORKDIR /app\n")
-  (d / "run-tests.sh").write_text("#!/bin/bash\npip install pytest\n"
-                                  "uv run pytest $TEST_DIR/test_outputs.py -rA\n")
+      """)
+  )
+  (d / "Dockerfile").write_text(
+    "FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest\nWORKDIR /app\n"
+  )
+  (d / "run-tests.sh").write_text(
+    "#!/bin/bash\npip install pytest\nuv run pytest $TEST_DIR/test_outputs.py -rA\n"
+  )
   (d / "tests" / "test_outputs.py").write_text(
-      "from pathlib import Path\n\ndef test_greeting():\n"
-      "  assert Path('/app/greeting.txt').read_text() == 'hello from tb1\\n'\n")
+    "from pathlib import Path\n\ndef test_greeting():\n"
+    "  assert Path('/app/greeting.txt').read_text() == 'hello from tb1\\n'\n"
+  )
   (d / "solution.sh").write_text("#!/bin/bash\necho 'hello from tb1' > /app/greeting.txt\n")
   return d
 
@@ -131,14 +169,16 @@ def test_tb1_and_tb2_tasks_in_one_directory(tmp_path, tok):
   _tb1_task(tasks)
   registry.write("csv_aggregate", 1, 0, tasks / "nested" / "csv")
   assert [loader.task_format(d) for d in loader.find_task_dirs(tasks)] == ["tb2", "tb1"]
-  oracle = E.evaluate(_cfg(tasks, tmp_path / "o", policy="oracle", harness="mini_swe"),
-                      tokenizer=tok)
+  oracle = E.evaluate(
+    _cfg(tasks, tmp_path / "o", policy="oracle", harness="mini_swe"), tokenizer=tok
+  )
   _check_schema(oracle, tmp_path / "o")
   assert oracle["aggregate"]["pass@1"]["mean"] == 1.0, oracle["trials"]
   assert set(oracle["categories"]) == {"file-operations", "data_processing"}
   assert (tmp_path / "o" / "converted" / "tb1-greeting" / "task.toml").is_file()
-  noop = E.evaluate(_cfg(tasks, tmp_path / "n", policy="noop", harness="mini_swe", plot=False),
-                    tokenizer=tok)
+  noop = E.evaluate(
+    _cfg(tasks, tmp_path / "n", policy="noop", harness="mini_swe", plot=False), tokenizer=tok
+  )
   assert noop["aggregate"]["pass@1"]["mean"] == 0.0 and noop["aggregate"]["num_errors"] == 0
   assert not (tmp_path / "n" / "pass_at_1.png").exists()
 
@@ -146,9 +186,15 @@ def test_tb1_and_tb2_tasks_in_one_directory(tmp_path, tok):
 def test_cli(proc_tasks, tmp_path):
   require_base_rootfs()
   out = tmp_path / "cli"
-  cmd = [sys.executable, str(REPO / "launch" / "eval.py"), f"--config={REPO}/configs/eval_oracle.py",
-         f"--config.tasks_dir={proc_tasks / 'fix_permissions'}", f"--config.output_dir={out}",
-         "--config.runs_per_task=2", "--config.harness=mini_swe"]
+  cmd = [
+    sys.executable,
+    str(REPO / "launch" / "eval.py"),
+    f"--config={REPO}/configs/eval_oracle.py",
+    f"--config.tasks_dir={proc_tasks / 'fix_permissions'}",
+    f"--config.output_dir={out}",
+    "--config.runs_per_task=2",
+    "--config.harness=mini_swe",
+  ]
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "pass@1 = 1.0000 +- 0.0000 (1 tasks x 2 runs)" in proc.stdout
@@ -169,11 +215,21 @@ def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
   assert "WARNING: 1 trial(s) raised errors" in E.summary_text(res)
   # Nothing listens on the port: the server error is recorded per trial, not turned into a 0.
   import socket
+
   with socket.socket() as sock:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-  res = E.evaluate(_cfg(tasks, tmp_path / "s", policy="server", address=f"127.0.0.1:{port}",
-                        request_timeout_s=2.0, plot=False), tokenizer=tok)
+  res = E.evaluate(
+    _cfg(
+      tasks,
+      tmp_path / "s",
+      policy="server",
+      address=f"127.0.0.1:{port}",
+      request_timeout_s=2.0,
+      plot=False,
+    ),
+    tokenizer=tok,
+  )
   rec = res["trials"][0]
   assert rec["status"] == "error" and "ServerUnavailableError" in rec["error"], rec
   assert res["aggregate"]["num_errors"] == 1
@@ -187,8 +243,9 @@ def test_unsupported_tasks_are_reported_not_scored(tmp_path, tok):
   registry.write("csv_aggregate", 2, 0, tasks / "csv")
   pod = registry.write("csv_aggregate", 3, 0, tasks / "pod")
   toml = pod.path / "task.toml"
-  toml.write_text(toml.read_text().replace("[metadata]\n",
-                                           '[metadata]\ncompose_services = ["app", "db"]\n', 1))
+  toml.write_text(
+    toml.read_text().replace("[metadata]\n", '[metadata]\ncompose_services = ["app", "db"]\n', 1)
+  )
   res = E.evaluate(_cfg(tasks, tmp_path / "o", policy="oracle"), tokenizer=tok)
   by_task = {r["task"]: r for r in res["trials"]}
   assert by_task[pod.name]["status"] == "unsupported"
@@ -200,7 +257,9 @@ def test_unsupported_tasks_are_reported_not_scored(tmp_path, tok):
   assert "1 task(s) unsupported here" in E.summary_text(res)
 
 
-# --- no sandbox: discovery, config, aggregation ------------------------------------------------------
+# --- no sandbox: discovery, config, aggregation
+# ------------------------------------------------------
+
 
 def test_find_task_dirs_and_errors(tmp_path, proc_tasks):
   assert [d.name for d in loader.find_task_dirs(proc_tasks)] == sorted(FAMILIES)
@@ -215,12 +274,15 @@ def test_find_task_dirs_and_errors(tmp_path, proc_tasks):
   assert E.category(tasks[0]) == "data_processing"
 
 
-@pytest.mark.parametrize("kw,match", [
+@pytest.mark.parametrize(
+  "kw,match",
+  [
     (dict(policy="human"), "policy='human'"),
     (dict(harness="swe"), "harness='swe'"),
     (dict(runs_per_task=0), "runs_per_task=0"),
     (dict(policy="server"), "needs `address`"),
-])
+  ],
+)
 def test_config_errors(kw, match):
   base = dict(tasks_dir="/x", output_dir="/y")
   with pytest.raises(ValueError, match=match):
@@ -235,7 +297,9 @@ def test_missing_dirs_are_named(tmp_path):
 @pytest.mark.parametrize("path", sorted(REPO.glob("configs/eval_*.py")), ids=lambda p: p.name)
 def test_config_files_build(path):
   import importlib.util
+
   from tmax_jax.config_dict import from_config_dict
+
   spec = importlib.util.spec_from_file_location(path.stem, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -244,9 +308,19 @@ def test_config_files_build(path):
 
 
 def _rec(task, cat, run, reward, **kw):
-  return {"task": task, "category": cat, "run": run, "reward": reward, "passed": reward >= 1.0,
-          "status": "submitted", "turns": 2, "tool_calls": 1, "response_tokens": 10,
-          "duration_s": 1.0, **kw}
+  return {
+    "task": task,
+    "category": cat,
+    "run": run,
+    "reward": reward,
+    "passed": reward >= 1.0,
+    "status": "submitted",
+    "turns": 2,
+    "tool_calls": 1,
+    "response_tokens": 10,
+    "duration_s": 1.0,
+    **kw,
+  }
 
 
 def test_aggregate_maths():
@@ -266,8 +340,13 @@ def test_aggregate_maths():
   assert s["aggregate"]["pass@k"]["4"] == pytest.approx(2 / 3)
   assert s["categories"]["x"]["pass@1"] == pytest.approx(0.5)
   assert s["categories"]["x"]["stderr"] == pytest.approx(math.sqrt(0.125) / math.sqrt(2))
-  assert s["categories"]["y"] == {"num_tasks": 1, "num_trials": 4, "pass@1": 0.0, "stderr": 0.0,
-                                  "mean_reward": 0.0}
+  assert s["categories"]["y"] == {
+    "num_tasks": 1,
+    "num_trials": 4,
+    "pass@1": 0.0,
+    "stderr": 0.0,
+    "mean_reward": 0.0,
+  }
   assert s["tasks"]["b"]["num_passed"] == 3
   table = E.category_table(s)
   assert table.splitlines()[2].split()[:4] == ["x", "2", "8", "0.500"]
@@ -276,32 +355,58 @@ def test_aggregate_maths():
 
 def test_plot_is_png(tmp_path):
   cfg = E.EvalConfig(tasks_dir="/x", output_dir="/y", runs_per_task=2)
-  recs = [_rec("a", "x", 0, 1.0), _rec("a", "x", 1, 0.0), _rec("b", "y", 0, 1.0),
-          _rec("b", "y", 1, 1.0)]
+  recs = [
+    _rec("a", "x", 0, 1.0),
+    _rec("a", "x", 1, 0.0),
+    _rec("b", "y", 0, 1.0),
+    _rec("b", "y", 1, 1.0),
+  ]
   path = tmp_path / "p.png"
   E.plot_categories(E.aggregate(recs, cfg), path, "t")
   from matplotlib import image
+
   assert path.read_bytes().startswith(PNG_MAGIC)
   assert image.imread(str(path)).shape[2] in (3, 4)
 
 
-# --- slow: a served (tiny, random) model through the real gRPC server --------------------------------
+# --- slow: a served (tiny, random) model through the real gRPC server
+# --------------------------------
+
 
 @pytest.mark.slow
 def test_served_model_policy(tmp_path, tok):
   require_base_rootfs()
   from tmax_jax.agents.episode import EpisodeConfig
   from tmax_jax.loop.config import ModelSpec, ServingConfig
+
   tasks = tmp_path / "t"
   registry.write("csv_aggregate", 3, 0, tasks / "csv")
-  model = ModelSpec(preset="qwen3-0.6b", overrides=dict(
-      vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-      num_attention_heads=2, num_key_value_heads=2, head_dim=16))
-  cfg = _cfg(tasks, tmp_path / "o", policy="server", harness="bash_tool", model=model,
-             serving=ServingConfig(max_concurrent_decodes=2, max_len=1024,
-                                   max_prefill_length=1024, replicas=2, tensor=2),
-             episode=EpisodeConfig(max_turns=2, turn_max_tokens=8), runs_per_task=2,
-             parallelism=2, request_timeout_s=300.0)
+  model = ModelSpec(
+    preset="qwen3-0.6b",
+    overrides=dict(
+      vocab_size=151936,
+      hidden_size=32,
+      intermediate_size=64,
+      num_hidden_layers=1,
+      num_attention_heads=2,
+      num_key_value_heads=2,
+      head_dim=16,
+    ),
+  )
+  cfg = _cfg(
+    tasks,
+    tmp_path / "o",
+    policy="server",
+    harness="bash_tool",
+    model=model,
+    serving=ServingConfig(
+      max_concurrent_decodes=2, max_len=1024, max_prefill_length=1024, replicas=2, tensor=2
+    ),
+    episode=EpisodeConfig(max_turns=2, turn_max_tokens=8),
+    runs_per_task=2,
+    parallelism=2,
+    request_timeout_s=300.0,
+  )
   res = E.evaluate(cfg, tokenizer=tok)
   _check_schema(res, tmp_path / "o")
   assert res["aggregate"]["num_errors"] == 0, [r["error"] for r in res["trials"]]

@@ -6,12 +6,20 @@ import numpy as np
 import pytest
 
 from tmax_jax.loop import placement
-from tmax_jax.loop.config import MeshConfig, ModelSpec, SFTConfig, ServingConfig
+from tmax_jax.loop.config import MeshConfig, ModelSpec, ServingConfig, SFTConfig
 from tmax_jax.loop.sft import run_sft
 from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 
-TINY = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=False)
+TINY = dict(
+  vocab_size=256,
+  hidden_size=32,
+  intermediate_size=64,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=8,
+  tie_word_embeddings=False,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -32,8 +40,10 @@ def _ids(mesh) -> list[int]:
 
 
 def test_disaggregated_splits_the_devices():
-  p = placement.resolve(MeshConfig(fsdp=2, tensor=2),
-                        ServingConfig(placement="disaggregated", devices=4, replicas=2, tensor=2))
+  p = placement.resolve(
+    MeshConfig(fsdp=2, tensor=2),
+    ServingConfig(placement="disaggregated", devices=4, replicas=2, tensor=2),
+  )
   assert _ids(p.trainer_mesh) == [0, 1, 2, 3] and _ids(p.server_mesh) == [4, 5, 6, 7]
   assert dict(p.trainer_mesh.shape) == {"data": 1, "fsdp": 2, "sequence": 1, "tensor": 2}
   assert dict(p.server_mesh.shape) == {"replica": 2, "tensor": 2} and not p.colocated
@@ -47,16 +57,26 @@ def test_colocated_shares_the_devices():
 
 
 def test_config_errors_name_the_fields():
-  with pytest.raises(ValueError, match=r"^mesh \(data=2 x fsdp=2 x sequence=1 x tensor=2\) does "
-                     r"not fit the trainer under placement 'disaggregated'.*4 device"):
-    placement.resolve(MeshConfig(data=2, fsdp=2, tensor=2),
-                      ServingConfig(placement="disaggregated", devices=4, tensor=4))
-  with pytest.raises(ValueError, match=r"serving.replicas x serving.tensor = 3 must equal "
-                     r"serving.devices=4"):
-    placement.resolve(MeshConfig(), ServingConfig(placement="disaggregated", devices=4,
-                                                  tensor=3))
-  with pytest.raises(ValueError, match=r"serving.replicas x serving.tensor = 16 device\(s\), "
-                     r"but each process has 8"):
+  with pytest.raises(
+    ValueError,
+    match=r"^mesh \(data=2 x fsdp=2 x sequence=1 x tensor=2\) does "
+    r"not fit the trainer under placement 'disaggregated'.*4 device",
+  ):
+    placement.resolve(
+      MeshConfig(data=2, fsdp=2, tensor=2),
+      ServingConfig(placement="disaggregated", devices=4, tensor=4),
+    )
+  with pytest.raises(
+    ValueError,
+    match=r"serving.replicas x serving.tensor = 3 must equal "
+    r"serving.devices=4",
+  ):
+    placement.resolve(MeshConfig(), ServingConfig(placement="disaggregated", devices=4, tensor=3))
+  with pytest.raises(
+    ValueError,
+    match=r"serving.replicas x serving.tensor = 16 device\(s\), "
+    r"but each process has 8",
+  ):
     placement.resolve(MeshConfig(), ServingConfig(replicas=2, tensor=8))
   with pytest.raises(ValueError, match=r"serving.devices=8 leaves no training device"):
     placement.resolve(MeshConfig(), ServingConfig(placement="disaggregated", devices=8))
@@ -66,8 +86,11 @@ def test_config_errors_name_the_fields():
     ServingConfig(placement="split")
   with pytest.raises(ValueError, match=r"mesh.num_devices=9, but the job .* has only 8 device"):
     placement.trainer_only(MeshConfig(num_devices=9))
-  with pytest.raises(ValueError, match=r"train.global_batch = 4 rows in train.micro_batches=1 "
-                     r"micro-batches do not split over mesh.data x mesh.fsdp = 8"):
+  with pytest.raises(
+    ValueError,
+    match=r"train.global_batch = 4 rows in train.micro_batches=1 "
+    r"micro-batches do not split over mesh.data x mesh.fsdp = 8",
+  ):
     placement.check_batch(placement.trainer_only(MeshConfig()), 4, 1, "train.global_batch")
   with pytest.raises(ValueError, match=r"each must be >= 1, or -1"):
     MeshConfig(fsdp=-1, tensor=-1)
@@ -86,13 +109,24 @@ def _records(n: int) -> list[dict]:
 def test_sft_on_a_4_device_mesh_equals_one_device(tmp_path):
   records = _records(16)
   out = {}
-  for name, mesh in (("one", MeshConfig(num_devices=1)),
-                     ("mesh", MeshConfig(fsdp=2, tensor=2, num_devices=4))):
-    cfg = SFTConfig(model=ModelSpec(preset="qwen3-0.6b", overrides=TINY, seed=1),
-                    train=TrainConfig(optimizer=PARITY_ADAM,
-                                      loss=LossConfig(policy_loss="sft"),
-                                      global_batch=8, micro_batches=2, logprob_chunk_size=32),
-                    mesh=mesh, steps=2, seq_len=32, output_dir=str(tmp_path / name))
+  for name, mesh in (
+    ("one", MeshConfig(num_devices=1)),
+    ("mesh", MeshConfig(fsdp=2, tensor=2, num_devices=4)),
+  ):
+    cfg = SFTConfig(
+      model=ModelSpec(preset="qwen3-0.6b", overrides=TINY, seed=1),
+      train=TrainConfig(
+        optimizer=PARITY_ADAM,
+        loss=LossConfig(policy_loss="sft"),
+        global_batch=8,
+        micro_batches=2,
+        logprob_chunk_size=32,
+      ),
+      mesh=mesh,
+      steps=2,
+      seq_len=32,
+      output_dir=str(tmp_path / name),
+    )
     res = run_sft(cfg, records=records)
     out[name] = res
   sharded = out["mesh"].params["model"]["layers"]["self_attn"]["q_proj"]["kernel"]

@@ -16,14 +16,21 @@ from tests.loop.rl_helpers import TINY
 from tests.loop.test_rl_loop import _config
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.inference.server import free_port
-from tmax_jax.loop.config import ServingConfig
 from tmax_jax.loop.rl import run_rl
 
 # launch/serve.py flags for the loop's model (weights differ: the loop pushes its own) and shape
-SERVE = [f"--config.model.overrides.{k}={v}" for k, v in dict(
-    vocab_size=151936, **{k: v for k, v in TINY.items() if k != "tie_word_embeddings"}).items()]
-SERVE += ["--config.model.seed=11", "--config.engine.max_len=384",
-          "--config.engine.max_prefill_length=384", "--config.engine.max_concurrent_decodes=4"]
+SERVE = [
+  f"--config.model.overrides.{k}={v}"
+  for k, v in dict(
+    vocab_size=151936, **{k: v for k, v in TINY.items() if k != "tie_word_embeddings"}
+  ).items()
+]
+SERVE += [
+  "--config.model.seed=11",
+  "--config.engine.max_len=384",
+  "--config.engine.max_prefill_length=384",
+  "--config.engine.max_concurrent_decodes=4",
+]
 
 
 async def _active(address: str) -> int:

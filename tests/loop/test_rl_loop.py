@@ -1,7 +1,7 @@
-"""The RL loop end to end on CPU: real sandboxes, real procedural tasks, the real JetStream server over
-gRPC, DPPO steps, weight pushes, Orbax checkpoints with resume, and an HF export that transformers
-loads and that gives our logits. Also: re-running the model on a finished trajectory reproduces the
-server's logprobs, and observation tokens carry no loss weight."""
+"""The RL loop end to end on CPU: real sandboxes, real procedural tasks, the real JetStream server
+over gRPC, DPPO steps, weight pushes, Orbax checkpoints with resume, and an HF export that
+transformers loads and that gives our logits. Also: re-running the model on a finished trajectory
+reproduces the server's logprobs, and observation tokens carry no loss weight."""
 
 import asyncio
 import dataclasses
@@ -12,23 +12,28 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.conftest import require_base_rootfs
+from tests.loop.rl_helpers import assert_same_training, tiny_rl_config
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.loop import common
 from tmax_jax.loop.config import MeshConfig, RLConfig
 from tmax_jax.loop.rl import run_rl
-from tmax_jax.models import logprobs as logprobs_lib, registry
+from tmax_jax.models import logprobs as logprobs_lib
+from tmax_jax.models import registry
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib
 
-from tests.conftest import require_base_rootfs
-from tests.loop.rl_helpers import assert_same_training, tiny_rl_config
 
 def _config(tmp_path, steps: int) -> RLConfig:
   """Colocated on all 8 devices: the trainer on data=2 x fsdp=2 x tensor=2, the server on the
   first of them; every step's batch is recorded."""
-  return tiny_rl_config(tmp_path / "run", steps, mesh=MeshConfig(data=2, fsdp=2, tensor=2),
-                        record_dir=str(tmp_path / "batches"))
+  return tiny_rl_config(
+    tmp_path / "run",
+    steps,
+    mesh=MeshConfig(data=2, fsdp=2, tensor=2),
+    record_dir=str(tmp_path / "batches"),
+  )
 
 
 def test_rl_steps_checkpoint_resume_export(tmp_path):
@@ -52,25 +57,31 @@ def test_rl_steps_checkpoint_resume_export(tmp_path):
   # a second run with more steps resumes from the step-2 checkpoint instead of starting over
   resumed = run_rl(_config(tmp_path, steps=3))
   assert [m["step"] for m in resumed.metrics] == [3]
-  lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-  assert [l["step"] for l in lines] == [1, 2, 3]
+  lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+  assert [row["step"] for row in lines] == [1, 2, 3]
   # async mode: the data position grew by exactly the groups the resumed step consumed, so none
   # consumed before the restart was drawn again (in-flight ones were: tests/loop/test_task_stream)
   consumed = lines[2]["rollout/groups_generated"]
   assert consumed >= 2 and lines[2]["data/consumed"] == lines[1]["data/consumed"] + consumed
 
   # the export loads in transformers and computes our logits
-  hf = transformers.AutoModelForCausalLM.from_pretrained(resumed.export_dir,
-                                                          dtype=torch.float32).eval()
+  hf = transformers.AutoModelForCausalLM.from_pretrained(
+    resumed.export_dir, dtype=torch.float32
+  ).eval()
   tokens = np.asarray([[9707, 1879, 151644, 872, 198, 13, 42]], np.int64)
   with torch.no_grad():
     ref = hf(torch.from_numpy(tokens)).logits.numpy()
   model = registry.build_model(resumed.model_cfg)
   pos = np.arange(tokens.shape[1])[None]
-  hidden, _ = model.apply({"params": resumed.params}, jnp.asarray(tokens, jnp.int32),
-                          jnp.asarray(pos, jnp.int32), jnp.ones_like(jnp.asarray(tokens, jnp.int32)))
-  ours = np.asarray(logprobs_lib.full_logits(hidden, registry.head_weight(resumed.params,
-                                                                          resumed.model_cfg)))
+  hidden, _ = model.apply(
+    {"params": resumed.params},
+    jnp.asarray(tokens, jnp.int32),
+    jnp.asarray(pos, jnp.int32),
+    jnp.ones_like(jnp.asarray(tokens, jnp.int32)),
+  )
+  ours = np.asarray(
+    logprobs_lib.full_logits(hidden, registry.head_weight(resumed.params, resumed.model_cfg))
+  )
   assert np.max(np.abs(ours - ref)) / np.max(np.abs(ref)) <= 1e-4
 
 
@@ -79,10 +90,16 @@ def test_rl_disaggregated_equals_a_single_device_replay(tmp_path):
   devices 4-7 (2 replicas x tensor 2); its recorded batches replayed on one device train to the
   same losses and params."""
   require_base_rootfs()
-  serving = dataclasses.replace(tiny_rl_config(tmp_path, 1).serving, placement="disaggregated",
-                                devices=4, replicas=2, tensor=2)
-  cfg = tiny_rl_config(tmp_path / "run", 2, mesh=MeshConfig(fsdp=2, tensor=2), serving=serving,
-                       record_dir=str(tmp_path / "batches"))
+  serving = dataclasses.replace(
+    tiny_rl_config(tmp_path, 1).serving, placement="disaggregated", devices=4, replicas=2, tensor=2
+  )
+  cfg = tiny_rl_config(
+    tmp_path / "run",
+    2,
+    mesh=MeshConfig(fsdp=2, tensor=2),
+    serving=serving,
+    record_dir=str(tmp_path / "batches"),
+  )
   run = run_rl(cfg)
   assert [m["policy_version"] for m in run.metrics] == [1, 2]
   q = run.params["model"]["layers"]["self_attn"]["q_proj"]["kernel"]
@@ -110,9 +127,11 @@ def test_trajectory_logprobs_match_the_trainer(tmp_path):
 
   async def episode():
     from tmax_jax.inference.client import RolloutClient
+
     async with RolloutClient(server.address) as client:
-      worker = EpisodeWorker.served(client, tokenizer, cfg.episode,
-                                    common.runner_config("", 2048), cfg.worker)
+      worker = EpisodeWorker.served(
+        client, tokenizer, cfg.episode, common.runner_config("", 2048), cfg.worker
+      )
       try:
         return await worker(tasks[0], 0, 0)
       finally:
@@ -127,15 +146,17 @@ def test_trajectory_logprobs_match_the_trainer(tmp_path):
   assert (arrays["loss_mask"] == 0).sum() > arrays["loss_mask"].sum()  # prompt + observations
   assert set(arrays["versions"][arrays["loss_mask"] == 1]) == {0}
 
-  traj = batch_lib.Trajectory(tokens=arrays["tokens"], loss_mask=arrays["loss_mask"],
-                              behaviour_logp=arrays["logprobs"])
+  traj = batch_lib.Trajectory(
+    tokens=arrays["tokens"], loss_mask=arrays["loss_mask"], behaviour_logp=arrays["logprobs"]
+  )
   b = batch_lib.pack([traj], cfg.seq_len)
   model = registry.build_model(model_cfg)
   hidden, _ = model.apply({"params": params}, b.tokens, b.positions, b.segment_ids)
-  logp, _ = logprobs_lib.token_logprobs(hidden, registry.head_weight(params, model_cfg),
-                                        jnp.asarray(b.targets), chunk_size=128)
+  logp, _ = logprobs_lib.token_logprobs(
+    hidden, registry.head_weight(params, model_cfg), jnp.asarray(b.targets), chunk_size=128
+  )
   on = b.loss_mask > 0
   np.testing.assert_allclose(np.asarray(logp)[on], b.behaviour_logp[on], atol=1e-4)
   # observation/prompt tokens (loss_mask 0 in the trajectory) get zero weight in the batch
   n = len(arrays["tokens"])
-  assert np.all(b.loss_mask[0, :n - 1][arrays["loss_mask"][1:] == 0] == 0)
+  assert np.all(b.loss_mask[0, : n - 1][arrays["loss_mask"][1:] == 0] == 0)

@@ -27,15 +27,20 @@ CONFIG = "tests/loop/rl_tiny_config.py"
 
 
 def _env(devices: int, **extra) -> dict:
-  return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
-              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
-              f"{SLOW_COLLECTIVE_FLAGS}", **extra)
+  return dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    PYTHONPATH=str(ROOT),
+    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {SLOW_COLLECTIVE_FLAGS}",
+    **extra,
+  )
 
 
 def _launch(flags: list[str], env: dict, **kw) -> subprocess.Popen:
   cmd = [sys.executable, str(ROOT / "launch" / "train_rl.py"), f"--config={CONFIG}", *flags]
-  return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, **kw)
+  return subprocess.Popen(
+    cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw
+  )
 
 
 def _free_port() -> int:
@@ -55,13 +60,23 @@ def test_two_processes_run_the_loop_then_restore_on_one(tmp_path):
   if jax.device_count() != 8:
     pytest.skip("needs the 8 fake CPU devices of tests/conftest.py")
   run, batches = tmp_path / "mp", tmp_path / "mp_batches"
-  flags = [f"--config.output_dir={run}", f"--config.record_dir={batches}",
-           "--config.mesh.num_devices=0", "--config.mesh.data=2", "--config.mesh.fsdp=2",
-           "--config.serving.placement=disaggregated", "--config.serving.devices=2",
-           "--config.serving.tensor=2"]
+  flags = [
+    f"--config.output_dir={run}",
+    f"--config.record_dir={batches}",
+    "--config.mesh.num_devices=0",
+    "--config.mesh.data=2",
+    "--config.mesh.fsdp=2",
+    "--config.serving.placement=disaggregated",
+    "--config.serving.devices=2",
+    "--config.serving.tensor=2",
+  ]
   address = f"127.0.0.1:{_free_port()}"
-  procs = [_launch(flags, _env(4, JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2",
-                                JAX_PROCESS_ID=str(p))) for p in range(2)]
+  procs = [
+    _launch(
+      flags, _env(4, JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(p))
+    )
+    for p in range(2)
+  ]
   outs = [p.communicate(timeout=1500)[0] for p in procs]
   assert all(p.returncode == 0 for p in procs), outs[0][-4000:] + outs[1][-4000:]
   metrics = read_jsonl(run / "metrics.jsonl")  # process 0 only
@@ -74,8 +89,11 @@ def test_two_processes_run_the_loop_then_restore_on_one(tmp_path):
   for a, b in zip(jax.tree.leaves(exported), jax.tree.leaves(jax.device_get(restored.params))):
     np.testing.assert_array_equal(b, a)
   # and the two processes' global batches, replayed by one process, train to the same state
-  single = run_rl(tiny_rl_config(tmp_path / "replay", 2, replay_dir=str(batches),
-                                 mesh=MeshConfig(data=2, fsdp=2, tensor=2)))
+  single = run_rl(
+    tiny_rl_config(
+      tmp_path / "replay", 2, replay_dir=str(batches), mesh=MeshConfig(data=2, fsdp=2, tensor=2)
+    )
+  )
   assert_same_training(metrics, exported, single.metrics, single.params)
 
 
@@ -83,12 +101,17 @@ def test_two_processes_run_the_loop_then_restore_on_one(tmp_path):
 @pytest.mark.timeout(3600)
 def test_sigkill_mid_step_then_restart_is_bit_identical(tmp_path):
   require_base_rootfs()
-  deterministic = ["--config.deterministic=True", "--config.rollout.async_steps=0",
-                   "--config.steps=3"]
+  deterministic = [
+    "--config.deterministic=True",
+    "--config.rollout.async_steps=0",
+    "--config.steps=3",
+  ]
 
   def flags(name):
-    return deterministic + [f"--config.output_dir={tmp_path / name}",
-                            f"--config.record_dir={tmp_path / (name + '_batches')}"]
+    return deterministic + [
+      f"--config.output_dir={tmp_path / name}",
+      f"--config.record_dir={tmp_path / (name + '_batches')}",
+    ]
 
   full = _launch(flags("full"), _env(1))
   out = full.communicate(timeout=1500)[0]
@@ -109,13 +132,16 @@ def test_sigkill_mid_step_then_restart_is_bit_identical(tmp_path):
   assert "resumed from step 1" in out, out[-4000:]
   for step in (1, 2, 3):  # the rollouts of the restarted steps are the same, token for token
     name = f"step_{step:06d}.process_0_of_1.npz"
-    with np.load(tmp_path / "full_batches" / name) as a, \
-         np.load(tmp_path / "killed_batches" / name) as b:
+    with (
+      np.load(tmp_path / "full_batches" / name) as a,
+      np.load(tmp_path / "killed_batches" / name) as b,
+    ):
       for key in a.files:
         np.testing.assert_array_equal(b[key], a[key], err_msg=f"{name} {key}")
   states = [_checkpointed_state(tmp_path / name, 3) for name in ("full", "killed")]
-  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(states[0]),
-                          jax.tree.leaves(states[1])):
+  for (path, x), y in zip(
+    jax.tree_util.tree_leaves_with_path(states[0]), jax.tree.leaves(states[1])
+  ):
     np.testing.assert_array_equal(y, x, err_msg=jax.tree_util.keystr(path))
   full_m, killed_m = (read_jsonl(tmp_path / n / "metrics.jsonl") for n in ("full", "killed"))
   assert [m["step"] for m in killed_m] == [1, 2, 3]  # step 2's metrics were never written
@@ -129,6 +155,7 @@ def _checkpointed_state(run: pathlib.Path, step: int):
   from tmax_jax.train.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
   from tmax_jax.train.config import CheckpointConfig  # pylint: disable=import-outside-toplevel
   from tmax_jax.train.step import Trainer  # pylint: disable=import-outside-toplevel
+
   cfg = tiny_rl_config(run, step)
   model_cfg, params = common.load_policy(cfg.model, cfg.episode.family)
   state = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train).init_state(params)

@@ -22,15 +22,17 @@ def test_position_merges_out_of_order_consumption():
 def test_stream_shares_and_resume_cover_every_index_once():
   reference = list(itertools.islice(cycle_tasks(TASKS, 3), 40))
   # two processes draw alternate indices; each consumed some, out of order, when the run stopped
-  shares = [list(itertools.islice(task_stream.stream(TASKS, 3, Position(), p, 2), 8))
-            for p in range(2)]
+  shares = [
+    list(itertools.islice(task_stream.stream(TASKS, 3, Position(), p, 2), 8)) for p in range(2)
+  ]
   assert [i for i, _ in shares[0]] == list(range(0, 16, 2))
   assert all(task == reference[i] for share in shares for i, task in share)
   consumed = [0, 4, 2, 10, 1, 5, 7]  # 6, 8, 3 were in flight: not consumed
   position = Position().merged(consumed)
   # resumed on three processes: together they draw exactly the indices not consumed
-  resumed = [list(itertools.islice(task_stream.stream(TASKS, 3, position, p, 3), 6))
-             for p in range(3)]
+  resumed = [
+    list(itertools.islice(task_stream.stream(TASKS, 3, position, p, 3), 6)) for p in range(3)
+  ]
   drawn = sorted(i for share in resumed for i, _ in share)
   assert not set(drawn) & set(consumed)
   assert set(range(20)) - set(consumed) <= set(drawn)

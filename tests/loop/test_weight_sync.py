@@ -13,9 +13,16 @@ from tmax_jax.loop.weight_sync import WeightSync, served_target
 from tmax_jax.models import registry
 from tmax_jax.models.config import ModelConfig
 
-CFG = ModelConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=4, head_dim=8,
-                  tie_word_embeddings=True)
+CFG = ModelConfig(
+  vocab_size=256,
+  hidden_size=32,
+  intermediate_size=64,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=4,
+  head_dim=8,
+  tie_word_embeddings=True,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +35,10 @@ def _eight_devices():
 def no_host_round_trip():
   """Any host copy on the way back to a device is an h2d transfer, which this refuses (explicit
   ones too). On CPU, d2h reads are zero-copy and not guarded; on GPU/TPU they are refused too."""
-  with jax.transfer_guard_host_to_device("disallow_explicit"), \
-       jax.transfer_guard_device_to_host("disallow_explicit"):
+  with (
+    jax.transfer_guard_host_to_device("disallow_explicit"),
+    jax.transfer_guard_device_to_host("disallow_explicit"),
+  ):
     yield
 
 
@@ -52,8 +61,9 @@ def test_sync_is_a_device_reshard_with_server_dtypes(layout):
   with no_host_round_trip():
     served = sync(params)
   host = jax.device_get(params)
-  for (path, got), want, tgt in zip(jax.tree_util.tree_leaves_with_path(served),
-                                    jax.tree.leaves(host), jax.tree.leaves(target)):
+  for (path, got), want, tgt in zip(
+    jax.tree_util.tree_leaves_with_path(served), jax.tree.leaves(host), jax.tree.leaves(target)
+  ):
     name = jax.tree_util.keystr(path)
     assert got.dtype == jax.numpy.bfloat16, name
     assert got.sharding == tgt.sharding and got.sharding.device_set == set(server_devices), name
@@ -73,11 +83,22 @@ def test_guard_catches_a_host_round_trip():
 @pytest.mark.slow
 def test_bench_tiny_runs_both_paths(tmp_path):
   # pylint: disable-next=import-outside-toplevel,multiple-imports
-  import json, os, pathlib, subprocess, sys
+  import json
+  import os
+  import pathlib
+  import subprocess
+  import sys
+
   root = pathlib.Path(__file__).resolve().parents[2]
   out = tmp_path / "r.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  subprocess.run([sys.executable, "bench/weight_sync.py", "--tiny", "--out", str(out)], cwd=root,
-                 env=env, check=True, capture_output=True, timeout=900)
+  subprocess.run(
+    [sys.executable, "bench/weight_sync.py", "--tiny", "--out", str(out)],
+    cwd=root,
+    env=env,
+    check=True,
+    capture_output=True,
+    timeout=900,
+  )
   r = json.loads(out.read_text())
   assert r["device_s"] > 0 and r["grpc_s"] > 0 and len(r["ratios"]) >= 5

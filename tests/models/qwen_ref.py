@@ -6,15 +6,24 @@ import numpy as np
 import torch
 import transformers
 
-TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-            rms_norm_eps=1e-6)
+TINY = dict(
+  vocab_size=256,
+  hidden_size=64,
+  intermediate_size=112,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  max_position_embeddings=512,
+  rms_norm_eps=1e-6,
+)
 VARIANTS = {
   "qwen2_bias": dict(model_type="qwen2", tie_word_embeddings=False, rope_theta=10000.0),
-  "qwen3_tied": dict(model_type="qwen3", tie_word_embeddings=True, head_dim=32,
-                     rope_theta=1_000_000.0),
-  "qwen3_untied": dict(model_type="qwen3", tie_word_embeddings=False, head_dim=16,
-                       rope_theta=10000.0),
+  "qwen3_tied": dict(
+    model_type="qwen3", tie_word_embeddings=True, head_dim=32, rope_theta=1_000_000.0
+  ),
+  "qwen3_untied": dict(
+    model_type="qwen3", tie_word_embeddings=False, head_dim=16, rope_theta=10000.0
+  ),
 }
 
 
@@ -43,7 +52,7 @@ def batch(seed: int = 0, b: int = 3, t: int = 9, vocab: int = 256):
   rng = np.random.default_rng(seed)
   tokens = rng.integers(0, vocab, (b, t)).astype(np.int32)
   mask = np.ones((b, t), np.int32)
-  mask[1, t - 3:] = 0
+  mask[1, t - 3 :] = 0
   mask[2, :2] = 0
   positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0).astype(np.int32)
   return tokens, positions, mask
@@ -51,9 +60,11 @@ def batch(seed: int = 0, b: int = 3, t: int = 9, vocab: int = 256):
 
 def torch_logits(model, tokens, positions, mask) -> np.ndarray:
   with torch.no_grad():
-    out = model(input_ids=torch.tensor(tokens, dtype=torch.long),
-                attention_mask=torch.tensor(mask, dtype=torch.long),
-                position_ids=torch.tensor(positions, dtype=torch.long))
+    out = model(
+      input_ids=torch.tensor(tokens, dtype=torch.long),
+      attention_mask=torch.tensor(mask, dtype=torch.long),
+      position_ids=torch.tensor(positions, dtype=torch.long),
+    )
   return out.logits.float().numpy()
 
 

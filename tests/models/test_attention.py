@@ -23,17 +23,23 @@ import attention_parity  # noqa: E402  (bench/attention_parity.py: shared packed
 TOL = 1e-5
 
 
-@pytest.mark.parametrize("t,heads,blocks,index_causal", [
-  (37, (6, 2), (8, 16), True), (37, (4, 4), (16, 8), False), (5, (2, 1), (None, None), True)])
+@pytest.mark.parametrize(
+  "t,heads,blocks,index_causal",
+  [(37, (6, 2), (8, 16), True), (37, (4, 4), (16, 8), False), (5, (2, 1), (None, None), True)],
+)
 def test_blockwise_matches_reference(t, heads, blocks, index_causal):
   """Packed segments, a padded tail and a whole-row segment; T not a multiple of the blocks;
   the lower block triangle only (self-attention) or every block pair (as on ring steps)."""
   case = attention_parity.packed_inputs(2, t, heads[0], heads[1], 8, jnp.float32)
   pos, seg = case[3], case[4]
   errs = attention_parity.compare(
-    lambda q, k, v: blockwise.attention(q, k, v, pos, seg, pos, seg, block_q=blocks[0],
-                                        block_k=blocks[1], index_causal=index_causal),
-    case, TOL, rel=False)
+    lambda q, k, v: blockwise.attention(
+      q, k, v, pos, seg, pos, seg, block_q=blocks[0], block_k=blocks[1], index_causal=index_causal
+    ),
+    case,
+    TOL,
+    rel=False,
+  )
   assert errs["ok"], errs
 
 
@@ -74,8 +80,12 @@ def test_parity_script_cpu_mode(tmp_path):
   """bench/attention_parity.py --tiny: blockwise and ring checked here, the accelerator kernels
   skipped with their reason."""
   out = tmp_path / "parity.jsonl"
-  proc = subprocess.run([sys.executable, str(ROOT / "bench" / "attention_parity.py"), "--tiny",
-                         "--out", str(out)], capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(
+    [sys.executable, str(ROOT / "bench" / "attention_parity.py"), "--tiny", "--out", str(out)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stdout + proc.stderr
   lines = proc.stdout.splitlines()
   assert any(line.startswith("blockwise") and " ok" in line for line in lines), proc.stdout
@@ -90,20 +100,42 @@ def test_splash_kernel_in_interpreter_matches_reference():
   b, t, n, k, h, block = attention_parity.SHAPES["tiny_splash"][0]
   case = attention_parity.packed_inputs(b, t, n, k, h, jnp.float32)
   errs = attention_parity.compare(
-    lambda q, kk, v: attention.self_attention(q, kk, v, case[3], case[4], impl="splash",
-                                              q_chunk=block), case, TOL, rel=False)
+    lambda q, kk, v: attention.self_attention(
+      q, kk, v, case[3], case[4], impl="splash", q_chunk=block
+    ),
+    case,
+    TOL,
+    rel=False,
+  )
   assert errs["ok"], errs
 
 
-DENSE = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                    tie_word_embeddings=False, attention_q_chunk=8, attention_kv_chunk=16)
+DENSE = ModelConfig(
+  vocab_size=64,
+  hidden_size=32,
+  intermediate_size=64,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=8,
+  tie_word_embeddings=False,
+  attention_q_chunk=8,
+  attention_kv_chunk=16,
+)
 QWEN3_5 = DENSE.replace(
-  model_type="qwen3_5_text", norm_zero_centered=True, attn_output_gate=True,
+  model_type="qwen3_5_text",
+  norm_zero_centered=True,
+  attn_output_gate=True,
   partial_rotary_factor=0.5,
-  family_config=Qwen3_5Config(layer_types=("linear_attention", "full_attention"),
-                              linear_key_head_dim=8, linear_value_head_dim=8,
-                              linear_num_key_heads=2, linear_num_value_heads=4, chunk_size=8))
+  family_config=Qwen3_5Config(
+    layer_types=("linear_attention", "full_attention"),
+    linear_key_head_dim=8,
+    linear_value_head_dim=8,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    chunk_size=8,
+  ),
+)
 
 
 def model_loss_and_grads(cfg, params, tokens, pos, seg):
@@ -135,8 +167,9 @@ def test_model_blockwise_equals_reference(cfg):
   the same loss and gradients with either kernel."""
   params = init_params(cfg, jax.random.key(0))
   batch = packed_tokens(29)
-  ref_loss, ref_grads = model_loss_and_grads(cfg.replace(attention_impl="reference"), params,
-                                             *batch)
+  ref_loss, ref_grads = model_loss_and_grads(
+    cfg.replace(attention_impl="reference"), params, *batch
+  )
   loss, grads = model_loss_and_grads(cfg.replace(attention_impl="blockwise"), params, *batch)
   np.testing.assert_allclose(loss, ref_loss, rtol=TOL)
   assert_trees_close(grads, ref_grads, TOL)

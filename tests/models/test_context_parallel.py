@@ -36,8 +36,8 @@ def test_ring_attention_equals_blockwise():
   pos, seg = case[3], case[4]
   with sharding.use_mesh(seq_mesh(4), ()):
     errs = attention_parity.compare(
-      lambda q, k, v: ring.attention(q, k, v, pos, seg, block_q=8, block_k=8), case, TOL,
-      rel=False)
+      lambda q, k, v: ring.attention(q, k, v, pos, seg, block_q=8, block_k=8), case, TOL, rel=False
+    )
   assert errs["ok"], errs
 
 
@@ -53,8 +53,9 @@ def test_gated_delta_rule_passes_state_across_shards():
   w = jnp.asarray(rng.normal(size=v.shape), jnp.float32)
 
   def f(q, k, v, g, beta):
-    return gated_delta.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=8, reset=reset,
-                                              initial_state=init)
+    return gated_delta.chunk_gated_delta_rule(
+      q, k, v, g, beta, chunk_size=8, reset=reset, initial_state=init
+    )
 
   def loss(*xs):
     out, state = f(*xs)
@@ -109,6 +110,7 @@ def test_model_sequence_4_equals_unsharded_at_4096(cfg):
 
 def train_step(cfg, mesh, batch):
   from tmax_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
+
   trainer = step_lib.Trainer(build_model(cfg), cfg, TrainConfig(logprob_chunk_size=32), mesh)
   params = init_params(cfg, jax.random.key(0), sharding.param_shardings(cfg, mesh))
   state = trainer.init_state(params)
@@ -116,8 +118,9 @@ def train_step(cfg, mesh, batch):
   return jax.device_get(state.params), metrics
 
 
-@pytest.mark.parametrize("cfg", [DENSE, pytest.param(QWEN3_5, marks=pytest.mark.slow)],
-                         ids=["dense", "qwen3_5"])
+@pytest.mark.parametrize(
+  "cfg", [DENSE, pytest.param(QWEN3_5, marks=pytest.mark.slow)], ids=["dense", "qwen3_5"]
+)
 def test_train_step_sequence_2_equals_sequence_1(cfg):
   """The whole DPPO step (ring attention; for Qwen3.5 also DeltaNet state passing and the conv
   halo; the per-shard head) on packed rows of uneven trajectories: same metrics and params."""
@@ -135,6 +138,7 @@ def test_train_step_memory_per_device_falls_with_shards(name):
   """A row of length T on S devices holds ~T/S tokens of activations per device: the compiled
   per-device temp memory of the train step at sequence = 4 is about a quarter of sequence = 1."""
   cfg = long_context.small_models(tiny=True)[name].replace(
-    attention_impl="blockwise", attention_q_chunk=64, attention_kv_chunk=64)
+    attention_impl="blockwise", attention_q_chunk=64, attention_kv_chunk=64
+  )
   one, four = (long_context.temp_bytes(cfg, 2048, mesh=seq_mesh(n)) for n in (1, 4))
   assert four <= 0.3 * one, (one, four)

@@ -1,10 +1,10 @@
 """The gated delta rule: chunked and recurrent forms against transformers' torch reference and each
 other (fp32, lengths not a multiple of the chunk), plus segment resets and no-op padding tokens."""
 
-import numpy as np
-import pytest
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from tmax_jax.models import gated_delta as gd
 
@@ -15,7 +15,10 @@ hf_qwen3_5 = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
 def _inputs(seed=0, b=2, t=37, k=2, n=4, hk=8, hv=6, state=True):
   """Random q, k [B,T,K,Hk], v [B,T,N,Hv], g (<= 0), beta [B,T,N], state [B,N,Hk,Hv]."""
   rng = np.random.default_rng(seed)
-  f = lambda *s: rng.normal(size=s).astype(np.float32)
+
+  def f(*s):
+    return rng.normal(size=s).astype(np.float32)
+
   g = (-0.3 * np.exp(f(b, t, n))).astype(np.float32)
   beta = (1.0 / (1.0 + np.exp(-f(b, t, n)))).astype(np.float32)
   s0 = f(b, n, hk, hv) if state else None
@@ -28,9 +31,20 @@ def _rel(a, b):
 
 
 def _torch(fn, q, k, v, g, beta, s0, **kw):
-  t = lambda x: None if x is None else torch.from_numpy(x)
-  out, state = fn(t(q), t(k), t(v), t(g), t(beta), initial_state=t(s0), output_final_state=True,
-                  use_qk_l2norm_in_kernel=True, **kw)
+  def t(x):
+    return None if x is None else torch.from_numpy(x)
+
+  out, state = fn(
+    t(q),
+    t(k),
+    t(v),
+    t(g),
+    t(beta),
+    initial_state=t(s0),
+    output_final_state=True,
+    use_qk_l2norm_in_kernel=True,
+    **kw,
+  )
   return out.numpy(), state.numpy()
 
 
@@ -73,8 +87,11 @@ def test_reset_isolates_packed_segments(form):
   and the final state equal to B run alone from a zero state, and A's equal to A alone."""
   q, k, v, g, beta, s0 = _inputs(seed=3, t=37)
   cut = 13
-  fn = (lambda *a, **kw: gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw)) if form == "chunk" else (
-    gd.recurrent_gated_delta_rule)
+  fn = (
+    (lambda *a, **kw: gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw))
+    if form == "chunk"
+    else (gd.recurrent_gated_delta_rule)
+  )
   reset = np.zeros(q.shape[:2], bool)
   reset[:, cut] = True
   out, state = fn(q, k, v, g, beta, initial_state=s0, reset=jnp.asarray(reset))
@@ -91,8 +108,9 @@ def test_reset_at_chunk_boundary_and_first_token():
   reset = np.zeros(q.shape[:2], bool)
   reset[:, 0] = True
   reset[:, 16] = True
-  out_c, st_c = gd.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=16, initial_state=s0,
-                                          reset=jnp.asarray(reset))
+  out_c, st_c = gd.chunk_gated_delta_rule(
+    q, k, v, g, beta, chunk_size=16, initial_state=s0, reset=jnp.asarray(reset)
+  )
   out_r, st_r = gd.recurrent_gated_delta_rule(q, k, v, g, beta, reset=jnp.asarray(reset))
   assert _rel(out_c, out_r) <= 1e-5  # reset at t=0 discards the initial state
   assert _rel(st_c, st_r) <= 1e-5
@@ -115,8 +133,10 @@ def test_noop_tokens_leave_state_and_outputs_unchanged():
   qw, kw, vw = (widen(x, None) for x in (q, k, v))
   gw, bw = widen(g, 0.0), widen(beta, 0.0)
   ref_out, ref_state = gd.recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=s0)
-  for fn in (lambda *a, **kw: gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw),
-             gd.recurrent_gated_delta_rule):
+  for fn in (
+    lambda *a, **kw: gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw),
+    gd.recurrent_gated_delta_rule,
+  ):
     out, state = fn(qw, kw, vw, gw, bw, initial_state=s0)
     assert _rel(np.asarray(out)[:, keep], ref_out) <= 1e-5
     assert _rel(state, ref_state) <= 1e-5
@@ -129,12 +149,15 @@ def test_chunked_gradients_match_recurrent():
 
   def loss(fn, *xs):
     out, state = fn(*xs, initial_state=s0, reset=jnp.asarray(reset))
-    return jnp.sum(out * jnp.cos(out)) + jnp.sum(state ** 2)
+    return jnp.sum(out * jnp.cos(out)) + jnp.sum(state**2)
 
-  chunk = lambda *a, **kw: gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw)
+  def chunk(*a, **kw):
+    return gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw)
+
   grads_c = jax.grad(lambda *xs: loss(chunk, *xs), argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
-  grads_r = jax.grad(lambda *xs: loss(gd.recurrent_gated_delta_rule, *xs),
-                     argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
+  grads_r = jax.grad(lambda *xs: loss(gd.recurrent_gated_delta_rule, *xs), argnums=(0, 1, 2, 3, 4))(
+    q, k, v, g, beta
+  )
   for gc, gr in zip(grads_c, grads_r):
     assert np.isfinite(np.asarray(gc)).all()
     assert _rel(gc, gr) <= 1e-4

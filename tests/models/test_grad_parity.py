@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import qwen_ref
 import torch
 
-import qwen_ref
 from tmax_jax.models import build_model, head_weight, hf_io
 from tmax_jax.models.logprobs import token_logprobs
 
@@ -17,11 +17,14 @@ TOL = 1e-4  # max |diff| / max |ref| per parameter tensor
 
 def _torch_grads(model, tokens, positions, mask, weights):
   model.zero_grad(set_to_none=True)
-  logits = model(input_ids=torch.tensor(tokens, dtype=torch.long),
-                 attention_mask=torch.tensor(mask, dtype=torch.long),
-                 position_ids=torch.tensor(positions, dtype=torch.long)).logits.float()
+  logits = model(
+    input_ids=torch.tensor(tokens, dtype=torch.long),
+    attention_mask=torch.tensor(mask, dtype=torch.long),
+    position_ids=torch.tensor(positions, dtype=torch.long),
+  ).logits.float()
   logp = torch.log_softmax(logits[:, :-1], -1).gather(
-    -1, torch.tensor(tokens[:, 1:, None], dtype=torch.long))[..., 0]
+    -1, torch.tensor(tokens[:, 1:, None], dtype=torch.long)
+  )[..., 0]
   (logp * torch.tensor(weights)).sum().backward()
   return {k: p.grad.numpy() for k, p in model.named_parameters()}
 
@@ -31,8 +34,13 @@ def _our_grads(cfg, params, tokens, positions, mask, weights, save_logits):
 
   def loss(p):
     hidden, _ = model.apply({"params": p}, tokens, positions, mask)
-    logp, _ = token_logprobs(hidden[:, :-1], head_weight(p, cfg), jnp.asarray(tokens[:, 1:]),
-                             chunk_size=4, save_logits=save_logits)
+    logp, _ = token_logprobs(
+      hidden[:, :-1],
+      head_weight(p, cfg),
+      jnp.asarray(tokens[:, 1:]),
+      chunk_size=4,
+      save_logits=save_logits,
+    )
     return jnp.sum(logp * weights)
 
   return dict(hf_io.hf_tensors(jax.jit(jax.grad(loss))(params), cfg))
@@ -55,8 +63,9 @@ def _weights(tokens, mask):
   return (rng.normal(size=(tokens.shape[0], tokens.shape[1] - 1)) * real).astype(np.float32)
 
 
-@pytest.mark.parametrize("variant,save_logits", [(v, False) for v in sorted(qwen_ref.VARIANTS)]
-                         + [("qwen3_tied", True)])  # tied: the head's grad joins the embedding's
+@pytest.mark.parametrize(
+  "variant,save_logits", [(v, False) for v in sorted(qwen_ref.VARIANTS)] + [("qwen3_tied", True)]
+)  # tied: the head's grad joins the embedding's
 def test_qwen_grads_match_transformers(variant, save_logits, tmp_path):
   ref_model = qwen_ref.torch_model(qwen_ref.hf_config(variant)).train()
   ref_model.save_pretrained(tmp_path)
@@ -69,6 +78,7 @@ def test_qwen_grads_match_transformers(variant, save_logits, tmp_path):
 
 def test_qwen3_5_grads_match_transformers(tmp_path):
   from tests.models.qwen3_5 import qwen3_5_ref  # pylint: disable=import-outside-toplevel
+
   ref_model = qwen3_5_ref.causal_lm().train()
   ref_model.save_pretrained(tmp_path)
   cfg, params = hf_io.load_pretrained(tmp_path)

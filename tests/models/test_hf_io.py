@@ -11,9 +11,9 @@ import textwrap
 import jax
 import numpy as np
 import pytest
+import qwen_ref
 import transformers
 
-import qwen_ref
 from tmax_jax import sharding
 from tmax_jax.models import UnsupportedConfigError, from_hf_config, hf_io
 from tmax_jax.models.hf_io import CheckpointError, KeyRule
@@ -36,10 +36,11 @@ def assert_trees_equal(a, b):
 def test_key_rule_round_trips():
   rng = np.random.default_rng(0)
   for rule, shape, hf_shape in [
-      (KeyRule("q", "q", in_axes=1), (8, 4, 3), (12, 8)),
-      (KeyRule("o", "o", in_axes=2), (4, 3, 8), (8, 12)),
-      (KeyRule("b", "b"), (4, 3), (12,)),
-      (KeyRule("e", "e", hf_ndim=2), (10, 8), (10, 8))]:
+    (KeyRule("q", "q", in_axes=1), (8, 4, 3), (12, 8)),
+    (KeyRule("o", "o", in_axes=2), (4, 3, 8), (8, 12)),
+    (KeyRule("b", "b"), (4, 3), (12,)),
+    (KeyRule("e", "e", hf_ndim=2), (10, 8), (10, 8)),
+  ]:
     x = rng.normal(size=shape)
     assert rule.hf_shape(shape) == hf_shape
     hf = rule.to_hf(x)
@@ -62,8 +63,10 @@ def test_sharded_index_and_reload(hf_dir, tmp_path):
 
 def test_language_model_prefix_and_nested_config(hf_dir, tmp_path):
   refs = hf_io.index_checkpoint(hf_dir)
-  tensors = {k.replace("model.", "model.language_model.", 1): np.array(hf_io._read(r))
-             for k, r in refs.items()}
+  tensors = {
+    k.replace("model.", "model.language_model.", 1): np.array(hf_io._read(r))
+    for k, r in refs.items()
+  }
   tensors["model.visual.patch_embed.weight"] = np.zeros((2, 2), np.float32)  # ignored
   out = tmp_path / "vlm"
   out.mkdir()
@@ -100,30 +103,46 @@ def _rewrite(src, dst, edit):
 
 def test_missing_tensor_names_key_and_shape(hf_dir, tmp_path):
   _rewrite(hf_dir, tmp_path / "bad", lambda t: t.pop("model.layers.1.self_attn.k_proj.weight"))
-  with pytest.raises(CheckpointError,
-                     match=r"missing tensor model\.layers\.1\.self_attn\.k_proj\.weight "
-                           r"\(expected shape \[32, 64\]\)"):
+  with pytest.raises(
+    CheckpointError,
+    match=r"missing tensor model\.layers\.1\.self_attn\.k_proj\.weight "
+    r"\(expected shape \[32, 64\]\)",
+  ):
     hf_io.load_pretrained(tmp_path / "bad")
 
 
 def test_misshaped_tensor_names_key_and_shape(hf_dir, tmp_path):
   def edit(t):
     t["model.layers.0.mlp.down_proj.weight"] = t["model.layers.0.mlp.down_proj.weight"][:, :100]
+
   _rewrite(hf_dir, tmp_path / "bad", edit)
-  with pytest.raises(CheckpointError, match=r"model\.layers\.0\.mlp\.down_proj\.weight has shape "
-                                            r"\[64, 100\], expected \[64, 112\]"):
+  with pytest.raises(
+    CheckpointError,
+    match=r"model\.layers\.0\.mlp\.down_proj\.weight has shape "
+    r"\[64, 100\], expected \[64, 112\]",
+  ):
     hf_io.load_pretrained(tmp_path / "bad")
 
 
-@pytest.mark.parametrize("field, value, message", [
-  ("hidden_act", "gelu", r"hidden_act='gelu'; supported: \['silu'\]"),
-  ("rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0},
-   r"rope_parameters\.rope_type='dynamic'; supported: \['default', 'linear', 'yarn'\]"),
-  ("rope_scaling", {"type": "longrope", "factor": 2.0}, r"rope_scaling\.rope_type='longrope'"),
-  ("use_sliding_window", True, r"use_sliding_window=True; supported: \[False\]"),
-  ("layer_types", ["full_attention", "sliding_attention"], r"layer_types \['sliding_attention'\]"),
-  ("model_type", "llama", r"model_type='llama'; supported: \["),
-])
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
+    ("hidden_act", "gelu", r"hidden_act='gelu'; supported: \['silu'\]"),
+    (
+      "rope_parameters",
+      {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0},
+      r"rope_parameters\.rope_type='dynamic'; supported: \['default', 'linear', 'yarn'\]",
+    ),
+    ("rope_scaling", {"type": "longrope", "factor": 2.0}, r"rope_scaling\.rope_type='longrope'"),
+    ("use_sliding_window", True, r"use_sliding_window=True; supported: \[False\]"),
+    (
+      "layer_types",
+      ["full_attention", "sliding_attention"],
+      r"layer_types \['sliding_attention'\]",
+    ),
+    ("model_type", "llama", r"model_type='llama'; supported: \["),
+  ],
+)
 def test_unsupported_config_values(hf_dir, field, value, message):
   hf = json.loads((hf_dir / "config.json").read_text())
   hf.pop("rope_parameters", None) if field == "rope_scaling" else None
@@ -133,11 +152,18 @@ def test_unsupported_config_values(hf_dir, field, value, message):
 
 
 def test_legacy_rope_fields():
-  hf = {**qwen_ref.TINY, "model_type": "qwen2", "rope_theta": 5e5,
-        "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}}
+  hf = {
+    **qwen_ref.TINY,
+    "model_type": "qwen2",
+    "rope_theta": 5e5,
+    "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256},
+  }
   cfg = from_hf_config(hf)
   assert cfg.rope_theta == 5e5 and cfg.attention_bias and not cfg.qk_norm
-  assert cfg.rope_scaling.rope_type == "yarn" and cfg.rope_scaling.original_max_position_embeddings == 256
+  assert (
+    cfg.rope_scaling.rope_type == "yarn"
+    and cfg.rope_scaling.original_max_position_embeddings == 256
+  )
 
 
 def test_failed_export_leaves_nothing(hf_dir, tmp_path):
@@ -148,8 +174,11 @@ def test_failed_export_leaves_nothing(hf_dir, tmp_path):
     hf_io.save_pretrained(tmp_path / "out", missing, cfg)
   # A mis-shaped leaf is caught before any file is written.
   params["model"]["layers"]["post_attention_layernorm"]["scale"] = np.zeros((2, 3), np.float32)
-  with pytest.raises(CheckpointError, match=r"post_attention_layernorm/scale has shape \[2, 3\], "
-                                            r"expected \[2, 64\]"):
+  with pytest.raises(
+    CheckpointError,
+    match=r"post_attention_layernorm/scale has shape \[2, 3\], "
+    r"expected \[2, 64\]",
+  ):
     hf_io.save_pretrained(tmp_path / "out", params, cfg, max_shard_bytes=20_000)
   assert list(tmp_path.iterdir()) == []
 
@@ -171,8 +200,9 @@ def test_killed_export_leaves_no_loadable_output(hf_dir, tmp_path):
     hf_io.save_pretrained({str(tmp_path / "out")!r}, params, cfg, max_shard_bytes=20_000)
   """)
   env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
-  proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                        timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+  )
   assert proc.returncode == -9, proc.stderr[-2000:]
   assert not (tmp_path / "out").exists()
   leftovers = list(tmp_path.iterdir())
@@ -194,9 +224,15 @@ def test_export_with_tokenizer_and_overwrite(hf_dir, tmp_path):
   hf_io.save_pretrained(out, params, cfg, tokenizer_dir=tmp_path / "tok")
   assert transformers.AutoTokenizer.from_pretrained(out)("t5 t7")["input_ids"] == [5, 7]
   gen = json.loads((out / "generation_config.json").read_text())
-  assert gen == {k: v for k, v in (("bos_token_id", cfg.bos_token_id),
-                                   ("eos_token_id", cfg.eos_token_id),
-                                   ("pad_token_id", cfg.pad_token_id)) if v is not None}
+  assert gen == {
+    k: v
+    for k, v in (
+      ("bos_token_id", cfg.bos_token_id),
+      ("eos_token_id", cfg.eos_token_id),
+      ("pad_token_id", cfg.pad_token_id),
+    )
+    if v is not None
+  }
   with pytest.raises(FileExistsError):
     hf_io.save_pretrained(out, params, cfg)
   hf_io.save_pretrained(out, params, cfg, overwrite=True)
@@ -212,25 +248,36 @@ def test_bf16_export_loads_in_transformers_and_back(hf_dir, tmp_path):
   half = transformers.AutoModelForCausalLM.from_pretrained(out)
   w = "model.layers.0.self_attn.q_proj.weight"
   assert str(half.state_dict()[w].dtype) == "torch.bfloat16"
-  np.testing.assert_array_equal(half.state_dict()[w].float().numpy(),
-                                ref.state_dict()[w].bfloat16().float().numpy())
+  np.testing.assert_array_equal(
+    half.state_dict()[w].float().numpy(), ref.state_dict()[w].bfloat16().float().numpy()
+  )
   cfg16, back = hf_io.load_pretrained(out)  # bf16 on disk -> fp32 params by default
   q = back["model"]["layers"]["self_attn"]["q_proj"]["kernel"]
   assert q.dtype == np.float32
-  np.testing.assert_allclose(q, params["model"]["layers"]["self_attn"]["q_proj"]["kernel"],
-                             rtol=1e-2, atol=1e-3)
+  np.testing.assert_allclose(
+    q, params["model"]["layers"]["self_attn"]["q_proj"]["kernel"], rtol=1e-2, atol=1e-3
+  )
 
 
-@pytest.mark.parametrize("rule, shape", [
-  (KeyRule("q", "q", in_axes=1), (8, 4, 3)), (KeyRule("o", "o", in_axes=2), (4, 3, 8)),
-  (KeyRule("b", "b"), (4, 3)), (KeyRule("e", "e", hf_ndim=2), (10, 8))])
+@pytest.mark.parametrize(
+  "rule, shape",
+  [
+    (KeyRule("q", "q", in_axes=1), (8, 4, 3)),
+    (KeyRule("o", "o", in_axes=2), (4, 3, 8)),
+    (KeyRule("b", "b"), (4, 3)),
+    (KeyRule("e", "e", hf_ndim=2), (10, 8)),
+  ],
+)
 def test_block_reads_equal_full_conversion(rule, shape, tmp_path):
   """Each device reads only its block; every block (contiguous in HF layout or not) is right."""
   x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
   hf_io.write_safetensors(tmp_path / "t.safetensors", {"t": rule.to_hf(x)})
   ref = hf_io.index_checkpoint(tmp_path)["t"]
-  blocks = [tuple(slice(0, n) for n in shape), (slice(2, 4),) + tuple(slice(None) for _ in shape[1:]),
-            tuple(slice(None) for _ in shape[:-1]) + (slice(1, 3),),
-            (slice(1, 3), slice(0, 2)) + tuple(slice(None) for _ in shape[2:])]
+  blocks = [
+    tuple(slice(0, n) for n in shape),
+    (slice(2, 4),) + tuple(slice(None) for _ in shape[1:]),
+    tuple(slice(None) for _ in shape[:-1]) + (slice(1, 3),),
+    (slice(1, 3), slice(0, 2)) + tuple(slice(None) for _ in shape[2:]),
+  ]
   for index in blocks:
     np.testing.assert_array_equal(hf_io._read_shard(rule, ref, shape, index), x[index], str(index))

@@ -21,8 +21,11 @@ RNG = np.random.default_rng(0)
 def test_rmsnorm_matches_hf(zero_centered, dtype):
   x = RNG.normal(size=(2, 5, 48)).astype(np.float32) * 3
   w = RNG.normal(size=(48,)).astype(np.float32) * 0.2 + (0 if zero_centered else 1)
-  ref_mod = (modeling_qwen3_5.Qwen3_5RMSNorm(48, eps=1e-6) if zero_centered
-             else modeling_qwen3.Qwen3RMSNorm(48, eps=1e-6))
+  ref_mod = (
+    modeling_qwen3_5.Qwen3_5RMSNorm(48, eps=1e-6)
+    if zero_centered
+    else modeling_qwen3.Qwen3RMSNorm(48, eps=1e-6)
+  )
   tdt = getattr(torch, dtype)
   with torch.no_grad():
     ref_mod.weight.copy_(torch.tensor(w))
@@ -33,15 +36,20 @@ def test_rmsnorm_matches_hf(zero_centered, dtype):
   if dtype == "float32":
     np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=1e-5)
   else:  # same cast order -> bit-identical bf16 (up to one bf16 ulp from rsqrt rounding)
-    np.testing.assert_allclose(ours, ref, rtol=2 ** -7, atol=1e-2)
+    np.testing.assert_allclose(ours, ref, rtol=2**-7, atol=1e-2)
 
 
 ROPES = [
   {"rope_type": "default"},
   {"rope_type": "linear", "factor": 2.0},
   {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128},
-  {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64, "beta_fast": 16,
-   "truncate": False},
+  {
+    "rope_type": "yarn",
+    "factor": 8.0,
+    "original_max_position_embeddings": 64,
+    "beta_fast": 16,
+    "truncate": False,
+  },
 ]
 
 
@@ -49,14 +57,23 @@ ROPES = [
 @pytest.mark.parametrize("partial", [1.0, 0.25])
 def test_rope_frequencies_match_hf(rope, partial):
   params = {"rope_theta": 10000.0, **rope, "partial_rotary_factor": partial}
-  hf_cfg = transformers.Qwen3Config(head_dim=64, hidden_size=128, num_attention_heads=2,
-                                    max_position_embeddings=512, rope_parameters=params)
+  hf_cfg = transformers.Qwen3Config(
+    head_dim=64,
+    hidden_size=128,
+    num_attention_heads=2,
+    max_position_embeddings=512,
+    rope_parameters=params,
+  )
   rope_type = params["rope_type"]
-  fn = (modeling_qwen3.Qwen3RotaryEmbedding.compute_default_rope_parameters
-        if rope_type == "default" else ROPE_INIT_FUNCTIONS[rope_type])
+  fn = (
+    modeling_qwen3.Qwen3RotaryEmbedding.compute_default_rope_parameters
+    if rope_type == "default"
+    else ROPE_INIT_FUNCTIONS[rope_type]
+  )
   ref_inv, ref_scale = fn(hf_cfg)
-  theta, scaling, got_partial = rope_from_hf({"rope_parameters": params,
-                                              "max_position_embeddings": 512})
+  theta, scaling, got_partial = rope_from_hf(
+    {"rope_parameters": params, "max_position_embeddings": 512}
+  )
   assert got_partial == partial
   inv, scale = layers.rope_frequencies(64, theta, got_partial, scaling)
   if rope_type == "default":
@@ -68,14 +85,16 @@ def test_rope_frequencies_match_hf(rope, partial):
 def test_partial_rotary_matches_hf():
   q = RNG.normal(size=(2, 7, 4, 32)).astype(np.float32)
   positions = np.tile(np.arange(7), (2, 1)) * 3
-  inv, scale = layers.rope_frequencies(32, 10000.0, 0.25, RopeScaling("yarn", factor=2.0,
-                                                                       original_max_position_embeddings=8))
+  inv, scale = layers.rope_frequencies(
+    32, 10000.0, 0.25, RopeScaling("yarn", factor=2.0, original_max_position_embeddings=8)
+  )
   cos, sin = layers.rotary_cos_sin(jnp.asarray(positions), inv, scale, jnp.float32)
   assert cos.shape == (2, 7, 8)
   ours = layers.apply_rotary(jnp.asarray(q), cos, sin)
   tq = torch.tensor(q).transpose(1, 2)  # HF: [B,N,T,H]
-  ref, _ = modeling_qwen3_5.apply_rotary_pos_emb(tq, tq, torch.tensor(np.asarray(cos)),
-                                                 torch.tensor(np.asarray(sin)))
+  ref, _ = modeling_qwen3_5.apply_rotary_pos_emb(
+    tq, tq, torch.tensor(np.asarray(cos)), torch.tensor(np.asarray(sin))
+  )
   np.testing.assert_allclose(ours, ref.transpose(1, 2).numpy(), atol=1e-6)
   np.testing.assert_array_equal(ours[..., 8:], q[..., 8:])  # the pass-through part
 
@@ -96,8 +115,8 @@ def test_gqa_attention_matches_hf_eager():
   module = torch.nn.Module()
   module.num_key_value_groups, module.training = 2, False
   ref, _ = modeling_qwen3.eager_attention_forward(
-    module, *(torch.tensor(np.asarray(x)).transpose(1, 2) for x in (q, k, v)), bias,
-    scaling=8 ** -0.5)
+    module, *(torch.tensor(np.asarray(x)).transpose(1, 2) for x in (q, k, v)), bias, scaling=8**-0.5
+  )
   keep = np.asarray(mask).any(-1)
   np.testing.assert_allclose(np.asarray(ours)[keep], ref.numpy()[keep], atol=1e-5, rtol=1e-5)
 
@@ -110,9 +129,12 @@ def test_query_chunked_attention_equals_full():
 
   full = layers.dot_product_attention(q, k, v, mask)
   for chunk in (4, 5):
-    np.testing.assert_allclose(layers.dot_product_attention(q, k, v, mask, q_chunk=chunk), full,
-                               atol=1e-6)
-    for g, ref in zip(jax.grad(loss, (0, 1, 2))(q, k, v, chunk), jax.grad(loss, (0, 1, 2))(q, k, v, None)):
+    np.testing.assert_allclose(
+      layers.dot_product_attention(q, k, v, mask, q_chunk=chunk), full, atol=1e-6
+    )
+    for g, ref in zip(
+      jax.grad(loss, (0, 1, 2))(q, k, v, chunk), jax.grad(loss, (0, 1, 2))(q, k, v, None)
+    ):
       np.testing.assert_allclose(g, ref, atol=1e-5)
 
 
@@ -123,9 +145,13 @@ def test_query_chunked_attention_uses_less_memory():
       pos = jnp.tile(jnp.arange(t), (1, 1))
       mask = layers.attention_mask(pos, pos * 0 + 1, pos, pos * 0 + 1)
       return jnp.sum(layers.dot_product_attention(q, k, v, mask, q_chunk=chunk))
+
     shapes = [jax.ShapeDtypeStruct((1, 1024, 4, 16), jnp.float32)] + [
-      jax.ShapeDtypeStruct((1, 1024, 2, 16), jnp.float32)] * 2
-    return jax.jit(jax.grad(f, (0, 1, 2))).lower(*shapes).compile().memory_analysis().temp_size_in_bytes
+      jax.ShapeDtypeStruct((1, 1024, 2, 16), jnp.float32)
+    ] * 2
+    return (
+      jax.jit(jax.grad(f, (0, 1, 2))).lower(*shapes).compile().memory_analysis().temp_size_in_bytes
+    )
 
   scores = 4 * 1024 * 1024 * 4  # one full [N,T,S] fp32 score tensor
   full, chunked, smaller = temp(None), temp(128), temp(32)
@@ -141,15 +167,18 @@ def test_dot_policies_save_the_custom_vjp_projections(name):
   from tmax_jax.models import matmul  # pylint: disable=import-outside-toplevel
 
   def flops(policy):
-    layer = jax.checkpoint(lambda x, w: jnp.cos(matmul.linear(x, w, 1)), policy=policy,
-                           prevent_cse=False)
+    layer = jax.checkpoint(
+      lambda x, w: jnp.cos(matmul.linear(x, w, 1)), policy=policy, prevent_cse=False
+    )
 
     def f(x, ws):  # [64, 32], [3, 32, 32]
       y, _ = jax.lax.scan(lambda c, w: (layer(c, w), None), x, ws)
       return jnp.sum(y)
 
-    shapes = (jax.ShapeDtypeStruct((64, 32), jnp.float32),
-              jax.ShapeDtypeStruct((3, 32, 32), jnp.float32))
+    shapes = (
+      jax.ShapeDtypeStruct((64, 32), jnp.float32),
+      jax.ShapeDtypeStruct((3, 32, 32), jnp.float32),
+    )
     compiled = jax.jit(jax.grad(f, (0, 1))).lower(*shapes).compile()
     return hlo_cost.compiled_cost(compiled).matmul_flops / (3 * 2 * 64 * 32 * 32)
 

@@ -11,8 +11,9 @@ BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
-  proc = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
-                        text=True, timeout=1800)
+  proc = subprocess.run(
+    [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=1800
+  )
   assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
   return proc
 
@@ -36,5 +37,6 @@ def test_gpu_long_context_script_tiny(tmp_path):
   steps = {r["impl"]: r for r in rows if r["check"] == "train_step"}
   assert steps["cudnn"]["status"].startswith("skipped: needs a GPU"), proc.stdout
   assert steps["blockwise"]["status"] == "ok" and steps["blockwise"]["tokens_per_s"] > 0
-  assert any(r["check"] == "parity" and r["kernel"] == "blockwise" and r["status"] == "ok"
-             for r in rows)
+  assert any(
+    r["check"] == "parity" and r["kernel"] == "blockwise" and r["status"] == "ok" for r in rows
+  )

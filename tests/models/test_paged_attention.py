@@ -24,21 +24,25 @@ def test_attend_matches_dense_over_cached_pages_plus_new_tokens(block_tokens):
   seg = np.ones((B, T), np.int32)
   seg[2, 3:] = 0  # right padding in one row
   pos = cached[:, None] + np.arange(T)[None]
-  new_mask = layers.attention_mask(jnp.asarray(pos), jnp.asarray(seg), jnp.asarray(pos),
-                                   jnp.asarray(seg))
+  new_mask = layers.attention_mask(
+    jnp.asarray(pos), jnp.asarray(seg), jnp.asarray(pos), jnp.asarray(seg)
+  )
   cache = dict(k_pages=k_pages, v_pages=v_pages, table=table, cached=cached)
   out, new = jax.jit(paged_attention.attend, static_argnames="block_tokens")(
-      q, k, v, new_mask, cache, block_tokens=block_tokens)
+    q, k, v, new_mask, cache, block_tokens=block_tokens
+  )
   assert new["k"].shape == (B, T, K, H)
   for b in range(B):  # reference: dense attention over [the row's cached keys | new keys]
-    old_k = k_pages[table[b]].reshape(-1, K, H)[:cached[b]]
-    old_v = v_pages[table[b]].reshape(-1, K, H)[:cached[b]]
+    old_k = k_pages[table[b]].reshape(-1, K, H)[: cached[b]]
+    old_v = v_pages[table[b]].reshape(-1, K, H)[: cached[b]]
     kk, vv = np.concatenate([old_k, k[b]])[None], np.concatenate([old_v, v[b]])[None]
     kpos = np.arange(cached[b] + T)[None]
     kseg = np.concatenate([np.ones(cached[b], np.int32), seg[b]])[None]
-    mask = layers.attention_mask(jnp.asarray(pos[b:b + 1]), jnp.asarray(seg[b:b + 1]),
-                                 jnp.asarray(kpos), jnp.asarray(kseg))
-    ref = layers.dot_product_attention(q[b:b + 1], kk, vv, mask)
+    mask = layers.attention_mask(
+      jnp.asarray(pos[b : b + 1]), jnp.asarray(seg[b : b + 1]), jnp.asarray(kpos), jnp.asarray(kseg)
+    )
+    ref = layers.dot_product_attention(q[b : b + 1], kk, vv, mask)
     live = seg[b] != 0
-    np.testing.assert_allclose(np.asarray(out[b])[live], np.asarray(ref[0])[live], atol=1e-5,
-                               rtol=0)
+    np.testing.assert_allclose(
+      np.asarray(out[b])[live], np.asarray(ref[0])[live], atol=1e-5, rtol=0
+    )

@@ -7,8 +7,16 @@ import pytest
 
 from tmax_jax.models import ModelConfig, build_model, init_params
 
-CFG = ModelConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_bias=True)
+CFG = ModelConfig(
+  vocab_size=128,
+  hidden_size=64,
+  intermediate_size=96,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=16,
+  attention_bias=True,
+)
 TOL = dict(atol=2e-5, rtol=2e-5)
 
 

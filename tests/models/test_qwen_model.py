@@ -5,13 +5,26 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tmax_jax.models import (ModelConfig, UnsupportedConfigError, build_model, head_weight,
-                             init_params, registry)
+from tmax_jax.models import (
+  ModelConfig,
+  UnsupportedConfigError,
+  build_model,
+  head_weight,
+  init_params,
+  registry,
+)
 from tmax_jax.models.logprobs import token_logprobs
 
-CFG = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                  tie_word_embeddings=False)
+CFG = ModelConfig(
+  vocab_size=128,
+  hidden_size=32,
+  intermediate_size=64,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=8,
+  tie_word_embeddings=False,
+)
 
 
 def loss_and_grad(cfg, params, tokens):

@@ -4,17 +4,18 @@ the export -> from_pretrained round trip and yarn rope scaling."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import qwen_ref
 import transformers
 
-import qwen_ref
 from tmax_jax.models import build_model, full_logits, head_weight, hf_io
 
 TOL = 1e-4
 
 
 def our_logits(cfg, params, tokens, positions, mask):
-  hidden, _ = build_model(cfg).apply({"params": params}, jnp.asarray(tokens),
-                                     jnp.asarray(positions), jnp.asarray(mask))
+  hidden, _ = build_model(cfg).apply(
+    {"params": params}, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask)
+  )
   return np.asarray(full_logits(hidden, head_weight(params, cfg), cfg.dtypes.head))
 
 
@@ -31,8 +32,13 @@ def test_parity_and_round_trip(variant, scan_layers, tmp_path):
   assert qwen_ref.rel_err(ours, ref, mask) <= TOL
 
   hf_io.save_pretrained(tmp_path / "export", params, cfg)
-  reloaded = transformers.AutoModelForCausalLM.from_pretrained(
-    tmp_path / "export", attn_implementation="eager").float().eval()
+  reloaded = (
+    transformers.AutoModelForCausalLM.from_pretrained(
+      tmp_path / "export", attn_implementation="eager"
+    )
+    .float()
+    .eval()
+  )
   assert type(reloaded) is type(ref_model)
   again = qwen_ref.torch_logits(reloaded, tokens, positions, mask)
   assert qwen_ref.rel_err(again, ref, mask) <= TOL

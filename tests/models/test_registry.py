@@ -36,11 +36,13 @@ def test_a_model_class_without_the_cache_contract_fails_at_registration():
 
 def test_presets_and_tokenizers_cannot_be_claimed_twice():
   with pytest.raises(ValueError, match=r"presets \['qwen3-8b'\] already registered"):
-    registry.register(_family(model_class=QwenForCausalLM, presets={"qwen3-8b": QWEN.presets[
-      "qwen3-8b"]}))
+    registry.register(
+      _family(model_class=QwenForCausalLM, presets={"qwen3-8b": QWEN.presets["qwen3-8b"]})
+    )
   with pytest.raises(ValueError, match="tokenizers for .*not among its model_types"):
-    registry.register(_family(model_class=QwenForCausalLM,
-                              tokenizers={"qwen3": QWEN.tokenizers["qwen3"]}))
+    registry.register(
+      _family(model_class=QwenForCausalLM, tokenizers={"qwen3": QWEN.tokenizers["qwen3"]})
+    )
 
 
 def test_presets_tokenizers_and_formats_derive_from_the_family():
@@ -48,8 +50,11 @@ def test_presets_tokenizers_and_formats_derive_from_the_family():
   assert registry.preset("Qwen3-8B", scan_layers=False).scan_layers is False
   with pytest.raises(ValueError, match="unknown preset 'qwen4-1b'.*qwen3-8b"):
     registry.preset("qwen4-1b")
-  for model_type, name, fmt in (("qwen3", "qwen3", "hermes"), ("qwen3_5", "qwen3_5", "xml"),
-                                ("qwen3_5_text", "qwen3_5", "xml")):
+  for model_type, name, fmt in (
+    ("qwen3", "qwen3", "hermes"),
+    ("qwen3_5", "qwen3_5", "xml"),
+    ("qwen3_5_text", "qwen3_5", "xml"),
+  ):
     spec = registry.tokenizer_for(model_type)
     assert (spec.family, spec.tool_call_format) == (name, fmt)
     assert spec.stop_token_ids() == (spec.token_id("<|im_end|>"), spec.token_id("<|endoftext|>"))

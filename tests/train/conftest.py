@@ -4,9 +4,9 @@ import jax
 import numpy as np
 import pytest
 
+from tests.train import toy
 from tmax_jax.models import registry
 from tmax_jax.train import batch as batch_lib
-from tests.train import toy
 
 
 @pytest.fixture(scope="session")
@@ -23,10 +23,15 @@ def random_trajectories(seed: int, n: int, max_len: int, vocab: int = 16):
   for _ in range(n):
     length = int(rng.integers(5, max_len + 1))
     mask = (np.arange(length) >= int(rng.integers(1, 4))).astype(np.float32)
-    out.append(batch_lib.Trajectory(
-      tokens=rng.integers(0, vocab, length), loss_mask=mask,
-      behaviour_logp=np.log(rng.uniform(0.02, 0.3, length)), advantage=float(rng.normal()),
-      ref_logp=np.log(rng.uniform(0.02, 0.3, length))))
+    out.append(
+      batch_lib.Trajectory(
+        tokens=rng.integers(0, vocab, length),
+        loss_mask=mask,
+        behaviour_logp=np.log(rng.uniform(0.02, 0.3, length)),
+        advantage=float(rng.normal()),
+        ref_logp=np.log(rng.uniform(0.02, 0.3, length)),
+      )
+    )
   return out
 
 
@@ -38,10 +43,26 @@ def tiny_qwen3_5():
   summation order alone; BUILD_NOTES "Packed micro-batches".)"""
   from tmax_jax.models.qwen3_5.config import Qwen3_5Config
   from tmax_jax.models.qwen3_5.presets import qwen3_5
-  fam = Qwen3_5Config(layer_types=("linear_attention", "full_attention"), linear_key_head_dim=8,
-                      linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
-                      chunk_size=4)
-  mcfg = qwen3_5("0.8b", vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                 tie_word_embeddings=False, max_position_embeddings=64, family_config=fam)
+
+  fam = Qwen3_5Config(
+    layer_types=("linear_attention", "full_attention"),
+    linear_key_head_dim=8,
+    linear_value_head_dim=8,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    chunk_size=4,
+  )
+  mcfg = qwen3_5(
+    "0.8b",
+    vocab_size=16,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    tie_word_embeddings=False,
+    max_position_embeddings=64,
+    family_config=fam,
+  )
   return registry.build_model(mcfg), mcfg, registry.init_params(mcfg, jax.random.key(2))

@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.train import toy
 from tests.train.conftest import random_trajectories
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import step as step_lib
-from tests.train import toy
 from tmax_jax.train.config import OptimizerConfig, TrainConfig
 
 
@@ -20,8 +20,10 @@ from tmax_jax.train.config import OptimizerConfig, TrainConfig
 def trainers(tiny):
   model, mcfg, _ = tiny
   base = TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-2), logprob_chunk_size=8)
-  return {mode: step_lib.Trainer(model, mcfg, base.replace(on_nonfinite=mode))
-          for mode in ("skip", "raise")}
+  return {
+    mode: step_lib.Trainer(model, mcfg, base.replace(on_nonfinite=mode))
+    for mode in ("skip", "raise")
+  }
 
 
 def _fresh(trainer, tiny):
@@ -33,7 +35,9 @@ def _batch():
 
 
 def _unchanged(a, b):
-  for x, y in zip(jax.tree.leaves((a.params, a.opt_state)), jax.tree.leaves((b.params, b.opt_state))):
+  for x, y in zip(
+    jax.tree.leaves((a.params, a.opt_state)), jax.tree.leaves((b.params, b.opt_state))
+  ):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
@@ -69,11 +73,14 @@ def _cases():
     "no loss tokens": dataclasses.replace(b, loss_mask=np.zeros_like(b.loss_mask)),
     # r = exp(logp + 200) overflows: the loss itself is inf
     "non-finite loss": dataclasses.replace(
-      b, behaviour_logp=np.where(on, -200.0, 0.0).astype(np.float32),
-      advantages=np.where(on, -1.0, 0.0).astype(np.float32)),
+      b,
+      behaviour_logp=np.where(on, -200.0, 0.0).astype(np.float32),
+      advantages=np.where(on, -1.0, 0.0).astype(np.float32),
+    ),
     # a finite loss (~1e30) whose gradient norm overflows float32
     "non-finite gradient": dataclasses.replace(
-      b, advantages=np.where(on, 1e30, 0.0).astype(np.float32)),
+      b, advantages=np.where(on, 1e30, 0.0).astype(np.float32)
+    ),
   }
 
 
@@ -89,8 +96,10 @@ def test_rejected_step_skips_with_logged_reason(trainers, tiny, reason, caplog):
   _unchanged(before, state)
   state, metrics = trainer.step(state, _batch())  # training continues normally afterwards
   assert metrics["skipped"] == 0.0 and np.isfinite(metrics["loss"])
-  moved = [not np.array_equal(a, np.asarray(b))
-           for a, b in zip(jax.tree.leaves(before.params), jax.tree.leaves(state.params))]
+  moved = [
+    not np.array_equal(a, np.asarray(b))
+    for a, b in zip(jax.tree.leaves(before.params), jax.tree.leaves(state.params))
+  ]
   assert any(moved)
 
 

@@ -14,8 +14,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def _run(args, tmp_path):
   out = tmp_path / "r.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  subprocess.run([sys.executable, *map(str, args), "--out", str(out)], cwd=ROOT, env=env,
-                 check=True, capture_output=True, timeout=600)
+  subprocess.run(
+    [sys.executable, *map(str, args), "--out", str(out)],
+    cwd=ROOT,
+    env=env,
+    check=True,
+    capture_output=True,
+    timeout=600,
+  )
   return json.loads(out.read_text())
 
 
@@ -43,6 +49,7 @@ def test_cpu_train_step_bench_tiny(tmp_path):
 
 def _load(name):
   import importlib.util  # pylint: disable=import-outside-toplevel
+
   spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
   mod = importlib.util.module_from_spec(spec)
   sys.modules[name] = mod

@@ -7,12 +7,11 @@ import jax
 import numpy as np
 import pytest
 
+from tests.train.conftest import random_trajectories
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import step as step_lib
 from tmax_jax.train.compact import check_capacity, loss_token_index
 from tmax_jax.train.config import LossConfig, TrainConfig
-
-from tests.train.conftest import random_trajectories
 
 
 def test_index_puts_loss_tokens_first_in_order():

@@ -1,13 +1,11 @@
 """Optimizer schedules/clipping, the metrics writer, and Orbax checkpoints on a generic pytree."""
 
-import json
 import math
 import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from tmax_jax.train import checkpoint as ckpt_lib
@@ -34,22 +32,30 @@ def test_schedules_follow_their_formulas():
   assert math.isclose(_lr(lin, 60), 2.0 * (0.1 + 0.9 * 0.5), rel_tol=1e-6)
   assert math.isclose(_lr(lin, 110), 0.2, rel_tol=1e-6)
   assert math.isclose(_lr(cos, 60), 2.0 * (0.1 + 0.9 * 0.5), rel_tol=1e-6)
-  assert math.isclose(_lr(cos, 35), 2.0 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4))),
-                      rel_tol=1e-6)
+  assert math.isclose(
+    _lr(cos, 35), 2.0 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4))), rel_tol=1e-6
+  )
   assert math.isclose(_lr(cos, 500), 0.2, rel_tol=1e-6)
 
 
 def test_recipe_presets():
   rl = config_lib.rl_recipe()
   assert (rl.optimizer.learning_rate, rl.optimizer.schedule, rl.optimizer.max_grad_norm) == (
-    1e-6, "constant", 1.0)
+    1e-6,
+    "constant",
+    1.0,
+  )
   assert (rl.loss.policy_loss, rl.loss.hyper.divergence, rl.loss.kl_beta) == ("dppo", "tv", 0.0)
   assert rl.loss.hyper.threshold == 0.1
   sft = config_lib.sft_tmax_qwen3_8b()
   assert sft.optimizer.warmup == 15 and sft.optimizer.schedule == "linear"
   assert (sft.epochs, sft.global_batch, sft.loss.policy_loss) == (2, 128, "sft")
   th = config_lib.sft_terminal_horizon()
-  assert (th.optimizer.schedule, th.optimizer.weight_decay, th.optimizer.warmup) == ("cosine", 0.1, 25)
+  assert (th.optimizer.schedule, th.optimizer.weight_decay, th.optimizer.warmup) == (
+    "cosine",
+    0.1,
+    25,
+  )
 
 
 def test_config_errors_name_the_field():
@@ -62,8 +68,9 @@ def test_config_errors_name_the_field():
 
 
 def test_clipping_and_adamw_against_manual_update():
-  cfg = config_lib.OptimizerConfig(learning_rate=0.1, max_grad_norm=1.0, weight_decay=0.5,
-                                   total_steps=10)
+  cfg = config_lib.OptimizerConfig(
+    learning_rate=0.1, max_grad_norm=1.0, weight_decay=0.5, total_steps=10
+  )
   params = {"w": jnp.array([[1.0, -2.0]]), "norm": {"scale": jnp.array([3.0])}}
   grads = {"w": jnp.array([[3.0, 0.0]]), "norm": {"scale": jnp.array([4.0])}}
   tx = opt_lib.make_optimizer(cfg)
@@ -71,8 +78,9 @@ def test_clipping_and_adamw_against_manual_update():
   # global norm 5 -> clipped grads = g / 5; Adam's first step: m_hat / sqrt(v_hat) = sign(g)
   g = {"w": np.array([[0.6, 0.0]]), "scale": np.array([0.8])}
   adam_w = g["w"] / (np.abs(g["w"]) + 1e-8)
-  np.testing.assert_allclose(updates["w"], -0.1 * (adam_w + 0.5 * np.array([[1.0, -2.0]])),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    updates["w"], -0.1 * (adam_w + 0.5 * np.array([[1.0, -2.0]])), rtol=1e-5
+  )
   # norm scales are excluded from weight decay by default
   np.testing.assert_allclose(updates["norm"]["scale"], -0.1 * np.array([1.0]), rtol=1e-5)
   assert int(opt_lib.optimizer_step_count(tx.update(grads, tx.init(params), params)[1])) == 1
@@ -103,8 +111,10 @@ def test_checkpoint_roundtrip_keep_last_and_interval(tmp_path):
     assert ck.all_steps() == [4, 6]
     restored, data, step = ck.restore(_state(seed=5))
   assert step == 6 and data == {"pos": 6} and int(restored.step) == 6
-  for a, b in zip(jax.tree.leaves((st.params, st.opt_state, st.rng)),
-                  jax.tree.leaves((restored.params, restored.opt_state, restored.rng))):
+  for a, b in zip(
+    jax.tree.leaves((st.params, st.opt_state, st.rng)),
+    jax.tree.leaves((restored.params, restored.opt_state, restored.rng)),
+  ):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert sorted(p for p in os.listdir(tmp_path / "ck") if p.isdigit()) == ["4", "6"]
 
@@ -123,8 +133,14 @@ def test_checkpoint_directory_may_be_relative(tmp_path, monkeypatch):
 def test_checkpoint_never_written_from_nonfinite_state(tmp_path):
   cfg = config_lib.CheckpointConfig(directory=str(tmp_path / "ck"), save_every=1, keep_last=2)
   bad = _state()
-  bad = bad.replace(params={"dense": {"kernel": bad.params["dense"]["kernel"].at[0, 0].set(
-    jnp.nan), "bias": bad.params["dense"]["bias"]}})
+  bad = bad.replace(
+    params={
+      "dense": {
+        "kernel": bad.params["dense"]["kernel"].at[0, 0].set(jnp.nan),
+        "bias": bad.params["dense"]["bias"],
+      }
+    }
+  )
   with ckpt_lib.Checkpointer(cfg) as ck:
     with pytest.raises(ckpt_lib.NonFiniteStateError, match="step 1"):
       ck.save(1, bad, {})
@@ -144,8 +160,12 @@ def test_checkpoint_config_errors():
 def test_loss_config_validates_against_the_registry():
   from tmax_jax import rl
   from tmax_jax.rl.losses import DPPOHyper, GRPOHyper
-  with pytest.raises(ValueError, match=r"loss.aggregation='mean'; expected one of \['sequence', "
-                     r"'token'\]"):
+
+  with pytest.raises(
+    ValueError,
+    match=r"loss.aggregation='mean'; expected one of \['sequence', "
+    r"'token'\]",
+  ):
     config_lib.LossConfig(aggregation="mean")
   with pytest.raises(ValueError, match="policy loss 'grpo' expects a GRPOHyper"):
     config_lib.LossConfig(policy_loss="grpo", hyper=DPPOHyper())
@@ -157,7 +177,10 @@ def test_loss_config_validates_against_the_registry():
   assert config_lib.LossConfig(policy_loss="grpo").hyper == GRPOHyper()
   assert config_lib.LossConfig(policy_loss="sft").batch_fields() == ()
   assert config_lib.LossConfig(kl_beta=0.5).batch_fields() == (
-    "behaviour_logp", "advantages", "ref_logp")
+    "behaviour_logp",
+    "advantages",
+    "ref_logp",
+  )
 
   # a new loss is one registration: its hyperparameters and inputs reach LossConfig from there
   import dataclasses
@@ -168,6 +191,7 @@ def test_loss_config_validates_against_the_registry():
 
   name = "test_scaled_sft"
   if name not in rl.names("policy_loss"):
+
     @rl.register("policy_loss", name, hyper=ScaledHyper, inputs=("advantages",))
     def _scaled(x, hyper):
       terms = rl.get("policy_loss", "sft")(x)

@@ -24,8 +24,9 @@ TOL = 1e-6
 
 
 def _cfg(**kw) -> TrainConfig:
-  return TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-3, total_steps=10),
-                     logprob_chunk_size=8, **kw)
+  return TrainConfig(
+    optimizer=OptimizerConfig(learning_rate=1e-3, total_steps=10), logprob_chunk_size=8, **kw
+  )
 
 
 def _traj(n: int) -> batch_lib.Trajectory:
@@ -71,14 +72,20 @@ def test_bucket_shapes_split_over_batch_shards():
 def _uneven_episodes(seed: int, n: int = 32, seq_len: int = 64):
   """Agent-like lengths: three quarters short, the rest between half and all of seq_len."""
   rng = np.random.default_rng(seed)
-  lengths = np.where(rng.uniform(size=n) < 0.75, rng.integers(6, 20, n),
-                     rng.integers(seq_len // 2, seq_len + 1, n))
+  lengths = np.where(
+    rng.uniform(size=n) < 0.75, rng.integers(6, 20, n), rng.integers(seq_len // 2, seq_len + 1, n)
+  )
   out = []
   for length in lengths:
     mask = (np.arange(length) >= 3).astype(np.float32)
-    out.append(batch_lib.Trajectory(
-      tokens=rng.integers(0, 16, length), loss_mask=mask,
-      behaviour_logp=np.log(rng.uniform(0.02, 0.3, length)), advantage=float(rng.normal())))
+    out.append(
+      batch_lib.Trajectory(
+        tokens=rng.integers(0, 16, length),
+        loss_mask=mask,
+        behaviour_logp=np.log(rng.uniform(0.02, 0.3, length)),
+        advantage=float(rng.normal()),
+      )
+    )
   return out
 
 
@@ -87,8 +94,10 @@ def test_uneven_rl_batch_padding_fraction_in_metrics(tiny):
   trajs = _uneven_episodes(0)
   fixed = step_lib.Trainer(model, mcfg, _cfg())
   packed = step_lib.Trainer(model, mcfg, _cfg(packing=PackingConfig(256, (32, 64))))
-  _, mf = fixed.step(fixed.init_state(jax.tree.map(jnp.copy, params)),
-                     fixed.make_batch(trajs, 64, num_rows=32, pack_rows=False))
+  _, mf = fixed.step(
+    fixed.init_state(jax.tree.map(jnp.copy, params)),
+    fixed.make_batch(trajs, 64, num_rows=32, pack_rows=False),
+  )
   state = packed.init_state(jax.tree.map(jnp.copy, params))
   state, mp = packed.step(state, packed.make_batch(trajs, 64))
   assert mf["padding_fraction"] > 0.5 and mf["micro_batches"] == 1
@@ -106,14 +115,18 @@ def test_uneven_rl_batch_padding_fraction_in_metrics(tiny):
   assert packed._micro._cache_size() == len(shapes) <= 3
 
 
-@pytest.mark.parametrize("model_name,aggregation", [
-  ("dense", "token"), ("qwen3_5", "token"),
-  # sequence aggregation over micro-batches is also in test_step (fixed batches) by default
-  pytest.param("dense", "sequence", marks=pytest.mark.slow),
-  pytest.param("qwen3_5", "sequence", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+  "model_name,aggregation",
+  [
+    ("dense", "token"),
+    ("qwen3_5", "token"),
+    # sequence aggregation over micro-batches is also in test_step (fixed batches) by default
+    pytest.param("dense", "sequence", marks=pytest.mark.slow),
+    pytest.param("qwen3_5", "sequence", marks=pytest.mark.slow),
+  ],
+)
 def test_packed_loss_and_grads_equal_one_row_per_trajectory(request, model_name, aggregation):
-  model, mcfg, params = request.getfixturevalue("tiny" if model_name == "dense" else
-                                                "tiny_qwen3_5")
+  model, mcfg, params = request.getfixturevalue("tiny" if model_name == "dense" else "tiny_qwen3_5")
   trajs = random_trajectories(2, 10, 24)
   cfg = _cfg(loss=LossConfig(aggregation=aggregation))
   packed_trainer = step_lib.Trainer(model, mcfg, cfg.replace(packing=PackingConfig(64, (16, 32))))
@@ -137,18 +150,30 @@ def _on_policy_episode(model, mcfg, params, k: int, seed: int) -> EpisodeResult:
   traj = TokenTrajectory(eos_id=15)
   parts = [("prompt", 4), ("gen", 6), ("obs", 3), ("gen", 5)]
   tokens = rng.integers(0, 15, sum(n for _, n in parts)).astype(np.int32)
-  hidden, _ = model.apply({"params": params}, tokens[None], np.arange(len(tokens))[None],
-                          np.ones((1, len(tokens)), np.int32))
-  logp_all = np.asarray(jax.nn.log_softmax(logprobs_lib.full_logits(
-    hidden, registry.head_weight(params, mcfg)), axis=-1))[0]  # [T, V]: predicts token t + 1
+  hidden, _ = model.apply(
+    {"params": params},
+    tokens[None],
+    np.arange(len(tokens))[None],
+    np.ones((1, len(tokens)), np.int32),
+  )
+  logp_all = np.asarray(
+    jax.nn.log_softmax(
+      logprobs_lib.full_logits(hidden, registry.head_weight(params, mcfg)), axis=-1
+    )
+  )[0]  # [T, V]: predicts token t + 1
   start = 0
   for kind, n in parts:
-    ids = tokens[start:start + n]
+    ids = tokens[start : start + n]
     if kind == "gen":
-      dist = logp_all[start - 1:start + n - 1]  # [n, V]: the distributions that drew these tokens
-      sent = np.argsort(-dist, axis=-1)[:, :k + 2][:, ::-1]  # [n, K + 2], lowest first
-      traj.add_generated(ids, dist[np.arange(n), ids], version=0, topk_ids=sent.tolist(),
-                         topk_logprobs=np.take_along_axis(dist, sent, 1).tolist())
+      dist = logp_all[start - 1 : start + n - 1]  # [n, V]: the distributions that drew these tokens
+      sent = np.argsort(-dist, axis=-1)[:, : k + 2][:, ::-1]  # [n, K + 2], lowest first
+      traj.add_generated(
+        ids,
+        dist[np.arange(n), ids],
+        version=0,
+        topk_ids=sent.tolist(),
+        topk_logprobs=np.take_along_axis(dist, sent, 1).tolist(),
+      )
     elif kind == "prompt":
       traj.add_prompt(ids)
     else:
@@ -160,13 +185,20 @@ def _on_policy_episode(model, mcfg, params, k: int, seed: int) -> EpisodeResult:
 def test_topk_fields_from_episodes_through_a_topk_tv_step(tiny):
   model, mcfg, params = tiny
   k = 4
-  groups = [Group(task=None, index=g, episodes=[
-    _on_policy_episode(model, mcfg, params, k, 2 * g + i) for i in range(2)]) for g in range(2)]
+  groups = [
+    Group(
+      task=None,
+      index=g,
+      episodes=[_on_policy_episode(model, mcfg, params, k, 2 * g + i) for i in range(2)],
+    )
+    for g in range(2)
+  ]
   trajs = batching.to_trajectories(groups)
   assert all(len(t.topk_ids[5]) == k + 2 and t.topk_ids[0] == [] for t in trajs)
   # the batch: highest K first, aligned with the predicted token, zeros off the loss tokens
-  one = batch_lib.pack(trajs[:1], len(trajs[0].tokens), fields=("topk_ids", "behaviour_topk_logp"),
-                       top_k=k)
+  one = batch_lib.pack(
+    trajs[:1], len(trajs[0].tokens), fields=("topk_ids", "behaviour_topk_logp"), top_k=k
+  )
   on = one.loss_mask[0] > 0
   for t in np.flatnonzero(on):
     want = trajs[0].topk_ids[t + 1][::-1][:k]
@@ -175,13 +207,27 @@ def test_topk_fields_from_episodes_through_a_topk_tv_step(tiny):
   assert np.all(one.topk_ids[0, ~on] == 0) and np.all(one.behaviour_topk_logp[0, ~on] == 0)
   # a behaviour that put less mass on the sampled tokens (r > 1) and A > 0: a token is dropped
   # exactly when its divergence exceeds delta
-  shifted = [batch_lib.Trajectory(t.tokens, t.loss_mask, np.asarray(t.behaviour_logp) - 0.7,
-                                  1.0, topk_ids=t.topk_ids, topk_logp=t.topk_logp) for t in trajs]
+  shifted = [
+    batch_lib.Trajectory(
+      t.tokens,
+      t.loss_mask,
+      np.asarray(t.behaviour_logp) - 0.7,
+      1.0,
+      topk_ids=t.topk_ids,
+      topk_logp=t.topk_logp,
+    )
+    for t in trajs
+  ]
   kept = {}
   for div in ("topk_tv", "tv"):
-    trainer = step_lib.Trainer(model, mcfg, _cfg(
-      loss=LossConfig(hyper=DPPOHyper(divergence=div, delta=0.01, top_k=k)),
-      packing=PackingConfig(64, (32,))))
+    trainer = step_lib.Trainer(
+      model,
+      mcfg,
+      _cfg(
+        loss=LossConfig(hyper=DPPOHyper(divergence=div, delta=0.01, top_k=k)),
+        packing=PackingConfig(64, (32,)),
+      ),
+    )
     batch = trainer.make_batch(shifted, 32)
     mb = batch.micro_batches[0]
     assert (mb.topk_ids is None) == (div == "tv")

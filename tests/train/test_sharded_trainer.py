@@ -51,14 +51,19 @@ SCRIPT = textwrap.dedent("""
       np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out[many][1]["loss"], out[one][1]["loss"], rtol=1e-5)
   print("SHARDED_OK")
-""")
+""")  # noqa: E501 (embedded script, kept verbatim)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_data_fsdp_sharded_step_equals_single_device():
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                     text=True, timeout=800)
+  env = dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    PYTHONPATH=str(ROOT),
+    XLA_FLAGS="--xla_force_host_platform_device_count=4",
+  )
+  r = subprocess.run(
+    [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=800
+  )
   assert r.returncode == 0 and "SHARDED_OK" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]

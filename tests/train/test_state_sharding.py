@@ -12,9 +12,16 @@ from tmax_jax.models.config import ModelConfig
 from tmax_jax.train.config import OptimizerConfig, TrainConfig
 from tmax_jax.train.step import Trainer
 
-CFG = ModelConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                  tie_word_embeddings=False)
+CFG = ModelConfig(
+  vocab_size=256,
+  hidden_size=32,
+  intermediate_size=64,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=8,
+  tie_word_embeddings=False,
+)
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
@@ -26,8 +33,11 @@ def test_optimizer_state_takes_the_params_shardings(weight_decay):
   params = registry.init_params(CFG, jax.random.key(0), shardings)
   cfg = TrainConfig(optimizer=OptimizerConfig(weight_decay=weight_decay))
   state = Trainer(registry.build_model(CFG), CFG, cfg, mesh).init_state(params)
-  adam = [s for s in jax.tree.leaves(state.opt_state, is_leaf=lambda x: hasattr(x, "mu"))
-          if hasattr(s, "mu")]
+  adam = [
+    s
+    for s in jax.tree.leaves(state.opt_state, is_leaf=lambda x: hasattr(x, "mu"))
+    if hasattr(s, "mu")
+  ]
   assert len(adam) == 1
   for moment in (adam[0].mu, adam[0].nu):
     for got, want in zip(jax.tree.leaves(moment), jax.tree.leaves(shardings)):

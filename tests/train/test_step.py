@@ -18,8 +18,9 @@ from tmax_jax.train.topk import topk_logprobs
 
 
 def _cfg(**kw):
-  return TrainConfig(optimizer=OptimizerConfig(learning_rate=1e-2, total_steps=10),
-                     logprob_chunk_size=8, **kw)
+  return TrainConfig(
+    optimizer=OptimizerConfig(learning_rate=1e-2, total_steps=10), logprob_chunk_size=8, **kw
+  )
 
 
 def _one_step(tiny, cfg, batch, steps=1):
@@ -38,8 +39,14 @@ def _close(a, b, tol):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("loss", [LossConfig(), LossConfig(policy_loss="grpo", aggregation="sequence"),
-                                  LossConfig(hyper=DPPOHyper(divergence="kl"), kl_beta=0.1)])
+@pytest.mark.parametrize(
+  "loss",
+  [
+    LossConfig(),
+    LossConfig(policy_loss="grpo", aggregation="sequence"),
+    LossConfig(hyper=DPPOHyper(divergence="kl"), kl_beta=0.1),
+  ],
+)
 def test_four_micro_batches_equal_one_batch(tiny, loss):
   model, mcfg, params = tiny
   batch = batch_lib.pack(random_trajectories(0, 12, 12), 24, num_rows=8, fields=("ref_logp",))
@@ -72,7 +79,9 @@ def test_packed_rows_equal_unpacked_rows(tiny, aggregation):
   assert packed.tokens.shape[0] < unpacked.tokens.shape[0]
   assert packed.segment_ids.max() >= 2  # rows really hold several trajectories
   model, mcfg, params = tiny
-  grad_fn = jax.jit(step_lib.make_grad_fn(model, mcfg, _cfg(loss=LossConfig(aggregation=aggregation))))
+  grad_fn = jax.jit(
+    step_lib.make_grad_fn(model, mcfg, _cfg(loss=LossConfig(aggregation=aggregation)))
+  )
   lp, sp, gp = grad_fn(params, jax.tree.map(jnp.asarray, packed))
   lu, su, gu = grad_fn(params, jax.tree.map(jnp.asarray, unpacked))
   np.testing.assert_allclose(lp, lu, rtol=1e-5, atol=1e-6)
@@ -88,11 +97,15 @@ def test_loss_matches_direct_numpy_dppo(tiny):
   _, rows = _one_step(tiny, _cfg(), batch)
   total, count = 0.0, 0.0
   unpacked = batch_lib.pack(trajs, 10, pack_rows=False)
-  hidden, _ = jax.jit(model.apply)({"params": params}, jnp.asarray(unpacked.tokens),
-                                   jnp.asarray(unpacked.positions),
-                                   jnp.asarray(unpacked.segment_ids))
-  all_logits = np.asarray(logprobs_lib.full_logits(hidden, registry.head_weight(params, mcfg)),
-                          np.float64)
+  hidden, _ = jax.jit(model.apply)(
+    {"params": params},
+    jnp.asarray(unpacked.tokens),
+    jnp.asarray(unpacked.positions),
+    jnp.asarray(unpacked.segment_ids),
+  )
+  all_logits = np.asarray(
+    logprobs_lib.full_logits(hidden, registry.head_weight(params, mcfg)), np.float64
+  )
   for i, tr in enumerate(trajs):
     logits = all_logits[i]
     logp_all = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
@@ -111,12 +124,18 @@ def test_sft_step_is_token_mean_cross_entropy(tiny):
   model, mcfg, params = tiny
   trajs = random_trajectories(3, 4, 10)
   batch = batch_lib.pack(trajs, 10, pack_rows=False)
-  loss, stats, _ = jax.jit(step_lib.make_grad_fn(model, mcfg, _cfg(loss=LossConfig(
-    policy_loss="sft"))))(params, jax.tree.map(jnp.asarray, batch))
-  hidden, _ = jax.jit(model.apply)({"params": params}, jnp.asarray(batch.tokens),
-                          jnp.asarray(batch.positions), jnp.asarray(batch.segment_ids))
-  logp, _ = logprobs_lib.token_logprobs(hidden, registry.head_weight(params, mcfg),
-                                        jnp.asarray(batch.targets), chunk_size=4)
+  loss, stats, _ = jax.jit(
+    step_lib.make_grad_fn(model, mcfg, _cfg(loss=LossConfig(policy_loss="sft")))
+  )(params, jax.tree.map(jnp.asarray, batch))
+  hidden, _ = jax.jit(model.apply)(
+    {"params": params},
+    jnp.asarray(batch.tokens),
+    jnp.asarray(batch.positions),
+    jnp.asarray(batch.segment_ids),
+  )
+  logp, _ = logprobs_lib.token_logprobs(
+    hidden, registry.head_weight(params, mcfg), jnp.asarray(batch.targets), chunk_size=4
+  )
   m = batch.loss_mask
   np.testing.assert_allclose(loss, -np.sum(np.asarray(logp) * m) / m.sum(), rtol=1e-5)
   assert float(stats["kept"]) == m.sum()
@@ -134,16 +153,21 @@ def test_topk_logprobs_and_topk_step(tiny):
   batch = batch_lib.pack(random_trajectories(5, 4, 10), 20)
   k = 4
   topk = dataclasses.replace(
-    batch, topk_ids=rng.integers(0, mcfg.vocab_size, batch.shape + (k,)).astype(np.int32),
+    batch,
+    topk_ids=rng.integers(0, mcfg.vocab_size, batch.shape + (k,)).astype(np.int32),
     behaviour_topk_logp=np.log(rng.dirichlet(np.ones(k + 1), batch.shape)[..., :k]).astype(
-      np.float32))
-  _, rows = _one_step(tiny, _cfg(loss=LossConfig(hyper=DPPOHyper(divergence="topk_tv", top_k=k))),
-                      topk)
+      np.float32
+    ),
+  )
+  _, rows = _one_step(
+    tiny, _cfg(loss=LossConfig(hyper=DPPOHyper(divergence="topk_tv", top_k=k))), topk
+  )
   assert np.isfinite(rows[0]["loss"]) and 0.0 <= rows[0]["kept_frac"] <= 1.0
 
 
 def test_flops_per_token_counts_dense_and_attention():
   from tmax_jax.models.qwen import presets
+
   cfg = presets.qwen3("1.7b")
   f = step_lib.flops_per_token(cfg, 4096)
   # ~6 x 1.7e9 non-embedding+head params plus attention: between 1.0e10 and 1.6e10

@@ -50,17 +50,27 @@ class ToyConfig:
 
 def model_config(toy: ToyConfig) -> ModelConfig:
   """A tiny Qwen3 (fp32 everywhere so CPU runs are exactly reproducible)."""
-  return ModelConfig(vocab_size=toy.vocab_size, hidden_size=toy.hidden_size,
-                     intermediate_size=2 * toy.hidden_size, num_hidden_layers=toy.num_layers,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                     max_position_embeddings=64, tie_word_embeddings=False)
+  return ModelConfig(
+    vocab_size=toy.vocab_size,
+    hidden_size=toy.hidden_size,
+    intermediate_size=2 * toy.hidden_size,
+    num_hidden_layers=toy.num_layers,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=64,
+    tie_word_embeddings=False,
+  )
 
 
 def train_config(toy: ToyConfig, steps: int) -> TrainConfig:
   return TrainConfig(
     optimizer=OptimizerConfig(learning_rate=toy.learning_rate, total_steps=max(steps, 1)),
-    loss=LossConfig(policy_loss=toy.policy_loss), micro_batches=toy.micro_batches,
-    logprob_chunk_size=8, seed=toy.seed)
+    loss=LossConfig(policy_loss=toy.policy_loss),
+    micro_batches=toy.micro_batches,
+    logprob_chunk_size=8,
+    seed=toy.seed,
+  )
 
 
 def make_sampler(model, mcfg: ModelConfig, toy: ToyConfig):
@@ -95,8 +105,10 @@ def rollout_batch(toy: ToyConfig, tokens: np.ndarray, blp: np.ndarray):
   groups = np.repeat(np.arange(toy.prompts_per_step), toy.group_size)
   adv = np.asarray(rl.get("advantage", "centered")(rewards, groups))
   mask = np.r_[np.zeros(p_len), np.ones(toy.response_len)].astype(np.float32)
-  trajs = [batch_lib.Trajectory(tokens[i], mask, np.r_[np.zeros(p_len), blp[i]], float(adv[i]))
-           for i in range(tokens.shape[0])]
+  trajs = [
+    batch_lib.Trajectory(tokens[i], mask, np.r_[np.zeros(p_len), blp[i]], float(adv[i]))
+    for i in range(tokens.shape[0])
+  ]
   seq = tokens.shape[1]
   n_rows = -(-tokens.shape[0] // 2)  # two trajectories per packed row
   return batch_lib.pack(trajs, 2 * seq, num_rows=n_rows), rewards
@@ -108,15 +120,28 @@ def synthetic_batch(toy: ToyConfig, step: int, rows: int, seq_len: int) -> batch
   trajs = []
   for _ in range(rows * 2):
     n = int(rng.integers(4, seq_len // 2 + 1))
-    trajs.append(batch_lib.Trajectory(
-      rng.integers(0, toy.vocab_size, n), (np.arange(n) >= 2).astype(np.float32),
-      -rng.uniform(1.0, 4.0, n), float(rng.normal())))
+    trajs.append(
+      batch_lib.Trajectory(
+        rng.integers(0, toy.vocab_size, n),
+        (np.arange(n) >= 2).astype(np.float32),
+        -rng.uniform(1.0, 4.0, n),
+        float(rng.normal()),
+      )
+    )
   return batch_lib.pack(trajs, seq_len, num_rows=rows)
 
 
-def run(workdir: str, steps: int, toy: ToyConfig = ToyConfig(), save_every: int = 0,
-        synthetic: bool = False, global_rows: int = 8, seq_len: int = 16, progress=print):
-  """Trains to `steps` (resuming from workdir's checkpoint if any); returns (state, metrics rows)."""
+def run(
+  workdir: str,
+  steps: int,
+  toy: ToyConfig = ToyConfig(),
+  save_every: int = 0,
+  synthetic: bool = False,
+  global_rows: int = 8,
+  seq_len: int = 16,
+  progress=print,
+):
+  """Trains to `steps` (resuming from workdir's checkpoint if any) -> (state, metrics rows)."""
   work = pathlib.Path(workdir)
   mcfg, cfg = model_config(toy), train_config(toy, steps)
   model = registry.build_model(mcfg)
@@ -126,8 +151,9 @@ def run(workdir: str, steps: int, toy: ToyConfig = ToyConfig(), save_every: int 
   state = trainer.init_state(registry.init_params(mcfg, jax.random.key(toy.seed), shard))
   ckpt, start = None, 0
   if save_every:
-    ckpt = ckpt_lib.Checkpointer(CheckpointConfig(directory=str(work / "ckpt"),
-                                                  save_every=save_every, keep_last=2))
+    ckpt = ckpt_lib.Checkpointer(
+      CheckpointConfig(directory=str(work / "ckpt"), save_every=save_every, keep_last=2)
+    )
     if ckpt.latest_step() is not None:
       state, data, _ = ckpt.restore(state)
       start = int(data["next_step"])
@@ -143,7 +169,8 @@ def run(workdir: str, steps: int, toy: ToyConfig = ToyConfig(), save_every: int 
       else:
         key, sample_key = jax.random.split(state.key())
         prompts = np.random.default_rng([toy.seed, step]).integers(
-          0, toy.vocab_size, (toy.prompts_per_step, toy.prompt_len))
+          0, toy.vocab_size, (toy.prompts_per_step, toy.prompt_len)
+        )
         prompts = np.repeat(prompts, toy.group_size, axis=0)
         tokens, blp = jax.device_get(sample(state.params, prompts, sample_key))
         batch, rewards = rollout_batch(toy, tokens, blp)
@@ -185,8 +212,15 @@ def main(argv=None) -> None:
   ap.add_argument("--process_id", type=int, default=None)
   args = ap.parse_args(argv)
   distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-  state, _ = run(args.workdir, args.steps, ToyConfig(seed=args.seed), args.save_every,
-                 args.synthetic, args.global_rows, progress=lambda s: print(s, flush=True))
+  state, _ = run(
+    args.workdir,
+    args.steps,
+    ToyConfig(seed=args.seed),
+    args.save_every,
+    args.synthetic,
+    args.global_rows,
+    progress=lambda s: print(s, flush=True),
+  )
   save_params(str(pathlib.Path(args.workdir) / "final_params.npz"), state.params)
   print("finished", flush=True)
 

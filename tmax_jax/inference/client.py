@@ -28,8 +28,12 @@ import grpc
 
 from tmax_jax.inference import rl_proto, sampling, updates
 
-TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
-             grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL)
+TRANSIENT = (
+  grpc.StatusCode.UNAVAILABLE,
+  grpc.StatusCode.RESOURCE_EXHAUSTED,
+  grpc.StatusCode.CANCELLED,
+  grpc.StatusCode.INTERNAL,
+)
 
 
 class _StreamCut(Exception):
@@ -60,6 +64,7 @@ class ClientConfig:
 class Completion:
   """Generated tokens with their behaviour logprobs and the policy version of each token; with
   `top_logprobs=K`, each token's top-K ids and logprobs ([n][K]; empty lists when not asked)."""
+
   token_ids: list[int]
   logprobs: list[float]
   versions: list[int]
@@ -72,8 +77,12 @@ class Completion:
 class RolloutClient:
   """`async with RolloutClient("127.0.0.1:9000") as c: out = await c.generate(ids, 64)`."""
 
-  def __init__(self, address: str, cfg: ClientConfig = ClientConfig(),
-               on_restart: Callable[[], Awaitable[None]] | None = None):
+  def __init__(
+    self,
+    address: str,
+    cfg: ClientConfig = ClientConfig(),
+    on_restart: Callable[[], Awaitable[None]] | None = None,
+  ):
     self.address, self.cfg, self._on_restart = address, cfg, on_restart
     self._channel = grpc.aio.insecure_channel(address)
     self._calls = {name: self._make_callable(name) for name in rl_proto.METHODS}
@@ -104,12 +113,16 @@ class RolloutClient:
 
   def _make_callable(self, name: str):
     _, _, cstream, sstream = rl_proto.METHODS[name]
-    factory = {(False, True): self._channel.unary_stream,
-               (True, False): self._channel.stream_unary,
-               (False, False): self._channel.unary_unary}[(cstream, sstream)]
-    return factory(rl_proto.method_path(name),
-                   request_serializer=lambda m: m.SerializeToString(),
-                   response_deserializer=rl_proto.response_class(name).FromString)
+    factory = {
+      (False, True): self._channel.unary_stream,
+      (True, False): self._channel.stream_unary,
+      (False, False): self._channel.unary_unary,
+    }[(cstream, sstream)]
+    return factory(
+      rl_proto.method_path(name),
+      request_serializer=lambda m: m.SerializeToString(),
+      response_deserializer=rl_proto.response_class(name).FromString,
+    )
 
   async def __aenter__(self) -> RolloutClient:
     return self
@@ -137,8 +150,9 @@ class RolloutClient:
           last = "DEADLINE_EXCEEDED"
           break
         if e.code() not in TRANSIENT:
-          raise RolloutError(f"{what} rejected by {self.address}: {e.code().name}: "
-                             f"{e.details()}") from e
+          raise RolloutError(
+            f"{what} rejected by {self.address}: {e.code().name}: {e.details()}"
+          ) from e
         last = f"{e.code().name}: {e.details()}"
       except _StreamCut as e:
         last = str(e)
@@ -147,19 +161,33 @@ class RolloutClient:
       delay *= 2
     detail = last or "no attempt left"
     raise ServerUnavailableError(
-        f"{what}: inference server at {self.address} unavailable after {attempt} attempt(s) "
-        f"over {time.monotonic() - start:.1f}s (timeout {timeout_s}s); last error: {detail}")
+      f"{what}: inference server at {self.address} unavailable after {attempt} attempt(s) "
+      f"over {time.monotonic() - start:.1f}s (timeout {timeout_s}s); last error: {detail}"
+    )
 
-  async def generate(self, prompt_token_ids: Sequence[int], max_tokens: int,
-                     params: sampling.SamplingParams = sampling.SamplingParams(),
-                     stop_token_ids: Sequence[int] = (), request_id: str = "",
-                     timeout_s: float | None = None, top_logprobs: int = 0) -> Completion:
+  async def generate(
+    self,
+    prompt_token_ids: Sequence[int],
+    max_tokens: int,
+    params: sampling.SamplingParams = sampling.SamplingParams(),
+    stop_token_ids: Sequence[int] = (),
+    request_id: str = "",
+    timeout_s: float | None = None,
+    top_logprobs: int = 0,
+  ) -> Completion:
     """Token-id prompt (the whole conversation for multi-turn) -> Completion. The server's
     prefix cache makes resending the conversation cost only its new tokens."""
     req = rl_proto.GenerateRequest(
-        prompt_token_ids=list(prompt_token_ids), max_tokens=max_tokens,
-        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=params.seed,
-        stop_token_ids=list(stop_token_ids), request_id=request_id, top_logprobs=top_logprobs)
+      prompt_token_ids=list(prompt_token_ids),
+      max_tokens=max_tokens,
+      temperature=params.temperature,
+      top_p=params.top_p,
+      top_k=params.top_k,
+      seed=params.seed,
+      stop_token_ids=list(stop_token_ids),
+      request_id=request_id,
+      top_logprobs=top_logprobs,
+    )
     k = top_logprobs
 
     began_on = self.instance_id
@@ -170,15 +198,16 @@ class RolloutClient:
         if resp.instance_id and began_on and resp.instance_id != began_on:
           await self._seen(resp.instance_id)
           raise ServerRestartedError(
-              f"generate: the inference server at {self.address} restarted (instance "
-              f"{began_on} -> {resp.instance_id}) during the request; it is lost")
+            f"generate: the inference server at {self.address} restarted (instance "
+            f"{began_on} -> {resp.instance_id}) during the request; it is lost"
+          )
         await self._seen(resp.instance_id)
         out.token_ids.extend(resp.token_ids)
         out.logprobs.extend(resp.logprobs)
         out.versions.extend(resp.policy_versions)
         for i in range(0, len(resp.topk_ids), max(k, 1)):
-          out.topk_ids.append(list(resp.topk_ids[i:i + k]))
-          out.topk_logprobs.append(list(resp.topk_logprobs[i:i + k]))
+          out.topk_ids.append(list(resp.topk_ids[i : i + k]))
+          out.topk_logprobs.append(list(resp.topk_logprobs[i : i + k]))
         out.finish_reason = resp.finish_reason or out.finish_reason
       if not out.finish_reason:
         raise _StreamCut("stream ended without a finish reason")
@@ -188,8 +217,14 @@ class RolloutClient:
     out.attempts = attempts
     return out
 
-  async def update_weights(self, params: Any = None, version: int = 0, path: str = "",
-                           timeout_s: float | None = None, dtype: str | None = None) -> int:
+  async def update_weights(
+    self,
+    params: Any = None,
+    version: int = 0,
+    path: str = "",
+    timeout_s: float | None = None,
+    dtype: str | None = None,
+  ) -> int:
     """Pushes a param tree as a per-tensor stream (updates.py; `dtype` "bfloat16"/"float32" casts
     on the wire, None keeps each leaf's) or names a checkpoint path on the server; returns the
     served version. Holds one tensor on the host at a time, fetching the next while sending."""
@@ -201,16 +236,22 @@ class RolloutClient:
       if path:
         yield rl_proto.UpdateWeightsRequest(version=version, path=path)
         return
-      yield rl_proto.UpdateWeightsRequest(version=version, manifest=[
-          rl_proto.TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in specs])
-      fetch = lambda i: loop.run_in_executor(None, updates.tensor_bytes, leaves[i], specs[i])
+      yield rl_proto.UpdateWeightsRequest(
+        version=version,
+        manifest=[rl_proto.TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in specs],
+      )
+
+      def fetch(i):
+        return loop.run_in_executor(None, updates.tensor_bytes, leaves[i], specs[i])
+
       pending = fetch(0) if specs else None
       for i in range(len(specs)):
         data, crc = await pending
         pending = fetch(i + 1) if i + 1 < len(specs) else None
         for offset, piece in updates.chunks(data):
-          yield rl_proto.UpdateWeightsRequest(version=version, tensor=i, offset=offset,
-                                              data=piece, crc32=crc if offset == 0 else "")
+          yield rl_proto.UpdateWeightsRequest(
+            version=version, tensor=i, offset=offset, data=piece, crc32=crc if offset == 0 else ""
+          )
 
     async def attempt(remaining: float) -> int:
       resp = await self._calls["UpdateWeights"](messages(), timeout=remaining)
@@ -226,11 +267,14 @@ class RolloutClient:
 
   async def wait_until_ready(self, timeout_s: float = 120.0):
     """Polls Status until the server answers (e.g. after a restart) -> StatusResponse."""
+
     async def attempt(remaining: float):
-      resp = await self._calls["Status"](rl_proto.StatusRequest(), timeout=remaining,
-                                         wait_for_ready=True)
+      resp = await self._calls["Status"](
+        rl_proto.StatusRequest(), timeout=remaining, wait_for_ready=True
+      )
       await self._seen(resp.instance_id)
       return resp
+
     return (await self._with_retries("status", attempt, timeout_s))[0]
 
 
@@ -239,6 +283,7 @@ def check_top_logprobs(status, wanted: int, address: str) -> None:
   config asks for (`worker.top_logprobs`): the loop checks this before its first rollout."""
   if wanted > status.max_topk:
     raise ValueError(
-        f"worker.top_logprobs={wanted} but the server at {address} returns at most "
-        f"max_topk={status.max_topk} top-K logprobs per token: start it with engine.max_topk >= "
-        f"{wanted} (EngineConfig.max_topk) or lower worker.top_logprobs")
+      f"worker.top_logprobs={wanted} but the server at {address} returns at most "
+      f"max_topk={status.max_topk} top-K logprobs per token: start it with engine.max_topk >= "
+      f"{wanted} (EngineConfig.max_topk) or lower worker.top_logprobs"
+    )

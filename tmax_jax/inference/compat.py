@@ -32,7 +32,9 @@ def _alias_tree_map() -> None:
 def _import_orchestrator_quietly() -> None:
   root = logging.getLogger()
   level, handlers = root.level, list(root.handlers)
-  from jetstream.core import orchestrator  # pylint: disable=import-outside-toplevel,unused-import
+  # pylint: disable-next=import-outside-toplevel,unused-import
+  from jetstream.core import orchestrator  # noqa: F401 (imported for its logging side effect)
+
   root.setLevel(level)
   for h in list(root.handlers):
     if h not in handlers:
@@ -54,6 +56,7 @@ def set_bind_host(host: str = LOOPBACK) -> None:
   """Sets the address JetStreamServer binds (fix 3). '[::]' or '0.0.0.0' opt into all interfaces."""
   apply()
   from jetstream.core import server_lib  # pylint: disable=import-outside-toplevel
+
   server_lib._HOST = host  # pylint: disable=protected-access
 
 
@@ -62,6 +65,7 @@ def bind_host(host: str = LOOPBACK):
   """Temporarily sets the bind host; servers are constructed (and bound) inside the block."""
   apply()
   from jetstream.core import server_lib  # pylint: disable=import-outside-toplevel
+
   old = server_lib._HOST  # pylint: disable=protected-access
   set_bind_host(host)
   try:

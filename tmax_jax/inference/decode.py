@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import threading
 from typing import Any, Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,6 +48,7 @@ SLOT_FIELDS = ("token", "position", "temperature", "top_p", "top_k", "key")
 class CoreShape:
   """Static sizes of one replica: slots, cache length, pages (NP of P tokens), extra state blocks
   for the prefix cache, and the top-K width of decode's output."""
+
   slots: int
   max_len: int
   page_size: int
@@ -63,9 +65,12 @@ class CoreShape:
 def slot_arrays(p: sampling.SamplingParams) -> dict[str, np.ndarray]:
   """Per-request sampling settings as per-slot scalars. The seed is taken modulo 2^31 (PRNGKey
   silently keeps only 32 bits without x64)."""
-  return dict(temperature=np.float32(p.temperature), top_p=np.float32(p.top_p),
-              top_k=np.int32(p.top_k),
-              key=np.asarray(jax.random.PRNGKey(p.seed % (1 << 31)), np.uint32))
+  return dict(
+    temperature=np.float32(p.temperature),
+    top_p=np.float32(p.top_p),
+    top_k=np.int32(p.top_k),
+    key=np.asarray(jax.random.PRNGKey(p.seed % (1 << 31)), np.uint32),
+  )
 
 
 def serving_rules(rules) -> tuple:
@@ -81,8 +86,9 @@ def serving_rules(rules) -> tuple:
 
 def serving_config(model_cfg: ModelConfig) -> ModelConfig:
   """The model config with `serving_rules` (what serving meshes shard params with)."""
-  return dataclasses.replace(model_cfg,
-                             logical_axis_rules=serving_rules(model_cfg.logical_axis_rules))
+  return dataclasses.replace(
+    model_cfg, logical_axis_rules=serving_rules(model_cfg.logical_axis_rules)
+  )
 
 
 def param_shardings(model_cfg: ModelConfig, mesh: Mesh):
@@ -104,8 +110,10 @@ def _map_layers(tree, is_kv, kv_fn, leaf_fn, *others):
   if is_kv(tree):
     return kv_fn(tree, *others)
   if isinstance(tree, dict):
-    return {name: _map_layers(sub, is_kv, kv_fn, leaf_fn, *(o[name] for o in others))
-            for name, sub in tree.items()}
+    return {
+      name: _map_layers(sub, is_kv, kv_fn, leaf_fn, *(o[name] for o in others))
+      for name, sub in tree.items()
+    }
   return leaf_fn(tree, *others)
 
 
@@ -146,16 +154,21 @@ class PagedCore:
     jit = _jit_in_mesh(self.mesh, self.rules)
     self.prepare = jit(self._prepare_impl)
     self.prefill = jit(self._prefill_impl, donate_argnums=(1,), out_shardings=self.state_shardings)
-    self.decode = jit(self._decode_impl, donate_argnums=(1,),
-                      out_shardings=(self.state_shardings, rep))
-    self.activate = jit(self._activate_impl, donate_argnums=(0,),
-                        out_shardings=self.state_shardings)
-    self.deactivate = jit(self._deactivate_impl, donate_argnums=(0,),
-                          out_shardings=self.state_shardings)
-    self.copy_page = jit(self._copy_page_impl, donate_argnums=(0,),
-                         out_shardings=self.state_shardings)
-    self.copy_state = jit(self._copy_state_impl, donate_argnums=(0,),
-                          out_shardings=self.state_shardings)
+    self.decode = jit(
+      self._decode_impl, donate_argnums=(1,), out_shardings=(self.state_shardings, rep)
+    )
+    self.activate = jit(
+      self._activate_impl, donate_argnums=(0,), out_shardings=self.state_shardings
+    )
+    self.deactivate = jit(
+      self._deactivate_impl, donate_argnums=(0,), out_shardings=self.state_shardings
+    )
+    self.copy_page = jit(
+      self._copy_page_impl, donate_argnums=(0,), out_shardings=self.state_shardings
+    )
+    self.copy_state = jit(
+      self._copy_state_impl, donate_argnums=(0,), out_shardings=self.state_shardings
+    )
 
   # ---- state ---------------------------------------------------------------------------------
 
@@ -185,10 +198,17 @@ class PagedCore:
 
     b = s.slots
     vec = lambda dt: jax.ShapeDtypeStruct((b,), dt)  # noqa: E731
-    return dict(pool=_map_layers(self._dense, _is_dense_kv, kv, leaf),
-                token=vec(jnp.int32), position=vec(jnp.int32), counter=vec(jnp.int32),
-                active=vec(jnp.bool_), temperature=vec(jnp.float32), top_p=vec(jnp.float32),
-                top_k=vec(jnp.int32), key=jax.ShapeDtypeStruct((b, 2), jnp.uint32))
+    return dict(
+      pool=_map_layers(self._dense, _is_dense_kv, kv, leaf),
+      token=vec(jnp.int32),
+      position=vec(jnp.int32),
+      counter=vec(jnp.int32),
+      active=vec(jnp.bool_),
+      temperature=vec(jnp.float32),
+      top_p=vec(jnp.float32),
+      top_k=vec(jnp.int32),
+      key=jax.ShapeDtypeStruct((b, 2), jnp.uint32),
+    )
 
   def _state_shardings(self):
     rep = NamedSharding(self.mesh, PartitionSpec())
@@ -205,14 +225,17 @@ class PagedCore:
     pool = _map_layers(abstract["pool"], _is_pool_kv, lambda sub, _: kv(sub), leaf, axes)
     return dict({k: rep for k in abstract if k != "pool"}, pool=pool)
 
-  def _state_spec(self, shape, logical: PartitionSpec,
-                  tensor: int | None = None) -> PartitionSpec:
+  def _state_spec(self, shape, logical: PartitionSpec, tensor: int | None = None) -> PartitionSpec:
     """A state leaf's mesh axes from the family's `cache_logical_axes` under the serving rules
     (Qwen3.5: conv channels and recurrent heads split over "tensor"): a dimension the tensor axis
     does not divide stays replicated."""
     rules, tp = dict(self.rules), self._tp(tensor)
-    return PartitionSpec(*(TENSOR if rules.get(name) == TENSOR and n % tp == 0 else None
-                           for name, n in zip(logical, shape)))
+    return PartitionSpec(
+      *(
+        TENSOR if rules.get(name) == TENSOR and n % tp == 0 else None
+        for name, n in zip(logical, shape)
+      )
+    )
 
   def init_state(self) -> dict:
     """Zeroed decode state, created on device with `state_shardings` (top_p 1 = off)."""
@@ -221,6 +244,7 @@ class PagedCore:
     def make():
       state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), abstract)
       return dict(state, top_p=jnp.ones_like(state["top_p"]))
+
     return jax.jit(make, out_shardings=self.state_shardings)()
 
   def memory_bytes(self, per_device_of: int = 0) -> dict[str, int]:
@@ -240,8 +264,10 @@ class PagedCore:
 
     def leaf(x, logical):
       out["state_bytes"] += size(x, self._state_spec(x.shape, logical, t))
-    _map_layers(self._abstract_state()["pool"], _is_pool_kv, kv, leaf,
-                self.model.cache_logical_axes())
+
+    _map_layers(
+      self._abstract_state()["pool"], _is_pool_kv, kv, leaf, self.model.cache_logical_axes()
+    )
     return out
 
   # ---- programs ------------------------------------------------------------------------------
@@ -256,15 +282,20 @@ class PagedCore:
   def _call_cache(self, pool, table, cached, rows):
     """The model's paged cache for one call: pool pages + tables for attention layers, state rows
     (`rows` [R] slot ids, or None = rows 0..B-1) for the rest."""
+
     def kv(sub):
       lx = sub["k_pages"].shape[0]
-      return dict(sub, table=jnp.broadcast_to(table, (lx,) + table.shape),
-                  cached=jnp.broadcast_to(cached, (lx,) + cached.shape))
+      return dict(
+        sub,
+        table=jnp.broadcast_to(table, (lx,) + table.shape),
+        cached=jnp.broadcast_to(cached, (lx,) + cached.shape),
+      )
 
     def leaf(x):
       if rows is None:
-        return x[:, :self.shape.slots]
+        return x[:, : self.shape.slots]
       return jnp.take(x, rows, axis=1, mode="clip")
+
     return _map_layers(pool, _is_pool_kv, kv, leaf)
 
   def _write_back(self, pool, out, table, positions, segments, rows):
@@ -276,15 +307,20 @@ class PagedCore:
     def kv(sub, new):
       def put(pages, x):  # pages [L,NP,P,K,H], x [L,R,T,K,H]
         lx, _, _, k, h = pages.shape
-        upd = pages.reshape(lx, n_pages * ps, k, h).at[:, flat].set(
-            x.reshape(lx, -1, k, h).astype(pages.dtype), mode="drop")
+        upd = (
+          pages.reshape(lx, n_pages * ps, k, h)
+          .at[:, flat]
+          .set(x.reshape(lx, -1, k, h).astype(pages.dtype), mode="drop")
+        )
         return upd.reshape(pages.shape)
+
       return {"k_pages": put(sub["k_pages"], new["k"]), "v_pages": put(sub["v_pages"], new["v"])}
 
     def leaf(x, new):
       if rows is None:
         return jax.lax.dynamic_update_slice_in_dim(x, new.astype(x.dtype), 0, axis=1)
       return x.at[:, rows].set(new.astype(x.dtype), mode="drop")
+
     return _map_layers(pool, _is_pool_kv, kv, leaf, out)
 
   def _prefill_impl(self, params, state, tokens, positions, segments, rows, table, cached):
@@ -301,12 +337,14 @@ class PagedCore:
     live = state["active"] & (state["position"] < shape.max_len)  # [B]
     pos, seg = state["position"][:, None], live.astype(jnp.int32)[:, None]  # [B,1]
     cache = self._call_cache(state["pool"], table, state["position"], None)
-    hidden, out = self.model.apply({"params": served["params"]}, state["token"][:, None], pos,
-                                   seg, cache=cache)  # hidden [B,1,D]
+    hidden, out = self.model.apply(
+      {"params": served["params"]}, state["token"][:, None], pos, seg, cache=cache
+    )  # hidden [B,1,D]
     pool = self._write_back(state["pool"], out, table, pos, seg, None)
     logits = logprobs_lib.full_logits(hidden, served["head"], cfg.dtypes.head)[:, 0]  # [B,V]
-    tokens, logp = sampling.sample(logits, state["key"], state["counter"], state["temperature"],
-                                   state["top_p"], state["top_k"])
+    tokens, logp = sampling.sample(
+      logits, state["key"], state["counter"], state["temperature"], state["top_p"], state["top_k"]
+    )
     counter = state["counter"] + 1
     bits = lambda x: jax.lax.bitcast_convert_type(x, jnp.int32)  # noqa: E731
     versions = jnp.broadcast_to(jnp.asarray(version, jnp.int32), tokens.shape)
@@ -332,11 +370,16 @@ class PagedCore:
   def _copy_page_impl(self, state, src, dst):
     def kv(sub):
       return {name: sub[name].at[:, dst].set(sub[name][:, src]) for name in ("k_pages", "v_pages")}
+
     return dict(state, pool=_map_layers(state["pool"], _is_pool_kv, kv, lambda x: x))
 
   def _copy_state_impl(self, state, src, dst):
-    return dict(state, pool=_map_layers(state["pool"], _is_pool_kv, lambda sub: sub,
-                                        lambda x: x.at[:, dst].set(x[:, src])))
+    return dict(
+      state,
+      pool=_map_layers(
+        state["pool"], _is_pool_kv, lambda sub: sub, lambda x: x.at[:, dst].set(x[:, src])
+      ),
+    )
 
 
 class _MeshJit:
@@ -398,7 +441,12 @@ def decode_rows(data: np.ndarray, max_topk: int) -> dict[str, np.ndarray]:
   topk_ids/topk_logprobs [B,K]."""
   data = np.asarray(data)
   k = max_topk
-  return dict(token=data[:, TOKEN], valid=data[:, VALID].astype(bool), length=data[:, LENGTH],
-              logprob=np.ascontiguousarray(data[:, LOGPROB]).view(np.float32),
-              version=data[:, VERSION], topk_ids=data[:, TOPK:TOPK + k],
-              topk_logprobs=np.ascontiguousarray(data[:, TOPK + k:TOPK + 2 * k]).view(np.float32))
+  return dict(
+    token=data[:, TOKEN],
+    valid=data[:, VALID].astype(bool),
+    length=data[:, LENGTH],
+    logprob=np.ascontiguousarray(data[:, LOGPROB]).view(np.float32),
+    version=data[:, VERSION],
+    topk_ids=data[:, TOPK : TOPK + k],
+    topk_logprobs=np.ascontiguousarray(data[:, TOPK + k : TOPK + 2 * k]).view(np.float32),
+  )

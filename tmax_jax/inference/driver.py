@@ -40,6 +40,7 @@ IDLE_POLL_S = 0.05  # how long an idle scheduler waits for a request before chec
 @dataclasses.dataclass
 class RLActiveRequest(orchestrator.ActiveRequest):
   """An RL Generate request: token-id prompt, sampling settings, per-request stop ids, top-K."""
+
   sampling_params: sampling.SamplingParams = sampling.SamplingParams()
   stop_ids: frozenset = frozenset()
   top_logprobs: int = 0
@@ -48,6 +49,7 @@ class RLActiveRequest(orchestrator.ActiveRequest):
 @dataclasses.dataclass(frozen=True)
 class RLStep:
   """One streamed step of an RL request. finish_reason: '' | 'stop' | 'length'."""
+
   token_id: int | None
   logprob: float
   version: int
@@ -72,8 +74,13 @@ class RLDriver(orchestrator.Driver):
     boxes = engine.load_params()
     for rep in engine.replicas:  # schedulers exist before any request can be routed
       rep.start(lambda events, rep=rep: None)
-    super().__init__(prefill_engines=engine.replicas, generate_engines=engine.replicas,
-                     prefill_params=boxes, generate_params=boxes, interleaved_mode=True)
+    super().__init__(
+      prefill_engines=engine.replicas,
+      generate_engines=engine.replicas,
+      prefill_params=boxes,
+      generate_params=boxes,
+      interleaved_mode=True,
+    )
 
   @property
   def version(self) -> int:
@@ -95,8 +102,14 @@ class RLDriver(orchestrator.Driver):
     cfg = self.engine.cfg
     if isinstance(request, RLActiveRequest):
       seq = scheduler.Sequence(
-          request, list(request.prefill_content), request.max_tokens, request.sampling_params,
-          request.stop_ids, request.top_logprobs, request.return_channel.cancelled)
+        request,
+        list(request.prefill_content),
+        request.max_tokens,
+        request.sampling_params,
+        request.stop_ids,
+        request.top_logprobs,
+        request.return_channel.cancelled,
+      )
     else:
       content = request.prefill_content
       if isinstance(content, str):
@@ -107,11 +120,16 @@ class RLDriver(orchestrator.Driver):
       if not content:
         raise ValueError("empty prompt")
       # Keep the most recent tokens if too long, as upstream does.
-      content = list(content)[-cfg.max_prefill_length:]
+      content = list(content)[-cfg.max_prefill_length :]
       max_tokens = max(1, min(request.max_tokens, cfg.max_len - len(content)))
-      seq = scheduler.Sequence(request, content, max_tokens, cfg.default_sampling,
-                               frozenset(cfg.stop_token_ids),
-                               is_cancelled=request.return_channel.cancelled)
+      seq = scheduler.Sequence(
+        request,
+        content,
+        max_tokens,
+        cfg.default_sampling,
+        frozenset(cfg.stop_token_ids),
+        is_cancelled=request.return_channel.cancelled,
+      )
     with self._live_lock:
       self._open.add(request.return_channel)
     self.engine.route(seq.prompt).scheduler.submit(seq)
@@ -156,8 +174,16 @@ class RLDriver(orchestrator.Driver):
         self._open.discard(request.return_channel)
       return
     if isinstance(request, RLActiveRequest):
-      request.enqueue_samples(RLStep(event.token, event.logprob, event.version,
-                                     event.finish_reason, event.topk_ids, event.topk_logprobs))
+      request.enqueue_samples(
+        RLStep(
+          event.token,
+          event.logprob,
+          event.version,
+          event.finish_reason,
+          event.topk_ids,
+          event.topk_logprobs,
+        )
+      )
     elif event.token is not None and event.finish_reason != "stop":
       text = [] if request.is_client_side_tokenization else [tokenizer.decode([event.token])]
       request.enqueue_samples([token_utils.ReturnSample(text=text, token_ids=[event.token])])

@@ -44,6 +44,7 @@ class EngineConfig:
   prefix_state_blocks: recurrent-state snapshots the prefix cache may hold (stateful families
   only); -1 = max_concurrent_decodes. max_topk: the most top-K logprobs a request may ask for.
   """
+
   max_concurrent_decodes: int = 8
   max_len: int = 1024
   max_prefill_length: int = 512
@@ -62,14 +63,21 @@ class EngineConfig:
     def need(ok, what):
       if not ok:
         raise ValueError(f"EngineConfig.{what}")
+
     need(self.max_concurrent_decodes >= 1, "max_concurrent_decodes must be >= 1")
-    need(self.max_prefill_length <= self.max_len,
-         f"max_prefill_length={self.max_prefill_length} must be <= max_len={self.max_len}")
+    need(
+      self.max_prefill_length <= self.max_len,
+      f"max_prefill_length={self.max_prefill_length} must be <= max_len={self.max_len}",
+    )
     need(self.page_size >= 1, f"page_size={self.page_size} must be >= 1")
-    need(self.num_pages == 0 or self.num_pages >= self.max_pages,
-         f"num_pages={self.num_pages} must be 0 or >= {self.max_pages} (one max_len sequence)")
-    need(self.prefill_chunk >= 1 and self.prefill_batch >= 1,
-         "prefill_chunk and prefill_batch must be >= 1")
+    need(
+      self.num_pages == 0 or self.num_pages >= self.max_pages,
+      f"num_pages={self.num_pages} must be 0 or >= {self.max_pages} (one max_len sequence)",
+    )
+    need(
+      self.prefill_chunk >= 1 and self.prefill_batch >= 1,
+      "prefill_chunk and prefill_batch must be >= 1",
+    )
     need(self.max_topk >= 0, f"max_topk={self.max_topk} must be >= 0")
 
   @property
@@ -77,22 +85,30 @@ class EngineConfig:
     return paged.pages_for(self.max_len, self.page_size)
 
   def core_shape(self, stateful: bool) -> decode.CoreShape:
-    blocks = self.max_concurrent_decodes if self.prefix_state_blocks < 0 else (
-        self.prefix_state_blocks)
+    blocks = (
+      self.max_concurrent_decodes if self.prefix_state_blocks < 0 else (self.prefix_state_blocks)
+    )
     return decode.CoreShape(
-        slots=self.max_concurrent_decodes, max_len=self.max_len, page_size=self.page_size,
-        num_pages=self.num_pages or self.max_concurrent_decodes * self.max_pages,
-        state_blocks=blocks if stateful else 0, max_topk=self.max_topk)
+      slots=self.max_concurrent_decodes,
+      max_len=self.max_len,
+      page_size=self.page_size,
+      num_pages=self.num_pages or self.max_concurrent_decodes * self.max_pages,
+      state_blocks=blocks if stateful else 0,
+      max_topk=self.max_topk,
+    )
 
   def scheduler_config(self) -> scheduler.SchedulerConfig:
-    return scheduler.SchedulerConfig(prefill_chunk=self.prefill_chunk,
-                                     prefill_batch=self.prefill_batch,
-                                     prefix_cache=self.prefix_cache)
+    return scheduler.SchedulerConfig(
+      prefill_chunk=self.prefill_chunk,
+      prefill_batch=self.prefill_batch,
+      prefix_cache=self.prefix_cache,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class PrefillInput:
   """What a driver may hand to `prefill` as `padded_tokens`: tokens [P] plus request settings."""
+
   tokens: np.ndarray
   params: sampling.SamplingParams
 
@@ -101,9 +117,11 @@ def serving_mesh(replicas: int = 1, tensor: int = 1, devices=None) -> Mesh:
   """A ("replica", "tensor") mesh over the first replicas x tensor devices."""
   devices = list(jax.devices() if devices is None else devices)
   if replicas * tensor > len(devices):
-    raise ValueError(f"serving mesh replica={replicas} x tensor={tensor} needs "
-                     f"{replicas * tensor} devices, have {len(devices)}")
-  return Mesh(np.asarray(devices[:replicas * tensor]).reshape(replicas, tensor), MESH_AXES)
+    raise ValueError(
+      f"serving mesh replica={replicas} x tensor={tensor} needs "
+      f"{replicas * tensor} devices, have {len(devices)}"
+    )
+  return Mesh(np.asarray(devices[: replicas * tensor]).reshape(replicas, tensor), MESH_AXES)
 
 
 class TokenizerAdapter(tokenizer_api.Tokenizer):
@@ -114,8 +132,9 @@ class TokenizerAdapter(tokenizer_api.Tokenizer):
 
   def encode(self, s: str, **kwargs):
     if self._tok is None:
-      raise ValueError("this server has no tokenizer (EngineConfig.tokenizer_path is empty): "
-                       "send token ids")
+      raise ValueError(
+        "this server has no tokenizer (EngineConfig.tokenizer_path is empty): send token ids"
+      )
     ids = np.asarray(self._tok.encode(s, add_special_tokens=False), np.int32)
     return ids, len(ids)
 
@@ -152,8 +171,9 @@ class ReplicaEngine(engine_api.Engine):
 
   def start(self, emit: Callable[[list[scheduler.Event]], None]) -> scheduler.Scheduler:
     """Creates this replica's scheduler (device state included); events go to `emit`."""
-    self.scheduler = scheduler.Scheduler(self.core, self.load_params(),
-                                         self.cfg.scheduler_config(), emit)
+    self.scheduler = scheduler.Scheduler(
+      self.core, self.load_params(), self.cfg.scheduler_config(), emit
+    )
     return self.scheduler
 
   # ---- Engine API ----------------------------------------------------------------------------
@@ -164,25 +184,30 @@ class ReplicaEngine(engine_api.Engine):
   def init_decode_state(self, *args, **kwargs) -> scheduler.Scheduler:
     return self.scheduler or self.start(lambda events: None)
 
-  def prefill(self, *, params: ParamsBox, existing_prefix=None, padded_tokens,
-              true_length: int) -> scheduler.Sequence:
+  def prefill(
+    self, *, params: ParamsBox, existing_prefix=None, padded_tokens, true_length: int
+  ) -> scheduler.Sequence:
     """Lazy: the prompt is written into pages by `insert` (there the pool is known)."""
     del params
     if existing_prefix is not None:
-      raise NotImplementedError("existing_prefix: the prefix cache finds shared prefixes by "
-                                "their tokens; send the whole conversation")
+      raise NotImplementedError(
+        "existing_prefix: the prefix cache finds shared prefixes by "
+        "their tokens; send the whole conversation"
+      )
     if isinstance(padded_tokens, PrefillInput):
       tokens, sp = padded_tokens.tokens, padded_tokens.params
     else:
       tokens, sp = padded_tokens, self.cfg.default_sampling
     if not 1 <= true_length <= self.cfg.max_len - 1:
-      raise ValueError(f"prompt length {true_length} must be in [1, max_len - 1 = "
-                       f"{self.cfg.max_len - 1}]")
+      raise ValueError(
+        f"prompt length {true_length} must be in [1, max_len - 1 = {self.cfg.max_len - 1}]"
+      )
     prompt = [int(t) for t in np.asarray(tokens)[:true_length]]
     return scheduler.Sequence(None, prompt, self.cfg.max_len - true_length, sp)
 
-  def insert(self, prefix: scheduler.Sequence, decode_state: scheduler.Scheduler,
-             slot: int) -> scheduler.Scheduler:
+  def insert(
+    self, prefix: scheduler.Sequence, decode_state: scheduler.Scheduler, slot: int
+  ) -> scheduler.Scheduler:
     decode_state.insert_at(prefix, slot)
     return decode_state
 
@@ -190,9 +215,12 @@ class ReplicaEngine(engine_api.Engine):
     del params  # the scheduler reads its replica's box
     data = decode_state.generate_now()
     return decode_state, engine_api.ResultTokens(
-        data=data, tokens_idx=(decode.TOKEN, decode.TOKEN + 1),
-        valid_idx=(decode.VALID, decode.VALID + 1), length_idx=(decode.LENGTH, decode.LENGTH + 1),
-        samples_per_slot=1)
+      data=data,
+      tokens_idx=(decode.TOKEN, decode.TOKEN + 1),
+      valid_idx=(decode.VALID, decode.VALID + 1),
+      length_idx=(decode.LENGTH, decode.LENGTH + 1),
+      samples_per_slot=1,
+    )
 
   def get_prefix_destination_sharding(self) -> Any:
     return NamedSharding(self._mesh, jax.sharding.PartitionSpec())
@@ -204,6 +232,7 @@ class ReplicaEngine(engine_api.Engine):
     tok = None
     if metadata.path:
       from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+
       tok = AutoTokenizer.from_pretrained(metadata.path)
     pad = self.model_cfg.pad_token_id
     return TokenizerAdapter(tok, self.cfg.stop_token_ids, 0 if pad is None else pad)
@@ -235,8 +264,14 @@ class TmaxEngine:
   `params_fn()` returns the initial param tree (host or device arrays, any placement).
   """
 
-  def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig,
-               params_fn: Callable[[], Any], devices=None, mesh: Mesh | None = None):
+  def __init__(
+    self,
+    model_cfg: ModelConfig,
+    engine_cfg: EngineConfig,
+    params_fn: Callable[[], Any],
+    devices=None,
+    mesh: Mesh | None = None,
+  ):
     if mesh is None:
       mesh = serving_mesh(1, 1, devices=list(devices)[:1] if devices is not None else None)
     if tuple(mesh.axis_names) != MESH_AXES:
@@ -246,16 +281,19 @@ class TmaxEngine:
     self._boxes: list[ParamsBox] | None = None
     self._swap_lock = threading.Lock()
     self._load_lock = threading.Lock()
-    self.replicas = [ReplicaEngine(self, r, Mesh(mesh.devices[r], (decode.TENSOR,)))
-                     for r in range(mesh.shape["replica"])]
+    self.replicas = [
+      ReplicaEngine(self, r, Mesh(mesh.devices[r], (decode.TENSOR,)))
+      for r in range(mesh.shape["replica"])
+    ]
 
   def load_params(self) -> list[ParamsBox]:
     """One ParamsBox per replica (version 0), built on the first call."""
     with self._load_lock:
       if self._boxes is None:
         params = self._params_fn()
-        self._boxes = [ParamsBox(self._place(params, rep), 0, rep.core.prepare)
-                       for rep in self.replicas]
+        self._boxes = [
+          ParamsBox(self._place(params, rep), 0, rep.core.prepare) for rep in self.replicas
+        ]
       return self._boxes
 
   def param_shardings(self) -> Any:
@@ -275,10 +313,13 @@ class TmaxEngine:
         index = target.devices_indices_map(x.shape)
         shards = {s.device: s for s in x.addressable_shards if s.device in devices}
         if len(shards) == len(devices) and all(
-            _same_index(shards[d].index, index[d], x.shape) for d in devices):
+          _same_index(shards[d].index, index[d], x.shape) for d in devices
+        ):
           return jax.make_array_from_single_device_arrays(
-              x.shape, target, [shards[d].data for d in target.addressable_devices])
+            x.shape, target, [shards[d].data for d in target.addressable_devices]
+          )
       return jax.device_put(x, target)
+
     return jax.tree.map(place, params, rep.param_shardings)
 
   def swap(self, params: Any, version: int) -> None:
@@ -289,7 +330,8 @@ class TmaxEngine:
       boxes = self.load_params()
       if version < boxes[0].version:  # equal: a resync (e.g. of a restarted server) is idempotent
         raise updates.WeightUpdateError(
-            f"weight version {version} is older than the served version {boxes[0].version}")
+          f"weight version {version} is older than the served version {boxes[0].version}"
+        )
       served = [rep.core.prepare(self._place(params, rep)) for rep in self.replicas]
       for box, s in zip(boxes, served):
         box.set(s, version)
@@ -307,8 +349,10 @@ class TmaxEngine:
     the replica holding their history); the least loaded one when none has much of it."""
     if len(self.replicas) == 1:
       return self.replicas[0]
-    scored = [(rep.scheduler.cached_prefix(prompt), -rep.scheduler.load(), -i)
-              for i, rep in enumerate(self.replicas)]
+    scored = [
+      (rep.scheduler.cached_prefix(prompt), -rep.scheduler.load(), -i)
+      for i, rep in enumerate(self.replicas)
+    ]
     best = max(scored)
     if best[0] < self.cfg.page_size:
       best = max(scored, key=lambda s: (s[1], s[2]))

@@ -26,11 +26,16 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
-from tmax_jax.inference import decode, engine as engine_lib
-from tmax_jax.inference import openai_api, sampling, server as server_lib
+from tmax_jax.inference import decode, openai_api, sampling
+from tmax_jax.inference import engine as engine_lib
+from tmax_jax.inference import server as server_lib
 from tmax_jax.models import registry
-from tmax_jax.models.config import (DEFAULT_LOGICAL_AXIS_RULES, DtypePolicy, ModelConfig,
-                                    UnsupportedConfigError)
+from tmax_jax.models.config import (
+  DEFAULT_LOGICAL_AXIS_RULES,
+  DtypePolicy,
+  ModelConfig,
+  UnsupportedConfigError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +44,12 @@ def model_from_config(mc, mesh=None, **cfg_overrides) -> tuple[ModelConfig, Any]
   """-> (ModelConfig, params_fn). With `mesh`, params load (or initialise) straight into their
   shardings on it: each device reads only its own block of the checkpoint. `cfg_overrides`
   replace ModelConfig fields (e.g. the serving mesh's logical_axis_rules)."""
-  dtypes = DtypePolicy(param_dtype=mc.param_dtype, compute_dtype=mc.compute_dtype,
-                       head_dtype=mc.head_dtype)
+  dtypes = DtypePolicy(
+    param_dtype=mc.param_dtype, compute_dtype=mc.compute_dtype, head_dtype=mc.head_dtype
+  )
   if mc.checkpoint:
     from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
+
     cfg, params = hf_io.load_pretrained(mc.checkpoint, mesh=mesh, dtypes=dtypes, **cfg_overrides)
     return cfg, lambda: params
   if not mc.preset:
@@ -51,6 +58,7 @@ def model_from_config(mc, mesh=None, **cfg_overrides) -> tuple[ModelConfig, Any]
   shardings = None
   if mesh is not None:
     from tmax_jax import sharding  # pylint: disable=import-outside-toplevel
+
     shardings = sharding.param_shardings(cfg, mesh)
   return cfg, lambda: registry.init_params(cfg, jax.random.key(mc.seed), shardings)
 
@@ -85,8 +93,9 @@ def engine_from_config(config) -> engine_lib.TmaxEngine:
     raise ValueError(f"config.engine: unknown fields {unknown}")
   mesh = engine_lib.serving_mesh(extras.get("replicas", 1), extras.get("tensor", 1))
   cfg, params_fn = served_model(config.model, mesh)
-  ec["stop_token_ids"] = tuple(ec["stop_token_ids"]) if "stop_token_ids" in ec else (
-      default_stop_token_ids(cfg))
+  ec["stop_token_ids"] = (
+    tuple(ec["stop_token_ids"]) if "stop_token_ids" in ec else (default_stop_token_ids(cfg))
+  )
   if "temperature" in extras:
     ec["default_sampling"] = sampling.SamplingParams(temperature=extras["temperature"])
   return engine_lib.TmaxEngine(cfg, engine_lib.EngineConfig(**ec), params_fn, mesh=mesh)
@@ -100,15 +109,17 @@ def _write_ready(path: str, payload: dict) -> None:
 
 
 def serve_forever(config) -> None:
-  """Starts the server, waits for SIGINT/SIGTERM, then shuts down cleanly (streams get UNAVAILABLE)."""
+  """Starts the server, waits for SIGINT/SIGTERM, then shuts down cleanly (streams get
+  UNAVAILABLE)."""
   # JetStream logs every decode step at INFO on the root logger; keep ours at INFO.
   logging.getLogger().setLevel(logging.WARNING)
   logging.getLogger("tmax_jax").setLevel(logging.INFO)
   engine = engine_from_config(config)
   sc = config.server
   http = openai_api.OpenAIConfig(**config.openai if "openai" in config else {})
-  server = server_lib.start_server(engine, server_lib.ServerConfig(
-      port=sc.port, host=sc.host, threads=sc.threads, openai=http))
+  server = server_lib.start_server(
+    engine, server_lib.ServerConfig(port=sc.port, host=sc.host, threads=sc.threads, openai=http)
+  )
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())

@@ -35,6 +35,7 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 @dataclasses.dataclass(frozen=True)
 class OpenAIConfig:
   """The HTTP API. port -1 = off, 0 = a free port."""
+
   port: int = -1
   host: str = compat.LOOPBACK
   model_name: str = ""  # the id /v1/models lists and requests must name; "" = the model_type
@@ -51,18 +52,25 @@ def load_tokenizer(cfg: OpenAIConfig, model_type: str) -> tuple[Any, str]:
   """-> (HF tokenizer with a chat template, tool-call format) for the served model."""
   from tmax_jax import tokenizers  # pylint: disable=import-outside-toplevel
   from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel
+
   spec = None
   if cfg.tokenizer and pathlib.Path(cfg.tokenizer).is_dir():
     from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+
     tok = AutoTokenizer.from_pretrained(cfg.tokenizer)
   else:
-    spec = (registry.tokenizer_spec(cfg.tokenizer) if cfg.tokenizer
-            else registry.tokenizer_for(model_type))
+    spec = (
+      registry.tokenizer_spec(cfg.tokenizer)
+      if cfg.tokenizer
+      else registry.tokenizer_for(model_type)
+    )
     tok = tokenizers.load_tokenizer(spec.family)
   fmt = cfg.tool_call_format or (spec.tool_call_format if spec else "")
   if not fmt:
-    raise ValueError(f"OpenAIConfig.tool_call_format: tokenizer {cfg.tokenizer!r} is a directory "
-                     "without a registered spec; name its tool-call syntax ('hermes' or 'xml')")
+    raise ValueError(
+      f"OpenAIConfig.tool_call_format: tokenizer {cfg.tokenizer!r} is a directory "
+      "without a registered spec; name its tool-call syntax ('hermes' or 'xml')"
+    )
   if not tok.chat_template:
     raise ValueError(f"OpenAIConfig.tokenizer {cfg.tokenizer!r} has no chat template")
   return tok, fmt
@@ -76,8 +84,12 @@ async def _errors(request: web.Request, handler):
     return web.json_response(e.body(), status=e.status)
   except web.HTTPException as e:  # unknown path (404), wrong method (405), body too large (413)
     kind = "invalid_request_error" if e.status < 500 else "server_error"
-    err = APIError(e.status, f"{request.method} {request.path}: {e.reason}", kind=kind,
-                   code="not_found" if e.status == 404 else None)
+    err = APIError(
+      e.status,
+      f"{request.method} {request.path}: {e.reason}",
+      kind=kind,
+      code="not_found" if e.status == 404 else None,
+    )
     return web.json_response(err.body(), status=e.status)
   except Exception as e:  # pylint: disable=broad-exception-caught
     log.exception("OpenAI API: %s %s failed", request.method, request.path)
@@ -106,17 +118,22 @@ class OpenAIServer:
 
   def app(self) -> web.Application:
     app = web.Application(middlewares=[_errors], client_max_size=self.cfg.max_body_mb << 20)
-    app.add_routes([web.get("/v1/models", self._models),
-                    web.get("/v1/models/{model}", self._model),
-                    web.post("/v1/chat/completions", self._chat),
-                    web.post("/v1/completions", self._completions),
-                    web.get("/health", self._health)])
+    app.add_routes(
+      [
+        web.get("/v1/models", self._models),
+        web.get("/v1/models/{model}", self._model),
+        web.post("/v1/chat/completions", self._chat),
+        web.post("/v1/completions", self._completions),
+        web.get("/health", self._health),
+      ]
+    )
     return app
 
   async def start(self) -> None:
     """Call on the server's event loop."""
-    self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None,
-                                 shutdown_timeout=2.0)
+    self._runner = web.AppRunner(
+      self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0
+    )
     await self._runner.setup()
     site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port or 0, reuse_address=True)
     await site.start()
@@ -131,8 +148,13 @@ class OpenAIServer:
   # ---- small routes --------------------------------------------------------------------------
 
   def _card(self) -> dict:
-    return {"id": self.model_name, "object": "model", "created": self._created,
-            "owned_by": "tmax_jax", "max_model_len": self._max_len}
+    return {
+      "id": self.model_name,
+      "object": "model",
+      "created": self._created,
+      "owned_by": "tmax_jax",
+      "max_model_len": self._max_len,
+    }
 
   async def _models(self, request: web.Request) -> web.Response:
     del request
@@ -145,13 +167,18 @@ class OpenAIServer:
   async def _health(self, request: web.Request) -> web.Response:
     del request
     live = self._server.driver.live
-    return web.json_response({"live": live, "version": self._server.driver.version},
-                             status=200 if live else 503)
+    return web.json_response(
+      {"live": live, "version": self._server.driver.version}, status=200 if live else 503
+    )
 
   def _check_model(self, name: Any) -> None:
     if name != self.model_name:
-      raise APIError(404, f"The model `{name}` does not exist; this server serves "
-                     f"`{self.model_name}`", param="model", code="model_not_found")
+      raise APIError(
+        404,
+        f"The model `{name}` does not exist; this server serves `{self.model_name}`",
+        param="model",
+        code="model_not_found",
+      )
 
   async def _body(self, request: web.Request) -> dict:
     try:
@@ -181,17 +208,22 @@ class OpenAIServer:
     """Renders and tokenises off the event loop (a long conversation takes ms, and the gRPC
     streams share the loop), one request at a time: encoding may reconfigure the HF tokenizer,
     which is not safe from two threads at once."""
+
     def run():
       with self._encode_lock:
         return parse_fn(body, self._tok, self._max_len, self._max_topk)
+
     return await asyncio.get_running_loop().run_in_executor(None, run)
 
   def _open(self, req: openai_chat.GenRequest) -> list:
     channels = []
     try:
       for i in range(req.n):
-        channels.append(self._server.submit(
-            req.prompt_ids, req.max_tokens, req.sampling_params(i), top_logprobs=req.top_logprobs))
+        channels.append(
+          self._server.submit(
+            req.prompt_ids, req.max_tokens, req.sampling_params(i), top_logprobs=req.top_logprobs
+          )
+        )
     except ValueError as e:
       for channel in channels:
         channel.cancel()
@@ -201,9 +233,12 @@ class OpenAIServer:
   async def _generate(self, request, req: openai_chat.GenRequest, chat: bool):
     choices = [openai_chat.Choice(i, req, self._tok, self._fmt) for i in range(req.n)]
     channels = self._open(req)
-    meta = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}",
-            "created": int(time.time()), "model": self.model_name,
-            "system_fingerprint": f"tmax_jax-policy-v{self._server.driver.version}"}
+    meta = {
+      "id": f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}",
+      "created": int(time.time()),
+      "model": self.model_name,
+      "system_fingerprint": f"tmax_jax-policy-v{self._server.driver.version}",
+    }
     try:
       if req.stream:
         return await self._stream(request, req, choices, channels, meta, chat)
@@ -227,23 +262,45 @@ class OpenAIServer:
     except driver_lib.ServerShutdown as e:
       raise APIError(503, str(e), kind="server_error", code="server_shutting_down") from e
     if choice.finish is None:
-      raise APIError(503, "the generation stream ended without a finish reason",
-                     kind="server_error")
+      raise APIError(
+        503, "the generation stream ended without a finish reason", kind="server_error"
+      )
 
   def _usage(self, req, choices) -> dict:
     completion = sum(c.generated for c in choices)
-    return {"prompt_tokens": len(req.prompt_ids), "completion_tokens": completion,
-            "total_tokens": len(req.prompt_ids) + completion}
+    return {
+      "prompt_tokens": len(req.prompt_ids),
+      "completion_tokens": completion,
+      "total_tokens": len(req.prompt_ids) + completion,
+    }
 
   def _final(self, req, choices, meta, chat: bool) -> dict:
     if chat:
-      out = [{"index": c.index, "message": c.message(), "logprobs": c.chat_logprobs(),
-              "finish_reason": c.finish_reason()} for c in choices]
+      out = [
+        {
+          "index": c.index,
+          "message": c.message(),
+          "logprobs": c.chat_logprobs(),
+          "finish_reason": c.finish_reason(),
+        }
+        for c in choices
+      ]
     else:
-      out = [{"index": c.index, "text": req.echo + c.text, "logprobs": c.completion_logprobs(),
-              "finish_reason": c.finish_reason()} for c in choices]
-    return {**meta, "object": "chat.completion" if chat else "text_completion", "choices": out,
-            "usage": self._usage(req, choices)}
+      out = [
+        {
+          "index": c.index,
+          "text": req.echo + c.text,
+          "logprobs": c.completion_logprobs(),
+          "finish_reason": c.finish_reason(),
+        }
+        for c in choices
+      ]
+    return {
+      **meta,
+      "object": "chat.completion" if chat else "text_completion",
+      "choices": out,
+      "usage": self._usage(req, choices),
+    }
 
   async def _stream(self, request, req, choices, channels, meta, chat: bool):
     resp = web.StreamResponse(headers=SSE_HEADERS)
@@ -258,8 +315,11 @@ class OpenAIServer:
         delta, tokens = choice.chat_delta(final=done)
         if not (delta or tokens or done):
           return None
-        body = {"index": choice.index, "delta": delta,
-                "logprobs": choice.chat_logprobs(tokens) if req.logprobs else None}
+        body = {
+          "index": choice.index,
+          "delta": delta,
+          "logprobs": choice.chat_logprobs(tokens) if req.logprobs else None,
+        }
       else:
         text = choice.text_delta(final=done)
         if not (text or done):
@@ -270,13 +330,31 @@ class OpenAIServer:
 
     if chat:
       for c in choices:
-        await send({**meta, "object": kind, "choices": [
-            {"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-             "finish_reason": None}]})
+        await send(
+          {
+            **meta,
+            "object": kind,
+            "choices": [
+              {
+                "index": c.index,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+              }
+            ],
+          }
+        )
     if req.echo:
       for c in choices:
-        await send({**meta, "object": kind, "choices": [
-            {"index": c.index, "text": req.echo, "logprobs": None, "finish_reason": None}]})
+        await send(
+          {
+            **meta,
+            "object": kind,
+            "choices": [
+              {"index": c.index, "text": req.echo, "logprobs": None, "finish_reason": None}
+            ],
+          }
+        )
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(channel, choice):

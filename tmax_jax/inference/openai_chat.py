@@ -34,14 +34,21 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 class APIError(Exception):
   """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
 
-  def __init__(self, status: int, message: str, param: str | None = None,
-               code: str | None = None, kind: str = "invalid_request_error"):
+  def __init__(
+    self,
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    kind: str = "invalid_request_error",
+  ):
     super().__init__(message)
     self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
 
   def body(self) -> dict:
-    return {"error": {"message": self.message, "type": self.kind, "param": self.param,
-                      "code": self.code}}
+    return {
+      "error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}
+    }
 
 
 def bad(param: str, message: str) -> APIError:
@@ -51,6 +58,7 @@ def bad(param: str, message: str) -> APIError:
 @dataclasses.dataclass(frozen=True)
 class GenRequest:
   """One prompt's generation settings (a request with `n` choices submits it n times)."""
+
   prompt_ids: tuple[int, ...]
   max_tokens: int
   temperature: float = 1.0
@@ -72,8 +80,9 @@ class GenRequest:
     """Choice `index`'s settings: seed + index when the request has a seed (reproducible), else
     a fresh random seed per choice."""
     seed = secrets.randbits(63) if self.seed is None else (self.seed + index) % (1 << 64)
-    return sampling.SamplingParams(temperature=self.temperature, top_p=self.top_p,
-                                   top_k=self.top_k, seed=seed)
+    return sampling.SamplingParams(
+      temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=seed
+    )
 
 
 def _get(body: Mapping, name: str, types, default=None):
@@ -89,8 +98,17 @@ def _get(body: Mapping, name: str, types, default=None):
 
 def _names(types) -> str:
   types = types if isinstance(types, tuple) else (types,)
-  return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "a boolean",
-                      list: "an array", dict: "an object"}.get(t, t.__name__) for t in types)
+  return " or ".join(
+    {
+      int: "an integer",
+      float: "a number",
+      str: "a string",
+      bool: "a boolean",
+      list: "an array",
+      dict: "an object",
+    }.get(t, t.__name__)
+    for t in types
+  )
 
 
 def _refuse_unsupported(body: Mapping) -> None:
@@ -144,14 +162,22 @@ def _common(body: Mapping, prompt_ids: Sequence[int], max_len: int) -> dict:
   stream = _get(body, "stream", bool, False)
   if options and not stream:
     raise bad("stream_options", "only allowed with stream=true")
-  return dict(prompt_ids=tuple(prompt_ids), max_tokens=max_tokens, stop=_stop(body), n=n,
-              stream=stream, include_usage=bool(options.get("include_usage")), **_sampling(body))
+  return dict(
+    prompt_ids=tuple(prompt_ids),
+    max_tokens=max_tokens,
+    stop=_stop(body),
+    n=n,
+    stream=stream,
+    include_usage=bool(options.get("include_usage")),
+    **_sampling(body),
+  )
 
 
 def _top(value: int, param: str, max_topk: int) -> int:
   if not 0 <= value <= max_topk:
-    raise bad(param, f"must be in [0, {max_topk}] on this server (EngineConfig.max_topk), got "
-              f"{value}")
+    raise bad(
+      param, f"must be in [0, {max_topk}] on this server (EngineConfig.max_topk), got {value}"
+    )
   return value
 
 
@@ -164,8 +190,11 @@ def _text_content(content: Any, param: str) -> str:
   if isinstance(content, list):
     parts = []
     for i, part in enumerate(content):
-      if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(
-          part.get("text"), str):
+      if (
+        not isinstance(part, dict)
+        or part.get("type") != "text"
+        or not isinstance(part.get("text"), str)
+      ):
         raise bad(f"{param}[{i}]", "only text content parts are supported")
       parts.append(part["text"])
     return "".join(parts)
@@ -193,8 +222,13 @@ def _template_message(msg: Any, i: int) -> dict:
         args = json.loads(args) if isinstance(args, str) else args
       except json.JSONDecodeError as e:
         raise bad(f"{param}.tool_calls[{j}].function.arguments", f"not JSON: {e}") from e
-      out["tool_calls"].append({"type": "function", "id": call.get("id"),
-                                "function": {"name": fn["name"], "arguments": args}})
+      out["tool_calls"].append(
+        {
+          "type": "function",
+          "id": call.get("id"),
+          "function": {"name": fn["name"], "arguments": args},
+        }
+      )
   if role == "tool" and msg.get("tool_call_id"):
     out["tool_call_id"] = msg["tool_call_id"]
   return out
@@ -204,8 +238,11 @@ def _tools(body: Mapping) -> list[dict]:
   tools = _get(body, "tools", list, [])
   for i, tool in enumerate(tools):
     fn = tool.get("function") if isinstance(tool, dict) else None
-    if tool.get("type", "function") != "function" or not isinstance(fn, dict) or not isinstance(
-        fn.get("name"), str):
+    if (
+      tool.get("type", "function") != "function"
+      or not isinstance(fn, dict)
+      or not isinstance(fn.get("name"), str)
+    ):
       raise bad(f"tools[{i}]", "expected {type: 'function', function: {name, parameters}}")
   return tools
 
@@ -222,8 +259,9 @@ def chat_request(body: Mapping, tokenizer, max_len: int, max_topk: int) -> GenRe
   kwargs = _get(body, "chat_template_kwargs", dict, {})
   rendered = [_template_message(m, i) for i, m in enumerate(messages)]
   try:
-    text = tokenizer.apply_chat_template(rendered, tools=tools or None, tokenize=False,
-                                         add_generation_prompt=True, **kwargs)
+    text = tokenizer.apply_chat_template(
+      rendered, tools=tools or None, tokenize=False, add_generation_prompt=True, **kwargs
+    )
   except Exception as e:  # pylint: disable=broad-exception-caught  # jinja's raise_exception
     raise bad("messages", f"the chat template refused them: {e}") from e
   ids = tokenizer.encode(text, add_special_tokens=False)
@@ -231,10 +269,14 @@ def chat_request(body: Mapping, tokenizer, max_len: int, max_topk: int) -> GenRe
   top = _top(_get(body, "top_logprobs", int, 0), "top_logprobs", max_topk)
   if top and not logprobs:
     raise bad("top_logprobs", "needs logprobs=true")
-  return GenRequest(**_common(body, ids, max_len), logprobs=logprobs, top_logprobs=top,
-                    tools=tuple(tools),
-                    parse_tools=bool(tools) and choice != "none",
-                    think_prefilled=text.rstrip("\n").endswith(THINK_OPEN))
+  return GenRequest(
+    **_common(body, ids, max_len),
+    logprobs=logprobs,
+    top_logprobs=top,
+    tools=tuple(tools),
+    parse_tools=bool(tools) and choice != "none",
+    think_prefilled=text.rstrip("\n").endswith(THINK_OPEN),
+  )
 
 
 def completion_request(body: Mapping, tokenizer, max_len: int, max_topk: int) -> GenRequest:
@@ -244,8 +286,11 @@ def completion_request(body: Mapping, tokenizer, max_len: int, max_topk: int) ->
     prompt = prompt[0]  # a batch of one
   if isinstance(prompt, str):
     ids = tokenizer.encode(prompt, add_special_tokens=False)
-  elif isinstance(prompt, list) and prompt and all(
-      isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+  elif (
+    isinstance(prompt, list)
+    and prompt
+    and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+  ):
     ids = list(prompt)
   else:
     raise bad("prompt", "expected a string or an array of token ids (one prompt per request)")
@@ -257,8 +302,12 @@ def completion_request(body: Mapping, tokenizer, max_len: int, max_topk: int) ->
   echo = _get(body, "echo", bool, False)
   if echo and body.get("logprobs") is not None:
     raise bad("echo", "echo with logprobs is not supported (no prompt logprobs)")
-  return GenRequest(**_common(body, ids, max_len), logprobs=body.get("logprobs") is not None,
-                    top_logprobs=top, echo=tokenizer.decode(ids) if echo else "")
+  return GenRequest(
+    **_common(body, ids, max_len),
+    logprobs=body.get("logprobs") is not None,
+    top_logprobs=top,
+    echo=tokenizer.decode(ids) if echo else "",
+  )
 
 
 class Detokenizer:
@@ -269,11 +318,11 @@ class Detokenizer:
 
   def push(self, token_id: int) -> str:
     self._ids.append(token_id)
-    prefix = self._tok.decode(self._ids[self._prefix:self._read], skip_special_tokens=True)
-    full = self._tok.decode(self._ids[self._prefix:], skip_special_tokens=True)
+    prefix = self._tok.decode(self._ids[self._prefix : self._read], skip_special_tokens=True)
+    full = self._tok.decode(self._ids[self._prefix :], skip_special_tokens=True)
     if len(full) > len(prefix) and not full.endswith("\ufffd"):
       self._prefix, self._read = self._read, len(self._ids)
-      return full[len(prefix):]
+      return full[len(prefix) :]
     return ""
 
 
@@ -294,7 +343,7 @@ def split_reply(text: str, think_prefilled: bool) -> tuple[str | None, str]:
     text = THINK_OPEN + "\n" + text
   if not text.lstrip().startswith(THINK_OPEN):
     return None, text
-  body = text.lstrip()[len(THINK_OPEN):]
+  body = text.lstrip()[len(THINK_OPEN) :]
   if THINK_CLOSE not in body:
     return body.lstrip("\n"), ""
   reasoning, content = body.split(THINK_CLOSE, 1)
@@ -323,10 +372,14 @@ def parse_calls(content: str, fmt: str, tools: Sequence[Mapping]) -> tuple[str |
   except FormatError:
     return content, []
   by_name = {t["function"]["name"]: t for t in tools}
-  out = [{"id": f"call_{secrets.token_hex(12)}", "type": "function",
-          "function": {"name": name,
-                       "arguments": json.dumps(_typed_args(args, by_name.get(name)))}}
-         for name, args in calls]
+  out = [
+    {
+      "id": f"call_{secrets.token_hex(12)}",
+      "type": "function",
+      "function": {"name": name, "arguments": json.dumps(_typed_args(args, by_name.get(name)))},
+    }
+    for name, args in calls
+  ]
   return (rest or None) if out else content, out
 
 
@@ -349,8 +402,14 @@ class Choice:
     self._sent = {"reasoning_content": 0, "content": 0, "tokens": 0}
     self._markers = req.stop + (THINK_OPEN, THINK_CLOSE) + ((TOOL_OPEN,) if req.parse_tools else ())
 
-  def add(self, token: int | None, logprob: float, finish: str, top_ids: Sequence[int] = (),
-          top_logprobs: Sequence[float] = ()) -> bool:
+  def add(
+    self,
+    token: int | None,
+    logprob: float,
+    finish: str,
+    top_ids: Sequence[int] = (),
+    top_logprobs: Sequence[float] = (),
+  ) -> bool:
     """One engine step; True once the choice is complete (then `finish` is set)."""
     if token is not None:
       self.generated += 1
@@ -378,7 +437,7 @@ class Choice:
 
   def _parts(self, final: bool) -> tuple[str | None, str, list, int]:
     """(reasoning, content, tool_calls, released chars of self.text) at this point."""
-    text = self.text if final else self.text[:len(self.text) - _held(self.text, self._markers)]
+    text = self.text if final else self.text[: len(self.text) - _held(self.text, self._markers)]
     reasoning, content = split_reply(text, self.req.think_prefilled)
     calls = []
     if self.req.parse_tools:
@@ -436,17 +495,17 @@ class Choice:
     delta = {}
     for key, value in (("reasoning_content", reasoning), ("content", content)):
       if value is not None and len(value) > self._sent[key]:
-        delta[key] = value[self._sent[key]:]
+        delta[key] = value[self._sent[key] :]
         self._sent[key] = len(value)
     if calls:
       delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(calls)]
     done = sum(1 for o in self.offsets if o < released) if not final else len(self.tokens)
-    tokens, self._sent["tokens"] = self.tokens[self._sent["tokens"]:done], done
+    tokens, self._sent["tokens"] = self.tokens[self._sent["tokens"] : done], done
     return delta, tokens
 
   def text_delta(self, final: bool) -> str:
     """Completion text not streamed yet (held back while it might be a stop string)."""
     hold = 0 if final else _held(self.text, self.req.stop)
-    text = self.text[:len(self.text) - hold]
-    delta, self._sent["content"] = text[self._sent["content"]:], len(text)
+    text = self.text[: len(self.text) - hold]
+    delta, self._sent["content"] = text[self._sent["content"] :], len(text)
     return delta

@@ -98,6 +98,7 @@ class PagePool:
 @dataclasses.dataclass(eq=False)
 class _Node:
   """One whole page of a cached token chain."""
+
   id: int
   key: tuple
   page: int
@@ -108,6 +109,7 @@ class _Node:
 @dataclasses.dataclass(eq=False)
 class _Snapshot:
   """A boundary inside (or at the end of) a page: tokens = chain(node) + tail."""
+
   key: tuple
   node: _Node | None  # None = the root (tail starts at position 0)
   tail: tuple
@@ -120,6 +122,7 @@ class _Snapshot:
 class Match:
   """What a lookup found. `pages` (whole pages, in order) carry a seq reference the caller now
   owns; `tail_page` carries one until the caller has copied it (then `release_tail`)."""
+
   length: int = 0
   pages: list = dataclasses.field(default_factory=list)
   tail_page: int | None = None
@@ -129,8 +132,7 @@ class Match:
 class PrefixCache:
   """The chain + snapshots over one PagePool; `state_blocks` > 0 for models with recurrent state."""
 
-  def __init__(self, pool: PagePool, page_size: int, state_blocks: int = 0,
-               stateful: bool = False):
+  def __init__(self, pool: PagePool, page_size: int, state_blocks: int = 0, stateful: bool = False):
     self.pool, self.page_size, self.stateful = pool, page_size, stateful
     self.lock = threading.RLock()
     self._nodes: dict[tuple, _Node] = {}
@@ -146,7 +148,7 @@ class PrefixCache:
   def _walk(self, tokens, limit: int) -> list[_Node]:
     path, node_id, pos, ps = [], 0, 0, self.page_size
     while pos + ps <= limit:
-      node = self._nodes.get((node_id, tuple(tokens[pos:pos + ps])))
+      node = self._nodes.get((node_id, tuple(tokens[pos : pos + ps])))
       if node is None:
         break
       path.append(node)
@@ -159,8 +161,11 @@ class PrefixCache:
       best = None
       for tail in self._tails.get(node_id, ()):
         end = base + len(tail)
-        if end <= limit and tuple(tokens[base:end]) == tail and (
-            best is None or len(tail) > len(best)):
+        if (
+          end <= limit
+          and tuple(tokens[base:end]) == tail
+          and (best is None or len(tail) > len(best))
+        ):
           best = tail
       if best is not None:
         return self._snaps[(node_id, best)]
@@ -184,7 +189,7 @@ class PrefixCache:
         return Match()
       use_snap = snap is not None and (self.stateful or snap.length > whole)
       if use_snap:
-        path = path[:snap.length // self.page_size]
+        path = path[: snap.length // self.page_size]
       for node in path:
         self.pool.seq_ref(node.page)
       match = Match(length=snap.length if use_snap else whole, pages=[node.page for node in path])
@@ -208,8 +213,9 @@ class PrefixCache:
 
   # ---- insert ---------------------------------------------------------------------------------
 
-  def insert(self, tokens, length: int, pages: list[int],
-             save_state: Callable[[int], None] | None = None) -> None:
+  def insert(
+    self, tokens, length: int, pages: list[int], save_state: Callable[[int], None] | None = None
+  ) -> None:
     """Registers tokens[:length] held in `pages` (the sequence's block table): every whole page in
     the chain, and a snapshot at `length` (with the recurrent state when the model has one:
     `save_state(block)` must copy the sequence's state into that block)."""
@@ -217,7 +223,7 @@ class PrefixCache:
       ps, parent, node_id = self.page_size, None, 0
       touched = []
       for i in range(length // ps):
-        key = (node_id, tuple(tokens[i * ps:(i + 1) * ps]))
+        key = (node_id, tuple(tokens[i * ps : (i + 1) * ps]))
         node = self._nodes.get(key)
         if node is None:
           node = _Node(self._next_id, key, pages[i], parent)
@@ -228,7 +234,7 @@ class PrefixCache:
             parent.children += 1
         touched.append(node)
         parent, node_id = node, node.id
-      tail = tuple(tokens[(length // ps) * ps:length])
+      tail = tuple(tokens[(length // ps) * ps : length])
       key = (node_id, tail)
       snap = self._snaps.get(key)
       if snap is None and (tail or self.stateful):

@@ -65,38 +65,65 @@ _F = descriptor_pb2.FieldDescriptorProto
 
 _MESSAGES = {
   "GenerateRequest": [
-    ("prompt_token_ids", _F.TYPE_INT32, True), ("max_tokens", _F.TYPE_INT32, False),
-    ("temperature", _F.TYPE_FLOAT, False), ("top_p", _F.TYPE_FLOAT, False),
-    ("top_k", _F.TYPE_INT32, False), ("stop_token_ids", _F.TYPE_INT32, True),
-    ("seed", _F.TYPE_UINT64, False), ("request_id", _F.TYPE_STRING, False),
-    ("top_logprobs", _F.TYPE_INT32, False)],
+    ("prompt_token_ids", _F.TYPE_INT32, True),
+    ("max_tokens", _F.TYPE_INT32, False),
+    ("temperature", _F.TYPE_FLOAT, False),
+    ("top_p", _F.TYPE_FLOAT, False),
+    ("top_k", _F.TYPE_INT32, False),
+    ("stop_token_ids", _F.TYPE_INT32, True),
+    ("seed", _F.TYPE_UINT64, False),
+    ("request_id", _F.TYPE_STRING, False),
+    ("top_logprobs", _F.TYPE_INT32, False),
+  ],
   "GenerateResponse": [
-    ("token_ids", _F.TYPE_INT32, True), ("logprobs", _F.TYPE_FLOAT, True),
-    ("policy_versions", _F.TYPE_INT64, True), ("finish_reason", _F.TYPE_STRING, False),
+    ("token_ids", _F.TYPE_INT32, True),
+    ("logprobs", _F.TYPE_FLOAT, True),
+    ("policy_versions", _F.TYPE_INT64, True),
+    ("finish_reason", _F.TYPE_STRING, False),
     ("instance_id", _F.TYPE_STRING, False),
-    ("topk_ids", _F.TYPE_INT32, True), ("topk_logprobs", _F.TYPE_FLOAT, True)],
+    ("topk_ids", _F.TYPE_INT32, True),
+    ("topk_logprobs", _F.TYPE_FLOAT, True),
+  ],
   "TensorSpec": [
-    ("name", _F.TYPE_STRING, False), ("shape", _F.TYPE_INT64, True),
-    ("dtype", _F.TYPE_STRING, False)],
+    ("name", _F.TYPE_STRING, False),
+    ("shape", _F.TYPE_INT64, True),
+    ("dtype", _F.TYPE_STRING, False),
+  ],
   "UpdateWeightsRequest": [
-    ("version", _F.TYPE_INT64, False), ("path", _F.TYPE_STRING, False),
-    ("manifest", "TensorSpec", True), ("tensor", _F.TYPE_INT32, False),
-    ("offset", _F.TYPE_INT64, False), ("data", _F.TYPE_BYTES, False),
-    ("crc32", _F.TYPE_STRING, False)],
+    ("version", _F.TYPE_INT64, False),
+    ("path", _F.TYPE_STRING, False),
+    ("manifest", "TensorSpec", True),
+    ("tensor", _F.TYPE_INT32, False),
+    ("offset", _F.TYPE_INT64, False),
+    ("data", _F.TYPE_BYTES, False),
+    ("crc32", _F.TYPE_STRING, False),
+  ],
   "UpdateWeightsResponse": [
-    ("version", _F.TYPE_INT64, False), ("seconds", _F.TYPE_DOUBLE, False),
-    ("bytes", _F.TYPE_INT64, False), ("instance_id", _F.TYPE_STRING, False)],
+    ("version", _F.TYPE_INT64, False),
+    ("seconds", _F.TYPE_DOUBLE, False),
+    ("bytes", _F.TYPE_INT64, False),
+    ("instance_id", _F.TYPE_STRING, False),
+  ],
   "StatusRequest": [],
   "StatusResponse": [
-    ("live", _F.TYPE_BOOL, False), ("version", _F.TYPE_INT64, False),
-    ("max_concurrent_decodes", _F.TYPE_INT32, False), ("max_len", _F.TYPE_INT32, False),
-    ("model_type", _F.TYPE_STRING, False), ("active_requests", _F.TYPE_INT32, False),
+    ("live", _F.TYPE_BOOL, False),
+    ("version", _F.TYPE_INT64, False),
+    ("max_concurrent_decodes", _F.TYPE_INT32, False),
+    ("max_len", _F.TYPE_INT32, False),
+    ("model_type", _F.TYPE_STRING, False),
+    ("active_requests", _F.TYPE_INT32, False),
     ("instance_id", _F.TYPE_STRING, False),
-    ("replicas", _F.TYPE_INT32, False), ("page_size", _F.TYPE_INT32, False),
-    ("max_topk", _F.TYPE_INT32, False), ("pages_total", _F.TYPE_INT32, False),
-    ("pages_used", _F.TYPE_INT32, False), ("pages_free", _F.TYPE_INT32, False),
-    ("pages_cached", _F.TYPE_INT32, False), ("waiting_requests", _F.TYPE_INT32, False),
-    ("prefill_tokens", _F.TYPE_INT64, False), ("cached_prompt_tokens", _F.TYPE_INT64, False)],
+    ("replicas", _F.TYPE_INT32, False),
+    ("page_size", _F.TYPE_INT32, False),
+    ("max_topk", _F.TYPE_INT32, False),
+    ("pages_total", _F.TYPE_INT32, False),
+    ("pages_used", _F.TYPE_INT32, False),
+    ("pages_free", _F.TYPE_INT32, False),
+    ("pages_cached", _F.TYPE_INT32, False),
+    ("waiting_requests", _F.TYPE_INT32, False),
+    ("prefill_tokens", _F.TYPE_INT64, False),
+    ("cached_prompt_tokens", _F.TYPE_INT64, False),
+  ],
 }
 
 # method -> (request, response, client_streaming, server_streaming)
@@ -108,28 +135,41 @@ METHODS = {
 
 
 def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-  fd = descriptor_pb2.FileDescriptorProto(name="tmax_rl/rollout.proto", package=PACKAGE,
-                                          syntax="proto3")
+  fd = descriptor_pb2.FileDescriptorProto(
+    name="tmax_rl/rollout.proto", package=PACKAGE, syntax="proto3"
+  )
   for name, fields in _MESSAGES.items():
     msg = fd.message_type.add(name=name)
     for number, (fname, ftype, repeated) in enumerate(fields, start=1):
       label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
       if isinstance(ftype, str):  # a message type defined above
-        msg.field.add(name=fname, number=number, type=_F.TYPE_MESSAGE, label=label,
-                      type_name=f".{PACKAGE}.{ftype}")
+        msg.field.add(
+          name=fname,
+          number=number,
+          type=_F.TYPE_MESSAGE,
+          label=label,
+          type_name=f".{PACKAGE}.{ftype}",
+        )
       else:
         msg.field.add(name=fname, number=number, type=ftype, label=label)
   svc = fd.service.add(name="Rollout")
   for name, (req, resp, cstream, sstream) in METHODS.items():
-    svc.method.add(name=name, input_type=f".{PACKAGE}.{req}", output_type=f".{PACKAGE}.{resp}",
-                   client_streaming=cstream, server_streaming=sstream)
+    svc.method.add(
+      name=name,
+      input_type=f".{PACKAGE}.{req}",
+      output_type=f".{PACKAGE}.{resp}",
+      client_streaming=cstream,
+      server_streaming=sstream,
+    )
   return fd
 
 
 _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_file_descriptor())
-_CLASSES = {name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
-            for name in _MESSAGES}
+_CLASSES = {
+  name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+  for name in _MESSAGES
+}
 
 GenerateRequest = _CLASSES["GenerateRequest"]
 GenerateResponse = _CLASSES["GenerateResponse"]

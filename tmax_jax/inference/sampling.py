@@ -23,6 +23,7 @@ GREEDY_TEMPERATURE = 0.0
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
   """Per-request sampling settings. temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
+
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0
@@ -89,13 +90,15 @@ def inverse_cdf_sample(logp: jax.Array, uniforms: jax.Array, block: int = BLOCK)
   p = jnp.pad(p, ((0, 0), (0, n_blocks * block - v))).reshape(b, n_blocks, block)
   cum_blocks = jnp.cumsum(jnp.sum(p, axis=-1), axis=-1)  # [B, nb]
   target = uniforms[:, 0] * cum_blocks[:, -1]
-  bi = jnp.minimum(jax.vmap(lambda c, t: jnp.searchsorted(c, t, side="right"))(cum_blocks, target),
-                   n_blocks - 1)  # [B]
+  bi = jnp.minimum(
+    jax.vmap(lambda c, t: jnp.searchsorted(c, t, side="right"))(cum_blocks, target), n_blocks - 1
+  )  # [B]
   inner = jnp.take_along_axis(p, bi[:, None, None], axis=1)[:, 0]  # [B, block]
   cum_inner = jnp.cumsum(inner, axis=-1)
   target = uniforms[:, 1] * cum_inner[:, -1]
-  j = jnp.minimum(jax.vmap(lambda c, t: jnp.searchsorted(c, t, side="right"))(cum_inner, target),
-                  block - 1)
+  j = jnp.minimum(
+    jax.vmap(lambda c, t: jnp.searchsorted(c, t, side="right"))(cum_inner, target), block - 1
+  )
   return (bi * block + j).astype(jnp.int32)
 
 
@@ -115,9 +118,10 @@ def sample(logits, keys, counters, temperature, top_p, top_k):
   logp = tempered_log_probs(logits, temperature)  # [B, V]
   needs_trunc = jnp.any((top_k > 0) | (top_p < 1.0))
   keep = jax.lax.cond(
-      needs_trunc,
-      lambda: truncation_mask(logp, top_k, top_p),
-      lambda: jnp.ones(logp.shape, jnp.bool_))
+    needs_trunc,
+    lambda: truncation_mask(logp, top_k, top_p),
+    lambda: jnp.ones(logp.shape, jnp.bool_),
+  )
   row_keys = _row_keys(keys, counters)
   uniforms = jax.vmap(lambda k: jax.random.uniform(k, (2,)))(row_keys)  # [B, 2]
   drawn = inverse_cdf_sample(jnp.where(keep, logp, -jnp.inf), uniforms)  # [B]

@@ -35,6 +35,7 @@ from tmax_jax.models import paged_attention
 @dataclasses.dataclass(eq=False)
 class Sequence:
   """A request inside a replica. `handle` is the caller's object (returned in events)."""
+
   handle: Any
   prompt: list
   max_tokens: int
@@ -56,6 +57,7 @@ class Sequence:
 @dataclasses.dataclass(frozen=True)
 class Event:
   """One generated token of a sequence (token None: the slot ran out of cache, 'length')."""
+
   handle: Any
   token: int | None
   logprob: float
@@ -84,8 +86,9 @@ def bucket(n: int, cap: int, lo: int = 1) -> int:
 class Scheduler:
   """Slots, pages, prefix cache and the step loop of one replica."""
 
-  def __init__(self, core: decode.PagedCore, box, cfg: SchedulerConfig,
-               emit: Callable[[list[Event]], None]):
+  def __init__(
+    self, core: decode.PagedCore, box, cfg: SchedulerConfig, emit: Callable[[list[Event]], None]
+  ):
     self.core, self.box, self.cfg, self.emit = core, box, cfg, emit
     shape = core.shape
     self.page_size = shape.page_size
@@ -93,8 +96,11 @@ class Scheduler:
     # compiled program covers every sequence shorter than that).
     self._min_pages = min(shape.max_pages, max(1, paged_attention.BLOCK_TOKENS // shape.page_size))
     self.pool = paged.PagePool(shape.num_pages)
-    self.cache = (paged.PrefixCache(self.pool, shape.page_size, shape.state_blocks, core.stateful)
-                  if cfg.prefix_cache else None)
+    self.cache = (
+      paged.PrefixCache(self.pool, shape.page_size, shape.state_blocks, core.stateful)
+      if cfg.prefix_cache
+      else None
+    )
     self.state = core.init_state()
     self.table = np.zeros((shape.slots, shape.max_pages), np.int32)
     self.free_slots = collections.deque(range(shape.slots))
@@ -223,12 +229,13 @@ class Scheduler:
       seq.pages.append(dst)
       self.cache.release_tail(match)
     if match.state is not None:
-      self.state = self.core.copy_state(self.state, np.int32(shape.slots + match.state),
-                                        np.int32(seq.slot))
+      self.state = self.core.copy_state(
+        self.state, np.int32(shape.slots + match.state), np.int32(seq.slot)
+      )
     while len(seq.pages) < paged.pages_for(n - 1, ps):
       seq.pages.append(self._take(seq))
     self.table[seq.slot] = 0
-    self.table[seq.slot, :len(seq.pages)] = seq.pages
+    self.table[seq.slot, : len(seq.pages)] = seq.pages
     self.stats["cached_tokens"] += match.length
     self.stats["admitted"] += 1
     if seq.written == n - 1:
@@ -248,14 +255,17 @@ class Scheduler:
     cfg, shape, ps = self.cfg, self.core.shape, self.page_size
     for s in [s for s in self.prefilling if s.is_cancelled()]:
       self._finish(s, cancelled=True)
-    rows = self.prefilling[:cfg.prefill_batch]
+    rows = self.prefilling[: cfg.prefill_batch]
     if not rows:
       return
     lens = [min(len(s.prompt) - 1 - s.written, cfg.prefill_chunk) for s in rows]
     c = bucket(max(lens), cfg.prefill_chunk, min(cfg.min_chunk, cfg.prefill_chunk))
     r = 1 if len(rows) == 1 else cfg.prefill_batch  # two programs per chunk size, not log2(R)
-    nb = bucket(max(paged.pages_for(s.written + n, ps) for s, n in zip(rows, lens)),
-                shape.max_pages, self._min_pages)
+    nb = bucket(
+      max(paged.pages_for(s.written + n, ps) for s, n in zip(rows, lens)),
+      shape.max_pages,
+      self._min_pages,
+    )
     tokens = np.zeros((r, c), np.int32)
     positions = np.zeros((r, c), np.int32)
     segments = np.zeros((r, c), np.int32)
@@ -263,13 +273,14 @@ class Scheduler:
     cached = np.zeros((r,), np.int32)
     table = np.zeros((r, nb), np.int32)
     for i, (s, n) in enumerate(zip(rows, lens)):
-      tokens[i, :n] = s.prompt[s.written:s.written + n]
+      tokens[i, :n] = s.prompt[s.written : s.written + n]
       positions[i] = s.written + np.arange(c)
       segments[i, :n] = 1
       slots[i], cached[i], table[i] = s.slot, s.written, self.table[s.slot, :nb]
     params = self.box.get()[0]["params"]
-    self.state = self.core.prefill(params, self.state, tokens, positions, segments, slots, table,
-                                   cached)
+    self.state = self.core.prefill(
+      params, self.state, tokens, positions, segments, slots, table, cached
+    )
     self.stats["prefill_calls"] += 1
     self.stats["prefill_tokens"] += sum(lens)
     if self.trace is not None:
@@ -286,8 +297,15 @@ class Scheduler:
     seq.position = n - 1
     sa = decode.slot_arrays(seq.params)
     self.state = self.core.activate(
-        self.state, np.int32(seq.slot), np.int32(seq.prompt[-1]), np.int32(n - 1),
-        sa["temperature"], sa["top_p"], sa["top_k"], sa["key"])
+      self.state,
+      np.int32(seq.slot),
+      np.int32(seq.prompt[-1]),
+      np.int32(n - 1),
+      sa["temperature"],
+      sa["top_p"],
+      sa["top_k"],
+      sa["key"],
+    )
     self.decoding[seq.slot] = seq
 
   # ---- decode ---------------------------------------------------------------------------------
@@ -299,11 +317,15 @@ class Scheduler:
       if idx >= len(s.pages):
         s.pages.append(self._take(s))
         self.table[slot, idx] = s.pages[-1]
-    nb = bucket(max((s.position // ps + 1 for s in self.decoding.values()), default=1),
-                shape.max_pages, self._min_pages)
+    nb = bucket(
+      max((s.position // ps + 1 for s in self.decoding.values()), default=1),
+      shape.max_pages,
+      self._min_pages,
+    )
     served, version = self.box.get()
-    self.state, data = self.core.decode(served, self.state, self.table[:, :nb].copy(),
-                                        np.int32(version))
+    self.state, data = self.core.decode(
+      served, self.state, self.table[:, :nb].copy(), np.int32(version)
+    )
     for s in self.decoding.values():
       s.position += 1
       s.written += 1
@@ -329,12 +351,21 @@ class Scheduler:
         continue
       token = int(rows["token"][slot])
       s.generated.append(token)
-      finish = ("stop" if token in s.stop_ids else
-                "length" if len(s.generated) >= s.max_tokens else "")
+      finish = (
+        "stop" if token in s.stop_ids else "length" if len(s.generated) >= s.max_tokens else ""
+      )
       k = s.topk
-      events.append(Event(s.handle, token, float(rows["logprob"][slot]), version, finish,
-                          tuple(int(i) for i in rows["topk_ids"][slot, :k]),
-                          tuple(float(x) for x in rows["topk_logprobs"][slot, :k])))
+      events.append(
+        Event(
+          s.handle,
+          token,
+          float(rows["logprob"][slot]),
+          version,
+          finish,
+          tuple(int(i) for i in rows["topk_ids"][slot, :k]),
+          tuple(float(x) for x in rows["topk_logprobs"][slot, :k]),
+        )
+      )
       if finish:
         self._finish(s)
     if events:
@@ -347,8 +378,10 @@ class Scheduler:
       return
 
     def save(block: int) -> None:
-      self.state = self.core.copy_state(self.state, np.int32(seq.slot),
-                                        np.int32(self.core.shape.slots + block))
+      self.state = self.core.copy_state(
+        self.state, np.int32(seq.slot), np.int32(self.core.shape.slots + block)
+      )
+
     self.cache.insert(tokens, length, seq.pages, save if self.core.stateful else None)
 
   def _finish(self, seq: Sequence, cancelled: bool = False) -> None:
@@ -381,8 +414,10 @@ class Scheduler:
     self.free_slots.remove(slot)
     self.free_slots.appendleft(slot)
     if not self._try_admit(seq):
-      raise RuntimeError(f"no KV pages for a {len(seq.prompt)}-token prompt in slot {slot}: "
-                         "the stock JetStream Driver needs EngineConfig.num_pages = 0 (dense)")
+      raise RuntimeError(
+        f"no KV pages for a {len(seq.prompt)}-token prompt in slot {slot}: "
+        "the stock JetStream Driver needs EngineConfig.num_pages = 0 (dense)"
+      )
     while seq in self.prefilling:
       self._prefill_once()
 
@@ -392,13 +427,19 @@ class Scheduler:
 
   def _publish_status(self) -> None:
     pool = self.pool
-    status = dict(pages_total=pool.num_pages, pages_used=pool.in_use, pages_free=pool.free,
-                  pages_cached=pool.evictable, pages_reserved=pool.reserved,
-                  waiting=len(self.waiting), prefilling=len(self.prefilling),
-                  active=len(self.decoding),
-                  prefill_tokens=self.stats["prefill_tokens"],
-                  cached_tokens=self.stats["cached_tokens"],
-                  peak_pages_in_use=self.stats["peak_pages_in_use"])
+    status = dict(
+      pages_total=pool.num_pages,
+      pages_used=pool.in_use,
+      pages_free=pool.free,
+      pages_cached=pool.evictable,
+      pages_reserved=pool.reserved,
+      waiting=len(self.waiting),
+      prefilling=len(self.prefilling),
+      active=len(self.decoding),
+      prefill_tokens=self.stats["prefill_tokens"],
+      cached_tokens=self.stats["cached_tokens"],
+      peak_pages_in_use=self.stats["peak_pages_in_use"],
+    )
     with self._status_lock:
       self._status = status
 

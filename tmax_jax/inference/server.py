@@ -1,4 +1,5 @@
-"""Serving: JetStream's gRPC server + orchestrator with our engine, plus the `tmax_rl.Rollout` service.
+"""Serving: JetStream's gRPC server + orchestrator with our engine, plus the `tmax_rl.Rollout`
+service.
 
 `start_server` follows `jetstream.core.server_lib.run` step for step (engines from a
 `config_lib.ServerConfig`, params from `load_params`, a Driver, a `JetStreamServer`), with two
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
   """Where to listen. port 0 = pick a free port; host '[::]'/'0.0.0.0' opt into all interfaces."""
+
   port: int = 9000
   host: str = compat.LOOPBACK
   threads: int = 0  # gRPC worker threads; 0 = max(64, slots) like server_lib.run
@@ -49,9 +51,10 @@ def free_port(host: str = compat.LOOPBACK) -> int:
     return s.getsockname()[1]
 
 
-def validate(engine: engine_lib.TmaxEngine, prompt_ids: Sequence[int], max_tokens: int,
-             top_logprobs: int = 0) -> str:
-  """"" if a token-id request fits the engine, else what is wrong with it."""
+def validate(
+  engine: engine_lib.TmaxEngine, prompt_ids: Sequence[int], max_tokens: int, top_logprobs: int = 0
+) -> str:
+  """ "" if a token-id request fits the engine, else what is wrong with it."""
   cfg, vocab = engine.cfg, engine.model_cfg.vocab_size
   n = len(prompt_ids)
   if n < 1:
@@ -63,17 +66,25 @@ def validate(engine: engine_lib.TmaxEngine, prompt_ids: Sequence[int], max_token
   if n + max_tokens > cfg.max_len:
     return f"prompt {n} + max_tokens {max_tokens} exceeds max_len={cfg.max_len}"
   if not 0 <= top_logprobs <= cfg.max_topk:
-    return (f"top_logprobs={top_logprobs} must be in [0, max_topk={cfg.max_topk}] "
-            "(EngineConfig.max_topk of this server)")
+    return (
+      f"top_logprobs={top_logprobs} must be in [0, max_topk={cfg.max_topk}] "
+      "(EngineConfig.max_topk of this server)"
+    )
   bad = [t for t in prompt_ids if not 0 <= t < vocab]
   if bad:
     return f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})"
   return ""
 
 
-def submit(driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine, prompt_ids: Sequence[int],
-           max_tokens: int, params: sampling.SamplingParams, stop_ids: Sequence[int] = (),
-           top_logprobs: int = 0) -> async_multifuture.AsyncMultifuture:
+def submit(
+  driver: driver_lib.RLDriver,
+  engine: engine_lib.TmaxEngine,
+  prompt_ids: Sequence[int],
+  max_tokens: int,
+  params: sampling.SamplingParams,
+  stop_ids: Sequence[int] = (),
+  top_logprobs: int = 0,
+) -> async_multifuture.AsyncMultifuture:
   """Validates and queues one token-id request (call on the server's event loop): its
   `driver.RLStep`s arrive on the returned channel; cancelling the channel ends the request.
   ValueError says what is wrong with a request that does not fit. Used by the Rollout service and
@@ -82,27 +93,41 @@ def submit(driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine, prompt_id
   if error:
     raise ValueError(error)
   channel = async_multifuture.AsyncMultifuture()
-  driver.place_request_on_prefill_queue(driver_lib.RLActiveRequest(
-      max_tokens=max_tokens, return_channel=channel, prefill_content=list(prompt_ids),
-      is_client_side_tokenization=True, sampling_params=params, top_logprobs=top_logprobs,
-      stop_ids=frozenset(stop_ids) | frozenset(engine.cfg.stop_token_ids)))
+  driver.place_request_on_prefill_queue(
+    driver_lib.RLActiveRequest(
+      max_tokens=max_tokens,
+      return_channel=channel,
+      prefill_content=list(prompt_ids),
+      is_client_side_tokenization=True,
+      sampling_params=params,
+      top_logprobs=top_logprobs,
+      stop_ids=frozenset(stop_ids) | frozenset(engine.cfg.stop_token_ids),
+    )
+  )
   return channel
 
 
 class RolloutServicer:
   """Async handlers of tmax_rl.Rollout, bound to one RLDriver."""
 
-  def __init__(self, driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine,
-               instance_id: str):
+  def __init__(self, driver: driver_lib.RLDriver, engine: engine_lib.TmaxEngine, instance_id: str):
     self._driver, self._engine, self._instance = driver, engine, instance_id
     self._push_lock = asyncio.Lock()  # one staged copy of the weights at a time
 
   async def Generate(self, req, context):  # pylint: disable=invalid-name
     try:
-      sp = sampling.SamplingParams(temperature=req.temperature, top_p=req.top_p or 1.0,
-                                   top_k=req.top_k, seed=req.seed)
-      channel = submit(self._driver, self._engine, req.prompt_token_ids, req.max_tokens, sp,
-                       req.stop_token_ids, req.top_logprobs)
+      sp = sampling.SamplingParams(
+        temperature=req.temperature, top_p=req.top_p or 1.0, top_k=req.top_k, seed=req.seed
+      )
+      channel = submit(
+        self._driver,
+        self._engine,
+        req.prompt_token_ids,
+        req.max_tokens,
+        sp,
+        req.stop_token_ids,
+        req.top_logprobs,
+      )
     except ValueError as e:
       await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
     context.add_done_callback(channel.cancel)
@@ -111,10 +136,14 @@ class RolloutServicer:
       async for step in channel:
         some = step.token_id is not None
         yield rl_proto.GenerateResponse(
-            token_ids=[step.token_id] if some else [], logprobs=[step.logprob] if some else [],
-            policy_versions=[step.version] if some else [], finish_reason=step.finish_reason,
-            topk_ids=step.topk_ids, topk_logprobs=step.topk_logprobs,
-            instance_id=self._instance if first else "")
+          token_ids=[step.token_id] if some else [],
+          logprobs=[step.logprob] if some else [],
+          policy_versions=[step.version] if some else [],
+          finish_reason=step.finish_reason,
+          topk_ids=step.topk_ids,
+          topk_logprobs=step.topk_logprobs,
+          instance_id=self._instance if first else "",
+        )
         first = False
     except driver_lib.ServerShutdown as e:
       await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
@@ -128,8 +157,9 @@ class RolloutServicer:
       except updates.WeightUpdateError as e:
         log.warning("weight update refused: %s", e)
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-    return rl_proto.UpdateWeightsResponse(version=version, seconds=time.perf_counter() - start,
-                                          bytes=nbytes, instance_id=self._instance)
+    return rl_proto.UpdateWeightsResponse(
+      version=version, seconds=time.perf_counter() - start, bytes=nbytes, instance_id=self._instance
+    )
 
   async def _receive_weights(self, request_iterator) -> tuple[int, int]:
     loop = asyncio.get_running_loop()
@@ -141,20 +171,21 @@ class RolloutServicer:
         version = msg.version
         if version < self._driver.version:  # refuse before any data moves
           raise updates.WeightUpdateError(
-              f"weight version {version} is older than the served version "
-              f"{self._driver.version}")
+            f"weight version {version} is older than the served version {self._driver.version}"
+          )
       if msg.path:
         path = msg.path
       elif msg.manifest:
-        assembler.start([updates.TensorSpec(m.name, tuple(m.shape), m.dtype)
-                         for m in msg.manifest])
+        assembler.start([updates.TensorSpec(m.name, tuple(m.shape), m.dtype) for m in msg.manifest])
       else:
         nbytes += len(msg.data)
-        await loop.run_in_executor(None, assembler.chunk, msg.tensor, msg.offset, msg.data,
-                                   msg.crc32)
+        await loop.run_in_executor(
+          None, assembler.chunk, msg.tensor, msg.offset, msg.data, msg.crc32
+        )
     if path:
-      new = await loop.run_in_executor(None, updates.from_path, path, served,
-                                       self._engine.model_cfg)
+      new = await loop.run_in_executor(
+        None, updates.from_path, path, served, self._engine.model_cfg
+      )
     else:
       new = assembler.finish()
     self._driver.update_weights(new, int(version or 0))
@@ -165,24 +196,38 @@ class RolloutServicer:
     engine = self._engine
     cfg, st = engine.cfg, engine.status()
     return rl_proto.StatusResponse(
-        live=self._driver.live, version=engine.version,
-        max_concurrent_decodes=cfg.max_concurrent_decodes, max_len=cfg.max_len,
-        model_type=engine.model_cfg.model_type, active_requests=st["active"],
-        replicas=len(engine.replicas), page_size=cfg.page_size, max_topk=cfg.max_topk,
-        pages_total=st["pages_total"], pages_used=st["pages_used"], pages_free=st["pages_free"],
-        pages_cached=st["pages_cached"], waiting_requests=st["waiting"] + st["prefilling"],
-        prefill_tokens=st["prefill_tokens"], cached_prompt_tokens=st["cached_tokens"],
-        instance_id=self._instance)
+      live=self._driver.live,
+      version=engine.version,
+      max_concurrent_decodes=cfg.max_concurrent_decodes,
+      max_len=cfg.max_len,
+      model_type=engine.model_cfg.model_type,
+      active_requests=st["active"],
+      replicas=len(engine.replicas),
+      page_size=cfg.page_size,
+      max_topk=cfg.max_topk,
+      pages_total=st["pages_total"],
+      pages_used=st["pages_used"],
+      pages_free=st["pages_free"],
+      pages_cached=st["pages_cached"],
+      waiting_requests=st["waiting"] + st["prefilling"],
+      prefill_tokens=st["prefill_tokens"],
+      cached_prompt_tokens=st["cached_tokens"],
+      instance_id=self._instance,
+    )
 
   def generic_handler(self) -> grpc.GenericRpcHandler:
-    kinds = {(False, True): grpc.unary_stream_rpc_method_handler,
-             (True, False): grpc.stream_unary_rpc_method_handler,
-             (False, False): grpc.unary_unary_rpc_method_handler}
+    kinds = {
+      (False, True): grpc.unary_stream_rpc_method_handler,
+      (True, False): grpc.stream_unary_rpc_method_handler,
+      (False, False): grpc.unary_unary_rpc_method_handler,
+    }
     handlers = {}
     for name, (_, _, cstream, sstream) in rl_proto.METHODS.items():
       handlers[name] = kinds[(cstream, sstream)](
-          getattr(self, name), request_deserializer=rl_proto.request_class(name).FromString,
-          response_serializer=lambda m: m.SerializeToString())
+        getattr(self, name),
+        request_deserializer=rl_proto.request_class(name).FromString,
+        response_serializer=lambda m: m.SerializeToString(),
+      )
     return grpc.method_handlers_generic_handler(rl_proto.SERVICE, handlers)
 
 
@@ -196,17 +241,23 @@ class RolloutServer(server_lib.JetStreamServer):
     self.instance_id = secrets.token_hex(8)  # clients tell a restarted server by a new one
     self.openai: openai_api.OpenAIServer | None = None
     self._grpc_server.add_generic_rpc_handlers(
-        (RolloutServicer(driver, engine, self.instance_id).generic_handler(),))
+      (RolloutServicer(driver, engine, self.instance_id).generic_handler(),)
+    )
 
   @property
   def address(self) -> str:
     return f"{self.host}:{self.port}"
 
-  def submit(self, prompt_ids: Sequence[int], max_tokens: int, params: sampling.SamplingParams,
-             stop_ids: Sequence[int] = (), top_logprobs: int = 0):
+  def submit(
+    self,
+    prompt_ids: Sequence[int],
+    max_tokens: int,
+    params: sampling.SamplingParams,
+    stop_ids: Sequence[int] = (),
+    top_logprobs: int = 0,
+  ):
     """`submit` on this server's driver and engine (call on its event loop)."""
-    return submit(self.driver, self.engine, prompt_ids, max_tokens, params, stop_ids,
-                  top_logprobs)
+    return submit(self.driver, self.engine, prompt_ids, max_tokens, params, stop_ids, top_logprobs)
 
   def start_openai(self, cfg: openai_api.OpenAIConfig) -> openai_api.OpenAIServer:
     """Serves the OpenAI HTTP API on this server's event loop, engine and driver."""
@@ -228,15 +279,22 @@ class RolloutServer(server_lib.JetStreamServer):
     self.engine.swap(params, version)
 
 
-def start_server(engine: engine_lib.TmaxEngine, cfg: ServerConfig = ServerConfig()) -> RolloutServer:
+def start_server(
+  engine: engine_lib.TmaxEngine, cfg: ServerConfig = ServerConfig()
+) -> RolloutServer:
   """Builds the orchestrator around `engine` (one scheduler per replica) and starts serving."""
   port = cfg.port or free_port(cfg.host)
   driver = driver_lib.RLDriver(engine)
   threads = cfg.threads or max(driver.get_total_concurrent_requests(), 64)
   server = RolloutServer(driver, engine, threads, port, cfg.host)
   server.start()
-  log.info("serving %s on %s (%d replicas x %d slots)", engine.model_cfg.model_type,
-           server.address, len(engine.replicas), engine.cfg.max_concurrent_decodes)
+  log.info(
+    "serving %s on %s (%d replicas x %d slots)",
+    engine.model_cfg.model_type,
+    server.address,
+    len(engine.replicas),
+    engine.cfg.max_concurrent_decodes,
+  )
   if cfg.openai.enabled:
     try:
       server.start_openai(cfg.openai)

@@ -44,6 +44,7 @@ class WeightUpdateError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
   """One manifest entry: '/'-joined param path, shape and wire dtype name."""
+
   name: str
   shape: tuple[int, ...]
   dtype: str
@@ -67,15 +68,19 @@ def wire_dtype(leaf: Any, dtype: str | None) -> str:
   """The wire dtype of `leaf`: `dtype` if given, else its own (which must be bf16 or fp32)."""
   name = dtype or np.dtype(leaf.dtype).name
   if name not in WIRE_DTYPES:
-    raise WeightUpdateError(f"wire dtype {name!r} not supported; expected one of "
-                            f"{sorted(WIRE_DTYPES)} (pass dtype= to cast)")
+    raise WeightUpdateError(
+      f"wire dtype {name!r} not supported; expected one of "
+      f"{sorted(WIRE_DTYPES)} (pass dtype= to cast)"
+    )
   return name
 
 
 def manifest(params: Any, dtype: str | None = None) -> list[TensorSpec]:
   """The manifest of `params` (shapes/dtypes only: nothing is copied off the device)."""
-  return [TensorSpec(name, tuple(int(d) for d in np.shape(leaf)), wire_dtype(leaf, dtype))
-          for name, leaf in named_leaves(params).items()]
+  return [
+    TensorSpec(name, tuple(int(d) for d in np.shape(leaf)), wire_dtype(leaf, dtype))
+    for name, leaf in named_leaves(params).items()
+  ]
 
 
 def tensor_bytes(leaf: Any, spec: TensorSpec) -> tuple[memoryview, str]:
@@ -88,7 +93,7 @@ def tensor_bytes(leaf: Any, spec: TensorSpec) -> tuple[memoryview, str]:
 def chunks(data: memoryview, size: int = CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
   """(offset, bytes) slices of one tensor; an empty tensor still yields one (empty) chunk."""
   for offset in range(0, max(len(data), 1), size):
-    yield offset, bytes(data[offset:offset + size])
+    yield offset, bytes(data[offset : offset + size])
 
 
 def check_manifest(specs: list[TensorSpec], served: Any) -> None:
@@ -99,16 +104,21 @@ def check_manifest(specs: list[TensorSpec], served: Any) -> None:
   missing = [n for n in served_leaves if n not in set(names)]
   extra = [n for n in names if n not in served_leaves]
   if dup or missing or extra:
-    raise WeightUpdateError(f"weight update manifest does not match the served model: missing "
-                            f"{missing[:5]}, unexpected {extra[:5]}, duplicated {dup[:5]}")
+    raise WeightUpdateError(
+      f"weight update manifest does not match the served model: missing "
+      f"{missing[:5]}, unexpected {extra[:5]}, duplicated {dup[:5]}"
+    )
   for spec in specs:
     expected = tuple(served_leaves[spec.name].shape)
     if tuple(spec.shape) != expected:
-      raise WeightUpdateError(f"weight update tensor {spec.name}: shape {tuple(spec.shape)}, "
-                              f"expected {expected}")
+      raise WeightUpdateError(
+        f"weight update tensor {spec.name}: shape {tuple(spec.shape)}, expected {expected}"
+      )
     if spec.dtype not in WIRE_DTYPES:
-      raise WeightUpdateError(f"weight update tensor {spec.name}: dtype {spec.dtype!r}, expected "
-                              f"one of {sorted(WIRE_DTYPES)}")
+      raise WeightUpdateError(
+        f"weight update tensor {spec.name}: dtype {spec.dtype!r}, expected "
+        f"one of {sorted(WIRE_DTYPES)}"
+      )
 
 
 def place(value: np.ndarray, served_leaf: Any) -> jax.Array:
@@ -142,23 +152,31 @@ class TensorStreamAssembler:
     if self._specs is None:
       raise WeightUpdateError("weight update stream: tensor data before the manifest")
     if not 0 <= index < len(self._specs):
-      raise WeightUpdateError(f"weight update stream: tensor index {index} outside the manifest "
-                              f"of {len(self._specs)} tensors")
+      raise WeightUpdateError(
+        f"weight update stream: tensor index {index} outside the manifest "
+        f"of {len(self._specs)} tensors"
+      )
     spec = self._specs[index]
     if index != self._current:
       if self._buf is not None:
-        raise WeightUpdateError(f"weight update tensor {self._specs[self._current].name}: "
-                                f"incomplete ({self._filled} of {len(self._buf)} bytes) when "
-                                f"tensor {spec.name} started")
+        raise WeightUpdateError(
+          f"weight update tensor {self._specs[self._current].name}: "
+          f"incomplete ({self._filled} of {len(self._buf)} bytes) when "
+          f"tensor {spec.name} started"
+        )
       if index != len(self._done) or offset != 0 or not checksum:
-        raise WeightUpdateError(f"weight update tensor {spec.name}: must start at offset 0 with "
-                                "its crc32, after the tensors before it in the manifest")
+        raise WeightUpdateError(
+          f"weight update tensor {spec.name}: must start at offset 0 with "
+          "its crc32, after the tensors before it in the manifest"
+        )
       self._current, self._buf = index, bytearray(spec.nbytes)
       self._filled, self._crc, self._expect_crc = 0, 0, checksum
     if offset != self._filled or offset + len(data) > len(self._buf):
-      raise WeightUpdateError(f"weight update tensor {spec.name}: chunk at offset {offset} "
-                              f"({len(data)} bytes) after {self._filled} of {len(self._buf)} bytes")
-    self._buf[offset:offset + len(data)] = data
+      raise WeightUpdateError(
+        f"weight update tensor {spec.name}: chunk at offset {offset} "
+        f"({len(data)} bytes) after {self._filled} of {len(self._buf)} bytes"
+      )
+    self._buf[offset : offset + len(data)] = data
     self._crc = zlib.crc32(data, self._crc)
     self._filled += len(data)
     if self._filled == len(self._buf):
@@ -167,9 +185,11 @@ class TensorStreamAssembler:
   def _complete(self, spec: TensorSpec) -> None:
     got = f"{self._crc & 0xFFFFFFFF:08x}"
     if got != self._expect_crc:
-      raise WeightUpdateError(f"weight update tensor {spec.name}: checksum mismatch (crc32 {got}, "
-                              f"the sender said {self._expect_crc}); the served weights are "
-                              "unchanged")
+      raise WeightUpdateError(
+        f"weight update tensor {spec.name}: checksum mismatch (crc32 {got}, "
+        f"the sender said {self._expect_crc}); the served weights are "
+        "unchanged"
+      )
     value = np.frombuffer(self._buf, WIRE_DTYPES[spec.dtype]).reshape(spec.shape)
     self._done[spec.name] = place(value, self._leaves[spec.name])
     self._buf = None
@@ -180,9 +200,11 @@ class TensorStreamAssembler:
       raise WeightUpdateError("weight update stream is empty: no manifest, no path")
     if len(self._done) != len(self._specs):
       missing = [s.name for s in self._specs if s.name not in self._done]
-      raise WeightUpdateError(f"weight update stream ended early: tensors {missing[:5]} "
-                              f"({len(missing)} in all) incomplete; the served weights are "
-                              "unchanged")
+      raise WeightUpdateError(
+        f"weight update stream ended early: tensors {missing[:5]} "
+        f"({len(missing)} in all) incomplete; the served weights are "
+        "unchanged"
+      )
     treedef = jax.tree_util.tree_structure(self._served)
     return jax.tree_util.tree_unflatten(treedef, [self._done[n] for n in self._leaves])
 
@@ -193,12 +215,15 @@ def check_tree(new: Any, served: Any) -> None:
   missing = sorted(set(served_leaves) - set(new_leaves))
   extra = sorted(set(new_leaves) - set(served_leaves))
   if missing or extra:
-    raise WeightUpdateError(f"weight update tree mismatch: missing {missing[:5]}, unexpected "
-                            f"{extra[:5]}")
+    raise WeightUpdateError(
+      f"weight update tree mismatch: missing {missing[:5]}, unexpected {extra[:5]}"
+    )
   for key, leaf in served_leaves.items():
     if tuple(np.shape(new_leaves[key])) != tuple(leaf.shape):
-      raise WeightUpdateError(f"weight update tensor {key}: shape {np.shape(new_leaves[key])}, "
-                              f"expected {tuple(leaf.shape)}")
+      raise WeightUpdateError(
+        f"weight update tensor {key}: shape {np.shape(new_leaves[key])}, "
+        f"expected {tuple(leaf.shape)}"
+      )
 
 
 def conform(new: Any, served: Any) -> Any:
@@ -212,6 +237,7 @@ def from_path(path: str, served: Any, cfg: ModelConfig) -> Any:
   p = pathlib.Path(path)
   if p.is_dir():
     from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
+
     return conform(hf_io.load_params(p, cfg), served)
   if p.is_file():
     try:
@@ -219,5 +245,6 @@ def from_path(path: str, served: Any, cfg: ModelConfig) -> Any:
     except Exception as e:  # pylint: disable=broad-exception-caught
       raise WeightUpdateError(f"weight update file {path}: not flax msgpack: {e}") from e
     return conform(state, served)
-  raise WeightUpdateError(f"weight update path {path!r} is neither a .msgpack file nor an HF "
-                          "checkpoint directory")
+  raise WeightUpdateError(
+    f"weight update path {path!r} is neither a .msgpack file nor an HF checkpoint directory"
+  )

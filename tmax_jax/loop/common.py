@@ -6,7 +6,8 @@ import logging
 
 from tmax_jax.inference import launch_lib
 from tmax_jax.loop.config import ModelSpec, ServingConfig, TaskSource, check_family
-from tmax_jax.tasks import loader, runner as runner_lib
+from tmax_jax.tasks import loader
+from tmax_jax.tasks import runner as runner_lib
 
 log = logging.getLogger(__name__)
 
@@ -17,12 +18,17 @@ def load_tasks(source: TaskSource) -> tuple[list, list]:
   if source.directory:
     tasks = loader.load_tasks(source.directory)
     n_eval = min(source.num_eval, len(tasks) - 1) if len(tasks) > 1 else 0
-    return tasks[:len(tasks) - n_eval], tasks[len(tasks) - n_eval:]
+    return tasks[: len(tasks) - n_eval], tasks[len(tasks) - n_eval :]
   from tmax_jax.tasks.procedural import registry  # pylint: disable=import-outside-toplevel
+
   families = list(source.families) or sorted(registry.FAMILIES)
+
   def make(start: int, n: int) -> list:
-    return [registry.build_task(families[i % len(families)], start + i, source.difficulty)
-            for i in range(n)]
+    return [
+      registry.build_task(families[i % len(families)], start + i, source.difficulty)
+      for i in range(n)
+    ]
+
   return make(source.seed, source.num_train), make(source.seed + source.num_train, source.num_eval)
 
 
@@ -36,16 +42,19 @@ def load_policy(spec: ModelSpec, family: str, where: str = "", mesh=None, **cfg_
   return cfg, params_fn()
 
 
-def serve_policy(spec: ModelSpec, family: str, serving: ServingConfig, stop_token_ids=(),
-                 max_topk: int = 0):
+def serve_policy(
+  spec: ModelSpec, family: str, serving: ServingConfig, stop_token_ids=(), max_topk: int = 0
+):
   """Loads `spec` straight into the serving shardings of this process's serving devices (the
   first serving.replicas x serving.tensor) and starts the server there (eval)."""
   from tmax_jax.loop import placement  # pylint: disable=import-outside-toplevel
+
   mesh = placement.serving_only(serving)
   model_cfg, params_fn = launch_lib.served_model(spec, mesh)
   check_family(model_cfg.model_type, family)
-  return start_serving(served_config(model_cfg, serving), params_fn(), serving, stop_token_ids,
-                       max_topk, mesh=mesh)
+  return start_serving(
+    served_config(model_cfg, serving), params_fn(), serving, stop_token_ids, max_topk, mesh=mesh
+  )
 
 
 def served_config(model_cfg, serving: ServingConfig):
@@ -58,20 +67,29 @@ def served_config(model_cfg, serving: ServingConfig):
 def engine_config(serving: ServingConfig, stop_token_ids=(), max_topk: int = 0):
   """The EngineConfig of an in-process server (also what tmax_jax.plan sizes its pool with)."""
   from tmax_jax.inference import engine as engine_lib  # pylint: disable=import-outside-toplevel
+
   return engine_lib.EngineConfig(
-      max_concurrent_decodes=serving.max_concurrent_decodes, max_len=serving.max_len,
-      max_prefill_length=serving.max_prefill_length, page_size=serving.page_size,
-      num_pages=serving.num_pages, prefix_cache=serving.prefix_cache,
-      stop_token_ids=tuple(stop_token_ids), max_topk=max_topk)
+    max_concurrent_decodes=serving.max_concurrent_decodes,
+    max_len=serving.max_len,
+    max_prefill_length=serving.max_prefill_length,
+    page_size=serving.page_size,
+    num_pages=serving.num_pages,
+    prefix_cache=serving.prefix_cache,
+    stop_token_ids=tuple(stop_token_ids),
+    max_topk=max_topk,
+  )
 
 
-def start_serving(model_cfg, params, serving: ServingConfig, stop_token_ids=(),
-                  max_topk: int = 0, mesh=None):
+def start_serving(
+  model_cfg, params, serving: ServingConfig, stop_token_ids=(), max_topk: int = 0, mesh=None
+):
   """Starts the JetStream server (gRPC on 127.0.0.1) serving `params` at policy version 0, on
   `mesh` (a ("replica", "tensor") serving mesh; default: the first device); `max_topk`: the most
   top-K logprobs its requests may ask for (WorkerConfig.top_logprobs)."""
   # pylint: disable-next=import-outside-toplevel
-  from tmax_jax.inference import engine as engine_lib, server as server_lib
+  from tmax_jax.inference import engine as engine_lib
+  from tmax_jax.inference import server as server_lib
+
   engine_cfg = engine_config(serving, stop_token_ids, max_topk)
   engine = engine_lib.TmaxEngine(model_cfg, engine_cfg, lambda: params, mesh=mesh)
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=serving.port))

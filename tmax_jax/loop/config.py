@@ -20,9 +20,11 @@ def check_family(model_type: str, family: str, where: str = "") -> None:
   """The episode's family (tokenizer, tool-call syntax, stop tokens) must be the model's."""
   expected = registry.tokenizer_for(model_type).family
   if family != expected:
-    raise ValueError(f"{where}episode.family={family!r}, but the model (model_type "
-                     f"{model_type!r}) uses the {expected!r} tokenizer family; set "
-                     f"{where}episode.family={expected!r}")
+    raise ValueError(
+      f"{where}episode.family={family!r}, but the model (model_type "
+      f"{model_type!r}) uses the {expected!r} tokenizer family; set "
+      f"{where}episode.family={expected!r}"
+    )
 
 
 def preset_family(preset: str) -> str:
@@ -33,8 +35,7 @@ def preset_family(preset: str) -> str:
 def check_model_family(model: ModelSpec, episode: EpisodeConfig, where: str = "") -> None:
   """Config time: a preset's model_type names its family (a checkpoint's is checked on load)."""
   if model.preset and not model.checkpoint:
-    check_family(registry.preset(model.preset, **model.overrides).model_type, episode.family,
-                 where)
+    check_family(registry.preset(model.preset, **model.overrides).model_type, episode.family, where)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +92,7 @@ class MeshConfig:
       raise ValueError(f"mesh.num_devices={self.num_devices}; expected >= 0 (0 = all)")
 
   def sizes(self) -> dict[str, int]:
-    return {"data": self.data, "fsdp": self.fsdp, "sequence": self.sequence,
-            "tensor": self.tensor}
+    return {"data": self.data, "fsdp": self.fsdp, "sequence": self.sequence, "tensor": self.tensor}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,14 +128,19 @@ class ServingConfig:
     if self.placement not in PLACEMENTS:
       raise ValueError(f"serving.placement={self.placement!r}; expected one of {list(PLACEMENTS)}")
     if self.placement == "disaggregated" and self.devices < 1:
-      raise ValueError(f"serving.devices={self.devices}: placement 'disaggregated' needs the "
-                       "number of serving devices per process (>= 1)")
+      raise ValueError(
+        f"serving.devices={self.devices}: placement 'disaggregated' needs the "
+        "number of serving devices per process (>= 1)"
+      )
     if self.placement == "colocated" and self.devices:
-      raise ValueError(f"serving.devices={self.devices} is only for placement 'disaggregated' "
-                       "(colocated serves on the trainer's devices)")
+      raise ValueError(
+        f"serving.devices={self.devices} is only for placement 'disaggregated' "
+        "(colocated serves on the trainer's devices)"
+      )
     if self.replicas < 1 or self.tensor < 1:
-      raise ValueError(f"serving.replicas={self.replicas}, serving.tensor={self.tensor}; "
-                       "expected both >= 1")
+      raise ValueError(
+        f"serving.replicas={self.replicas}, serving.tensor={self.tensor}; expected both >= 1"
+      )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,8 +170,10 @@ class RLConfig:
 
   def __post_init__(self):
     if self.deterministic and self.rollout.async_steps != 0:
-      raise ValueError(f"deterministic=True needs rollout.async_steps=0, got "
-                       f"{self.rollout.async_steps} (async rollouts depend on timing)")
+      raise ValueError(
+        f"deterministic=True needs rollout.async_steps=0, got "
+        f"{self.rollout.async_steps} (async rollouts depend on timing)"
+      )
     if self.record_dir and self.replay_dir:
       raise ValueError("record_dir and replay_dir are both set; a replay records nothing")
     self.train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len)

@@ -32,8 +32,13 @@ async def _sample_rewards(server_address: str, tasks, tokenizer, cfg: DemoConfig
   """[num_tasks, eval_samples] rewards of sampled episodes on `tasks`."""
   runner_cfg = common.runner_config(cfg.sandbox_backend, 4096)
   async with RolloutClient(server_address) as client:
-    worker = EpisodeWorker.served(client, tokenizer, cfg.episode, runner_cfg,
-                                  dataclasses.replace(cfg.worker, seed=seed + 10_000))
+    worker = EpisodeWorker.served(
+      client,
+      tokenizer,
+      cfg.episode,
+      runner_cfg,
+      dataclasses.replace(cfg.worker, seed=seed + 10_000),
+    )
     try:
       jobs = [worker(task, 0, k) for task in tasks for k in range(cfg.eval_samples)]
       episodes = await asyncio.gather(*jobs)
@@ -59,16 +64,29 @@ def pass_rate(rewards: np.ndarray) -> dict:
 
 def _phase_configs(cfg: DemoConfig, seed: int, out: pathlib.Path) -> tuple[SFTConfig, RLConfig]:
   model = dataclasses.replace(cfg.model, seed=seed)
-  sft = SFTConfig(model=model, tasks=cfg.tasks, episode=cfg.episode,
-                  train=dataclasses.replace(cfg.sft_train, seed=seed), steps=cfg.sft_steps,
-                  seq_len=cfg.seq_len, sandbox_backend=cfg.sandbox_backend,
-                  output_dir=str(out / "sft"))
-  rl = RLConfig(model=model, tasks=cfg.tasks,
-                rollout=cfg.rollout, episode=cfg.episode,
-                worker=dataclasses.replace(cfg.worker, seed=seed),
-                train=dataclasses.replace(cfg.rl_train, seed=seed), serving=cfg.serving,
-                steps=cfg.rl_steps, seq_len=cfg.seq_len, sandbox_backend=cfg.sandbox_backend,
-                output_dir=str(out / "rl"))
+  sft = SFTConfig(
+    model=model,
+    tasks=cfg.tasks,
+    episode=cfg.episode,
+    train=dataclasses.replace(cfg.sft_train, seed=seed),
+    steps=cfg.sft_steps,
+    seq_len=cfg.seq_len,
+    sandbox_backend=cfg.sandbox_backend,
+    output_dir=str(out / "sft"),
+  )
+  rl = RLConfig(
+    model=model,
+    tasks=cfg.tasks,
+    rollout=cfg.rollout,
+    episode=cfg.episode,
+    worker=dataclasses.replace(cfg.worker, seed=seed),
+    train=dataclasses.replace(cfg.rl_train, seed=seed),
+    serving=cfg.serving,
+    steps=cfg.rl_steps,
+    seq_len=cfg.seq_len,
+    sandbox_backend=cfg.sandbox_backend,
+    output_dir=str(out / "rl"),
+  )
   return sft, rl
 
 
@@ -88,10 +106,17 @@ def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
   rl = run_rl(rl_cfg, model_cfg=sft.model_cfg, params=sft.params)
   after_rl = held_out_rewards(rl.model_cfg, rl.params, eval_tasks, tokenizer, cfg, seed)
   t2 = time.perf_counter()
-  return {"seed": seed, "after_sft": pass_rate(after_sft), "after_rl": pass_rate(after_rl),
-          "sft_final_loss": sft.metrics[-1]["loss"], "rl_metrics": rl.metrics,
-          "sft_seconds": t1 - t0, "rl_seconds": t2 - t1, "export_dir": rl.export_dir,
-          "oracle_records": len(sft.records)}
+  return {
+    "seed": seed,
+    "after_sft": pass_rate(after_sft),
+    "after_rl": pass_rate(after_rl),
+    "sft_final_loss": sft.metrics[-1]["loss"],
+    "rl_metrics": rl.metrics,
+    "sft_seconds": t1 - t0,
+    "rl_seconds": t2 - t1,
+    "export_dir": rl.export_dir,
+    "oracle_records": len(sft.records),
+  }
 
 
 def _over_seeds(values) -> dict:
@@ -104,8 +129,11 @@ def summarize(seeds: list[dict]) -> dict:
   """Pass@1 after SFT and after RL, and the paired gain RL - SFT: mean +- stderr over seeds."""
   sft = [s["after_sft"]["pass_at_1"] for s in seeds]
   rl = [s["after_rl"]["pass_at_1"] for s in seeds]
-  return {"after_sft": _over_seeds(sft), "after_rl": _over_seeds(rl),
-          "rl_gain": _over_seeds(np.subtract(rl, sft))}
+  return {
+    "after_sft": _over_seeds(sft),
+    "after_rl": _over_seeds(rl),
+    "rl_gain": _over_seeds(np.subtract(rl, sft)),
+  }
 
 
 def run_demo(cfg: DemoConfig) -> dict:
@@ -114,13 +142,18 @@ def run_demo(cfg: DemoConfig) -> dict:
   out.mkdir(parents=True, exist_ok=True)
   start, seeds = time.perf_counter(), []
   # the oracle trajectories depend only on the tasks and the harness: make them once
-  records = sft_records(_phase_configs(cfg, cfg.seeds[0], out)[0], load_tokenizer(cfg.episode.family))
+  records = sft_records(
+    _phase_configs(cfg, cfg.seeds[0], out)[0], load_tokenizer(cfg.episode.family)
+  )
   for seed in cfg.seeds:
     result = run_seed(cfg, seed, records)
     seeds.append(result)
-    print(f"seed {seed}: held-out pass@1 after SFT {result['after_sft']['pass_at_1']:.3f} "
-          f"+- {result['after_sft']['stderr']:.3f}, after RL {result['after_rl']['pass_at_1']:.3f} "
-          f"+- {result['after_rl']['stderr']:.3f}", flush=True)
+    print(
+      f"seed {seed}: held-out pass@1 after SFT {result['after_sft']['pass_at_1']:.3f} "
+      f"+- {result['after_sft']['stderr']:.3f}, after RL {result['after_rl']['pass_at_1']:.3f} "
+      f"+- {result['after_rl']['stderr']:.3f}",
+      flush=True,
+    )
   results = {"summary": summarize(seeds), "seeds": seeds, "seconds": time.perf_counter() - start}
   json_io.write_json_atomic(out / "results.json", results, default=float)
   return results

@@ -46,15 +46,17 @@ def build_mesh(cfg: MeshConfig, devices: list, field: str, where: str) -> Mesh:
   """`cfg` over `devices` (its first `num_devices` when set); errors name `field` and `where`."""
   if cfg.num_devices:
     if cfg.num_devices > len(devices):
-      raise ValueError(f"{field}.num_devices={cfg.num_devices}, but {where} has only "
-                       f"{len(devices)} device(s)")
-    devices = devices[:cfg.num_devices]
+      raise ValueError(
+        f"{field}.num_devices={cfg.num_devices}, but {where} has only {len(devices)} device(s)"
+      )
+    devices = devices[: cfg.num_devices]
   try:
     return sharding.make_mesh(devices=devices, **cfg.sizes())
   except ValueError as err:
     sizes = " x ".join(f"{k}={v}" for k, v in cfg.sizes().items())
-    raise ValueError(f"{field} ({sizes}) does not fit {where}: {len(devices)} device(s) ({err})"
-                     ) from err
+    raise ValueError(
+      f"{field} ({sizes}) does not fit {where}: {len(devices)} device(s) ({err})"
+    ) from err
 
 
 def _check_process_split(mesh: Mesh, field: str) -> None:
@@ -62,25 +64,33 @@ def _check_process_split(mesh: Mesh, field: str) -> None:
   n = jax.process_count()
   rows = mesh.shape["data"] * mesh.shape["fsdp"]
   if n > 1 and rows % n:
-    raise ValueError(f"{field}: data x fsdp = {rows} must be a multiple of the {n} processes "
-                     "(each process feeds its own rows of the global batch)")
+    raise ValueError(
+      f"{field}: data x fsdp = {rows} must be a multiple of the {n} processes "
+      "(each process feeds its own rows of the global batch)"
+    )
 
 
-def check_batch(mesh: Mesh, rows: int, micro_batches: int, rows_field: str,
-                mesh_field: str = "mesh") -> None:
+def check_batch(
+  mesh: Mesh, rows: int, micro_batches: int, rows_field: str, mesh_field: str = "mesh"
+) -> None:
   """Every micro-batch must split evenly over the batch axes (data x fsdp) of the trainer mesh."""
   split = mesh.shape["data"] * mesh.shape["fsdp"]
   if rows % micro_batches or (rows // micro_batches) % split:
-    raise ValueError(f"{rows_field} = {rows} rows in train.micro_batches={micro_batches} "
-                     f"micro-batches do not split over {mesh_field}.data x {mesh_field}.fsdp = "
-                     f"{split} devices (each micro-batch needs a multiple of {split} rows)")
+    raise ValueError(
+      f"{rows_field} = {rows} rows in train.micro_batches={micro_batches} "
+      f"micro-batches do not split over {mesh_field}.data x {mesh_field}.fsdp = "
+      f"{split} devices (each micro-batch needs a multiple of {split} rows)"
+    )
 
 
 def trainer_only(mesh_cfg: MeshConfig, field: str = "mesh") -> Mesh:
   """The mesh of a job without a server (SFT): every device of every process."""
-  mesh = build_mesh(mesh_cfg, _ordered(jax.devices()), field,
-                    f"the job ({jax.process_count()} process(es) x "
-                    f"{jax.local_device_count()} device(s))")
+  mesh = build_mesh(
+    mesh_cfg,
+    _ordered(jax.devices()),
+    field,
+    f"the job ({jax.process_count()} process(es) x {jax.local_device_count()} device(s))",
+  )
   _check_process_split(mesh, field)
   return mesh
 
@@ -91,13 +101,19 @@ def serving_only(serving: ServingConfig, serving_field: str = "serving") -> Mesh
   local = _ordered(jax.local_devices())
   n = serving.replicas * serving.tensor
   if n > len(local):
-    raise ValueError(f"{serving_field}.replicas x {serving_field}.tensor = {n} device(s), but "
-                     f"this process has {len(local)}")
+    raise ValueError(
+      f"{serving_field}.replicas x {serving_field}.tensor = {n} device(s), but "
+      f"this process has {len(local)}"
+    )
   return Mesh(np.asarray(local[:n]).reshape(serving.replicas, serving.tensor), SERVING_AXES)
 
 
-def resolve(mesh_cfg: MeshConfig, serving: ServingConfig, mesh_field: str = "mesh",
-            serving_field: str = "serving") -> Placement:
+def resolve(
+  mesh_cfg: MeshConfig,
+  serving: ServingConfig,
+  mesh_field: str = "mesh",
+  serving_field: str = "serving",
+) -> Placement:
   """The trainer's (global) mesh and this process's ("replica", "tensor") server mesh."""
   local = _ordered(jax.local_devices())
   n_proc = jax.process_count()
@@ -106,26 +122,35 @@ def resolve(mesh_cfg: MeshConfig, serving: ServingConfig, mesh_field: str = "mes
     train_devices = _ordered(jax.devices())
     where = f"placement 'colocated' ({n_proc} process(es) x {len(local)} device(s))"
     if n_serve > len(local):
-      raise ValueError(f"{serving_field}.replicas x {serving_field}.tensor = {n_serve} device(s), "
-                       f"but each process has {len(local)} ({where})")
+      raise ValueError(
+        f"{serving_field}.replicas x {serving_field}.tensor = {n_serve} device(s), "
+        f"but each process has {len(local)} ({where})"
+      )
     serve_devices = local[:n_serve]
   else:
     n = serving.devices
     if n >= len(local):
-      raise ValueError(f"{serving_field}.devices={n} leaves no training device: each process has "
-                       f"{len(local)} local device(s) (placement 'disaggregated')")
+      raise ValueError(
+        f"{serving_field}.devices={n} leaves no training device: each process has "
+        f"{len(local)} local device(s) (placement 'disaggregated')"
+      )
     if n_serve != n:
-      raise ValueError(f"{serving_field}.replicas x {serving_field}.tensor = {n_serve} must equal "
-                       f"{serving_field}.devices={n} (placement 'disaggregated')")
+      raise ValueError(
+        f"{serving_field}.replicas x {serving_field}.tensor = {n_serve} must equal "
+        f"{serving_field}.devices={n} (placement 'disaggregated')"
+      )
     keep = {d.id for p in range(n_proc) for d in _process_devices(p)[:-n]}
     train_devices = [d for d in _ordered(jax.devices()) if d.id in keep]
-    serve_devices = local[len(local) - n:]
-    where = (f"placement 'disaggregated' ({len(local)} local device(s) - {serving_field}.devices="
-             f"{n}, x {n_proc} process(es))")
+    serve_devices = local[len(local) - n :]
+    where = (
+      f"placement 'disaggregated' ({len(local)} local device(s) - {serving_field}.devices="
+      f"{n}, x {n_proc} process(es))"
+    )
   trainer_mesh = build_mesh(mesh_cfg, train_devices, mesh_field, f"the trainer under {where}")
   _check_process_split(trainer_mesh, mesh_field)
-  server_mesh = Mesh(np.asarray(serve_devices).reshape(serving.replicas, serving.tensor),
-                     SERVING_AXES)
+  server_mesh = Mesh(
+    np.asarray(serve_devices).reshape(serving.replicas, serving.tensor), SERVING_AXES
+  )
   return Placement(trainer_mesh, server_mesh, serving.placement)
 
 

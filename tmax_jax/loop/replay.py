@@ -39,8 +39,12 @@ def record(directory: str, step: int, local, process: int, num_processes: int) -
     return
   path = out / f"{_stem(step)}.process_{process}_of_{num_processes}.npz"
   tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  arrays = {f"{i}/{k}": v for i, part in enumerate(_parts(local))
-            for k, v in part.fields().items() if v is not None}
+  arrays = {
+    f"{i}/{k}": v
+    for i, part in enumerate(_parts(local))
+    for k, v in part.fields().items()
+    if v is not None
+  }
   arrays["packed"] = np.asarray(isinstance(local, PackedBatch))
   with open(tmp, "wb") as f:
     np.savez(f, **arrays)
@@ -66,8 +70,9 @@ def load(directory: str, step: int):
     return None
   files = sorted(root.glob(f"{_stem(step)}.process_*_of_*.npz"))
   if not files:
-    raise FileNotFoundError(f"replay_dir {root}: no recorded batch for step {step} "
-                            f"({_stem(step)}.process_*.npz)")
+    raise FileNotFoundError(
+      f"replay_dir {root}: no recorded batch for step {step} ({_stem(step)}.process_*.npz)"
+    )
   total = int(files[0].stem.rsplit("_of_", 1)[1])
   order = sorted(files, key=lambda f: int(f.stem.split(".process_")[1].split("_of_")[0]))
   if len(order) != total:
@@ -75,9 +80,16 @@ def load(directory: str, step: int):
   read = [_read(f) for f in order]
   packed, per_process = read[0][0], [parts for _, parts in read]
   if len({len(p) for p in per_process}) != 1:
-    raise ValueError(f"replay_dir {root}: step {step}'s processes recorded different numbers of "
-                     "micro-batches")
-  batches = [TrainBatch(**{k: np.concatenate([p[i][k] for p in per_process])
-                           if k in per_process[0][i] else None for k in FIELDS})
-             for i in range(len(per_process[0]))]
+    raise ValueError(
+      f"replay_dir {root}: step {step}'s processes recorded different numbers of micro-batches"
+    )
+  batches = [
+    TrainBatch(
+      **{
+        k: np.concatenate([p[i][k] for p in per_process]) if k in per_process[0][i] else None
+        for k in FIELDS
+      }
+    )
+    for i in range(len(per_process[0]))
+  ]
   return PackedBatch(tuple(batches)) if packed else batches[0]

@@ -40,7 +40,8 @@ from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.inference.client import ClientConfig, RolloutClient, check_top_logprobs
-from tmax_jax.loop import common, placement as placement_lib, replay, task_stream
+from tmax_jax.loop import common, replay, task_stream
+from tmax_jax.loop import placement as placement_lib
 from tmax_jax.loop.config import RLConfig
 from tmax_jax.loop.weight_sync import WeightSync, served_target
 from tmax_jax.models import registry
@@ -65,6 +66,7 @@ class RLResult:
 @dataclasses.dataclass
 class _Job:
   """What every step needs: config, placement, trainer, state, position, outputs."""
+
   cfg: RLConfig
   place: placement_lib.Placement
   model_cfg: object
@@ -80,8 +82,10 @@ def _local_rollout(cfg: RLConfig):
   """This process's share of each batch: prompts_per_batch / processes groups."""
   n = jax.process_count()
   if cfg.rollout.prompts_per_batch % n:
-    raise ValueError(f"rollout.prompts_per_batch={cfg.rollout.prompts_per_batch} must be a "
-                     f"multiple of the {n} processes (each runs its share of the groups)")
+    raise ValueError(
+      f"rollout.prompts_per_batch={cfg.rollout.prompts_per_batch} must be a "
+      f"multiple of the {n} processes (each runs its share of the groups)"
+    )
   return dataclasses.replace(cfg.rollout, prompts_per_batch=cfg.rollout.prompts_per_batch // n)
 
 
@@ -131,8 +135,14 @@ async def _start_server(job: _Job):
     serving = dataclasses.replace(serving, prefix_cache=False)
   sync = WeightSync(job.place.trainer_mesh, served_target(served_cfg, job.place.server_mesh))
   served = await asyncio.get_running_loop().run_in_executor(None, sync, job.state.params)
-  server = common.start_serving(served_cfg, served, serving, stop_token_ids(cfg.episode),
-                                cfg.worker.top_logprobs, mesh=job.place.server_mesh)
+  server = common.start_serving(
+    served_cfg,
+    served,
+    serving,
+    stop_token_ids(cfg.episode),
+    cfg.worker.top_logprobs,
+    mesh=job.place.server_mesh,
+  )
   return server, sync
 
 
@@ -156,8 +166,9 @@ async def _rl_async(job: _Job, start_step: int) -> None:
       await client.update_weights(job.state.params, version=version)
 
   client_cfg = ClientConfig(max_attempts=cfg.serving.max_attempts, backoff_max_s=2.0)
-  async with RolloutClient(cfg.serving.address or server.address, client_cfg,
-                           on_restart=resync) as client:
+  async with RolloutClient(
+    cfg.serving.address or server.address, client_cfg, on_restart=resync
+  ) as client:
     status = await client.wait_until_ready(timeout_s=cfg.worker.request_timeout_s)
     check_top_logprobs(status, cfg.worker.top_logprobs, client.address)
     if sync is None:
@@ -165,16 +176,27 @@ async def _rl_async(job: _Job, start_step: int) -> None:
     elif start_step:  # the server started on the restored policy as version 0: tag it
       await push(start_step)
     worker = EpisodeWorker.served(
-        client, tokenizer, cfg.episode,
-        common.runner_config(cfg.sandbox_backend, cfg.sandbox_memory_mb), cfg.worker)
-    stream = task_stream.stream(train_tasks, cfg.tasks.seed, job.position, jax.process_index(),
-                                jax.process_count())
+      client,
+      tokenizer,
+      cfg.episode,
+      common.runner_config(cfg.sandbox_backend, cfg.sandbox_memory_mb),
+      cfg.worker,
+    )
+    stream = task_stream.stream(
+      train_tasks, cfg.tasks.seed, job.position, jax.process_index(), jax.process_count()
+    )
     rollout = _local_rollout(cfg)
     sched = GroupScheduler(stream, worker, rollout, indexed=True, ordered=cfg.deterministic)
     rows = rollout.prompts_per_batch * rollout.group_size  # fixed: the step compiles once
     try:
-      for step in tqdm.trange(start_step, cfg.steps, desc="rl", initial=start_step,
-                              total=cfg.steps, disable=jax.process_index() != 0):
+      for step in tqdm.trange(
+        start_step,
+        cfg.steps,
+        desc="rl",
+        initial=start_step,
+        total=cfg.steps,
+        disable=jax.process_index() != 0,
+      ):
         t0 = time.perf_counter()
         try:
           groups = await sched.next_batch(trainer_version=version)
@@ -206,36 +228,55 @@ async def _rl_async(job: _Job, start_step: int) -> None:
 
 def _replay(job: _Job, start_step: int) -> None:
   """Trains on the recorded batches of steps start_step+1..steps (no server, no rollouts)."""
-  for step in tqdm.trange(start_step, job.cfg.steps, desc="rl replay", initial=start_step,
-                          total=job.cfg.steps, disable=jax.process_index() != 0):
+  for step in tqdm.trange(
+    start_step,
+    job.cfg.steps,
+    desc="rl replay",
+    initial=start_step,
+    total=job.cfg.steps,
+    disable=jax.process_index() != 0,
+  ):
     batch = replay.load(job.cfg.replay_dir, step + 1)
     local = None if batch is None else distributed.local_rows(batch)
     _finish_step(job, step, _train(job, step, local, {}), [])
 
 
-def _setup(cfg: RLConfig, model_cfg, params) -> tuple[RLConfig, placement_lib.Placement, object,
-                                                       Trainer, object]:
+def _setup(
+  cfg: RLConfig, model_cfg, params
+) -> tuple[RLConfig, placement_lib.Placement, object, Trainer, object]:
   if cfg.serving.address and jax.process_count() > 1:
-    raise ValueError(f"serving.address={cfg.serving.address!r} with {jax.process_count()} "
-                     "processes: a multi-process run serves in process (one replica per process)")
+    raise ValueError(
+      f"serving.address={cfg.serving.address!r} with {jax.process_count()} "
+      "processes: a multi-process run serves in process (one replica per process)"
+    )
   if cfg.train.packing.enabled and jax.process_count() > 1:
-    raise ValueError("train.packing with several processes: each process packs its own rows "
-                     "into its own number of micro-batches, and the step is a collective; use "
-                     "fixed rows (train.packing.tokens_per_micro_batch=0) in multi-process runs")
+    raise ValueError(
+      "train.packing with several processes: each process packs its own rows "
+      "into its own number of micro-batches, and the step is a collective; use "
+      "fixed rows (train.packing.tokens_per_micro_batch=0) in multi-process runs"
+    )
   place = placement_lib.resolve(cfg.mesh, cfg.serving)
   if not cfg.train.packing.enabled:  # packed micro-batches are sized for the mesh already
-    placement_lib.check_batch(place.trainer_mesh, cfg.rollout.prompts_per_batch *
-                              cfg.rollout.group_size, cfg.train.micro_batches,
-                              "rollout.prompts_per_batch x rollout.group_size")
-  log.info("trainer mesh %s; server mesh %s (%s)", placement_lib.describe(place.trainer_mesh),
-           placement_lib.describe(place.server_mesh), place.placement)
+    placement_lib.check_batch(
+      place.trainer_mesh,
+      cfg.rollout.prompts_per_batch * cfg.rollout.group_size,
+      cfg.train.micro_batches,
+      "rollout.prompts_per_batch x rollout.group_size",
+    )
+  log.info(
+    "trainer mesh %s; server mesh %s (%s)",
+    placement_lib.describe(place.trainer_mesh),
+    placement_lib.describe(place.server_mesh),
+    place.placement,
+  )
   if params is None:
     model_cfg, params = common.load_policy(cfg.model, cfg.episode.family, mesh=place.trainer_mesh)
   else:
     params = jax.device_put(params, sharding.param_shardings(model_cfg, place.trainer_mesh))
   out = pathlib.Path(cfg.output_dir)
-  ckpt = dataclasses.replace(cfg.train.checkpoint,
-                             directory=cfg.train.checkpoint.directory or str(out / "ckpt"))
+  ckpt = dataclasses.replace(
+    cfg.train.checkpoint, directory=cfg.train.checkpoint.directory or str(out / "ckpt")
+  )
   cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, checkpoint=ckpt))
   trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, place.trainer_mesh)
   return cfg, place, model_cfg, trainer, trainer.init_state(params)
@@ -266,6 +307,12 @@ def run_rl(cfg: RLConfig, *, model_cfg=None, params=None) -> RLResult:
   checkpointer.close()
   export = cfg.export_dir or str(out / "hf")
   from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
-  hf_io.save_pretrained(export, job.state.params, model_cfg,
-                        tokenizer_dir=tokenizer_dir(cfg.episode.family), overwrite=True)
+
+  hf_io.save_pretrained(
+    export,
+    job.state.params,
+    model_cfg,
+    tokenizer_dir=tokenizer_dir(cfg.episode.family),
+    overwrite=True,
+  )
   return RLResult(cfg.steps, job.state.params, model_cfg, export, job.history)

@@ -24,7 +24,8 @@ from tmax_jax.loop import common, placement
 from tmax_jax.loop.config import SFTConfig
 from tmax_jax.models import registry
 from tmax_jax.tokenizers.builder import load_tokenizer, tokenizer_dir
-from tmax_jax.train import batch as batch_lib, distributed
+from tmax_jax.train import batch as batch_lib
+from tmax_jax.train import distributed
 from tmax_jax.train.metrics import MetricsWriter
 from tmax_jax.train.step import Trainer
 
@@ -45,12 +46,16 @@ def sft_records(cfg: SFTConfig, tokenizer) -> list[dict]:
   if cfg.trajectories:
     return oracle_data.read_jsonl(cfg.trajectories)
   train_tasks, _ = common.load_tasks(cfg.tasks)
-  records = oracle_data.oracle_records(train_tasks, tokenizer, cfg.episode,
-                                       common.runner_config(cfg.sandbox_backend, 4096))
+  records = oracle_data.oracle_records(
+    train_tasks, tokenizer, cfg.episode, common.runner_config(cfg.sandbox_backend, 4096)
+  )
   failed = [r["task"] for r in records if r["reward"] < 1.0]
   if failed:
-    log.warning("%d oracle trajectories did not pass their verifier (kept, as in the recipe): %s",
-                len(failed), failed[:5])
+    log.warning(
+      "%d oracle trajectories did not pass their verifier (kept, as in the recipe): %s",
+      len(failed),
+      failed[:5],
+    )
   return records
 
 
@@ -58,12 +63,15 @@ def epoch_batches(records: list[dict], cfg: SFTConfig, rows: int, epoch: int, tr
   """Yields the batches of one shuffled epoch, `rows` trajectories each (packed [rows, seq_len],
   or packed micro-batches with `train.packing`)."""
   order = np.random.default_rng(cfg.train.seed + epoch).permutation(len(records))
-  trajs = [batch_lib.Trajectory(tokens=records[i]["tokens"],
-                                loss_mask=np.asarray(records[i]["loss_mask"], np.float32))
-           for i in order]
+  trajs = [
+    batch_lib.Trajectory(
+      tokens=records[i]["tokens"], loss_mask=np.asarray(records[i]["loss_mask"], np.float32)
+    )
+    for i in order
+  ]
   per_batch = max(1, rows)
   for start in range(0, len(trajs), per_batch):
-    chunk = trajs[start:start + per_batch]
+    chunk = trajs[start : start + per_batch]
     yield trainer.make_batch(chunk, cfg.seq_len, num_rows=rows, pack_rows=True)
 
 
@@ -74,8 +82,9 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
   tokenizer = load_tokenizer(cfg.episode.family)
   mesh = placement.trainer_only(cfg.mesh)
   if not cfg.train.packing.enabled:  # packed micro-batches are sized for the mesh already
-    placement.check_batch(mesh, cfg.train.global_batch, cfg.train.micro_batches,
-                          "train.global_batch")
+    placement.check_batch(
+      mesh, cfg.train.global_batch, cfg.train.micro_batches, "train.global_batch"
+    )
   log.info("SFT trainer mesh: %s", placement.describe(mesh))
   if params is None:
     model_cfg, params = common.load_policy(cfg.model, cfg.episode.family, mesh=mesh)
@@ -106,7 +115,14 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
   export = ""
   if cfg.export_dir:
     from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
-    export = str(hf_io.save_pretrained(cfg.export_dir, state.params, model_cfg,
-                                       tokenizer_dir=tokenizer_dir(cfg.episode.family),
-                                       overwrite=True))
+
+    export = str(
+      hf_io.save_pretrained(
+        cfg.export_dir,
+        state.params,
+        model_cfg,
+        tokenizer_dir=tokenizer_dir(cfg.episode.family),
+        overwrite=True,
+      )
+    )
   return SFTResult(state.params, model_cfg, records, history, export)

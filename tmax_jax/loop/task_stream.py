@@ -57,8 +57,9 @@ def indices(position: Position, process: int = 0, num_processes: int = 1) -> Ite
   return (i for i in itertools.count(first, num_processes) if i not in done)
 
 
-def stream(tasks: Sequence, seed: int, position: Position, process: int = 0,
-           num_processes: int = 1) -> Iterator[tuple[int, object]]:
+def stream(
+  tasks: Sequence, seed: int, position: Position, process: int = 0, num_processes: int = 1
+) -> Iterator[tuple[int, object]]:
   """(index, task) pairs of `process`'s share of the run's task stream, resumed at `position`."""
   source = cycle_tasks(tasks, seed)
   current = -1

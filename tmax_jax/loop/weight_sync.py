@@ -22,7 +22,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from tmax_jax.inference import decode
 from tmax_jax.models import registry
@@ -32,9 +33,11 @@ from tmax_jax.models.config import ModelConfig
 def served_target(served_cfg: ModelConfig, mesh: Mesh) -> Any:
   """Abstract params (shape, served dtype, sharding) an engine serves on `mesh` (axes
   ("replica", "tensor")): the shardings are the engine's own (decode.param_shardings)."""
-  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                      registry.abstract_params(served_cfg),
-                      decode.param_shardings(served_cfg, mesh))
+  return jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+    registry.abstract_params(served_cfg),
+    decode.param_shardings(served_cfg, mesh),
+  )
 
 
 def _devices(tree: Any) -> frozenset:
@@ -73,8 +76,9 @@ class WeightSync:
   def _staging(self, t: jax.ShapeDtypeStruct) -> NamedSharding:
     """Replicated over processes, split over each process's own trainer devices."""
     dim, g = _staging_split(t.shape, t.sharding, self._n_local)
-    mesh = Mesh(self._grid.reshape(jax.process_count(), g, self._n_local // g),
-                ("process", "split", "rep"))
+    mesh = Mesh(
+      self._grid.reshape(jax.process_count(), g, self._n_local // g), ("process", "split", "rep")
+    )
     spec = [None] * len(t.shape)
     if dim >= 0:
       spec[dim] = "split"

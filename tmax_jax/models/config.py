@@ -4,7 +4,8 @@
 settings) go into `family_config`, a frozen dataclass owned by the family package; the family's
 registered `parse_hf` hook fills it from the HF config. `from_hf_config` reads flat or nested
 (`text_config`) HF configs, in the legacy (`rope_theta` + `rope_scaling`) or transformers>=5
-(`rope_parameters`) spelling, and raises `UnsupportedConfigError` naming any value we do not support.
+(`rope_parameters`) spelling, and raises `UnsupportedConfigError` naming any value we do not
+support.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class RopeScaling:
 @dataclasses.dataclass(frozen=True)
 class DtypePolicy:
   """Weights are stored in `param_dtype`, computed in `compute_dtype`; the LM head (hidden state and
-  head weight both) is cast to `head_dtype` before its matmul. Norm statistics and softmax are fp32."""
+  head weight both) is cast to `head_dtype` before its matmul. Norm statistics and softmax are
+  fp32."""
 
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
@@ -127,7 +129,8 @@ class ModelConfig:
     if self.num_attention_heads % self.num_key_value_heads:
       raise UnsupportedConfigError(
         f"num_attention_heads={self.num_attention_heads} must be a multiple of "
-        f"num_key_value_heads={self.num_key_value_heads}")
+        f"num_key_value_heads={self.num_key_value_heads}"
+      )
     for name in ("param_dtype", "compute_dtype", "head_dtype"):
       jnp.dtype(getattr(self.dtypes, name))  # fails early on a misspelt dtype
 
@@ -190,8 +193,13 @@ def rope_from_hf(hf: dict) -> tuple[float, RopeScaling | None, float]:
 
 def common_fields_from_hf(hf: dict) -> dict:
   """The fields every family shares, read and validated from an HF text config dict."""
-  required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-              "num_attention_heads")
+  required = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+  )
   missing = [k for k in required if k not in hf]
   if missing:
     raise UnsupportedConfigError(f"HF config lacks required fields {missing}")
@@ -202,16 +210,24 @@ def common_fields_from_hf(hf: dict) -> dict:
   theta, scaling, partial = rope_from_hf(hf)
   eos = hf.get("eos_token_id")
   fields = dict(
-    model_type=hf["model_type"], vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
-    intermediate_size=hf["intermediate_size"], num_hidden_layers=hf["num_hidden_layers"],
+    model_type=hf["model_type"],
+    vocab_size=hf["vocab_size"],
+    hidden_size=hf["hidden_size"],
+    intermediate_size=hf["intermediate_size"],
+    num_hidden_layers=hf["num_hidden_layers"],
     num_attention_heads=hf["num_attention_heads"],
     num_key_value_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
     head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
-    hidden_act=act, rms_norm_eps=hf.get("rms_norm_eps", ModelConfig.rms_norm_eps),
-    rope_theta=theta, rope_scaling=scaling, partial_rotary_factor=partial,
+    hidden_act=act,
+    rms_norm_eps=hf.get("rms_norm_eps", ModelConfig.rms_norm_eps),
+    rope_theta=theta,
+    rope_scaling=scaling,
+    partial_rotary_factor=partial,
     tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-    bos_token_id=hf.get("bos_token_id"), pad_token_id=hf.get("pad_token_id"),
-    eos_token_id=tuple(eos) if isinstance(eos, list) else eos)
+    bos_token_id=hf.get("bos_token_id"),
+    pad_token_id=hf.get("pad_token_id"),
+    eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
+  )
   if "max_position_embeddings" in hf:
     fields["max_position_embeddings"] = hf["max_position_embeddings"]
   return fields
@@ -244,13 +260,24 @@ def common_fields_to_hf(cfg: ModelConfig) -> dict:
   """The shared part of an HF config.json for `cfg` (families add theirs)."""
   eos = list(cfg.eos_token_id) if isinstance(cfg.eos_token_id, tuple) else cfg.eos_token_id
   out = dict(
-    model_type=cfg.model_type, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-    intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
-    num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,
-    head_dim=cfg.head_dim, hidden_act=cfg.hidden_act,
-    max_position_embeddings=cfg.max_position_embeddings, rms_norm_eps=cfg.rms_norm_eps,
-    tie_word_embeddings=cfg.tie_word_embeddings, bos_token_id=cfg.bos_token_id,
-    eos_token_id=eos, pad_token_id=cfg.pad_token_id, use_sliding_window=False,
-    torch_dtype=cfg.dtypes.param_dtype, dtype=cfg.dtypes.param_dtype)
+    model_type=cfg.model_type,
+    vocab_size=cfg.vocab_size,
+    hidden_size=cfg.hidden_size,
+    intermediate_size=cfg.intermediate_size,
+    num_hidden_layers=cfg.num_hidden_layers,
+    num_attention_heads=cfg.num_attention_heads,
+    num_key_value_heads=cfg.num_key_value_heads,
+    head_dim=cfg.head_dim,
+    hidden_act=cfg.hidden_act,
+    max_position_embeddings=cfg.max_position_embeddings,
+    rms_norm_eps=cfg.rms_norm_eps,
+    tie_word_embeddings=cfg.tie_word_embeddings,
+    bos_token_id=cfg.bos_token_id,
+    eos_token_id=eos,
+    pad_token_id=cfg.pad_token_id,
+    use_sliding_window=False,
+    torch_dtype=cfg.dtypes.param_dtype,
+    dtype=cfg.dtypes.param_dtype,
+  )
   out.update(rope_to_hf(cfg))
   return out

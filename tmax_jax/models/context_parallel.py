@@ -38,12 +38,15 @@ def check_divisible(t: int, what: str) -> int:
   """-> the shard count; raises ValueError when T does not split evenly over it."""
   n = size()
   if t % n:
-    raise ValueError(f"{what}: sequence length {t} is not divisible by the mesh's sequence axis "
-                     f"({n} devices); pad seq_len to a multiple of {n}")
+    raise ValueError(
+      f"{what}: sequence length {t} is not divisible by the mesh's sequence axis "
+      f"({n} devices); pad seq_len to a multiple of {n}"
+    )
   return n
 
 
 def shard_tokens(fn: Callable, in_specs, out_specs) -> Callable:
   """`fn` on each sequence shard (manual over `sequence` only; the other axes stay automatic)."""
-  return jax.shard_map(fn, in_specs=in_specs, out_specs=out_specs, axis_names={AXIS},
-                       check_vma=False)
+  return jax.shard_map(
+    fn, in_specs=in_specs, out_specs=out_specs, axis_names={AXIS}, check_vma=False
+  )

@@ -43,11 +43,19 @@ def dtypes(cfg) -> dict:
 def attention_spec(cfg) -> layers.AttentionSpec:
   """The softmax-attention block of `cfg` (q/k/v bias, q/k norm, output gate, kernel and blocks)."""
   return layers.AttentionSpec(
-    num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
-    qkv_bias=cfg.attention_bias, o_bias=cfg.o_proj_bias, qk_norm=cfg.qk_norm,
-    output_gate=cfg.attn_output_gate, norm_eps=cfg.rms_norm_eps,
-    norm_zero_centered=cfg.norm_zero_centered, impl=cfg.attention_impl,
-    q_chunk=cfg.attention_q_chunk, kv_chunk=cfg.attention_kv_chunk)
+    num_heads=cfg.num_attention_heads,
+    num_kv_heads=cfg.num_key_value_heads,
+    head_dim=cfg.head_dim,
+    qkv_bias=cfg.attention_bias,
+    o_bias=cfg.o_proj_bias,
+    qk_norm=cfg.qk_norm,
+    output_gate=cfg.attn_output_gate,
+    norm_eps=cfg.rms_norm_eps,
+    norm_zero_centered=cfg.norm_zero_centered,
+    impl=cfg.attention_impl,
+    q_chunk=cfg.attention_q_chunk,
+    kv_chunk=cfg.attention_kv_chunk,
+  )
 
 
 def layer_period(layer_types: tuple[str, ...]) -> int:
@@ -71,9 +79,11 @@ class DecoderLayer(nn.Module):
     if self.layer_type != FULL_ATTENTION:
       raise UnsupportedConfigError(
         f"{type(self).__name__}: unsupported layer type {self.layer_type!r}; supported: "
-        f"[{FULL_ATTENTION!r}] (a family with other types overrides DecoderLayer.mixer)")
+        f"[{FULL_ATTENTION!r}] (a family with other types overrides DecoderLayer.mixer)"
+      )
     return layers.Attention(attention_spec(self.config), name="self_attn", **dtypes(self.config))(
-      h, cos, sin, positions, segment_ids, cache)
+      h, cos, sin, positions, segment_ids, cache
+    )
 
   @nn.compact
   def __call__(self, x, cos, sin, positions, segment_ids, cache=None):
@@ -103,7 +113,8 @@ class LayerGroup(nn.Module):
     for p, layer_type in enumerate(self.layer_types):
       name = f"layer_{p}"
       x, new_cache[name] = block(cfg, layer_type, name=name)(
-        x, cos, sin, positions, segment_ids, None if cache is None else cache[name])
+        x, cos, sin, positions, segment_ids, None if cache is None else cache[name]
+      )
     return x, (None if cache is None else new_cache)
 
 
@@ -129,8 +140,10 @@ class DecoderStack(nn.Module):
     if cls.grouped:
       return layer_period(types)
     if len(set(types)) > 1:
-      raise UnsupportedConfigError(f"{cls.__name__}: layer_types {sorted(set(types))} mix types; "
-                                   "only a grouped stack supports that")
+      raise UnsupportedConfigError(
+        f"{cls.__name__}: layer_types {sorted(set(types))} mix types; "
+        "only a grouped stack supports that"
+      )
     return 1
 
   @classmethod
@@ -138,8 +151,11 @@ class DecoderStack(nn.Module):
     """The cache layout: fn(layer_type)'s leaves lifted over the layer axis by lift(leaf, n)."""
     types, period = cls.layer_types(cfg), cls.period(cfg)
     one = {f"layer_{p}": fn(t) for p, t in enumerate(types[:period])}
-    tree = jax.tree.map(lambda leaf: lift(leaf, len(types) // period), one,
-                        is_leaf=lambda leaf: isinstance(leaf, PartitionSpec))
+    tree = jax.tree.map(
+      lambda leaf: lift(leaf, len(types) // period),
+      one,
+      is_leaf=lambda leaf: isinstance(leaf, PartitionSpec),
+    )
     return tree if cls.grouped else tree["layer_0"]
 
   @nn.compact
@@ -147,19 +163,25 @@ class DecoderStack(nn.Module):
     cfg = self.config
     compute = cfg.dtypes.compute
     embed = nn.Embed(
-      cfg.vocab_size, cfg.hidden_size, dtype=compute, param_dtype=cfg.dtypes.param,
+      cfg.vocab_size,
+      cfg.hidden_size,
+      dtype=compute,
+      param_dtype=cfg.dtypes.param,
       embedding_init=layers.param_init(layers.WEIGHT_INIT, ("vocab", "embed")),
-      name="embed_tokens")
+      name="embed_tokens",
+    )
     x = layers.constrain(embed(tokens), ("batch", "length", "embed"))  # [B,T,D]
     inv_freq, scaling = layers.rope_frequencies(
-      cfg.head_dim, cfg.rope_theta, cfg.partial_rotary_factor, cfg.rope_scaling)
+      cfg.head_dim, cfg.rope_theta, cfg.partial_rotary_factor, cfg.rope_scaling
+    )
     cos, sin = layers.rotary_cos_sin(positions, inv_freq, scaling, compute)  # [B,T,R]
     if cfg.scan_layers:
       x, cache = self._scanned(x, cos, sin, positions, segment_ids, cache)
     else:
       x, cache = self._unrolled(x, cos, sin, positions, segment_ids, cache)
-    x = layers.RMSNorm(cfg.rms_norm_eps, cfg.norm_zero_centered, compute, cfg.dtypes.param,
-                       name="norm")(x)
+    x = layers.RMSNorm(
+      cfg.rms_norm_eps, cfg.norm_zero_centered, compute, cfg.dtypes.param, name="norm"
+    )(x)
     return x, cache
 
   def _scanned(self, x, cos, sin, positions, segment_ids, cache):
@@ -170,9 +192,13 @@ class DecoderStack(nn.Module):
     else:
       block, args = layers.remat_layer(self.layer, cfg.remat_policy, True), (cfg, types[0])
     scanned = nn.scan(
-      block, variable_axes={"params": 0}, split_rngs={"params": True},
+      block,
+      variable_axes={"params": 0},
+      split_rngs={"params": True},
       in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, 0),
-      length=len(types) // period, metadata_params={nn.PARTITION_NAME: "layers"})
+      length=len(types) // period,
+      metadata_params={nn.PARTITION_NAME: "layers"},
+    )
     return scanned(*args, name="layers")(x, cos, sin, positions, segment_ids, cache)
 
   def _unrolled(self, x, cos, sin, positions, segment_ids, cache):
@@ -187,12 +213,15 @@ class DecoderStack(nn.Module):
         slot = cache[f"layer_{i % period}"] if self.grouped else cache
         layer_cache = jax.tree.map(lambda c, g=i // period: c[g], slot)
       x, layer_cache = block(cfg, layer_type, name=f"layers_{i}")(
-        x, cos, sin, positions, segment_ids, layer_cache)
+        x, cos, sin, positions, segment_ids, layer_cache
+      )
       slot_caches[i % period].append(layer_cache)
     if cache is None:
       return x, None
-    stacked = {f"layer_{p}": jax.tree.map(lambda *c: jnp.stack(c), *caches)
-               for p, caches in enumerate(slot_caches)}
+    stacked = {
+      f"layer_{p}": jax.tree.map(lambda *c: jnp.stack(c), *caches)
+      for p, caches in enumerate(slot_caches)
+    }
     return x, (stacked if self.grouped else stacked["layer_0"])
 
 
@@ -204,8 +233,12 @@ class LMHead(nn.Module):
   @nn.compact
   def __call__(self) -> jax.Array:
     cfg = self.config
-    return self.param("kernel", layers.param_init(layers.WEIGHT_INIT, ("embed", "vocab")),
-                      (cfg.hidden_size, cfg.vocab_size), cfg.dtypes.param)
+    return self.param(
+      "kernel",
+      layers.param_init(layers.WEIGHT_INIT, ("embed", "vocab")),
+      (cfg.hidden_size, cfg.vocab_size),
+      cfg.dtypes.param,
+    )
 
 
 class CausalLM(nn.Module):
@@ -241,16 +274,19 @@ class CausalLM(nn.Module):
   def stacked_cache(self, layer_cache: Callable[[str], Any]) -> Any:
     """layer_cache(layer_type) -> one layer's empty cache; -> the whole cache (layer axis 0)."""
     return self.stack.per_layer(
-      self.config, layer_cache, lambda c, n: jnp.broadcast_to(c, (n,) + c.shape))
+      self.config, layer_cache, lambda c, n: jnp.broadcast_to(c, (n,) + c.shape)
+    )
 
   def stacked_axes(self, layer_axes: Callable[[str], Any]) -> Any:
     """layer_axes(layer_type) -> one layer's cache PartitionSpecs; -> the whole cache's."""
-    return self.stack.per_layer(self.config, layer_axes,
-                                lambda spec, n: PartitionSpec("layers", *spec))
+    return self.stack.per_layer(
+      self.config, layer_axes, lambda spec, n: PartitionSpec("layers", *spec)
+    )
 
 
 def missing_contract(model_class: type) -> list[str]:
   """The abstract CausalLM methods `model_class` leaves unimplemented (empty when complete)."""
+
   def missing(method) -> bool:
     return method is None or getattr(method, "__isabstractmethod__", False)
 

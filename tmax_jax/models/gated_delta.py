@@ -11,8 +11,8 @@ Two forms with identical semantics:
 - `recurrent_gated_delta_rule`: decode (a `lax.scan` over tokens; one step for T == 1).
 
 Packing and padding: `reset[b, t]` zeroes the state before token t is applied (a new segment starts
-there), so nothing leaks across segments of a packed row. A token with g == 0 and beta == 0 leaves the
-state unchanged, which is how callers make padding a no-op (see qwen3_5/gated_deltanet.py).
+there), so nothing leaks across segments of a packed row. A token with g == 0 and beta == 0 leaves
+the state unchanged, which is how callers make padding a no-op (see qwen3_5/gated_deltanet.py).
 
 Shapes: B batch, T time, K key heads, N value heads (a multiple of K; each key head serves N // K
 consecutive value heads), Hk key head dim, Hv value head dim, C chunk size, M number of chunks.
@@ -55,8 +55,9 @@ def _zero_state(batch: int, heads: int, hk: int, hv: int) -> jax.Array:
   return jnp.zeros((batch, heads, hk, hv), jnp.float32)
 
 
-def recurrent_gated_delta_rule(q, k, v, g, beta, *, initial_state=None, reset=None,
-                               use_qk_l2norm: bool = True):
+def recurrent_gated_delta_rule(
+  q, k, v, g, beta, *, initial_state=None, reset=None, use_qk_l2norm: bool = True
+):
   """Token-by-token gated delta rule.
 
   Args:
@@ -69,8 +70,11 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, *, initial_state=None, reset=No
   out_dtype = v.dtype
   q, k, v, g, beta = _prepare(q, k, v, g, beta, use_qk_l2norm)
   b, t, n, hk = k.shape
-  state = _zero_state(b, n, hk, v.shape[-1]) if initial_state is None else (
-    initial_state.astype(jnp.float32))
+  state = (
+    _zero_state(b, n, hk, v.shape[-1])
+    if initial_state is None
+    else (initial_state.astype(jnp.float32))
+  )
   keep = jnp.ones((b, t), jnp.float32) if reset is None else 1.0 - reset.astype(jnp.float32)
   decay = jnp.exp(g) * keep[:, :, None]  # [B,T,N]
 
@@ -130,7 +134,8 @@ def _chunk_inputs(q, k, v, g, beta, reset, chunk_size: int, use_qk_l2norm: bool)
   decay = jnp.where(valid, jnp.exp(jnp.where(valid, diff, 0.0)), 0.0)
   k_beta = k * beta[..., None]
   v_beta = v * beta[..., None]
-  # UT transform: (I + strictly_lower(diag(beta) K K^T * decay)) [u | w] = [beta V | beta K exp(cum)]
+  # UT transform: (I + strictly_lower(diag(beta) K K^T * decay)) [u | w] = [beta V | beta K
+  # exp(cum)]
   system = jnp.einsum("bnmik,bnmjk->bnmij", k_beta, k) * decay
   start_decay = jnp.where(conn, jnp.exp(cum), 0.0)  # [B,N,M,C] chunk start -> token i
   rhs = jnp.concatenate([v_beta, k_beta * start_decay[..., None]], axis=-1)
@@ -138,7 +143,9 @@ def _chunk_inputs(q, k, v, g, beta, reset, chunk_size: int, use_qk_l2norm: bool)
   u, w = sol[..., :hv], sol[..., hv:]  # [B,N,M,C,Hv], [B,N,M,C,Hk]
   intra = jnp.einsum("bnmik,bnmjk->bnmij", q, k) * decay  # [B,N,M,C,C]
   q_read = q * start_decay[..., None]
-  end_decay = jnp.where(valid[..., -1, :], jnp.exp(cum[..., -1:] - cum), 0.0)  # token j -> chunk end
+  end_decay = jnp.where(
+    valid[..., -1, :], jnp.exp(cum[..., -1:] - cum), 0.0
+  )  # token j -> chunk end
   k_write = k * end_decay[..., None]
   chunk_decay = start_decay[..., -1]  # [B,N,M]
   xs = tuple(jnp.moveaxis(x, 2, 0) for x in (u, w, q_read, k_write, intra, chunk_decay))
@@ -147,6 +154,7 @@ def _chunk_inputs(q, k, v, g, beta, reset, chunk_size: int, use_qk_l2norm: bool)
 
 def _chunk_scan(xs, state):
   """Carries the state [B,N,Hk,Hv] through the chunks -> (final state, out [B,T',N,Hv] fp32)."""
+
   def step(s, xs):  # s [B,N,Hk,Hv]
     u_c, w_c, q_c, k_c, intra_c, a_c = xs
     v_new = u_c - jnp.einsum("bnck,bnkv->bncv", w_c, s)
@@ -175,16 +183,29 @@ def _chunk_transition(xs):
     u_c, w_c, k_c, a_c = xs
     kw = jnp.einsum("bnck,bncj->bnkj", k_c, w_c)  # [B,N,Hk,Hk]
     m_new = m_c * a_c[..., None, None] - jnp.einsum("bnkj,bnjl->bnkl", kw, m_c)
-    s_new = s_c * a_c[..., None, None] - jnp.einsum("bnkj,bnjv->bnkv", kw, s_c) + jnp.einsum(
-      "bnck,bncv->bnkv", k_c, u_c)
+    s_new = (
+      s_c * a_c[..., None, None]
+      - jnp.einsum("bnkj,bnjv->bnkv", kw, s_c)
+      + jnp.einsum("bnck,bncv->bnkv", k_c, u_c)
+    )
     return (m_new, s_new), None
 
   (m_s, s0), _ = lax.scan(step, (eye, zero), (u, w, k_write, a))
   return m_s, s0
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, *, chunk_size: int = 64, initial_state=None,
-                           reset=None, use_qk_l2norm: bool = True):
+def chunk_gated_delta_rule(
+  q,
+  k,
+  v,
+  g,
+  beta,
+  *,
+  chunk_size: int = 64,
+  initial_state=None,
+  reset=None,
+  use_qk_l2norm: bool = True,
+):
   """Chunked gated delta rule (same args and results as `recurrent_gated_delta_rule`).
 
   T need not be a multiple of `chunk_size`: the tail is padded with g = beta = 0 tokens, which leave
@@ -209,8 +230,7 @@ def _sequence_parallel(q, k, v, g, beta, chunk_size, initial_state, reset, use_q
   b, t, n, hv = v.shape
   shards = cp.check_divisible(t, "chunk_gated_delta_rule")
   hk = k.shape[-1]
-  state0 = (_zero_state(b, n, hk, hv) if initial_state is None
-            else initial_state.astype(jnp.float32))
+  state0 = _zero_state(b, n, hk, hv) if initial_state is None else initial_state.astype(jnp.float32)
   reset = jnp.zeros((b, t), bool) if reset is None else reset
 
   def body(q, k, v, g, beta, reset, state0):
@@ -226,8 +246,9 @@ def _sequence_parallel(q, k, v, g, beta, chunk_size, initial_state, reset, use_q
 
     (entering, final), _ = lax.scan(fold, (state0, state0), (jnp.arange(shards), all_m, all_s))
     _, out = _chunk_scan(xs, entering)
-    return out[:, :q.shape[1]].astype(v.dtype), final
+    return out[:, : q.shape[1]].astype(v.dtype), final
 
   tokens, rep = cp.TOKENS, P()
   return cp.shard_tokens(body, in_specs=(tokens,) * 6 + (rep,), out_specs=(tokens, rep))(
-    q, k, v, g, beta, reset, state0)
+    q, k, v, g, beta, reset, state0
+  )

@@ -29,9 +29,15 @@ from tmax_jax.models import registry
 from tmax_jax.models.config import ModelConfig, from_hf_config
 
 _ST_DTYPES = {
-  "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
-  "BF16": np.dtype(ml_dtypes.bfloat16), "I64": np.dtype(np.int64), "I32": np.dtype(np.int32),
-  "I16": np.dtype(np.int16), "I8": np.dtype(np.int8), "U8": np.dtype(np.uint8),
+  "F64": np.dtype(np.float64),
+  "F32": np.dtype(np.float32),
+  "F16": np.dtype(np.float16),
+  "BF16": np.dtype(ml_dtypes.bfloat16),
+  "I64": np.dtype(np.int64),
+  "I32": np.dtype(np.int32),
+  "I16": np.dtype(np.int16),
+  "I8": np.dtype(np.int8),
+  "U8": np.dtype(np.uint8),
   "BOOL": np.dtype(np.bool_),
 }
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
@@ -64,9 +70,9 @@ class KeyRule:
   def hf_shape(self, param_shape: tuple[int, ...]) -> tuple[int, ...]:
     """The HF tensor shape that corresponds to one (per-layer) param of `param_shape`."""
     if self.in_axes:
-      return (math.prod(param_shape[self.in_axes:]), math.prod(param_shape[:self.in_axes]))
+      return (math.prod(param_shape[self.in_axes :]), math.prod(param_shape[: self.in_axes]))
     ndim = self.hf_ndim or 1
-    return tuple(param_shape[:ndim - 1]) + (math.prod(param_shape[ndim - 1:]),)
+    return tuple(param_shape[: ndim - 1]) + (math.prod(param_shape[ndim - 1 :]),)
 
   def to_param(self, arr: np.ndarray, param_shape: tuple[int, ...]) -> np.ndarray:
     if self.in_axes:
@@ -75,7 +81,7 @@ class KeyRule:
 
   def to_hf(self, arr: np.ndarray) -> np.ndarray:
     if self.in_axes:
-      n_in = math.prod(arr.shape[:self.in_axes])
+      n_in = math.prod(arr.shape[: self.in_axes])
       return np.ascontiguousarray(arr.reshape(n_in, -1).T)
     return arr.reshape(self.hf_shape(arr.shape))
 
@@ -108,7 +114,7 @@ def _read_header(path: pathlib.Path) -> tuple[dict, int]:
 def _canonical(key: str) -> str:
   for prefix, canon in _PREFIX_ALIASES:
     if key.startswith(prefix):
-      return canon + key[len(prefix):]
+      return canon + key[len(prefix) :]
   return key
 
 
@@ -131,8 +137,9 @@ def index_checkpoint(ckpt_dir: str | pathlib.Path) -> dict[str, _TensorRef]:
       if meta["dtype"] not in _ST_DTYPES:
         raise CheckpointError(f"{file}: tensor {key} has unsupported dtype {meta['dtype']}")
       start, end = meta["data_offsets"]
-      refs[_canonical(key)] = _TensorRef(file, key, _ST_DTYPES[meta["dtype"]],
-                                         tuple(meta["shape"]), base + start, base + end)
+      refs[_canonical(key)] = _TensorRef(
+        file, key, _ST_DTYPES[meta["dtype"]], tuple(meta["shape"]), base + start, base + end
+      )
   return refs
 
 
@@ -142,15 +149,19 @@ def _read(ref: _TensorRef) -> np.ndarray:
   return arr.reshape(ref.shape)
 
 
-def write_safetensors(path: pathlib.Path, tensors: dict[str, np.ndarray],
-                      metadata: dict[str, str] | None = None) -> None:
+def write_safetensors(
+  path: pathlib.Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None
+) -> None:
   """Plain safetensors writer (numpy, bf16 via ml_dtypes); tensors are written in key order."""
   header: dict[str, Any] = {"__metadata__": metadata or {"format": "pt"}}
   offset = 0
   for key in sorted(tensors):
     arr = tensors[key]
-    header[key] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape),
-                   "data_offsets": [offset, offset + arr.nbytes]}
+    header[key] = {
+      "dtype": _ST_NAMES[arr.dtype],
+      "shape": list(arr.shape),
+      "data_offsets": [offset, offset + arr.nbytes],
+    }
     offset += arr.nbytes
   blob = json.dumps(header, separators=(",", ":")).encode()
   blob += b" " * (-len(blob) % 8)
@@ -185,8 +196,9 @@ def _expand(rules: list[KeyRule], num_layers: int) -> Iterator[_Entry]:
       for i in layer_ids:
         yield _Entry(rule, tuple(rule.param.format(i=i).split("/")), (rule.hf.format(i=i),), False)
     else:
-      yield _Entry(rule, tuple(rule.param.split("/")), tuple(rule.hf.format(i=i) for i in layer_ids),
-                   True)
+      yield _Entry(
+        rule, tuple(rule.param.split("/")), tuple(rule.hf.format(i=i) for i in layer_ids), True
+      )
 
 
 def _get(tree: Any, path: tuple[str, ...]) -> Any:
@@ -204,15 +216,19 @@ def _set(tree: dict, path: tuple[str, ...], value: Any) -> None:
 def _check_entry(entry: _Entry, refs: dict[str, _TensorRef], shape: tuple[int, ...]) -> None:
   layer_shape = shape[1:] if entry.stacked else shape
   if entry.stacked and shape[0] != len(entry.hf_keys):
-    raise CheckpointError(f"param {'/'.join(entry.path)} has {shape[0]} layers but the key map "
-                          f"lists {len(entry.hf_keys)}")
+    raise CheckpointError(
+      f"param {'/'.join(entry.path)} has {shape[0]} layers but the key map "
+      f"lists {len(entry.hf_keys)}"
+    )
   want = entry.rule.hf_shape(layer_shape)
   for key in entry.hf_keys:
     if key not in refs:
       raise CheckpointError(f"checkpoint is missing tensor {key} (expected shape {list(want)})")
     if refs[key].shape != want:
-      raise CheckpointError(f"{refs[key].file.name}: tensor {key} has shape {list(refs[key].shape)}, "
-                            f"expected {list(want)}")
+      raise CheckpointError(
+        f"{refs[key].file.name}: tensor {key} has shape {list(refs[key].shape)}, "
+        f"expected {list(want)}"
+      )
 
 
 def _flat_range(sizes: tuple[int, ...], slices: tuple[slice, ...]) -> slice | None:
@@ -225,12 +241,13 @@ def _flat_range(sizes: tuple[int, ...], slices: tuple[slice, ...]) -> slice | No
   k = partial[0]
   if any(i != k for i in partial) or math.prod(sizes[:k]) != 1:
     return None
-  inner = math.prod(sizes[k + 1:])
+  inner = math.prod(sizes[k + 1 :])
   return slice(ranges[k][0] * inner, ranges[k][1] * inner)
 
 
-def _read_shard(rule: KeyRule, ref: _TensorRef, shape: tuple[int, ...],
-                index: tuple[slice, ...]) -> np.ndarray:
+def _read_shard(
+  rule: KeyRule, ref: _TensorRef, shape: tuple[int, ...], index: tuple[slice, ...]
+) -> np.ndarray:
   """Param-layout block `index` of one HF tensor, reading only that block when it is contiguous
   in the HF layout (the usual case: fsdp/tensor shard whole heads or rows)."""
   full = _read(ref)
@@ -243,14 +260,15 @@ def _read_shard(rule: KeyRule, ref: _TensorRef, shape: tuple[int, ...],
       return np.asarray(full[rows, cols]).T.reshape(out_shape)
   else:
     ndim = rule.hf_ndim or 1
-    tail = _flat_range(shape[ndim - 1:], index[ndim - 1:])
+    tail = _flat_range(shape[ndim - 1 :], index[ndim - 1 :])
     if tail is not None:
-      return np.asarray(full[tuple(index[:ndim - 1]) + (tail,)]).reshape(out_shape)
+      return np.asarray(full[tuple(index[: ndim - 1]) + (tail,)]).reshape(out_shape)
   return rule.to_param(np.asarray(full), shape)[index]
 
 
-def _leaf_array(entry: _Entry, refs: dict[str, _TensorRef], abstract: jax.ShapeDtypeStruct,
-                sharding: Any) -> jax.Array:
+def _leaf_array(
+  entry: _Entry, refs: dict[str, _TensorRef], abstract: jax.ShapeDtypeStruct, sharding: Any
+) -> jax.Array:
   """Build one param; each device's callback reads only its own block, one layer at a time, so
   host memory holds at most one shard plus one HF tensor's block."""
   layer_shape = abstract.shape[1:] if entry.stacked else abstract.shape
@@ -258,11 +276,16 @@ def _leaf_array(entry: _Entry, refs: dict[str, _TensorRef], abstract: jax.ShapeD
   def shard(index: tuple[slice, ...]) -> np.ndarray:
     index = tuple(index) + (slice(None),) * (len(abstract.shape) - len(index))
     if not entry.stacked:
-      return _read_shard(entry.rule, refs[entry.hf_keys[0]], layer_shape,
-                         index).astype(abstract.dtype)
+      return _read_shard(entry.rule, refs[entry.hf_keys[0]], layer_shape, index).astype(
+        abstract.dtype
+      )
     keys = entry.hf_keys[index[0]]
-    return np.stack([_read_shard(entry.rule, refs[k], layer_shape, index[1:]).astype(abstract.dtype)
-                     for k in keys])
+    return np.stack(
+      [
+        _read_shard(entry.rule, refs[k], layer_shape, index[1:]).astype(abstract.dtype)
+        for k in keys
+      ]
+    )
 
   if sharding is None:
     return jax.numpy.asarray(shard(()))
@@ -290,14 +313,16 @@ def load_params(ckpt_dir: str | pathlib.Path, cfg: ModelConfig, shardings: Any =
   return params
 
 
-def load_pretrained(ckpt_dir: str | pathlib.Path, mesh: jax.sharding.Mesh | None = None,
-                    **overrides) -> tuple[ModelConfig, Any]:
+def load_pretrained(
+  ckpt_dir: str | pathlib.Path, mesh: jax.sharding.Mesh | None = None, **overrides
+) -> tuple[ModelConfig, Any]:
   """config.json + safetensors -> (ModelConfig, params), sharded over `mesh` by the config's
   logical-axis rules when given. `overrides` replace config fields (dtypes=..., scan_layers=...)."""
   cfg = from_hf_config(ckpt_dir, **overrides)
   shardings = None
   if mesh is not None:
     from tmax_jax import sharding as sharding_lib  # sharding imports models
+
     shardings = sharding_lib.param_shardings(cfg, mesh)
   return cfg, load_params(ckpt_dir, cfg, shardings)
 
@@ -310,6 +335,7 @@ _SKIP_TOKENIZER_FILES = ("config.json", "generation_config.json", SAFETENSORS_IN
 def _host(x: jax.Array) -> np.ndarray:
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
     from jax.experimental import multihost_utils
+
     x = multihost_utils.process_allgather(x, tiled=True)
   return np.asarray(jax.device_get(x))
 
@@ -327,7 +353,9 @@ def _param(params: Any, entry: _Entry, abstract: Any) -> Any:
   return leaf
 
 
-def hf_tensors(params: Any, cfg: ModelConfig, dtype: Any = None) -> Iterator[tuple[str, np.ndarray]]:
+def hf_tensors(
+  params: Any, cfg: ModelConfig, dtype: Any = None
+) -> Iterator[tuple[str, np.ndarray]]:
   """(HF key, tensor) pairs for `params`, in key-map order, one host tensor at a time."""
   abstract = registry.abstract_params(cfg)
   for entry in _expand(registry.family_for(cfg.model_type).key_map(cfg), cfg.num_hidden_layers):
@@ -357,11 +385,15 @@ def _plan_shards(params: Any, cfg: ModelConfig, dtype: Any, max_bytes: int) -> l
   return groups
 
 
-def _write_weights(tmp: pathlib.Path, params: Any, cfg: ModelConfig, dtype: Any,
-                   max_bytes: int) -> None:
+def _write_weights(
+  tmp: pathlib.Path, params: Any, cfg: ModelConfig, dtype: Any, max_bytes: int
+) -> None:
   groups = _plan_shards(params, cfg, dtype, max_bytes)
-  names = (["model.safetensors"] if len(groups) == 1 else
-           [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))])
+  names = (
+    ["model.safetensors"]
+    if len(groups) == 1
+    else [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+  )
   file_of = {key: names[g] for g, keys in enumerate(groups) for key in keys}
   pending: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
   want = {n: len(keys) for n, keys in zip(names, groups)}
@@ -377,10 +409,17 @@ def _write_weights(tmp: pathlib.Path, params: Any, cfg: ModelConfig, dtype: Any,
     (tmp / SAFETENSORS_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
 
 
-def save_pretrained(out_dir: str | pathlib.Path, params: Any, cfg: ModelConfig, *,
-                    tokenizer_dir: str | pathlib.Path | None = None, dtype: Any = None,
-                    generation_config: dict | None = None, overwrite: bool = False,
-                    max_shard_bytes: int = 4 << 30) -> pathlib.Path:
+def save_pretrained(
+  out_dir: str | pathlib.Path,
+  params: Any,
+  cfg: ModelConfig,
+  *,
+  tokenizer_dir: str | pathlib.Path | None = None,
+  dtype: Any = None,
+  generation_config: dict | None = None,
+  overwrite: bool = False,
+  max_shard_bytes: int = 4 << 30,
+) -> pathlib.Path:
   """Write an HF checkpoint directory that `AutoModelForCausalLM.from_pretrained` loads.
 
   dtype: tensor dtype on disk (default: each param's dtype). Everything is written into a hidden
@@ -405,8 +444,11 @@ def save_pretrained(out_dir: str | pathlib.Path, params: Any, cfg: ModelConfig, 
         pass
       return out
     _write_weights(tmp, params, cfg, dtype, max_shard_bytes)
-    gen = {k: hf_config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
-           if hf_config.get(k) is not None}
+    gen = {
+      k: hf_config[k]
+      for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+      if hf_config.get(k) is not None
+    }
     gen.update(family.generation_defaults)
     gen.update(generation_config or {})
     (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2))

@@ -33,12 +33,14 @@ def param_init(init_fn, axes: tuple[str | None, ...]):
   return nn.with_logical_partitioning(init_fn, axes)
 
 
-def dense(features: int, axes: tuple[str, str], dtype: Dtype, param_dtype: Dtype,
-          name: str) -> "Einsum":
+def dense(
+  features: int, axes: tuple[str, str], dtype: Dtype, param_dtype: Dtype, name: str
+) -> "Einsum":
   """A bias-free projection [in, features] with logical `axes` (MLP, Gated DeltaNet); the param
   is `<name>/kernel` [in, features], as nn.Dense names it."""
-  return Einsum("...d,df->...f", (None, features), axes, dtype=dtype, param_dtype=param_dtype,
-                name=name)
+  return Einsum(
+    "...d,df->...f", (None, features), axes, dtype=dtype, param_dtype=param_dtype, name=name
+  )
 
 
 def constrain(x: jax.Array, axes: tuple[str, ...]) -> jax.Array:
@@ -64,8 +66,9 @@ class RMSNorm(nn.Module):
   def __call__(self, x: jax.Array, gate: jax.Array | None = None) -> jax.Array:
     """x [..., D] (gate: same shape) -> [..., D] in `dtype`."""
     init = nn.initializers.zeros if self.zero_centered else nn.initializers.ones
-    scale = self.param("scale", param_init(init, (self.axis_name,)), (x.shape[-1],),
-                       self.param_dtype)
+    scale = self.param(
+      "scale", param_init(init, (self.axis_name,)), (x.shape[-1],), self.param_dtype
+    )
     x32 = x.astype(F32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
     if self.zero_centered:
@@ -80,9 +83,13 @@ class RMSNorm(nn.Module):
 # ----------------------------------------------------------------------------------------- rotary
 
 
-def rope_frequencies(head_dim: int, theta: float, partial_rotary_factor: float = 1.0,
-                     scaling: RopeScaling | None = None) -> tuple[np.ndarray, float]:
-  """-> (inv_freq [R/2] float32, attention_scaling) as transformers computes them; R = rotary dim."""
+def rope_frequencies(
+  head_dim: int,
+  theta: float,
+  partial_rotary_factor: float = 1.0,
+  scaling: RopeScaling | None = None,
+) -> tuple[np.ndarray, float]:
+  """-> (inv_freq [R/2] float32, attention_scaling) as transformers computes them; R: rotary dim"""
   dim = int(head_dim * partial_rotary_factor)
   exponents = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
   pos_freqs = np.float32(theta) ** exponents
@@ -96,9 +103,11 @@ def rope_frequencies(head_dim: int, theta: float, partial_rotary_factor: float =
   raise ValueError(f"unsupported rope_type={scaling.rope_type!r}")
 
 
-def _yarn(dim: int, theta: float, pos_freqs: np.ndarray,
-          s: RopeScaling) -> tuple[np.ndarray, float]:
+def _yarn(
+  dim: int, theta: float, pos_freqs: np.ndarray, s: RopeScaling
+) -> tuple[np.ndarray, float]:
   """YaRN: blend interpolated and extrapolated frequencies with a linear ramp over dims."""
+
   def mscale(scale, m=1.0):
     return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
@@ -128,8 +137,9 @@ def _yarn(dim: int, theta: float, pos_freqs: np.ndarray,
   return inv_freq.astype(np.float32), float(attention_factor)
 
 
-def rotary_cos_sin(positions: jax.Array, inv_freq: np.ndarray, attention_scaling: float,
-                   dtype: Dtype) -> tuple[jax.Array, jax.Array]:
+def rotary_cos_sin(
+  positions: jax.Array, inv_freq: np.ndarray, attention_scaling: float, dtype: Dtype
+) -> tuple[jax.Array, jax.Array]:
   """positions [B,T] -> cos, sin [B,T,R] in `dtype` (angles computed in fp32, as HF does)."""
   freqs = positions.astype(F32)[..., None] * jnp.asarray(inv_freq, F32)  # [B,T,R/2]
   emb = jnp.concatenate([freqs, freqs], axis=-1)  # [B,T,R]
@@ -152,16 +162,22 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 # -------------------------------------------------------------------------------------- attention
 
 
-def init_kv_cache(batch: int, max_len: int, num_kv_heads: int, head_dim: int,
-                  dtype: Dtype) -> dict[str, jax.Array]:
+def init_kv_cache(
+  batch: int, max_len: int, num_kv_heads: int, head_dim: int, dtype: Dtype
+) -> dict[str, jax.Array]:
   """One layer's cache: k/v [B,S,K,H] and segment_ids [B,S] (0 = empty slot). Slot s holds the
   token at position s, so key positions are implicit."""
   kv = jnp.zeros((batch, max_len, num_kv_heads, head_dim), dtype)
   return {"k": kv, "v": kv, "segment_ids": jnp.zeros((batch, max_len), jnp.int32)}
 
 
-def update_kv_cache(cache: dict[str, jax.Array], k: jax.Array, v: jax.Array,
-                    positions: jax.Array, segment_ids: jax.Array) -> dict[str, jax.Array]:
+def update_kv_cache(
+  cache: dict[str, jax.Array],
+  k: jax.Array,
+  v: jax.Array,
+  positions: jax.Array,
+  segment_ids: jax.Array,
+) -> dict[str, jax.Array]:
   """Scatter k/v [B,T,K,H] into slots `positions` [B,T] per row; padding (segment 0) is dropped."""
   max_len = cache["k"].shape[1]
   slot = jnp.where(segment_ids != 0, positions, max_len)  # out of range -> dropped
@@ -192,21 +208,30 @@ class Einsum(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     shape = tuple(x.shape[-1] if s is None else s for s in self.kernel_shape)
-    kernel = self.param("kernel", param_init(WEIGHT_INIT, self.kernel_axes), shape,
-                        self.param_dtype)
+    kernel = self.param(
+      "kernel", param_init(WEIGHT_INIT, self.kernel_axes), shape, self.param_dtype
+    )
     operands, y_spec = self.eqn.replace("...", "").split("->")
     x_spec, k_spec = operands.split(",")
     n_in = sum(c in x_spec for c in k_spec)
-    if (k_spec[:n_in] != x_spec[len(x_spec) - n_in:]
-        or y_spec != x_spec[:len(x_spec) - n_in] + k_spec[n_in:]):
-      raise ValueError(f"Einsum {self.eqn!r}: the kernel's leading axes must be x's trailing ones "
-                       "and the output x's other axes followed by the kernel's")
+    if (
+      k_spec[:n_in] != x_spec[len(x_spec) - n_in :]
+      or y_spec != x_spec[: len(x_spec) - n_in] + k_spec[n_in:]
+    ):
+      raise ValueError(
+        f"Einsum {self.eqn!r}: the kernel's leading axes must be x's trailing ones "
+        "and the output x's other axes followed by the kernel's"
+      )
     y = matmul.linear(x.astype(self.dtype), kernel.astype(self.dtype), n_in)
     if self.use_bias:
       out = [i for i, c in enumerate(k_spec) if c not in x_spec]
       bias_axes = tuple(self.kernel_axes[i] for i in out)
-      bias = self.param("bias", param_init(nn.initializers.zeros, bias_axes),
-                        tuple(shape[i] for i in out), self.param_dtype)
+      bias = self.param(
+        "bias",
+        param_init(nn.initializers.zeros, bias_axes),
+        tuple(shape[i] for i in out),
+        self.param_dtype,
+      )
       y = y + bias.astype(self.dtype)
     return y
 
@@ -245,8 +270,15 @@ class Attention(nn.Module):
   param_dtype: Dtype = F32
 
   def _proj(self, name, heads, head_dim, heads_axis, bias):
-    return Einsum("btd,dnh->btnh", (None, heads, head_dim), ("embed", heads_axis, "head_dim"),
-                  bias, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+    return Einsum(
+      "btd,dnh->btnh",
+      (None, heads, head_dim),
+      ("embed", heads_axis, "head_dim"),
+      bias,
+      dtype=self.dtype,
+      param_dtype=self.param_dtype,
+      name=name,
+    )
 
   @nn.compact
   def __call__(self, x, cos, sin, positions, segment_ids, cache=None):
@@ -256,18 +288,24 @@ class Attention(nn.Module):
     q = self._proj("q_proj", sp.num_heads, q_width, "heads", sp.qkv_bias)(x)  # [B,T,N,H|2H]
     gate = None
     if sp.output_gate:
-      q, gate = q[..., :sp.head_dim], q[..., sp.head_dim:]
+      q, gate = q[..., : sp.head_dim], q[..., sp.head_dim :]
     k = self._proj("k_proj", sp.num_kv_heads, sp.head_dim, "kv_heads", sp.qkv_bias)(x)  # [B,T,K,H]
     v = self._proj("v_proj", sp.num_kv_heads, sp.head_dim, "kv_heads", sp.qkv_bias)(x)  # [B,T,K,H]
     if sp.qk_norm:
-      norm = dict(eps=sp.norm_eps, zero_centered=sp.norm_zero_centered, dtype=self.dtype,
-                  param_dtype=self.param_dtype, axis_name="head_dim")
+      norm = dict(
+        eps=sp.norm_eps,
+        zero_centered=sp.norm_zero_centered,
+        dtype=self.dtype,
+        param_dtype=self.param_dtype,
+        axis_name="head_dim",
+      )
       q = RMSNorm(name="q_norm", **norm)(q)
       k = RMSNorm(name="k_norm", **norm)(k)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if cache is None:  # training / cache-free prefill: the configured kernel
-      out = attention_lib.self_attention(q, k, v, positions, segment_ids, impl=sp.impl,
-                                         q_chunk=sp.q_chunk, kv_chunk=sp.kv_chunk)
+      out = attention_lib.self_attention(
+        q, k, v, positions, segment_ids, impl=sp.impl, q_chunk=sp.q_chunk, kv_chunk=sp.kv_chunk
+      )
     elif paged_attention.is_paged(cache):  # serving: pages in, the call's new K/V out
       mask = attention_mask(positions, segment_ids, positions, segment_ids)
       out, cache = paged_attention.attend(q, k, v, mask, cache)
@@ -275,14 +313,21 @@ class Attention(nn.Module):
       cache = update_kv_cache(cache, k, v, positions, segment_ids)
       slots = jnp.broadcast_to(jnp.arange(cache["k"].shape[1]), cache["segment_ids"].shape)
       mask = attention_mask(positions, segment_ids, slots, cache["segment_ids"])
-      out = dot_product_attention(q, cache["k"].astype(self.dtype), cache["v"].astype(self.dtype),
-                                  mask, q_chunk=sp.q_chunk)
+      out = dot_product_attention(
+        q, cache["k"].astype(self.dtype), cache["v"].astype(self.dtype), mask, q_chunk=sp.q_chunk
+      )
     out = constrain(out, ("batch", "length", "heads", "head_dim"))  # [B,T,N,H]
     if gate is not None:
       out = out * jax.nn.sigmoid(gate)
-    out = Einsum("btnh,nhd->btd", (sp.num_heads, sp.head_dim, x.shape[-1]),
-                 ("heads", "head_dim", "embed"), sp.o_bias, dtype=self.dtype,
-                 param_dtype=self.param_dtype, name="o_proj")(out)
+    out = Einsum(
+      "btnh,nhd->btd",
+      (sp.num_heads, sp.head_dim, x.shape[-1]),
+      ("heads", "head_dim", "embed"),
+      sp.o_bias,
+      dtype=self.dtype,
+      param_dtype=self.param_dtype,
+      name="o_proj",
+    )(out)
     return checkpoint_name(out, "attn_out"), cache
 
 
@@ -314,10 +359,14 @@ class MLP(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     """x [B,T,D] -> [B,T,D]."""
     d, f = x.shape[-1], self.intermediate_size
-    kernels = [Kernel(shape, axes, self.param_dtype, name=name)().astype(self.dtype)
-               for name, shape, axes in (("gate_proj", (d, f), ("embed", "mlp")),
-                                         ("up_proj", (d, f), ("embed", "mlp")),
-                                         ("down_proj", (f, d), ("mlp", "embed")))]
+    kernels = [
+      Kernel(shape, axes, self.param_dtype, name=name)().astype(self.dtype)
+      for name, shape, axes in (
+        ("gate_proj", (d, f), ("embed", "mlp")),
+        ("up_proj", (d, f), ("embed", "mlp")),
+        ("down_proj", (f, d), ("mlp", "embed")),
+      )
+    ]
     return matmul.swiglu(x.astype(self.dtype), *kernels, _mlp_constrain)
 
 
@@ -325,7 +374,8 @@ REMAT_POLICY_FNS = {
   "full": None,  # save nothing: recompute the whole layer
   "dots": matmul.saving_projections(jax.checkpoint_policies.checkpoint_dots),
   "dots_no_batch": matmul.saving_projections(
-    jax.checkpoint_policies.dots_with_no_batch_dims_saveable),
+    jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+  ),
   "save_attn_out": jax.checkpoint_policies.save_only_these_names("attn_out"),
 }
 

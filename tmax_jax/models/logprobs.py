@@ -42,14 +42,18 @@ def saves_logits(remat_policy: str, n_tokens: int, vocab: int) -> bool:
 
 def _precision(head_dtype):
   """An fp32 head asks for HIGHEST precision so GPUs do not silently use TF32 for it."""
-  return (jax.lax.Precision.HIGHEST if jnp.dtype(head_dtype) == F32
-          else jax.lax.Precision.DEFAULT)
+  return jax.lax.Precision.HIGHEST if jnp.dtype(head_dtype) == F32 else jax.lax.Precision.DEFAULT
 
 
 def full_logits(hidden: jax.Array, head_w: jax.Array, head_dtype=F32) -> jax.Array:
   """hidden [B,T,D], head_w [D,V] -> logits [B,T,V] float32; both operands cast to head_dtype."""
-  return jnp.einsum("btd,dv->btv", hidden.astype(head_dtype), head_w.astype(head_dtype),
-                    preferred_element_type=F32, precision=_precision(head_dtype)).astype(F32)
+  return jnp.einsum(
+    "btd,dv->btv",
+    hidden.astype(head_dtype),
+    head_w.astype(head_dtype),
+    preferred_element_type=F32,
+    precision=_precision(head_dtype),
+  ).astype(F32)
 
 
 def _chunk_logits(h, w, head_dtype, temperature):
@@ -66,8 +70,8 @@ def _chunk_stats(logits: jax.Array, targets: jax.Array):
   m = jnp.max(logits, axis=-1, keepdims=True)  # [B,C,1]
   e = jnp.exp(logits - m)
   total, weighted = jax.lax.reduce(  # one variadic reduction: both sums in one read
-    (e, e * logits), (F32(0), F32(0)), lambda a, b: (a[0] + b[0], a[1] + b[1]),
-    (logits.ndim - 1,))  # [B,C] each
+    (e, e * logits), (F32(0), F32(0)), lambda a, b: (a[0] + b[0], a[1] + b[1]), (logits.ndim - 1,)
+  )  # [B,C] each
   lse = m[..., 0] + jnp.log(total)
   target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
   entropy = lse - weighted / total
@@ -82,12 +86,14 @@ def _chunk_grads(h, w, logits, tgt, ent, lse, g_lp, g_en, head_dtype, temperatur
   p = jnp.exp(logp)
   onehot = jnp.arange(logits.shape[-1]) == tgt[..., None]
   # d logp_t / dz = onehot - p;  d H / dz = -p (log p + H)
-  dz = jnp.where(onehot, g_lp[..., None], 0.0) - p * (g_lp[..., None] + g_en[..., None]
-                                                         * (logp + ent[..., None]))
+  dz = jnp.where(onehot, g_lp[..., None], 0.0) - p * (
+    g_lp[..., None] + g_en[..., None] * (logp + ent[..., None])
+  )
   dz = (dz / temperature if temperature != 1.0 else dz).astype(head_dtype)
   dh = jnp.einsum("bcv,dv->bcd", dz, w, preferred_element_type=F32, precision=precision)
-  dw = jnp.einsum("bcd,bcv->dv", h.astype(head_dtype), dz, preferred_element_type=F32,
-                  precision=precision)
+  dw = jnp.einsum(
+    "bcd,bcv->dv", h.astype(head_dtype), dz, preferred_element_type=F32, precision=precision
+  )
   return dh.astype(h.dtype), dw
 
 
@@ -148,8 +154,18 @@ def _saved_bwd(head_dtype, temperature, chunk, res, cotangents):
   dw, dhs = jnp.zeros(w.shape, F32), []
   for i in range(0, t, chunk):  # static slices of the saved logits: one [B,C,V] dz at a time
     c = slice(i, min(i + chunk, t))
-    dh, dw_c = _chunk_grads(hidden[:, c], w, logits[:, c], targets[:, c], ent[:, c], lse[:, c],
-                            g_logp[:, c], g_ent[:, c], head_dtype, temperature)
+    dh, dw_c = _chunk_grads(
+      hidden[:, c],
+      w,
+      logits[:, c],
+      targets[:, c],
+      ent[:, c],
+      lse[:, c],
+      g_logp[:, c],
+      g_ent[:, c],
+      head_dtype,
+      temperature,
+    )
     dw, dhs = dw + dw_c, dhs + [dh]
   return jnp.concatenate(dhs, axis=1), dw.astype(w.dtype), None
 
@@ -157,9 +173,16 @@ def _saved_bwd(head_dtype, temperature, chunk, res, cotangents):
 _saved.defvjp(_saved_fwd, _saved_bwd)
 
 
-def token_logprobs(hidden: jax.Array, head_w: jax.Array, targets: jax.Array, *,
-                   chunk_size: int = 512, head_dtype=F32, temperature: float = 1.0,
-                   save_logits: bool = False) -> tuple[jax.Array, jax.Array]:
+def token_logprobs(
+  hidden: jax.Array,
+  head_w: jax.Array,
+  targets: jax.Array,
+  *,
+  chunk_size: int = 512,
+  head_dtype=F32,
+  temperature: float = 1.0,
+  save_logits: bool = False,
+) -> tuple[jax.Array, jax.Array]:
   """log p(targets) and the entropy of the predictive distribution at each position.
 
   hidden [B,T,D] (final-normed), head_w [D,V], targets [B,T] int -> (logp [B,T], entropy [B,T]),
@@ -170,12 +193,25 @@ def token_logprobs(hidden: jax.Array, head_w: jax.Array, targets: jax.Array, *,
   shard does its own tokens (the row is never gathered).
   """
   if cp.splits(hidden.shape[1]):
-    local = functools.partial(_token_logprobs, chunk_size=chunk_size, head_dtype=head_dtype,
-                              temperature=temperature, save_logits=save_logits)
-    return cp.shard_tokens(local, in_specs=(cp.TOKENS, P(), cp.TOKENS),
-                           out_specs=(cp.TOKENS, cp.TOKENS))(hidden, head_w, targets)
-  return _token_logprobs(hidden, head_w, targets, chunk_size=chunk_size, head_dtype=head_dtype,
-                         temperature=temperature, save_logits=save_logits)
+    local = functools.partial(
+      _token_logprobs,
+      chunk_size=chunk_size,
+      head_dtype=head_dtype,
+      temperature=temperature,
+      save_logits=save_logits,
+    )
+    return cp.shard_tokens(
+      local, in_specs=(cp.TOKENS, P(), cp.TOKENS), out_specs=(cp.TOKENS, cp.TOKENS)
+    )(hidden, head_w, targets)
+  return _token_logprobs(
+    hidden,
+    head_w,
+    targets,
+    chunk_size=chunk_size,
+    head_dtype=head_dtype,
+    temperature=temperature,
+    save_logits=save_logits,
+  )
 
 
 def _token_logprobs(hidden, head_w, targets, *, chunk_size, head_dtype, temperature, save_logits):

@@ -57,8 +57,7 @@ linear.defvjp(_linear_fwd, _linear_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def swiglu(x: jax.Array, wg: jax.Array, wu: jax.Array, wd: jax.Array,
-           constrain=None) -> jax.Array:
+def swiglu(x: jax.Array, wg: jax.Array, wu: jax.Array, wd: jax.Array, constrain=None) -> jax.Array:
   """down(silu(x wg) * (x wu)): x [..., D], wg/wu [D, F], wd [F, D] -> [..., D].
 
   The backward keeps only x and the two [..., F] projections and recomputes silu and the product
@@ -87,8 +86,12 @@ def _swiglu_bwd(constrain, res, dy):
   dg = keep(dh * u * sig * (1 + g * (1 - sig)))  # silu'(g) = sig (1 + g (1 - sig))
   dx = _contract(du, wu, (batch,), (1,)) + _contract(dg, wg, (batch,), (1,))
   dwd = weight_grad(act * u, dy, batch)
-  return (dx.astype(x.dtype), weight_grad(x, dg, batch).astype(wg.dtype),
-          weight_grad(x, du, batch).astype(wu.dtype), dwd.astype(wd.dtype))
+  return (
+    dx.astype(x.dtype),
+    weight_grad(x, dg, batch).astype(wg.dtype),
+    weight_grad(x, du, batch).astype(wu.dtype),
+    dwd.astype(wd.dtype),
+  )
 
 
 swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
@@ -112,6 +115,7 @@ def saving_projections(policy):
   for dot_general), so under "dots" every projection output was recomputed in the backward (q, k,
   v feed the norms and rotary there): +0.06 compiled/model FLOPs on the Qwen3-1.7B step. Our
   projections are batch-free dots, so this matches what the policy saves without custom VJPs."""
+
   def save(prim, *args, **params):
     if prim.name == "custom_vjp_call" and _is_ours(params):
       return True

@@ -43,9 +43,15 @@ def _scores(qg, k, mask, scale):
   return jnp.where(mask[:, None, None], s, NEG)
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, new_mask: jax.Array, cache: dict,
-           scale: float | None = None,
-           block_tokens: int = BLOCK_TOKENS) -> tuple[jax.Array, dict]:
+def attend(
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  new_mask: jax.Array,
+  cache: dict,
+  scale: float | None = None,
+  block_tokens: int = BLOCK_TOKENS,
+) -> tuple[jax.Array, dict]:
   """q [B,T,N,H], k/v [B,T,K,H] (the call's tokens, rotary applied), new_mask [B,T,T] (which of the
   call's tokens each query sees), cache: a paged layer cache -> (out [B,T,N,H], {k, v}).
 
@@ -57,7 +63,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, new_mask: jax.Array, cache:
   b, t, n, h = q.shape
   kv = k.shape[2]
   g = n // kv
-  scale = h ** -0.5 if scale is None else scale
+  scale = h**-0.5 if scale is None else scale
   k_pages, v_pages, table, cached = (cache[name] for name in PAGED_KEYS)
   page = k_pages.shape[1]
   qg = q.reshape(b, t, kv, g, h)  # [B,T,K,G,H]
@@ -75,9 +81,9 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, new_mask: jax.Array, cache:
     return kb, vb, (j[None, :] < cached[:, None])[:, None, :]
 
   def stats(carry, s):  # running max and normaliser [B,K,G,T]
-    m, l = carry
+    m, norm = carry
     m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-    return m_new, l * jnp.exp(m - m_new) + jnp.sum(jnp.exp(s - m_new[..., None]), axis=-1)
+    return m_new, norm * jnp.exp(m - m_new) + jnp.sum(jnp.exp(s - m_new[..., None]), axis=-1)
 
   def pass1(carry, i):
     kb, _, mask = old_block(i)
@@ -86,10 +92,10 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, new_mask: jax.Array, cache:
   init = (jnp.full((b, kv, g, t), NEG, F32), jnp.zeros((b, kv, g, t), F32))
   carry, _ = jax.lax.scan(pass1, init, jnp.arange(n_blocks))
   s_new = _scores(qg, k, new_mask, scale)
-  m, l = stats(carry, s_new)
+  m, norm = stats(carry, s_new)
 
   def pv(s, vb):  # normalised probabilities in v's dtype times V, accumulated in fp32
-    p = (jnp.exp(s - m[..., None]) / l[..., None]).astype(vb.dtype)
+    p = (jnp.exp(s - m[..., None]) / norm[..., None]).astype(vb.dtype)
     return jnp.einsum("bkgts,bskh->bkgth", p, vb, preferred_element_type=F32)
 
   def pass2(acc, i):

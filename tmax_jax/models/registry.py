@@ -64,28 +64,36 @@ def _check(family: Family) -> None:
   """A family that breaks the contract fails here, at import time, not at its first decode."""
   cls = family.model_class
   if not (isinstance(cls, type) and issubclass(cls, decoder.CausalLM)):
-    raise TypeError(f"family {family.name!r}: model_class must subclass decoder.CausalLM, "
-                    f"got {cls!r}")
+    raise TypeError(
+      f"family {family.name!r}: model_class must subclass decoder.CausalLM, got {cls!r}"
+    )
   missing = decoder.missing_contract(cls)
   if missing:
-    raise TypeError(f"family {family.name!r}: {cls.__name__} does not implement the abstract "
-                    f"CausalLM methods {missing}")
+    raise TypeError(
+      f"family {family.name!r}: {cls.__name__} does not implement the abstract "
+      f"CausalLM methods {missing}"
+    )
   stray = sorted(set(family.tokenizers) - set(family.model_types))
   if stray:
-    raise ValueError(f"family {family.name!r}: tokenizers for {stray}, which are not among its "
-                     f"model_types {list(family.model_types)}")
+    raise ValueError(
+      f"family {family.name!r}: tokenizers for {stray}, which are not among its "
+      f"model_types {list(family.model_types)}"
+    )
   for other in {id(f): f for f in _FAMILIES.values()}.values():
     if other.name == family.name:
       continue
     clash = sorted(set(other.presets) & set(family.presets))
     if clash:
-      raise ValueError(f"family {family.name!r}: presets {clash} already registered by family "
-                       f"{other.name!r}")
+      raise ValueError(
+        f"family {family.name!r}: presets {clash} already registered by family {other.name!r}"
+      )
     for spec in family.tokenizers.values():
       theirs = {s.family: s for s in other.tokenizers.values()}.get(spec.family)
       if theirs is not None and theirs != spec:
-        raise ValueError(f"family {family.name!r}: tokenizer {spec.family!r} already registered "
-                         f"with a different spec by family {other.name!r}")
+        raise ValueError(
+          f"family {family.name!r}: tokenizer {spec.family!r} already registered "
+          f"with a different spec by family {other.name!r}"
+        )
 
 
 def register(family: Family) -> None:
@@ -121,7 +129,8 @@ def family_for(model_type: str | None) -> Family:
   _load_families()
   if model_type not in _FAMILIES:
     raise UnsupportedConfigError(
-      f"unsupported model_type={model_type!r}; supported: {sorted(_FAMILIES)}")
+      f"unsupported model_type={model_type!r}; supported: {sorted(_FAMILIES)}"
+    )
   return _FAMILIES[model_type]
 
 
@@ -141,7 +150,8 @@ def tokenizer_for(model_type: str | None) -> TokenizerSpec:
   if model_type not in family.tokenizers:
     raise UnsupportedConfigError(
       f"model_type={model_type!r} (family {family.name!r}) has no registered tokenizer; "
-      f"model types with one: {sorted(t for f in families() for t in f.tokenizers)}")
+      f"model types with one: {sorted(t for f in families() for t in f.tokenizers)}"
+    )
   return family.tokenizers[model_type]
 
 

@@ -1,8 +1,8 @@
 """The trainer's batch: packed rows with segment ids, positions and per-token loss inputs.
 
 Convention: position t of a row predicts `targets[t]` (= the next token of the same segment); every
-per-token loss input (loss_mask, behaviour_logp, ...) is aligned with `targets`, i.e. it describes the
-predicted token. Observation / prompt tokens are in the rows with loss_mask 0.
+per-token loss input (loss_mask, behaviour_logp, ...) is aligned with `targets`, i.e. it describes
+the predicted token. Observation / prompt tokens are in the rows with loss_mask 0.
 """
 
 import dataclasses
@@ -93,18 +93,23 @@ def _check_traj(i: int, tr: Trajectory, seq_len: int, fields: Sequence[str]) -> 
     v = getattr(tr, name)
     if v is not None and len(v) != n:
       raise ValueError(f"trajectory {i}: {name} has {len(v)} entries, tokens has {n}")
-  for field, name in (("ref_logp", "ref_logp"), ("topk_ids", "topk_ids"),
-                      ("behaviour_topk_logp", "topk_logp")):
+  for field, name in (
+    ("ref_logp", "ref_logp"),
+    ("topk_ids", "topk_ids"),
+    ("behaviour_topk_logp", "topk_logp"),
+  ):
     if field in fields and getattr(tr, name) is None:
-      raise ValueError(f"trajectory {i}: the loss reads batch field {field!r} but the "
-                       f"trajectory has no {name}")
+      raise ValueError(
+        f"trajectory {i}: the loss reads batch field {field!r} but the trajectory has no {name}"
+      )
   if not np.isfinite(tr.advantage):
     raise ValueError(f"trajectory {i}: advantage is {tr.advantage}")
   return n
 
 
-def _first_fit_decreasing(lengths: Sequence[int], open_rows: Callable[[int, int], list[int]]
-                          ) -> list[list[int]]:
+def _first_fit_decreasing(
+  lengths: Sequence[int], open_rows: Callable[[int, int], list[int]]
+) -> list[list[int]]:
   """Row -> trajectory indices. Longest first (ties in input order), each into the first open row
   with room; when none has room, `open_rows(length, first new row index)` returns the capacities
   of the rows it opens (the first of them must hold `length`)."""
@@ -122,8 +127,15 @@ def _first_fit_decreasing(lengths: Sequence[int], open_rows: Callable[[int, int]
   return rows
 
 
-def pack(trajectories: Sequence[Trajectory], seq_len: int, *, num_rows: Optional[int] = None,
-         pack_rows: bool = True, fields: Sequence[str] = (), top_k: int = 0) -> TrainBatch:
+def pack(
+  trajectories: Sequence[Trajectory],
+  seq_len: int,
+  *,
+  num_rows: Optional[int] = None,
+  pack_rows: bool = True,
+  fields: Sequence[str] = (),
+  top_k: int = 0,
+) -> TrainBatch:
   """Packs trajectories into one [num_rows, seq_len] batch: first-fit decreasing, several per row
   (one per row, in input order, when pack_rows is False).
 
@@ -143,8 +155,14 @@ def pack(trajectories: Sequence[Trajectory], seq_len: int, *, num_rows: Optional
   return _fill(trajectories, rows + [[]] * (b - len(rows)), seq_len, fields, top_k)
 
 
-def pack_micro_batches(trajectories: Sequence[Trajectory], buckets: Sequence[tuple[int, int]], *,
-                       shards: int = 1, fields: Sequence[str] = (), top_k: int = 0) -> PackedBatch:
+def pack_micro_batches(
+  trajectories: Sequence[Trajectory],
+  buckets: Sequence[tuple[int, int]],
+  *,
+  shards: int = 1,
+  fields: Sequence[str] = (),
+  top_k: int = 0,
+) -> PackedBatch:
   """Packs trajectories first-fit decreasing into micro-batches of bucket shapes.
 
   buckets: [(rows R, row length L)] by increasing L (PackingConfig.buckets). Whenever no open row
@@ -166,26 +184,33 @@ def pack_micro_batches(trajectories: Sequence[Trajectory], buckets: Sequence[tup
   micro = []
   for b, first in opened:
     r, length = buckets[b]
-    used = sum(1 for members in rows[first:first + r] if members)  # filled rows come first
+    used = sum(1 for members in rows[first : first + r] if members)  # filled rows come first
     while r % 2 == 0 and (r // 2) % shards == 0 and r // 2 >= used:
       r //= 2
-    micro.append(_fill(trajectories, rows[first:first + r], length, fields, top_k))
+    micro.append(_fill(trajectories, rows[first : first + r], length, fields, top_k))
   return PackedBatch(tuple(micro))
 
 
-def _check_all(trajectories: Sequence[Trajectory], seq_len: int, fields: Sequence[str]
-               ) -> list[int]:
+def _check_all(
+  trajectories: Sequence[Trajectory], seq_len: int, fields: Sequence[str]
+) -> list[int]:
   if not trajectories:
     raise ValueError("pack: no trajectories (empty batch)")
   return [_check_traj(i, tr, seq_len, fields) for i, tr in enumerate(trajectories)]
 
 
-def _fill(trajectories: Sequence[Trajectory], rows: Sequence[Sequence[int]], seq_len: int,
-          fields: Sequence[str], top_k: int) -> TrainBatch:
+def _fill(
+  trajectories: Sequence[Trajectory],
+  rows: Sequence[Sequence[int]],
+  seq_len: int,
+  fields: Sequence[str],
+  top_k: int,
+) -> TrainBatch:
   """The [len(rows), seq_len] batch holding rows[r]'s trajectories one after another."""
   b = len(rows)
-  out = {k: np.zeros((b, seq_len), np.int32) for k in ("tokens", "positions", "segment_ids",
-                                                       "targets")}
+  out = {
+    k: np.zeros((b, seq_len), np.int32) for k in ("tokens", "positions", "segment_ids", "targets")
+  }
   for k in ("loss_mask", "behaviour_logp", "advantages", "ref_logp"):
     out[k] = np.zeros((b, seq_len), np.float32)
   out["topk_ids"] = np.zeros((b, seq_len, top_k), np.int32)
@@ -213,8 +238,10 @@ def _topk_rows(i: int, tr: Trajectory, k: int) -> tuple[np.ndarray, np.ndarray]:
   short = [j for j, a, p in zip(on, got_ids, got_lp) if len(a) < k or len(p) != len(a)]
   if short:
     j = short[0]
-    raise ValueError(f"trajectory {i}: token {j} carries loss but has {len(tr.topk_ids[j])} top-K "
-                     f"ids / {len(tr.topk_logp[j])} logprobs; the loss needs {k}")
+    raise ValueError(
+      f"trajectory {i}: token {j} carries loss but has {len(tr.topk_ids[j])} top-K "
+      f"ids / {len(tr.topk_logp[j])} logprobs; the loss needs {k}"
+    )
   width = min(len(a) for a in got_ids)
   a = np.asarray([row[:width] for row in got_ids], np.int32)  # [m, K'] as the server sent them
   p = np.asarray([row[:width] for row in got_lp], np.float32)
@@ -223,8 +250,9 @@ def _topk_rows(i: int, tr: Trajectory, k: int) -> tuple[np.ndarray, np.ndarray]:
   return ids, logp
 
 
-def _place(out: dict, r: int, start: int, seg: int, i: int, tr: Trajectory,
-           fields: Sequence[str], top_k: int) -> None:
+def _place(
+  out: dict, r: int, start: int, seg: int, i: int, tr: Trajectory, fields: Sequence[str], top_k: int
+) -> None:
   n = len(tr.tokens)
   sl = slice(start, start + n)
   tokens = np.asarray(tr.tokens, np.int32)
@@ -250,8 +278,10 @@ def validate(batch: TrainBatch, required: Sequence[str] = ()) -> None:
   the loss reads (LossConfig.batch_fields())."""
   missing = [name for name in required if getattr(batch, name) is None]
   if missing:
-    raise ValueError(f"batch.{missing[0]}: missing, but the loss reads it (build the batch with "
-                     "fields=LossConfig.batch_fields(), e.g. Trainer.make_batch)")
+    raise ValueError(
+      f"batch.{missing[0]}: missing, but the loss reads it (build the batch with "
+      "fields=LossConfig.batch_fields(), e.g. Trainer.make_batch)"
+    )
   b, t = batch.tokens.shape if np.ndim(batch.tokens) == 2 else (None, None)
   if b is None:
     raise ValueError(f"batch.tokens: expected [B, T], got shape {np.shape(batch.tokens)}")

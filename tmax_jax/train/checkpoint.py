@@ -33,11 +33,16 @@ class Checkpointer:
       raise ValueError("checkpoint.directory is empty; expected a directory path")
     self.cfg = cfg
     options = ocp.CheckpointManagerOptions(
-      save_interval_steps=1, max_to_keep=cfg.keep_last, create=True,
-      enable_async_checkpointing=cfg.async_save, cleanup_tmp_directories=True)
+      save_interval_steps=1,
+      max_to_keep=cfg.keep_last,
+      create=True,
+      enable_async_checkpointing=cfg.async_save,
+      cleanup_tmp_directories=True,
+    )
     # Orbax needs an absolute path (a relative one fails at the first save, not here)
-    self._manager = ocp.CheckpointManager(os.path.abspath(cfg.directory), options=options,
-                                          item_names=("state", "data"))
+    self._manager = ocp.CheckpointManager(
+      os.path.abspath(cfg.directory), options=options, item_names=("state", "data")
+    )
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
@@ -45,8 +50,9 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
 
-  def save(self, step: int, state: state_lib.TrainState, data: dict, *, force: bool = False
-           ) -> bool:
+  def save(
+    self, step: int, state: state_lib.TrainState, data: dict, *, force: bool = False
+  ) -> bool:
     """Saves when `step` is a multiple of `save_every` (or `force`); returns whether it saved.
 
     The interval is decided here, not by Orbax (whose policy also saves the first step seen). The
@@ -55,20 +61,25 @@ class Checkpointer:
       return False
     if not bool(state_lib.all_finite((state.params, state.opt_state))):
       raise NonFiniteStateError(f"refusing to checkpoint step {step}: the state holds NaN or inf")
-    args = ocp.args.Composite(state=ocp.args.StandardSave(state.as_dict()),
-                              data=ocp.args.JsonSave(dict(data)))
+    args = ocp.args.Composite(
+      state=ocp.args.StandardSave(state.as_dict()), data=ocp.args.JsonSave(dict(data))
+    )
     return self._manager.save(step, args=args, force=True)
 
-  def restore(self, abstract_state: Any, step: Optional[int] = None
-              ) -> tuple[state_lib.TrainState, dict, int]:
+  def restore(
+    self, abstract_state: Any, step: Optional[int] = None
+  ) -> tuple[state_lib.TrainState, dict, int]:
     """-> (state, data, step) of `step` (default: latest). `abstract_state` is a TrainState (or its
-    jax.eval_shape / ShapeDtypeStruct tree with shardings) giving structure, dtypes and shardings."""
+    jax.eval_shape / ShapeDtypeStruct tree with shardings) giving structure, dtypes and
+    shardings."""
     step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.cfg.directory}")
     target = jax.tree.map(_abstract, abstract_state.as_dict())
-    out = self._manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
+    out = self._manager.restore(
+      step,
+      args=ocp.args.Composite(state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()),
+    )
     return state_lib.TrainState.from_dict(out["state"]), dict(out["data"]), step
 
   def wait(self) -> None:

@@ -46,5 +46,7 @@ def check_capacity(loss_mask: np.ndarray, k: int) -> None:
   counts = (np.asarray(loss_mask) > 0).sum(axis=-1)
   worst = int(np.argmax(counts)) if counts.size else 0
   if counts.size and counts[worst] > k:
-    raise ValueError(f"row {worst} has {int(counts[worst])} loss tokens > "
-                     f"loss_tokens_per_row={k}; raise TrainConfig.loss_tokens_per_row")
+    raise ValueError(
+      f"row {worst} has {int(counts[worst])} loss tokens > "
+      f"loss_tokens_per_row={k}; raise TrainConfig.loss_tokens_per_row"
+    )

@@ -4,7 +4,7 @@ Presets at the bottom express the recipe's RL run and both SFT recipes of recipe
 """
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 from tmax_jax import rl
 from tmax_jax.config_dict import from_config_dict
@@ -83,16 +83,18 @@ class LossConfig:
     cls = rl.entry("policy_loss", self.policy_loss).hyper
     hyper = self.hyper
     if cls is None and hyper not in (None, {}):
-      raise ValueError(f"loss.hyper={hyper!r}: policy loss {self.policy_loss!r} takes no "
-                       "hyperparameters")
+      raise ValueError(
+        f"loss.hyper={hyper!r}: policy loss {self.policy_loss!r} takes no hyperparameters"
+      )
     if cls is not None:
       if hyper is None:
         hyper = cls()
       elif isinstance(hyper, dict):
         hyper = from_config_dict(cls, hyper, "loss.hyper")
       elif not isinstance(hyper, cls):
-        raise ValueError(f"loss.hyper={hyper!r}: policy loss {self.policy_loss!r} expects a "
-                         f"{cls.__name__}")
+        raise ValueError(
+          f"loss.hyper={hyper!r}: policy loss {self.policy_loss!r} expects a {cls.__name__}"
+        )
     object.__setattr__(self, "hyper", None if cls is None else hyper)
 
   def batch_fields(self) -> tuple[str, ...]:
@@ -113,15 +115,21 @@ class LossConfig:
       if field in produced.fields:
         continue
       if field == REF_INPUT:
-        raise ValueError(f"{path}.kl_beta={self.kl_beta} needs batch field {REF_INPUT!r} "
-                         f"(reference-policy logprobs), which {produced.source} does not produce; "
-                         f"set {path}.kl_beta=0")
-      raise ValueError(f"{path}.policy_loss={self.policy_loss!r} with {path}.hyper={self.hyper} "
-                       f"needs batch field {field!r}, which {produced.source} does not produce")
+        raise ValueError(
+          f"{path}.kl_beta={self.kl_beta} needs batch field {REF_INPUT!r} "
+          f"(reference-policy logprobs), which {produced.source} does not produce; "
+          f"set {path}.kl_beta=0"
+        )
+      raise ValueError(
+        f"{path}.policy_loss={self.policy_loss!r} with {path}.hyper={self.hyper} "
+        f"needs batch field {field!r}, which {produced.source} does not produce"
+      )
     if self.top_k > produced.top_k:
-      raise ValueError(f"{path}.hyper.top_k={self.top_k}: the {self.hyper.divergence!r} divergence "
-                       f"needs {self.top_k} behaviour logprobs per token, but {produced.source} "
-                       f"returns {produced.top_k}")
+      raise ValueError(
+        f"{path}.hyper.top_k={self.top_k}: the {self.hyper.divergence!r} divergence "
+        f"needs {self.top_k} behaviour logprobs per token, but {produced.source} "
+        f"returns {produced.top_k}"
+      )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,14 +149,18 @@ class PackingConfig:
 
   def __post_init__(self):
     if self.tokens_per_micro_batch < 0:
-      raise ValueError(f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch}; "
-                       "expected >= 0 (0 = off)")
+      raise ValueError(
+        f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch}; expected >= 0 (0 = off)"
+      )
     if any(n <= 0 for n in self.row_lengths) or list(self.row_lengths) != sorted(
-        set(self.row_lengths)):
+      set(self.row_lengths)
+    ):
       raise ValueError(f"packing.row_lengths={self.row_lengths}; expected increasing lengths > 0")
     if self.row_lengths and self.tokens_per_micro_batch < self.row_lengths[-1]:
-      raise ValueError(f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch} < the "
-                       f"longest row {self.row_lengths[-1]}; expected at least one row")
+      raise ValueError(
+        f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch} < the "
+        f"longest row {self.row_lengths[-1]}; expected at least one row"
+      )
 
   @property
   def enabled(self) -> bool:
@@ -159,14 +171,18 @@ class PackingConfig:
     naming the field when a bucket cannot hold `shards` rows or no row fits `seq_len` tokens."""
     lengths = self.row_lengths or (seq_len,)
     if lengths[-1] < seq_len:
-      raise ValueError(f"packing.row_lengths={self.row_lengths}: the longest row must hold "
-                       f"seq_len={seq_len} tokens (a trajectory may be that long)")
+      raise ValueError(
+        f"packing.row_lengths={self.row_lengths}: the longest row must hold "
+        f"seq_len={seq_len} tokens (a trajectory may be that long)"
+      )
     out = []
     for n in lengths:
       rows = self.tokens_per_micro_batch // n // shards * shards
       if rows == 0:
-        raise ValueError(f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch} holds "
-                         f"fewer than {shards} rows of {n} tokens (one per batch shard)")
+        raise ValueError(
+          f"packing.tokens_per_micro_batch={self.tokens_per_micro_batch} holds "
+          f"fewer than {shards} rows of {n} tokens (one per batch shard)"
+        )
       out.append((rows, n))
     return out
 
@@ -182,8 +198,9 @@ class CheckpointConfig:
 
   def __post_init__(self):
     if self.save_every <= 0 or self.keep_last <= 0:
-      raise ValueError(f"checkpoint.save_every={self.save_every}, keep_last={self.keep_last}; "
-                       "expected both > 0")
+      raise ValueError(
+        f"checkpoint.save_every={self.save_every}, keep_last={self.keep_last}; expected both > 0"
+      )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,8 +246,9 @@ def rl_recipe(**overrides) -> TrainConfig:
 def sft_tmax_qwen3_8b(**overrides) -> TrainConfig:
   """TMAX SFT (Qwen3-8B): lr 2e-5 linear, warmup 3%, wd 0, 2 epochs, global batch 128."""
   opt = OptimizerConfig(learning_rate=2e-5, schedule="linear", warmup_ratio=0.03, weight_decay=0.0)
-  return TrainConfig(optimizer=opt, loss=LossConfig(policy_loss="sft"), global_batch=128, epochs=2,
-                     **overrides)
+  return TrainConfig(
+    optimizer=opt, loss=LossConfig(policy_loss="sft"), global_batch=128, epochs=2, **overrides
+  )
 
 
 def sft_terminal_horizon(**overrides) -> TrainConfig:

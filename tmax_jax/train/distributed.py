@@ -11,7 +11,8 @@ from typing import Optional
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from tmax_jax import sharding
 from tmax_jax.train.batch import PackedBatch, TrainBatch
@@ -19,8 +20,11 @@ from tmax_jax.train.batch import PackedBatch, TrainBatch
 BATCH_AXES = ("data", "fsdp")
 
 
-def initialize(coordinator: Optional[str] = None, num_processes: Optional[int] = None,
-               process_id: Optional[int] = None) -> bool:
+def initialize(
+  coordinator: Optional[str] = None,
+  num_processes: Optional[int] = None,
+  process_id: Optional[int] = None,
+) -> bool:
   """sharding.initialize_distributed (flags, else JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
   JAX_PROCESS_ID), with gloo cross-process collectives selected first on CPU (the default CPU
   client has none). Returns False for a single-process run."""
@@ -58,8 +62,9 @@ def local_rows(batch):
 def global_batch(local: TrainBatch, mesh: Mesh) -> TrainBatch:
   """This process's NumPy rows -> the global TrainBatch sharded over BATCH_AXES."""
   sharding = batch_sharding(mesh)
-  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)),
-                      local)
+  return jax.tree.map(
+    lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local
+  )
 
 
 def allgather_json(value) -> list:
@@ -68,9 +73,10 @@ def allgather_json(value) -> list:
   if jax.process_count() == 1:
     return [value]
   from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+
   blob = np.frombuffer(json.dumps(value).encode(), np.uint8)
   sizes = multihost_utils.process_allgather(np.int32(blob.size))
   padded = np.zeros(int(np.max(sizes)), np.uint8)
-  padded[:blob.size] = blob
+  padded[: blob.size] = blob
   every = np.asarray(multihost_utils.process_allgather(padded))
-  return [json.loads(every[p, :int(n)].tobytes()) for p, n in enumerate(np.asarray(sizes))]
+  return [json.loads(every[p, : int(n)].tobytes()) for p, n in enumerate(np.asarray(sizes))]

@@ -27,6 +27,7 @@ class MetricsWriter:
     self._file = open(path, "a", encoding="utf-8")
     if tensorboard_dir:
       from tensorboardX import SummaryWriter  # optional at import time of this module
+
       self._tb = SummaryWriter(tensorboard_dir)
 
   def write(self, step: int, metrics: Mapping[str, object]) -> None:

@@ -33,14 +33,16 @@ def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
 def _decay_mask(params):
   def keep(path, _):
     return getattr(path[-1], "key", None) not in NO_DECAY_LEAVES
+
   return jax.tree_util.tree_map_with_path(keep, params)
 
 
 def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
   """clip_by_global_norm(max_grad_norm) then AdamW(schedule). Grads arrive already aggregated."""
   mask = None if cfg.decay_norms_and_biases else _decay_mask
-  adamw = optax.adamw(make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                      weight_decay=cfg.weight_decay, mask=mask)
+  adamw = optax.adamw(
+    make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask
+  )
   if cfg.max_grad_norm <= 0:
     return adamw
   return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
@@ -48,7 +50,10 @@ def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
 
 def optimizer_step_count(opt_state) -> jax.Array:
   """Number of applied updates, read from the Adam state (skipped steps do not count)."""
-  is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)
+
+  def is_adam(x):
+    return isinstance(x, optax.ScaleByAdamState)
+
   for leaf in jax.tree_util.tree_leaves(opt_state, is_leaf=is_adam):
     if is_adam(leaf):
       return leaf.count

@@ -34,18 +34,24 @@ class TrainState:
     return dataclasses.replace(self, **changes)
 
 
-def opt_state_shardings(optimizer: optax.GradientTransformation, params: Any,
-                        replicated: jax.sharding.Sharding) -> Any:
+def opt_state_shardings(
+  optimizer: optax.GradientTransformation, params: Any, replicated: jax.sharding.Sharding
+) -> Any:
   """Shardings of `optimizer.init(params)`: every param-shaped leaf (Adam's mu, nu) takes its
   param's sharding, the rest (step counts) is replicated. XLA does not propagate them itself:
   zeros_like depends on no input, so its outputs would land unsharded."""
   abstract = jax.eval_shape(optimizer.init, params)
-  return optax.tree_map_params(optimizer, lambda _, p: p.sharding, abstract, params,
-                               transform_non_params=lambda _: replicated)
+  return optax.tree_map_params(
+    optimizer, lambda _, p: p.sharding, abstract, params, transform_non_params=lambda _: replicated
+  )
 
 
-def create(params: Any, optimizer: optax.GradientTransformation, seed: int,
-           replicated: Optional[jax.sharding.Sharding] = None) -> TrainState:
+def create(
+  params: Any,
+  optimizer: optax.GradientTransformation,
+  seed: int,
+  replicated: Optional[jax.sharding.Sharding] = None,
+) -> TrainState:
   """Fresh state; the optimizer state takes the params' shardings (opt_state_shardings).
   `replicated` places step and RNG on the mesh (required in multi-process runs)."""
   out = None if replicated is None else opt_state_shardings(optimizer, params, replicated)
@@ -54,7 +60,10 @@ def create(params: Any, optimizer: optax.GradientTransformation, seed: int,
   rng = np.asarray(jax.random.key_data(jax.random.key(seed)))
   if replicated is None:
     return TrainState(params, opt_state, jnp.asarray(step), jnp.asarray(rng))
-  put = lambda x: jax.make_array_from_callback(x.shape, replicated, lambda idx: x[idx])
+
+  def put(x):
+    return jax.make_array_from_callback(x.shape, replicated, lambda idx: x[idx])
+
   return TrainState(params, opt_state, put(step), put(rng))
 
 

@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from tmax_jax import rl, sharding
 from tmax_jax.models import logprobs as logprobs_lib
@@ -42,8 +43,11 @@ from tmax_jax.train.topk import topk_logprobs
 
 log = logging.getLogger(__name__)
 BATCH_AXES = ("data", "fsdp")  # mesh axes the batch dimension is split over
-SKIP_REASONS = {1: "no loss tokens in the batch (every token masked)", 2: "non-finite loss",
-                3: "non-finite gradient"}
+SKIP_REASONS = {
+  1: "no loss tokens in the batch (every token masked)",
+  2: "non-finite loss",
+  3: "non-finite gradient",
+}
 
 
 class NonFiniteStepError(RuntimeError):
@@ -87,25 +91,42 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
   def loss_fn(params, mb):
     mask = mb["loss_mask"].astype(jnp.float32)
     w = aggregate(mask, mb["segment_ids"])  # [b, T]
-    counts = {"weight": jnp.sum(w), "n_loss_tokens": jnp.sum((mask > 0).astype(jnp.float32)),
-              "n_tokens": jnp.sum((mb["segment_ids"] > 0).astype(jnp.float32))}
+    counts = {
+      "weight": jnp.sum(w),
+      "n_loss_tokens": jnp.sum((mask > 0).astype(jnp.float32)),
+      "n_tokens": jnp.sum((mb["segment_ids"] > 0).astype(jnp.float32)),
+    }
     mb = {**mb, "weights": w}
     hidden, _ = model.apply({"params": params}, mb["tokens"], mb["positions"], mb["segment_ids"])
     if cfg.loss_tokens_per_row:  # the head only where the loss is (train/compact.py)
       hidden, mb = compact.gather_loss_tokens(hidden, mb, cfg.loss_tokens_per_row)
     head_w = registry.head_weight(params, model_cfg)  # [D, V]
-    save = logprobs_lib.saves_logits(model_cfg.remat_policy, hidden.shape[0] * hidden.shape[1],
-                                     head_w.shape[1])
+    save = logprobs_lib.saves_logits(
+      model_cfg.remat_policy, hidden.shape[0] * hidden.shape[1], head_w.shape[1]
+    )
     logp, ent = logprobs_lib.token_logprobs(
-      hidden, head_w, mb["targets"], chunk_size=cfg.logprob_chunk_size, head_dtype=head_dtype,
-      temperature=cfg.temperature, save_logits=save)  # [b, T] each
+      hidden,
+      head_w,
+      mb["targets"],
+      chunk_size=cfg.logprob_chunk_size,
+      head_dtype=head_dtype,
+      temperature=cfg.temperature,
+      save_logits=save,
+    )  # [b, T] each
     mask = mb["loss_mask"]
     cur_topk = None
     if reads_topk:  # current logprobs at the behaviour's top-K ids [b, T, K]
-      cur_topk = topk_logprobs(hidden, head_w, mb["topk_ids"], chunk_size=cfg.logprob_chunk_size,
-                               head_dtype=head_dtype, temperature=cfg.temperature)
-    x = rl.PolicyInputs(logp, mb["behaviour_logp"], mb["advantages"], mask, cur_topk,
-                        mb.get("behaviour_topk_logp"))
+      cur_topk = topk_logprobs(
+        hidden,
+        head_w,
+        mb["topk_ids"],
+        chunk_size=cfg.logprob_chunk_size,
+        head_dtype=head_dtype,
+        temperature=cfg.temperature,
+      )
+    x = rl.PolicyInputs(
+      logp, mb["behaviour_logp"], mb["advantages"], mask, cur_topk, mb.get("behaviour_topk_logp")
+    )
     terms = loss_entry.fn(x, hyper)
     per_token = terms.loss
     if cfg.loss.kl_beta > 0:
@@ -113,9 +134,13 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
     loss = jnp.sum(per_token * mb["weights"])
     on = (mask > 0).astype(jnp.float32)
     lp, blp = jax.lax.stop_gradient(logp), jnp.where(mask > 0, mb["behaviour_logp"], logp)
-    stats = {"kept": jnp.sum(terms.kept * on), "entropy": jnp.sum(ent * on),
-             "tv": jnp.sum(rl_losses.binary_tv(lp, blp) * on),
-             "kl": jnp.sum(rl_losses.binary_kl(lp, blp) * on), **counts}
+    stats = {
+      "kept": jnp.sum(terms.kept * on),
+      "entropy": jnp.sum(ent * on),
+      "tv": jnp.sum(rl_losses.binary_tv(lp, blp) * on),
+      "kl": jnp.sum(rl_losses.binary_kl(lp, blp) * on),
+      **counts,
+    }
     return loss, stats
 
   return loss_fn
@@ -155,8 +180,9 @@ def _fields(batch: batch_lib.TrainBatch) -> dict:
   return {k: v for k, v in batch.fields().items() if v is not None}
 
 
-def make_grad_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
-                 mesh: Optional[Mesh] = None) -> Callable:
+def make_grad_fn(
+  model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Optional[Mesh] = None
+) -> Callable:
   """(params, fixed-shape batch) -> (loss, stats sums, grads): the whole-batch normalised loss and
   gradient, accumulated over `cfg.micro_batches` equal micro-batches."""
   loss_fn = make_loss_fn(model, model_cfg, cfg)
@@ -176,8 +202,9 @@ def make_apply_fn(cfg: TrainConfig, optimizer: optax.GradientTransformation) -> 
   def apply_fn(state: state_lib.TrainState, loss, stats, grads):
     n_tokens = stats["n_loss_tokens"]
     grad_norm = optax.tree.norm(grads)
-    reason = jnp.where(n_tokens == 0, 1, jnp.where(~jnp.isfinite(loss), 2,
-                                                    jnp.where(~jnp.isfinite(grad_norm), 3, 0)))
+    reason = jnp.where(
+      n_tokens == 0, 1, jnp.where(~jnp.isfinite(loss), 2, jnp.where(~jnp.isfinite(grad_norm), 3, 0))
+    )
     lr = schedule(opt_lib.optimizer_step_count(state.opt_state))
 
     def apply(operands):
@@ -187,21 +214,35 @@ def make_apply_fn(cfg: TrainConfig, optimizer: optax.GradientTransformation) -> 
 
     # cond, not a where-select: a rejected step never computes the update, and an accepted one
     # does not hold a second copy of params + optimizer state
-    params, opt_state = jax.lax.cond(reason == 0, apply, lambda operands: operands,
-                                     (state.params, state.opt_state))
+    params, opt_state = jax.lax.cond(
+      reason == 0, apply, lambda operands: operands, (state.params, state.opt_state)
+    )
     new_state = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
     denom = jnp.maximum(n_tokens, 1.0)
-    metrics = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "n_loss_tokens": n_tokens,
-               "n_tokens": stats["n_tokens"], "kept_frac": stats["kept"] / denom,
-               "tv_mean": stats["tv"] / denom, "kl_mean": stats["kl"] / denom,
-               "entropy": stats["entropy"] / denom, "skip_reason": reason}
+    metrics = {
+      "loss": loss,
+      "grad_norm": grad_norm,
+      "lr": lr,
+      "n_loss_tokens": n_tokens,
+      "n_tokens": stats["n_tokens"],
+      "kept_frac": stats["kept"] / denom,
+      "tv_mean": stats["tv"] / denom,
+      "kl_mean": stats["kl"] / denom,
+      "entropy": stats["entropy"] / denom,
+      "skip_reason": reason,
+    }
     return new_state, metrics
 
   return apply_fn
 
 
-def make_step_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
-                 optimizer: optax.GradientTransformation, mesh: Optional[Mesh] = None) -> Callable:
+def make_step_fn(
+  model: nn.Module,
+  model_cfg: ModelConfig,
+  cfg: TrainConfig,
+  optimizer: optax.GradientTransformation,
+  mesh: Optional[Mesh] = None,
+) -> Callable:
   """The pure fixed-shape step (state, batch) -> (state, metrics); jit it (Trainer does)."""
   grad_fn = make_grad_fn(model, model_cfg, cfg, mesh)
   apply_fn = make_apply_fn(cfg, optimizer)
@@ -223,8 +264,9 @@ class Trainer:
   timing, MFU, padding and the non-finite policy. `step(state, batch)` donates `state`; use the
   returned one."""
 
-  def __init__(self, model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig,
-               mesh: Optional[Mesh] = None):
+  def __init__(
+    self, model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Optional[Mesh] = None
+  ):
     self.model, self.model_cfg, self.cfg, self.mesh = model, model_cfg, cfg, mesh
     self.optimizer = opt_lib.make_optimizer(cfg.optimizer)
     self._loss_fn = make_loss_fn(model, model_cfg, cfg)
@@ -240,19 +282,26 @@ class Trainer:
       return 1
     return math.prod(self.mesh.shape.get(a, 1) for a in BATCH_AXES)
 
-  def make_batch(self, trajectories: Sequence[batch_lib.Trajectory], seq_len: int, *,
-                 num_rows: Optional[int] = None, pack_rows: bool = True
-                 ) -> Union[batch_lib.TrainBatch, batch_lib.PackedBatch]:
+  def make_batch(
+    self,
+    trajectories: Sequence[batch_lib.Trajectory],
+    seq_len: int,
+    *,
+    num_rows: Optional[int] = None,
+    pack_rows: bool = True,
+  ) -> Union[batch_lib.TrainBatch, batch_lib.PackedBatch]:
     """The step's batch with exactly the fields the loss reads: packed micro-batches when
     `cfg.packing` is on (num_rows / pack_rows are then unused), else one [num_rows, seq_len]
     batch (batch.pack)."""
     fields, k = self.cfg.loss.batch_fields(), self.cfg.loss.top_k
     if self.cfg.packing.enabled:
       buckets = self.cfg.packing.buckets(seq_len, self.batch_shards)
-      return batch_lib.pack_micro_batches(trajectories, buckets, shards=self.batch_shards,
-                                          fields=fields, top_k=k)
-    return batch_lib.pack(trajectories, seq_len, num_rows=num_rows, pack_rows=pack_rows,
-                          fields=fields, top_k=k)
+      return batch_lib.pack_micro_batches(
+        trajectories, buckets, shards=self.batch_shards, fields=fields, top_k=k
+      )
+    return batch_lib.pack(
+      trajectories, seq_len, num_rows=num_rows, pack_rows=pack_rows, fields=fields, top_k=k
+    )
 
   def _replicated(self):
     return None if self.mesh is None else NamedSharding(self.mesh, P())
@@ -277,6 +326,7 @@ class Trainer:
     if self.mesh is None:
       return jax.tree.map(jnp.asarray, local)
     from tmax_jax.train.distributed import global_batch
+
     return global_batch(local, self.mesh)
 
   def _fixed_step(self, state, batch: batch_lib.TrainBatch):
@@ -284,8 +334,9 @@ class Trainer:
       batch = self.to_device(batch)
     b, t = batch.tokens.shape
     if b % self.cfg.micro_batches:
-      raise ValueError(f"global batch of {b} rows is not divisible by micro_batches="
-                       f"{self.cfg.micro_batches}")
+      raise ValueError(
+        f"global batch of {b} rows is not divisible by micro_batches={self.cfg.micro_batches}"
+      )
     if self._step is None:
       self._step = self._jit(self._step_fn, state)
     state, metrics = self._step(state, batch)
@@ -297,8 +348,12 @@ class Trainer:
     the same trajectories (packing is deterministic) and passes its own rows of each
     micro-batch, as for a fixed batch."""
     if self._micro is None:
-      self._micro = jax.jit(lambda acc, params, mb: jax.tree.map(
-          jnp.add, acc, _value_and_grad(self._loss_fn, params, mb)), donate_argnums=(0,))
+      self._micro = jax.jit(
+        lambda acc, params, mb: jax.tree.map(
+          jnp.add, acc, _value_and_grad(self._loss_fn, params, mb)
+        ),
+        donate_argnums=(0,),
+      )
       grads_sharding = None if self.mesh is None else jax.tree.map(lambda x: x.sharding, params)
       out = None if self.mesh is None else (self._replicated(), self._replicated(), grads_sharding)
       self._zeros = jax.jit(functools.partial(_zeros_like_sums, self._loss_fn), out_shardings=out)
@@ -327,8 +382,9 @@ class Trainer:
       dev = self.to_device(batch) if isinstance(batch.tokens, np.ndarray) else batch
       return jax.jit(make_grad_fn(self.model, self.model_cfg, self.cfg, self.mesh))(params, dev)
 
-  def step(self, state: state_lib.TrainState,
-           batch: Union[batch_lib.TrainBatch, batch_lib.PackedBatch]):
+  def step(
+    self, state: state_lib.TrainState, batch: Union[batch_lib.TrainBatch, batch_lib.PackedBatch]
+  ):
     """-> (new state, metrics dict of Python floats). Raises NonFiniteStepError (on_nonfinite
     "raise", with the unchanged state as `.state`) or logs and skips (on_nonfinite "skip")."""
     start = time.perf_counter()
@@ -346,8 +402,9 @@ class Trainer:
     metrics["micro_batches"] = float(n_micro)
     # attention FLOPs grow with the row length: weight each shape by its share of the slots
     flops = sum(flops_per_token(self.model_cfg, t) * b * t for b, t in shapes) / max(slots, 1)
-    metrics["mfu"] = (flops * metrics["n_tokens"] / elapsed
-                      / (self.cfg.peak_flops_per_device * jax.device_count()))
+    metrics["mfu"] = (
+      flops * metrics["n_tokens"] / elapsed / (self.cfg.peak_flops_per_device * jax.device_count())
+    )
     reason = int(metrics.pop("skip_reason"))
     metrics["skipped"] = float(reason != 0)
     if reason:

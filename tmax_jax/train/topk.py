@@ -7,8 +7,15 @@ import jax.numpy as jnp
 from tmax_jax.models.logprobs import full_logits
 
 
-def topk_logprobs(hidden: jax.Array, head_w: jax.Array, ids: jax.Array, *, chunk_size: int,
-                  head_dtype=jnp.float32, temperature: float = 1.0) -> jax.Array:
+def topk_logprobs(
+  hidden: jax.Array,
+  head_w: jax.Array,
+  ids: jax.Array,
+  *,
+  chunk_size: int,
+  head_dtype=jnp.float32,
+  temperature: float = 1.0,
+) -> jax.Array:
   """hidden [B,T,D], head_w [D,V], ids [B,T,K] int -> log pi(ids) [B,T,K] float32."""
   b, t, d = hidden.shape
   k = ids.shape[-1]

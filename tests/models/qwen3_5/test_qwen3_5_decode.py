@@ -1,5 +1,5 @@
-"""Qwen3.5 decode state and packing: right-padded prefill + 32 single-token decode steps reproduce the
-full forward; a packed row of two segments equals the two sequences run separately."""
+"""Qwen3.5 decode state and packing: right-padded prefill + 32 single-token decode steps reproduce
+the full forward; a packed row of two segments equals the two sequences run separately."""
 
 import functools
 
@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 import qwen3_5_ref as ref_lib
+
 from tmax_jax.models import build_model, from_hf_config, full_logits, head_weight, init_params
 
 TOL = 1e-4
@@ -38,8 +38,9 @@ def _step_fn(cfg):
   return model, step
 
 
-@pytest.mark.parametrize("scan_layers,prefill_splits", [
-  (True, 1), pytest.param(False, 2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+  "scan_layers,prefill_splits", [(True, 1), pytest.param(False, 2, marks=pytest.mark.slow)]
+)
 def test_prefill_then_decode_matches_full_forward(scan_layers, prefill_splits):
   cfg, params = _model(scan_layers)
   model, step = _step_fn(cfg)
@@ -74,8 +75,13 @@ def test_cache_layout_has_leading_layer_axis():
   fam = cfg.family_config
   lin, full = cache["layer_0"], cache["layer_1"]  # period (linear, full) scanned twice
   assert lin["conv"].shape == (2, 2, fam.linear_conv_kernel_dim - 1, fam.conv_dim)
-  assert lin["recurrent"].shape == (2, 2, fam.linear_num_value_heads, fam.linear_key_head_dim,
-                                    fam.linear_value_head_dim)
+  assert lin["recurrent"].shape == (
+    2,
+    2,
+    fam.linear_num_value_heads,
+    fam.linear_key_head_dim,
+    fam.linear_value_head_dim,
+  )
   assert lin["recurrent"].dtype == jnp.float32
   assert full["k"].shape == (2, 2, 16, cfg.num_key_value_heads, cfg.head_dim)
 
@@ -88,11 +94,11 @@ def test_packed_row_equals_separate_sequences(scan_layers):
   seq_a = rng.integers(0, cfg.vocab_size, len_a).astype(np.int32)
   seq_b = rng.integers(0, cfg.vocab_size, len_b).astype(np.int32)
   packed = np.zeros((1, width), np.int32)
-  packed[0, :len_a + len_b] = np.concatenate([seq_a, seq_b])
+  packed[0, : len_a + len_b] = np.concatenate([seq_a, seq_b])
   seg = np.zeros((1, width), np.int32)
-  seg[0, :len_a], seg[0, len_a:len_a + len_b] = 1, 2
+  seg[0, :len_a], seg[0, len_a : len_a + len_b] = 1, 2
   pos = np.zeros((1, width), np.int32)
-  pos[0, :len_a], pos[0, len_a:len_a + len_b] = np.arange(len_a), np.arange(len_b)
+  pos[0, :len_a], pos[0, len_a : len_a + len_b] = np.arange(len_a), np.arange(len_b)
   packed_logits = ref_lib.our_logits(cfg, params, packed, pos, seg)[0]
 
   sep = np.zeros((2, len_b), np.int32)
@@ -102,4 +108,4 @@ def test_packed_row_equals_separate_sequences(scan_layers):
   sep_pos = np.broadcast_to(np.arange(len_b), (2, len_b)).astype(np.int32)
   sep_logits = ref_lib.our_logits(cfg, params, sep, sep_pos, sep_seg)
   assert ref_lib.rel_err(packed_logits[:len_a], sep_logits[0, :len_a]) <= TOL
-  assert ref_lib.rel_err(packed_logits[len_a:len_a + len_b], sep_logits[1]) <= TOL
+  assert ref_lib.rel_err(packed_logits[len_a : len_a + len_b], sep_logits[1]) <= TOL

@@ -1,23 +1,33 @@
-"""Qwen3.5 pieces: the Gated DeltaNet layer against transformers' module with the same weights (fp32,
-padded batch, prefill + decode through its cache), config parsing errors, preset parameter counts
-(eval_shape vs transformers on the meta device), and the sharded forward on 8 fake CPU devices."""
+"""Qwen3.5 pieces: the Gated DeltaNet layer against transformers' module with the same weights
+(fp32, padded batch, prefill + decode through its cache), config parsing errors, preset parameter
+counts (eval_shape vs transformers on the meta device), and the sharded forward on 8 fake CPU
+devices."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import qwen3_5_ref as ref_lib
 import torch
 import transformers
 from jax.sharding import PartitionSpec as P
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf_mod
 
-import qwen3_5_ref as ref_lib
 from tmax_jax import sharding
-from tmax_jax.models import (UnsupportedConfigError, abstract_params, build_model, count_params,
-                             from_hf_config, full_logits, head_weight, init_params, registry)
+from tmax_jax.models import (
+  UnsupportedConfigError,
+  abstract_params,
+  build_model,
+  count_params,
+  from_hf_config,
+  full_logits,
+  head_weight,
+  init_params,
+  registry,
+)
 from tmax_jax.models.qwen3_5 import to_hf
-from tmax_jax.models.qwen3_5.presets import PRESETS
 from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet, init_state
+from tmax_jax.models.qwen3_5.presets import PRESETS
 
 TOL_MODULE = 1e-5
 
@@ -34,20 +44,27 @@ def _torch_gdn(seed=0):
 def _our_params(module, cfg):
   """HF state dict -> our GatedDeltaNet params (layouts as in weights.py)."""
   sd = {k: v.detach().numpy() for k, v in module.state_dict().items()}
-  linear = lambda name: sd[f"{name}.weight"].T
+
+  def linear(name):
+    return sd[f"{name}.weight"].T
+
   return {
     "in_proj_qkv": {"kernel": linear("in_proj_qkv")},
     "in_proj_z": {"kernel": linear("in_proj_z")},
-    "in_proj_b": {"kernel": linear("in_proj_b")}, "in_proj_a": {"kernel": linear("in_proj_a")},
-    "conv1d": {"kernel": sd["conv1d.weight"]}, "dt_bias": sd["dt_bias"], "A_log": sd["A_log"],
+    "in_proj_b": {"kernel": linear("in_proj_b")},
+    "in_proj_a": {"kernel": linear("in_proj_a")},
+    "conv1d": {"kernel": sd["conv1d.weight"]},
+    "dt_bias": sd["dt_bias"],
+    "A_log": sd["A_log"],
     "norm": {"scale": sd["norm.weight"]},
     "out_proj": {"kernel": linear("out_proj")},
   }
 
 
 def _tiny_cfg(chunk_size=4, **overrides):
-  return ref_lib.with_chunk_size(from_hf_config(ref_lib.text_config().to_dict(), **overrides),
-                                 chunk_size)
+  return ref_lib.with_chunk_size(
+    from_hf_config(ref_lib.text_config().to_dict(), **overrides), chunk_size
+  )
 
 
 def test_gated_deltanet_matches_transformers_module():
@@ -76,8 +93,9 @@ def test_gated_deltanet_matches_transformers_module():
   for key in ("conv", "recurrent"):
     np.testing.assert_array_equal(np.asarray(same[key]), np.asarray(state[key]), err_msg=key)
   for t in range(11, x.shape[1]):
-    got, state = ours.apply({"params": params}, x[:, t:t + 1], pos[:, t:t + 1], full[:, t:t + 1],
-                            state)
+    got, state = ours.apply(
+      {"params": params}, x[:, t : t + 1], pos[:, t : t + 1], full[:, t : t + 1], state
+    )
     outs.append(np.asarray(got))
   assert ref_lib.rel_err(np.concatenate(outs, axis=1), ref_full) <= TOL_MODULE
 
@@ -112,11 +130,18 @@ def test_preset_param_counts_match_transformers(name):
 def test_9b_and_27b_presets_equal_the_public_shapes():
   """HF's Qwen3_5TextConfig defaults are the 9B text model; 27B differs in five fields."""
   assert count_params(abstract_params(registry.preset("qwen3.5-9b"))) == _meta_param_count(
-    transformers.Qwen3_5TextConfig())
-  big = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
-             num_attention_heads=24, linear_num_value_heads=48)
+    transformers.Qwen3_5TextConfig()
+  )
+  big = dict(
+    hidden_size=5120,
+    intermediate_size=17408,
+    num_hidden_layers=64,
+    num_attention_heads=24,
+    linear_num_value_heads=48,
+  )
   assert count_params(abstract_params(registry.preset("qwen3.5-27b"))) == _meta_param_count(
-    transformers.Qwen3_5TextConfig(**big))
+    transformers.Qwen3_5TextConfig(**big)
+  )
 
 
 def _forward(cfg, params, tokens, positions, segments):
@@ -143,7 +168,8 @@ def test_sharded_forward_matches_single_device():
   with sharding.use_mesh(mesh, cfg.logical_axis_rules):
     sharded = jax.jit(_forward, static_argnums=0)(cfg, params, *inputs)
   single = jax.jit(_forward, static_argnums=0)(
-    cfg, jax.device_put(params, jax.devices()[0]), tokens, positions, segments)
+    cfg, jax.device_put(params, jax.devices()[0]), tokens, positions, segments
+  )
   np.testing.assert_allclose(np.asarray(sharded), np.asarray(single), atol=1e-5, rtol=1e-5)
 
 

@@ -6,9 +6,9 @@ import logging
 
 import numpy as np
 import pytest
+import qwen3_5_ref as ref_lib
 import transformers
 
-import qwen3_5_ref as ref_lib
 from tmax_jax.models import hf_io
 from tmax_jax.models.qwen3_5 import load_pretrained
 
@@ -19,8 +19,11 @@ def _assert_export_round_trip(params, cfg, ref_logits, batch, out_dir):
   hf_io.save_pretrained(out_dir, params, cfg)
   config = json.loads((out_dir / "config.json").read_text())
   assert config["architectures"] == ["Qwen3_5ForCausalLM"] and "vision_config" not in config
-  reloaded = transformers.AutoModelForCausalLM.from_pretrained(
-    out_dir, attn_implementation="eager").float().eval()
+  reloaded = (
+    transformers.AutoModelForCausalLM.from_pretrained(out_dir, attn_implementation="eager")
+    .float()
+    .eval()
+  )
   assert type(reloaded) is transformers.Qwen3_5ForCausalLM
   again = ref_lib.torch_logits(reloaded, *batch)
   assert ref_lib.rel_err(again, ref_logits, batch[2]) <= TOL
@@ -66,8 +69,9 @@ def test_conditional_generation_text_path(tmp_path, caplog):
 
 def test_tied_embeddings_and_default_layer_types(tmp_path):
   """No layer_types in config.json -> HF's full_attention_interval default; tied head."""
-  ref_model = ref_lib.causal_lm(seed=3, tie_word_embeddings=True, layer_types=None,
-                                full_attention_interval=2)
+  ref_model = ref_lib.causal_lm(
+    seed=3, tie_word_embeddings=True, layer_types=None, full_attention_interval=2
+  )
   ref_model.save_pretrained(tmp_path / "hf")
   raw = json.loads((tmp_path / "hf" / "config.json").read_text())
   raw.pop("layer_types")
@@ -87,4 +91,3 @@ def test_missing_tensor_is_named(tmp_path):
   ref_model.save_pretrained(tmp_path / "hf", state_dict=sd)
   with pytest.raises(hf_io.CheckpointError, match=r"model\.layers\.2\.linear_attn\.A_log"):
     load_pretrained(tmp_path / "hf")
-

@@ -48,11 +48,28 @@ results.json schema (schema_version 1):
 
 from tmax_jax.loop.evaluate.config import POLICIES, EvalConfig
 from tmax_jax.loop.evaluate.plots import plot_categories
-from tmax_jax.loop.evaluate.report import (SCHEMA_VERSION, aggregate, category_table, mean_stderr,
-                                           summary_text)
+from tmax_jax.loop.evaluate.report import (
+  SCHEMA_VERSION,
+  aggregate,
+  category_table,
+  mean_stderr,
+  summary_text,
+)
 from tmax_jax.loop.evaluate.run import evaluate
 from tmax_jax.loop.evaluate.trials import UNCATEGORIZED, category, run_trials, trial_record
 
-__all__ = ["POLICIES", "SCHEMA_VERSION", "UNCATEGORIZED", "EvalConfig", "aggregate", "category",
-           "category_table", "evaluate", "mean_stderr", "plot_categories", "run_trials",
-           "summary_text", "trial_record"]
+__all__ = [
+  "POLICIES",
+  "SCHEMA_VERSION",
+  "UNCATEGORIZED",
+  "EvalConfig",
+  "aggregate",
+  "category",
+  "category_table",
+  "evaluate",
+  "mean_stderr",
+  "plot_categories",
+  "run_trials",
+  "summary_text",
+  "trial_record",
+]

@@ -46,19 +46,30 @@ class EvalConfig:
     if self.policy not in POLICIES:
       raise ValueError(f"EvalConfig.policy={self.policy!r}; expected one of {POLICIES}")
     if self.harness not in harnesses.names():
-      raise ValueError(f"EvalConfig.harness={self.harness!r}; expected one of "
-                       f"{harnesses.names()}")
+      raise ValueError(f"EvalConfig.harness={self.harness!r}; expected one of {harnesses.names()}")
     if self.runs_per_task < 1 or self.parallelism < 1:
-      raise ValueError(f"EvalConfig.runs_per_task={self.runs_per_task} and parallelism="
-                       f"{self.parallelism} must both be >= 1")
-    if self.policy == "server" and not self.address and not (self.model.checkpoint or
-                                                             self.model.preset):
-      raise ValueError("EvalConfig: policy=server needs `address` (a running server) or "
-                       "`model.checkpoint` / `model.preset` to serve")
+      raise ValueError(
+        f"EvalConfig.runs_per_task={self.runs_per_task} and parallelism="
+        f"{self.parallelism} must both be >= 1"
+      )
+    if (
+      self.policy == "server"
+      and not self.address
+      and not (self.model.checkpoint or self.model.preset)
+    ):
+      raise ValueError(
+        "EvalConfig: policy=server needs `address` (a running server) or "
+        "`model.checkpoint` / `model.preset` to serve"
+      )
     object.__setattr__(self, "episode", dataclasses.replace(self.episode, harness=self.harness))
 
   def worker_config(self) -> WorkerConfig:
     """The episode worker's settings: `parallelism` episode threads, the sampling fields."""
-    return WorkerConfig(max_parallel_episodes=self.parallelism, temperature=self.temperature,
-                        top_p=self.top_p, top_k=self.top_k, seed=self.seed,
-                        request_timeout_s=self.request_timeout_s)
+    return WorkerConfig(
+      max_parallel_episodes=self.parallelism,
+      temperature=self.temperature,
+      top_p=self.top_p,
+      top_k=self.top_k,
+      seed=self.seed,
+      request_timeout_s=self.request_timeout_s,
+    )

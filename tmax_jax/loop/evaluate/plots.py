@@ -9,17 +9,22 @@ import pathlib
 def plot_categories(summary: dict, path: pathlib.Path, title: str) -> None:
   """PNG bar chart: pass@1 per category and overall, stderr error bars (written atomically)."""
   import matplotlib  # pylint: disable=import-outside-toplevel
+
   matplotlib.use("Agg")
   from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+
   cats = list(summary["categories"])
   names = cats + ["all"]
   means = [summary["categories"][c]["pass@1"] for c in cats] + [
-      summary["aggregate"]["pass@1"]["mean"]]
+    summary["aggregate"]["pass@1"]["mean"]
+  ]
   errs = [summary["categories"][c]["stderr"] for c in cats] + [
-      summary["aggregate"]["pass@1"]["stderr"]]
+    summary["aggregate"]["pass@1"]["stderr"]
+  ]
   fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 2), 4.0))
-  ax.bar(range(len(names)), means, yerr=errs, capsize=4,
-         color=["tab:blue"] * len(cats) + ["tab:gray"])
+  ax.bar(
+    range(len(names)), means, yerr=errs, capsize=4, color=["tab:blue"] * len(cats) + ["tab:gray"]
+  )
   ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
   ax.set_ylim(0, 1.05)
   ax.set_ylabel("pass@1 (mean ± stderr over tasks)")

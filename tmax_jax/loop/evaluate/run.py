@@ -16,20 +16,23 @@ from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.loop.evaluate.trials import run_trials
 from tmax_jax.tasks import loader
 
+
 def _start_server(cfg: EvalConfig):
   """Serves cfg.model (a checkpoint, or a preset at random init) in process on 127.0.0.1."""
   from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
-  return common.serve_policy(cfg.model, cfg.episode.family, cfg.serving,
-                             stop_token_ids(cfg.episode))
+
+  return common.serve_policy(
+    cfg.model, cfg.episode.family, cfg.serving, stop_token_ids(cfg.episode)
+  )
 
 
 async def _records(cfg: EvalConfig, tasks, tokenizer, address: str, jsonl: pathlib.Path):
   """The trial records of the configured policy (a client on this loop for policy=server)."""
   if cfg.policy == "server":
     from tmax_jax.inference.client import RolloutClient  # pylint: disable=import-outside-toplevel
+
     async with RolloutClient(address) as client:
-      worker = EpisodeWorker.served(client, tokenizer, cfg.episode, cfg.runner,
-                                    cfg.worker_config())
+      worker = EpisodeWorker.served(client, tokenizer, cfg.episode, cfg.runner, cfg.worker_config())
       try:
         return await run_trials(tasks, worker, cfg, jsonl)
       finally:
@@ -49,14 +52,16 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
   tokenizer: defaults to load_tokenizer(cfg.episode.family).
   """
   if not cfg.tasks_dir or not cfg.output_dir:
-    raise ValueError(f"EvalConfig.tasks_dir={cfg.tasks_dir!r} and output_dir={cfg.output_dir!r}: "
-                     "both must be set")
+    raise ValueError(
+      f"EvalConfig.tasks_dir={cfg.tasks_dir!r} and output_dir={cfg.output_dir!r}: both must be set"
+    )
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   started, t0 = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
   tasks = loader.load_tasks(cfg.tasks_dir, out / "converted", cfg.max_tasks)
   if tokenizer is None:
     from tmax_jax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
+
     tokenizer = load_tokenizer(cfg.episode.family)
   server = _start_server(cfg) if cfg.policy == "server" and not cfg.address else None
   try:
@@ -66,14 +71,21 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
     if server is not None:
       server.stop()
   summary = report.aggregate(records, cfg)
-  results = {"schema_version": report.SCHEMA_VERSION, "config": report.config_dict(cfg),
-             "started_at": started.isoformat(),
-             "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-             "wall_time_s": round(time.monotonic() - t0, 3), **summary, "trials": records}
+  results = {
+    "schema_version": report.SCHEMA_VERSION,
+    "config": report.config_dict(cfg),
+    "started_at": started.isoformat(),
+    "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    "wall_time_s": round(time.monotonic() - t0, 3),
+    **summary,
+    "trials": records,
+  }
   (out / "categories.txt").write_text(report.category_table(summary))
   if cfg.plot:
-    plots.plot_categories(summary, out / "pass_at_1.png",
-                          f"{cfg.policy} / {cfg.harness}: pass@1 by category "
-                          f"(k={cfg.runs_per_task})")
+    plots.plot_categories(
+      summary,
+      out / "pass_at_1.png",
+      f"{cfg.policy} / {cfg.harness}: pass@1 by category (k={cfg.runs_per_task})",
+    )
   json_io.write_json_atomic(out / "results.json", results)
   return results

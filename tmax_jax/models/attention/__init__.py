@@ -39,9 +39,18 @@ def resolve(impl: str, dtype=jnp.float32, platform: str | None = None) -> str:
   return "blockwise"
 
 
-def self_attention(q, k, v, positions, segment_ids, *, impl: str = "auto",
-                   q_chunk: int | None = None, kv_chunk: int | None = None,
-                   scale: float | None = None) -> jax.Array:
+def self_attention(
+  q,
+  k,
+  v,
+  positions,
+  segment_ids,
+  *,
+  impl: str = "auto",
+  q_chunk: int | None = None,
+  kv_chunk: int | None = None,
+  scale: float | None = None,
+) -> jax.Array:
   """Causal self-attention of packed rows (the training / prefill-without-cache path).
 
   q [B,T,N,H], k/v [B,T,K,H], positions/segment_ids [B,T] int32 (segment 0 = padding)
@@ -53,18 +62,40 @@ def self_attention(q, k, v, positions, segment_ids, *, impl: str = "auto",
     mask = attention_mask(positions, segment_ids, positions, segment_ids)
     return dot_product_attention(q, k, v, mask, scale=scale, q_chunk=q_chunk)
   if cp.splits(q.shape[1]):
-    return ring.attention(q, k, v, positions, segment_ids, scale=scale, block_q=q_chunk,
-                          block_k=kv_chunk)
+    return ring.attention(
+      q, k, v, positions, segment_ids, scale=scale, block_q=q_chunk, block_k=kv_chunk
+    )
   if impl == "blockwise":
-    return blockwise.attention(q, k, v, positions, segment_ids, positions, segment_ids,
-                               scale=scale, block_q=q_chunk, block_k=kv_chunk)
+    return blockwise.attention(
+      q,
+      k,
+      v,
+      positions,
+      segment_ids,
+      positions,
+      segment_ids,
+      scale=scale,
+      block_q=q_chunk,
+      block_k=kv_chunk,
+    )
   if impl == "cudnn":
     from tmax_jax.models.attention import cudnn  # pylint: disable=import-outside-toplevel
-    return cudnn.attention(q, k, v, positions, segment_ids, scale=scale, block_q=q_chunk,
-                           block_k=kv_chunk)
+
+    return cudnn.attention(
+      q, k, v, positions, segment_ids, scale=scale, block_q=q_chunk, block_k=kv_chunk
+    )
   from tmax_jax.models.attention import splash  # pylint: disable=import-outside-toplevel
+
   return splash.attention(q, k, v, segment_ids, scale=scale, block=q_chunk)
 
 
-__all__ = ["IMPLS", "attention_mask", "blockwise", "dot_product_attention", "reference", "resolve",
-           "ring", "self_attention"]
+__all__ = [
+  "IMPLS",
+  "attention_mask",
+  "blockwise",
+  "dot_product_attention",
+  "reference",
+  "resolve",
+  "ring",
+  "self_attention",
+]

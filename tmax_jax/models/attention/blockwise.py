@@ -83,8 +83,9 @@ def _grouped_blocks(x, kh: int, block: int):
   return _blocks(x.reshape(b, t, kh, n // kh, *x.shape[3:]), block)
 
 
-def attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float, block_q: int,
-                 block_k: int, causal: bool) -> tuple[jax.Array, jax.Array]:
+def attend_tiles(
+  q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float, block_q: int, block_k: int, causal: bool
+) -> tuple[jax.Array, jax.Array]:
   """Forward tile loop on padded inputs: one scan over `tile_pairs`, online softmax per block.
 
   q [B,T,N,H], k/v [B,S,K,H], positions/segments [B,T] / [B,S] with T, S multiples of the blocks
@@ -126,9 +127,23 @@ def attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float, block_q: 
   return _unblocks(out).reshape(b, t, n, h), _unblocks(lse).reshape(b, t, n)
 
 
-def attend_tiles_bwd(q, k, v, q_pos, q_seg, k_pos, k_seg, lse, delta, dout, *, scale: float,
-                     block_q: int, block_k: int,
-                     causal: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+def attend_tiles_bwd(
+  q,
+  k,
+  v,
+  q_pos,
+  q_seg,
+  k_pos,
+  k_seg,
+  lse,
+  delta,
+  dout,
+  *,
+  scale: float,
+  block_q: int,
+  block_k: int,
+  causal: bool,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Backward tile loop: the gradient contributions of keys k/v to queries q.
 
   lse, delta [B,T,N] are the FINAL row log-sum-exp and rowsum(dout * out) (minus the log-sum-exp's
@@ -154,14 +169,17 @@ def attend_tiles_bwd(q, k, v, q_pos, q_seg, k_pos, k_seg, lse, delta, dout, *, s
       dq_i, dk_j, dv_j = grads
       lse_i = jnp.einsum("bqkg->bkgq", lseb[i])[..., None]
       p = jnp.where(mask, jnp.exp(_scores(q_i, k_j, scale) - lse_i), 0.0)  # [B,K,G,Q,C]
-      dv_j = dv_j + jnp.einsum("bkgqc,bqkgh->bckh", p.astype(do_i.dtype), do_i,
-                               preferred_element_type=F32)
+      dv_j = dv_j + jnp.einsum(
+        "bkgqc,bqkgh->bckh", p.astype(do_i.dtype), do_i, preferred_element_type=F32
+      )
       dp = jnp.einsum("bqkgh,bckh->bkgqc", do_i, v_j, preferred_element_type=F32)
       ds = p * (dp - jnp.einsum("bqkg->bkgq", deltab[i])[..., None]) * scale
-      dq_i = dq_i + jnp.einsum("bkgqc,bckh->bqkgh", ds.astype(k_j.dtype), k_j,
-                               preferred_element_type=F32)
-      dk_j = dk_j + jnp.einsum("bkgqc,bqkgh->bckh", ds.astype(q_i.dtype), q_i,
-                               preferred_element_type=F32)
+      dq_i = dq_i + jnp.einsum(
+        "bkgqc,bckh->bqkgh", ds.astype(k_j.dtype), k_j, preferred_element_type=F32
+      )
+      dk_j = dk_j + jnp.einsum(
+        "bkgqc,bqkgh->bckh", ds.astype(q_i.dtype), q_i, preferred_element_type=F32
+      )
       return dq_i, dk_j, dv_j
 
     dq_i, dk_j, dv_j = lax.cond(jnp.any(mask), visit, lambda g: g, (dq[i], dk[j], dv[j]))
@@ -180,23 +198,58 @@ def row_delta(out: jax.Array, dout: jax.Array) -> jax.Array:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
 def _flash(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, block_q, block_k, causal):
-  out, _ = attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, scale=scale, block_q=block_q,
-                        block_k=block_k, causal=causal)
+  out, _ = attend_tiles(
+    q,
+    k,
+    v,
+    q_pos,
+    q_seg,
+    k_pos,
+    k_seg,
+    scale=scale,
+    block_q=block_q,
+    block_k=block_k,
+    causal=causal,
+  )
   return out.astype(q.dtype)
 
 
 def _flash_fwd(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, block_q, block_k, causal):
-  out, lse = attend_tiles(q, k, v, q_pos, q_seg, k_pos, k_seg, scale=scale, block_q=block_q,
-                          block_k=block_k, causal=causal)
+  out, lse = attend_tiles(
+    q,
+    k,
+    v,
+    q_pos,
+    q_seg,
+    k_pos,
+    k_seg,
+    scale=scale,
+    block_q=block_q,
+    block_k=block_k,
+    causal=causal,
+  )
   out = out.astype(q.dtype)
   return out, (q, k, v, q_pos, q_seg, k_pos, k_seg, out, lse)
 
 
 def _flash_bwd(scale, block_q, block_k, causal, res, dout):
   q, k, v, q_pos, q_seg, k_pos, k_seg, out, lse = res
-  dq, dk, dv = attend_tiles_bwd(q, k, v, q_pos, q_seg, k_pos, k_seg, lse, row_delta(out, dout),
-                                dout, scale=scale, block_q=block_q, block_k=block_k,
-                                causal=causal)
+  dq, dk, dv = attend_tiles_bwd(
+    q,
+    k,
+    v,
+    q_pos,
+    q_seg,
+    k_pos,
+    k_seg,
+    lse,
+    row_delta(out, dout),
+    dout,
+    scale=scale,
+    block_q=block_q,
+    block_k=block_k,
+    causal=causal,
+  )
   return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None, None, None
 
 
@@ -206,14 +259,27 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 def block_sizes(t: int, s: int, block_q: int | None, block_k: int | None) -> tuple[int, int]:
   """Tile edges for a [T, S] problem: the configured sizes (DEFAULT_BLOCK when None), never larger
   than the (8-rounded) sequence itself, so short inputs are not padded to a whole default block."""
+
   def fit(block, length):
     return max(1, min(block or DEFAULT_BLOCK, -(-length // 8) * 8))
+
   return fit(block_q, t), fit(block_k, s)
 
 
-def attention(q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float | None = None,
-              block_q: int | None = None, block_k: int | None = None,
-              index_causal: bool = True) -> jax.Array:
+def attention(
+  q,
+  k,
+  v,
+  q_pos,
+  q_seg,
+  k_pos,
+  k_seg,
+  *,
+  scale: float | None = None,
+  block_q: int | None = None,
+  block_k: int | None = None,
+  index_causal: bool = True,
+) -> jax.Array:
   """Causal, segment-masked attention; same contract as reference.dot_product_attention.
 
   q [B,T,N,H], k/v [B,S,K,H] (N a multiple of K: GQA), q_pos/q_seg [B,T], k_pos/k_seg [B,S] int32
@@ -227,6 +293,17 @@ def attention(q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float | None = None
   bq, bk = block_sizes(t, s, block_q, block_k)
   q, q_pos, q_seg = (pad_time(x, bq) for x in (q, q_pos, q_seg))
   k, v, k_pos, k_seg = (pad_time(x, bk) for x in (k, v, k_pos, k_seg))
-  out = _flash(q, k, v, q_pos.astype(jnp.int32), q_seg.astype(jnp.int32),
-               k_pos.astype(jnp.int32), k_seg.astype(jnp.int32), scale, bq, bk, index_causal)
+  out = _flash(
+    q,
+    k,
+    v,
+    q_pos.astype(jnp.int32),
+    q_seg.astype(jnp.int32),
+    k_pos.astype(jnp.int32),
+    k_seg.astype(jnp.int32),
+    scale,
+    bq,
+    bk,
+    index_causal,
+  )
   return out[:, :t]

@@ -43,8 +43,9 @@ def packed_segments(segment_ids: jax.Array, max_segments: int):
   lengths = jnp.where(jnp.arange(max_segments)[None] < count[:, None], lengths, -1)
   start_slot = jnp.where(start, index, max_segments + 1)  # only run starts are written
   t_idx = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-  offsets = jnp.full((b, max_segments + 1), -1, jnp.int32).at[rows, start_slot].set(
-    t_idx, mode="drop")
+  offsets = (
+    jnp.full((b, max_segments + 1), -1, jnp.int32).at[rows, start_slot].set(t_idx, mode="drop")
+  )
   stored = jnp.minimum(count, max_segments)[:, None]
   offsets = jnp.where(jnp.arange(max_segments + 1)[None] < stored, offsets, -1)
   return lengths, offsets, count
@@ -56,26 +57,56 @@ def _cudnn(q, k, v, segment_ids, scale, max_segments):
 
   lengths, offsets, _ = packed_segments(segment_ids, max_segments)
   return fa.dot_product_attention(
-    q, k, v, q_seqlen=lengths, kv_seqlen=lengths, q_offsets=offsets, kv_offsets=offsets,
-    scale=scale, mask_type=fa.MaskType.PADDING_CAUSAL, qkv_layout="BTNH")
+    q,
+    k,
+    v,
+    q_seqlen=lengths,
+    kv_seqlen=lengths,
+    q_offsets=offsets,
+    kv_offsets=offsets,
+    scale=scale,
+    mask_type=fa.MaskType.PADDING_CAUSAL,
+    qkv_layout="BTNH",
+  )
 
 
-def attention(q, k, v, positions, segment_ids, *, scale: float | None = None,
-              max_segments: int = DEFAULT_MAX_SEGMENTS, block_q: int | None = None,
-              block_k: int | None = None) -> jax.Array:
+def attention(
+  q,
+  k,
+  v,
+  positions,
+  segment_ids,
+  *,
+  scale: float | None = None,
+  max_segments: int = DEFAULT_MAX_SEGMENTS,
+  block_q: int | None = None,
+  block_k: int | None = None,
+) -> jax.Array:
   """q [B,T,N,H], k/v [B,T,K,H] (bf16/fp16), positions/segment_ids [B,T] -> [B,T,N,H].
 
   Padding rows come out as 0. block_q / block_k only size the blockwise fallback.
   """
   if q.dtype not in DTYPES:
-    raise ValueError(f"attention_impl='cudnn' needs bfloat16/float16 compute, got {q.dtype}; use "
-                     "'blockwise' (or 'auto') for float32")
+    raise ValueError(
+      f"attention_impl='cudnn' needs bfloat16/float16 compute, got {q.dtype}; use "
+      "'blockwise' (or 'auto') for float32"
+    )
   scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
   _, _, count = packed_segments(segment_ids, max_segments)
 
   def fallback(q, k, v):
-    return blockwise.attention(q, k, v, positions, segment_ids, positions, segment_ids,
-                               scale=scale, block_q=block_q, block_k=block_k)
+    return blockwise.attention(
+      q,
+      k,
+      v,
+      positions,
+      segment_ids,
+      positions,
+      segment_ids,
+      scale=scale,
+      block_q=block_q,
+      block_k=block_k,
+    )
 
   def kernel(q, k, v):
     # cuDNN leaves tokens outside every segment (padding) undefined in out and in dq/dk/dv;

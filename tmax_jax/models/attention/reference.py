@@ -12,8 +12,9 @@ import jax.numpy as jnp
 F32 = jnp.float32
 
 
-def attention_mask(q_pos: jax.Array, q_seg: jax.Array, k_pos: jax.Array,
-                   k_seg: jax.Array) -> jax.Array:
+def attention_mask(
+  q_pos: jax.Array, q_seg: jax.Array, k_pos: jax.Array, k_seg: jax.Array
+) -> jax.Array:
   """-> bool [B,T,S]: query i sees key j iff segments match, are non-zero, and pos_j <= pos_i."""
   same = (q_seg[:, :, None] == k_seg[:, None, :]) & (q_seg[:, :, None] != 0)
   return same & (k_pos[:, None, :] <= q_pos[:, :, None])
@@ -31,8 +32,14 @@ def _attend(q, k, v, mask, scale):
   return out.reshape(b, t, n, h)
 
 
-def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                          scale: float | None = None, q_chunk: int | None = None) -> jax.Array:
+def dot_product_attention(
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  mask: jax.Array,
+  scale: float | None = None,
+  q_chunk: int | None = None,
+) -> jax.Array:
   """q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H]; scores and softmax in fp32 (GQA:
   query head n uses kv head n // (N/K), like HF's repeat_kv). Fully masked rows give finite junk.
 

@@ -39,8 +39,9 @@ def _merge(out, lse, o_s, lse_s):
 
 
 def _forward(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, bq, bk, n):
-  tiles = functools.partial(blockwise.attend_tiles, scale=scale, block_q=bq, block_k=bk,
-                            causal=False)  # a visiting shard may lie before, at or after ours
+  tiles = functools.partial(
+    blockwise.attend_tiles, scale=scale, block_q=bq, block_k=bk, causal=False
+  )  # a visiting shard may lie before, at or after ours
 
   def step(carry, _):
     kv, out, lse = carry  # kv: the visiting shard (k, v, k_pos, k_seg)
@@ -49,8 +50,11 @@ def _forward(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, bq, bk, n):
     return (_ring_shift(kv, n), out, lse), None
 
   b, t, nh, h = q.shape
-  init = ((k, v, k_pos, k_seg), jnp.zeros((b, t, nh, h), F32),
-          jnp.full((b, t, nh), blockwise.EMPTY_LSE, F32))
+  init = (
+    (k, v, k_pos, k_seg),
+    jnp.zeros((b, t, nh, h), F32),
+    jnp.full((b, t, nh), blockwise.EMPTY_LSE, F32),
+  )
   (_, out, lse), _ = lax.scan(step, init, None, length=n)
   return out, lse
 
@@ -69,8 +73,9 @@ def _ring_fwd(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, bq, bk, n):
 def _ring_bwd(scale, bq, bk, n, res, dout):
   q, k, v, q_pos, q_seg, k_pos, k_seg, out, lse = res
   delta = blockwise.row_delta(out, dout)
-  tiles = functools.partial(blockwise.attend_tiles_bwd, scale=scale, block_q=bq, block_k=bk,
-                            causal=False)
+  tiles = functools.partial(
+    blockwise.attend_tiles_bwd, scale=scale, block_q=bq, block_k=bk, causal=False
+  )
 
   def step(carry, _):
     travelling, dq = carry  # the visiting shard: (k, v, k_pos, k_seg, dk, dv)
@@ -88,8 +93,17 @@ def _ring_bwd(scale, bq, bk, n, res, dout):
 _ring.defvjp(_ring_fwd, _ring_bwd)
 
 
-def attention(q, k, v, positions, segment_ids, *, scale: float | None = None,
-              block_q: int | None = None, block_k: int | None = None) -> jax.Array:
+def attention(
+  q,
+  k,
+  v,
+  positions,
+  segment_ids,
+  *,
+  scale: float | None = None,
+  block_q: int | None = None,
+  block_k: int | None = None,
+) -> jax.Array:
   """Causal self-attention of a row split over the `sequence` axis (call under that mesh).
 
   q [B,T,N,H], k/v [B,T,K,H], positions/segment_ids [B,T] (global arrays, T divisible by the axis
@@ -111,4 +125,5 @@ def attention(q, k, v, positions, segment_ids, *, scale: float | None = None,
     return out[:, :local]
 
   return cp.shard_tokens(body, in_specs=(cp.TOKENS,) * 5, out_specs=cp.TOKENS)(
-    q, k, v, positions, segment_ids)
+    q, k, v, positions, segment_ids
+  )

@@ -19,7 +19,8 @@ def parse_hf(hf: dict) -> dict:
   bad = sorted({t for t in layer_types if t != "full_attention"})
   if bad:
     raise config_lib.UnsupportedConfigError(
-      f"unsupported layer_types {bad}; supported: ['full_attention']")
+      f"unsupported layer_types {bad}; supported: ['full_attention']"
+    )
   if hf["model_type"] == "qwen2":  # Qwen2 has q/k/v bias always, no o bias, no q/k norm
     return dict(fields, attention_bias=True, o_proj_bias=False, qk_norm=False)
   bias = bool(hf.get("attention_bias", False))
@@ -37,15 +38,24 @@ def to_hf(cfg: config_lib.ModelConfig) -> dict:
 
 def _check_representable(cfg: config_lib.ModelConfig) -> None:
   """Our config must be expressible by the HF class (the export would be wrong otherwise)."""
-  want = (True, False, False) if cfg.model_type == "qwen2" else (
-    cfg.attention_bias, cfg.attention_bias, True)
+  want = (
+    (True, False, False)
+    if cfg.model_type == "qwen2"
+    else (cfg.attention_bias, cfg.attention_bias, True)
+  )
   want += (False, False)
-  got = (cfg.attention_bias, cfg.o_proj_bias, cfg.qk_norm, cfg.attn_output_gate,
-         cfg.norm_zero_centered)
+  got = (
+    cfg.attention_bias,
+    cfg.o_proj_bias,
+    cfg.qk_norm,
+    cfg.attn_output_gate,
+    cfg.norm_zero_centered,
+  )
   if got != want:
     raise config_lib.UnsupportedConfigError(
       f"{cfg.model_type}: (attention_bias, o_proj_bias, qk_norm, attn_output_gate, "
-      f"norm_zero_centered)={got}; expected {want}")
+      f"norm_zero_centered)={got}; expected {want}"
+    )
 
 
 def _to_hf_checked(cfg):
@@ -53,8 +63,17 @@ def _to_hf_checked(cfg):
   return to_hf(cfg)
 
 
-registry.register(registry.Family(
-  name="qwen", model_types=("qwen2", "qwen3"), model_class=QwenForCausalLM, parse_hf=parse_hf,
-  to_hf=_to_hf_checked, key_map=key_map, presets=PRESETS, tokenizers={"qwen3": QWEN3}))
+registry.register(
+  registry.Family(
+    name="qwen",
+    model_types=("qwen2", "qwen3"),
+    model_class=QwenForCausalLM,
+    parse_hf=parse_hf,
+    to_hf=_to_hf_checked,
+    key_map=key_map,
+    presets=PRESETS,
+    tokenizers={"qwen3": QWEN3},
+  )
+)
 
 __all__ = ["QwenForCausalLM", "key_map", "parse_hf", "qwen2_5", "qwen3", "to_hf"]

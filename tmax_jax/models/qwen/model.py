@@ -22,8 +22,11 @@ class QwenForCausalLM(decoder.CausalLM):
   def init_cache(self, batch: int, max_len: int) -> Cache:
     """-> {k, v: [L,B,S,K,H] compute dtype, segment_ids: [L,B,S] int32}, all empty."""
     cfg = self.config
-    return self.stacked_cache(lambda _: layers.init_kv_cache(
-      batch, max_len, cfg.num_key_value_heads, cfg.head_dim, cfg.dtypes.compute))
+    return self.stacked_cache(
+      lambda _: layers.init_kv_cache(
+        batch, max_len, cfg.num_key_value_heads, cfg.head_dim, cfg.dtypes.compute
+      )
+    )
 
   def cache_logical_axes(self) -> dict[str, PartitionSpec]:
     """Logical axis names of `init_cache`'s leaves (map with sharding.logical_to_sharding)."""

@@ -9,7 +9,10 @@ from typing import Any
 from tmax_jax.models import hf_io
 
 log = logging.getLogger(__name__)
-_NOT_PORTED = ("model.visual.", "mtp.")  # canonical keys (hf_io maps model.language_model. -> model.)
+_NOT_PORTED = (
+  "model.visual.",
+  "mtp.",
+)  # canonical keys (hf_io maps model.language_model. -> model.)
 
 
 def skipped_tensors(ckpt_dir: str | pathlib.Path) -> dict[str, int]:

@@ -1,13 +1,14 @@
 """Qwen3.5's Gated DeltaNet token mixer (transformers' `Qwen3_5GatedDeltaNet`), with decode state.
 
-x -> in_proj_qkv -> causal depthwise conv (kernel Kc) + silu -> q, k, v;  in_proj_z -> output gate z;
-in_proj_b -> beta = sigmoid(b);  in_proj_a -> g = -exp(A_log) * softplus(a + dt_bias);
+x -> in_proj_qkv -> causal depthwise conv (kernel Kc) + silu -> q, k, v;  in_proj_z -> output gate
+z; in_proj_b -> beta = sigmoid(b);  in_proj_a -> g = -exp(A_log) * softplus(a + dt_bias);
 gated delta rule (gated_delta.py) -> RMSNorm(out, gate=z) per value head -> out_proj.
 
-Segments and padding (segment_ids 0): padded tokens' inputs are zeroed (as HF does with its 2-D mask)
-and they get g = beta = 0, so they leave the state untouched; a token starts a new state (conv window
-and recurrent state) when its segment id differs from the previous token's or its position is 0.
-Decode state per layer: `conv` [B,Kc-1,C] (the last Kc-1 conv inputs of the row's live segment) and
+Segments and padding (segment_ids 0): padded tokens' inputs are zeroed (as HF does with its 2-D
+mask) and they get g = beta = 0, so they leave the state untouched; a token starts a new state (conv
+window and recurrent state) when its segment id differs from the previous token's or its position is
+0. Decode state per layer: `conv` [B,Kc-1,C] (the last Kc-1 conv inputs of the row's live segment)
+   and
 `recurrent` [B,N,Hk,Hv] fp32. Shapes: C conv channels (2*K*Hk + N*Hv), K key heads, N value heads.
 """
 
@@ -50,8 +51,9 @@ def _segment_starts(reset: jax.Array) -> jax.Array:
   return jax.lax.cummax(jnp.where(reset, idx, _NO_RESET), axis=1)
 
 
-def causal_conv(x: jax.Array, kernel: jax.Array, state: jax.Array, reset: jax.Array,
-                live: jax.Array) -> tuple[jax.Array, jax.Array]:
+def causal_conv(
+  x: jax.Array, kernel: jax.Array, state: jax.Array, reset: jax.Array, live: jax.Array
+) -> tuple[jax.Array, jax.Array]:
   """Segment-aware causal depthwise conv + silu, continuing from `state`.
 
   x [B,T,C], kernel [C,1,Kc] (HF layout), state [B,Kc-1,C], reset/live [B,T] ->
@@ -65,7 +67,7 @@ def causal_conv(x: jax.Array, kernel: jax.Array, state: jax.Array, reset: jax.Ar
   starts = _segment_starts(reset)  # [B,T]
   out = jnp.zeros((b, t, c), F32)
   for d in range(kc):  # d tokens back
-    src = xcat[:, kc - 1 - d:kc - 1 - d + t].astype(F32)  # token t-d
+    src = xcat[:, kc - 1 - d : kc - 1 - d + t].astype(F32)  # token t-d
     ok = (jnp.arange(t) - d >= starts)[..., None]
     out = out + jnp.where(ok, src, 0.0) * w[:, kc - 1 - d]
   y = jax.nn.silu(out).astype(x.dtype)
@@ -84,13 +86,15 @@ def init_state(spec: Qwen3_5Config, batch: int, dtype) -> dict[str, jax.Array]:
   """Empty decode state of one layer: conv [B,Kc-1,C] in `dtype`, recurrent [B,N,Hk,Hv] fp32."""
   return {
     "conv": jnp.zeros((batch, spec.linear_conv_kernel_dim - 1, spec.conv_dim), dtype),
-    "recurrent": jnp.zeros((batch, spec.linear_num_value_heads, spec.linear_key_head_dim,
-                            spec.linear_value_head_dim), F32),
+    "recurrent": jnp.zeros(
+      (batch, spec.linear_num_value_heads, spec.linear_key_head_dim, spec.linear_value_head_dim),
+      F32,
+    ),
   }
 
 
 class ConvKernel(nn.Module):
-  """Holds the depthwise conv kernel [C,1,Kc] (HF's Conv1d weight layout, so the key map is a copy)."""
+  """Holds the depthwise conv kernel [C,1,Kc] (HF's Conv1d weight layout: the key map copies it)."""
 
   shape: tuple[int, int, int]
   param_dtype: jnp.dtype = F32
@@ -98,8 +102,9 @@ class ConvKernel(nn.Module):
   @nn.compact
   def __call__(self) -> jax.Array:
     init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(1, 2), out_axis=0)
-    return self.param("kernel", param_init(init, ("heads", None, None)), self.shape,
-                      self.param_dtype)
+    return self.param(
+      "kernel", param_init(init, ("heads", None, None)), self.shape, self.param_dtype
+    )
 
 
 class GatedDeltaNet(nn.Module):
@@ -128,10 +133,12 @@ class GatedDeltaNet(nn.Module):
     z = self._dense("in_proj_z", n * hv, ("embed", "heads"))(x).reshape(b, t, n, hv)  # [B,T,N,Hv]
     beta_logit = self._dense("in_proj_b", n, ("embed", "heads"))(x)  # [B,T,N]
     a = self._dense("in_proj_a", n, ("embed", "heads"))(x)  # [B,T,N]
-    kernel = ConvKernel((sp.conv_dim, 1, sp.linear_conv_kernel_dim), self.param_dtype,
-                        name="conv1d")()
-    dt_bias = self.param("dt_bias", param_init(nn.initializers.ones, ("heads",)), (n,),
-                         self.param_dtype)
+    kernel = ConvKernel(
+      (sp.conv_dim, 1, sp.linear_conv_kernel_dim), self.param_dtype, name="conv1d"
+    )()
+    dt_bias = self.param(
+      "dt_bias", param_init(nn.initializers.ones, ("heads",)), (n,), self.param_dtype
+    )
     a_log = self.param("A_log", param_init(_a_log_init, ("heads",)), (n,), self.param_dtype)
     state = init_state(sp, b, self.dtype) if cache is None else cache
     qkv, conv_state = causal_conv(qkv, kernel, state["conv"], reset, live)
@@ -144,15 +151,18 @@ class GatedDeltaNet(nn.Module):
     g = jnp.where(live[..., None], g, 0.0)  # [B,T,N]
     init = None if cache is None else state["recurrent"]
     if t == 1 and cache is not None:
-      out, rec = gated_delta.recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=init,
-                                                        reset=reset)
+      out, rec = gated_delta.recurrent_gated_delta_rule(
+        q, k, v, g, beta, initial_state=init, reset=reset
+      )
     else:
-      out, rec = gated_delta.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=sp.chunk_size,
-                                                    initial_state=init, reset=reset)
+      out, rec = gated_delta.chunk_gated_delta_rule(
+        q, k, v, g, beta, chunk_size=sp.chunk_size, initial_state=init, reset=reset
+      )
     out = constrain(out, ("batch", "length", "heads", "head_dim"))  # [B,T,N,Hv]
     # HF's Qwen3_5RMSNormGated: plain scale (init 1) per value head dim, then * silu(z).
     out = RMSNorm(self.norm_eps, False, self.dtype, self.param_dtype, "head_dim", name="norm")(
-      out, gate=z)
+      out, gate=z
+    )
     y = self._dense("out_proj", x.shape[-1], ("heads", "embed"))(out.reshape(b, t, n * hv))
     new_cache = None if cache is None else {"conv": conv_state, "recurrent": rec}
     return checkpoint_name(y, "attn_out"), new_cache  # same remat name as layers.Attention

@@ -29,8 +29,9 @@ class DecoderLayer(decoder.DecoderLayer):
     if self.layer_type != LINEAR:
       return super().mixer(h, cos, sin, positions, segment_ids, cache)
     cfg = self.config
-    return GatedDeltaNet(family(cfg), cfg.rms_norm_eps, name="linear_attn",
-                         **decoder.dtypes(cfg))(h, positions, segment_ids, cache)
+    return GatedDeltaNet(family(cfg), cfg.rms_norm_eps, name="linear_attn", **decoder.dtypes(cfg))(
+      h, positions, segment_ids, cache
+    )
 
 
 class Qwen3_5Model(decoder.DecoderStack):
@@ -57,8 +58,9 @@ class Qwen3_5ForCausalLM(decoder.CausalLM):
 
     def one_layer(layer_type: str) -> Cache:
       if layer_type == FULL:
-        return layers.init_kv_cache(batch, max_len, cfg.num_key_value_heads, cfg.head_dim,
-                                    cfg.dtypes.compute)
+        return layers.init_kv_cache(
+          batch, max_len, cfg.num_key_value_heads, cfg.head_dim, cfg.dtypes.compute
+        )
       return init_state(family(cfg), batch, cfg.dtypes.compute)
 
     return self.stacked_cache(one_layer)

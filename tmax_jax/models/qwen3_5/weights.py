@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from tmax_jax.models.config import ModelConfig
-from tmax_jax.models.hf_io import KeyRule
 from tmax_jax.models.decoder import layer_period
+from tmax_jax.models.hf_io import KeyRule
 from tmax_jax.models.qwen3_5.config import LINEAR, family
 
 # HF module (under model.layers.{i}.) -> in_axes (0: not a linear weight), hf_ndim, param leaf
@@ -50,9 +50,16 @@ def _param_path(prefix: str, hf_name: str, leaf: str | None) -> str:
 
 def _layer_rules(prefix: str, layer_type: str, layer_ids: tuple[int, ...] | None) -> list[KeyRule]:
   names = {**(_LINEAR_ATTN if layer_type == LINEAR else _FULL_ATTN), **_COMMON}
-  return [KeyRule(f"model.layers.{{i}}.{name}", _param_path(prefix, name, leaf), in_axes=in_axes,
-                  hf_ndim=ndim, layers=layer_ids)
-          for name, (in_axes, ndim, leaf) in names.items()]
+  return [
+    KeyRule(
+      f"model.layers.{{i}}.{name}",
+      _param_path(prefix, name, leaf),
+      in_axes=in_axes,
+      hf_ndim=ndim,
+      layers=layer_ids,
+    )
+    for name, (in_axes, ndim, leaf) in names.items()
+  ]
 
 
 def key_map(cfg: ModelConfig) -> list[KeyRule]:
@@ -69,8 +76,10 @@ def key_map(cfg: ModelConfig) -> list[KeyRule]:
       rules += _layer_rules(f"model/layers/layer_{p}", layer_type, ids)
   else:
     for i, layer_type in enumerate(types):
-      rules += [dataclasses.replace(r, hf=r.hf.replace("{i}", str(i)))
-                for r in _layer_rules(f"model/layers_{i}", layer_type, None)]
+      rules += [
+        dataclasses.replace(r, hf=r.hf.replace("{i}", str(i)))
+        for r in _layer_rules(f"model/layers_{i}", layer_type, None)
+      ]
   if not cfg.tie_word_embeddings:
     rules.append(KeyRule("lm_head.weight", "lm_head/kernel", in_axes=1))
   return rules

@@ -5,9 +5,13 @@ Discipline (BENCHMARKS.md rows are only taken this way):
   * `compare(ours, theirs)` warms both sides up, then runs >= 5 pairs with the order alternated
     (ours-theirs, theirs-ours, ...), so drift of the machine hits both sides alike; the reported
     ratio is the median of the per-pair ratios theirs / ours (> 1: ours faster) with its min/max.
-  * The 1-minute load average is read before and after; `record_row` refuses to append a row when
-    either reading exceeds half the core count (it prints the row marked "not recorded: machine
-    busy"). A ratio taken while tests or other jobs ran is noise, not a measurement.
+  * The machine must be quiet before and stay quiet during the measurement: `record_row` refuses
+    to append a row when the 1-minute load average before the bench, or the CPU the *other*
+    processes used during it (cores busy per /proc/stat minus this process's own CPU time),
+    exceeds half the core count (it prints the row marked "not recorded: machine busy"). The load
+    average after the bench is printed but not judged: a bench that keeps every core busy for a
+    minute raises it to about the core count by itself. A ratio taken while tests or other jobs
+    ran is noise, not a measurement.
 """
 
 from __future__ import annotations
@@ -39,6 +43,22 @@ def load_average() -> float:
   return os.getloadavg()[0]
 
 
+def busy_cpu_seconds() -> float | None:
+  """CPU seconds all processes have used (Linux /proc/stat; None where it does not exist)."""
+  try:
+    with open("/proc/stat", encoding="ascii") as f:
+      fields = [int(x) for x in f.readline().split()[1:]]
+  except OSError:
+    return None
+  idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+  return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+  t = os.times()
+  return t.user + t.system + t.children_user + t.children_system
+
+
 def core_count() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
@@ -51,6 +71,7 @@ class Comparison:
   theirs_s: tuple[float, ...]
   load_before: float
   load_after: float
+  others_cores: float = 0.0  # mean cores the other processes kept busy during the measurement
 
   @property
   def ratios(self) -> tuple[float, ...]:
@@ -70,8 +91,9 @@ class Comparison:
     return statistics.median(self.theirs_s)
 
   @property
-  def max_load(self) -> float:
-    return max(self.load_before, self.load_after)
+  def busy_readings(self) -> tuple[float, ...]:
+    """What the busy-machine guard judges: load before, other processes' cores during."""
+    return (self.load_before, self.others_cores)
 
   def ratio_text(self) -> str:
     """E.g. '1.23x (1.10-1.31x, 5 pairs)'."""
@@ -79,7 +101,9 @@ class Comparison:
     return f"{self.ratio:.2f}x ({min(r):.2f}-{max(r):.2f}x, {len(r)} pairs)"
 
   def load_text(self) -> str:
-    return f"load {self.load_before:.2f} -> {self.load_after:.2f}"
+    return (
+      f"load {self.load_before:.2f} -> {self.load_after:.2f}, others {self.others_cores:.2f} cores"
+    )
 
   def as_dict(self) -> dict:
     return {
@@ -93,6 +117,7 @@ class Comparison:
       "theirs_median_s": self.theirs_median_s,
       "load_before": self.load_before,
       "load_after": self.load_after,
+      "others_cores": self.others_cores,
     }
 
 
@@ -113,6 +138,10 @@ def compare(
   warmup: int = 1,
   load_fn: Callable[[], float] = load_average,
   timed: bool = False,
+  cpu_fns: tuple[Callable[[], float | None], Callable[[], float]] = (
+    busy_cpu_seconds,
+    own_cpu_seconds,
+  ),
 ) -> Comparison:
   """Times `ours()` and `theirs()` side by side: `warmup` calls of each (compilation), then
   `pairs` pairs in alternated order. Each call must block until its result is ready.
@@ -124,6 +153,8 @@ def compare(
     raise ValueError(f"compare: pairs={pairs}; a side-by-side ratio needs >= {MIN_PAIRS} pairs")
   measure = _timer(timed)
   load_before = load_fn()
+  busy_fn, own_fn = cpu_fns
+  busy0, own0, wall0 = busy_fn(), own_fn(), time.perf_counter()
   for _ in range(warmup):
     ours()
     theirs()
@@ -135,7 +166,9 @@ def compare(
     else:
       theirs_s.append(measure(theirs))
       ours_s.append(measure(ours))
-  return Comparison(tuple(ours_s), tuple(theirs_s), load_before, load_fn())
+  busy1, own1, wall = busy_fn(), own_fn(), time.perf_counter() - wall0
+  others = 0.0 if busy0 is None or busy1 is None else max(0.0, busy1 - busy0 - (own1 - own0))
+  return Comparison(tuple(ours_s), tuple(theirs_s), load_before, load_fn(), others / wall)
 
 
 def setup_text() -> str:
@@ -193,13 +226,15 @@ def record_row(
   loads: tuple[float, ...],
   cores: int | None = None,
 ) -> bool:
-  """Prints `row` and appends it to `path` (when given) unless any of the `loads` readings says
-  the machine was busy; then the row is printed marked 'not recorded: machine busy' and nothing
+  """Prints `row` and appends it to `path` (when given) unless any of the `loads` readings (load
+  average before, other processes' cores during: Comparison.busy_readings) says the machine was
+  busy; then the row is printed marked 'not recorded: machine busy' and nothing
   is written. -> whether the row was written."""
   worst = max(loads)
   if machine_busy(worst, cores):
     print(
-      f"{row} not recorded: machine busy (1-min load {worst:.2f} > {(cores or core_count()) / 2:g})"
+      f"{row} not recorded: machine busy (load or other processes' cores {worst:.2f} > "
+      f"{(cores or core_count()) / 2:g})"
     )
     return False
   print(row)
@@ -219,4 +254,4 @@ def record_comparison(
     + " | ".join([utc_now(), *cells, c.ratio_text(), f"{setup_text()}, {c.load_text()}"])
     + " |"
   )
-  return record_row(path, marker, heading, row, loads=(c.load_before, c.load_after))
+  return record_row(path, marker, heading, row, loads=c.busy_readings)

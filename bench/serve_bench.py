@@ -249,7 +249,7 @@ def main(argv=None):
   loads = [
     x
     for d in result["decode"] + [result["multi_turn"]]
-    for x in (d["comparison"]["load_before"], d["comparison"]["load_after"])
+    for x in (d["comparison"]["load_before"], d["comparison"]["others_cores"])
   ]
   for row in _rows(result, a):
     report.record_row(

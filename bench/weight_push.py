@@ -105,7 +105,7 @@ def main(argv=None) -> dict:
     "bench/weight_push.py",
     HEADING,
     row,
-    loads=(cmp.load_before, cmp.load_after),
+    loads=cmp.busy_readings,
   )
   return out
 

@@ -107,7 +107,7 @@ def main(argv=None) -> dict:
     MARKER,
     HEADING,
     row,
-    loads=(result.load_before, result.load_after),
+    loads=result.busy_readings,
   )
   print(json.dumps(out))
   if args.out:

@@ -63,41 +63,49 @@ class SandboxPool:
       errors.append("health check failed")
     raise SandboxError(f"could not start a healthy sandbox: {'; '.join(errors)}")
 
+  def _check_open(self) -> None:
+    if self._closed:
+      raise SandboxError("the sandbox pool is closed")
+
+  def _start_tracked(self, spec: EnvironmentSpec) -> Sandbox:
+    sb = self._start(spec)
+    with self._lock:
+      self._open.add(sb)
+    return sb
+
+  def _untrack(self, sb: Sandbox | None) -> bool:
+    """Forgets a started sandbox -> whether there was one (to close)."""
+    if sb is None:
+      return False
+    with self._lock:
+      self._open.discard(sb)
+    return True
+
   @contextlib.contextmanager
   def session(self, spec: EnvironmentSpec):
     """Blocks for a free slot, yields a started sandbox, always closes it."""
-    if self._closed:
-      raise SandboxError("the sandbox pool is closed")
+    self._check_open()
     self._slots.acquire()
     sb = None
     try:
-      sb = self._start(spec)
-      with self._lock:
-        self._open.add(sb)
+      sb = self._start_tracked(spec)
       yield sb
     finally:
-      if sb is not None:
-        with self._lock:
-          self._open.discard(sb)
+      if self._untrack(sb):
         sb.close()
       self._slots.release()
 
   @contextlib.asynccontextmanager
   async def asession(self, spec: EnvironmentSpec):
     """Async variant: waits for a slot and starts/closes the sandbox in worker threads."""
-    if self._closed:
-      raise SandboxError("the sandbox pool is closed")
+    self._check_open()
     await asyncio.to_thread(self._slots.acquire)
     sb = None
     try:
-      sb = await asyncio.to_thread(self._start, spec)
-      with self._lock:
-        self._open.add(sb)
+      sb = await asyncio.to_thread(self._start_tracked, spec)
       yield sb
     finally:
-      if sb is not None:
-        with self._lock:
-          self._open.discard(sb)
+      if self._untrack(sb):
         await asyncio.shield(asyncio.to_thread(sb.close))
       self._slots.release()
 

@@ -93,7 +93,7 @@ def test_collect_then_sft(built, tokenizer, tmp_path):
   assert len(per) == 6 and all(v == 3 for (k, _), v in per.items() if k == "task")
   # the records are what launch/train_sft.py reads: SFT a tiny model for a few steps on them
   # pylint: disable=import-outside-toplevel
-  from tmax_jax.loop.config import ModelSpec, SFTConfig
+  from tmax_jax.loop.config import MeshConfig, ModelSpec, SFTConfig
   from tmax_jax.loop.sft import run_sft
   from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 
@@ -121,6 +121,7 @@ def test_collect_then_sft(built, tokenizer, tmp_path):
     ),
     steps=2,
     seq_len=seq,
+    mesh=MeshConfig(num_devices=1),  # one row per step: the default mesh spans all 8 fake devices
     output_dir=str(tmp_path / "sft"),
   )
   result = run_sft(sft)

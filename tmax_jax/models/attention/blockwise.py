@@ -198,20 +198,8 @@ def row_delta(out: jax.Array, dout: jax.Array) -> jax.Array:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
 def _flash(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, block_q, block_k, causal):
-  out, _ = attend_tiles(
-    q,
-    k,
-    v,
-    q_pos,
-    q_seg,
-    k_pos,
-    k_seg,
-    scale=scale,
-    block_q=block_q,
-    block_k=block_k,
-    causal=causal,
-  )
-  return out.astype(q.dtype)
+  out, _ = _flash_fwd(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, block_q, block_k, causal)
+  return out
 
 
 def _flash_fwd(q, k, v, q_pos, q_seg, k_pos, k_seg, scale, block_q, block_k, causal):

@@ -167,11 +167,57 @@ def _run_reward_script(tmp_path, test_source):
   return (tmp_path / "reward.txt").read_text().strip()
 
 
+def _reward_of_text(tmp_path, text):
+  (tmp_path / "out.txt").write_text(text)
+  (tmp_path / "tb1_reward.py").write_text(tb1.REWARD_PY)
+  cmd = [sys.executable, str(tmp_path / "tb1_reward.py"), str(tmp_path / "out.txt")]
+  subprocess.run([*cmd, str(tmp_path / "reward.txt")], check=True, capture_output=True)
+  return (tmp_path / "reward.txt").read_text().strip()
+
+
 def test_reward_script_on_real_pytest_output(tmp_path):
   assert _run_reward_script(tmp_path, "def test_a():\n  pass\ndef test_b():\n  pass\n") == "1"
   assert _run_reward_script(tmp_path, "def test_a():\n  pass\ndef test_b():\n  assert 0\n") == "0"
-  assert _run_reward_script(tmp_path, "import pytest\ndef test_a():\n  pytest.skip('x')\n") == "0"
+  # TB1's parser counts SKIPPED and XFAIL as passed (PytestTestStatus.to_test_status), XPASS not
+  skip = "import pytest\ndef test_a():\n  pytest.skip('x')\ndef test_b():\n  pass\n"
+  assert _run_reward_script(tmp_path, skip) == "1"
+  xfail = "import pytest\n@pytest.mark.xfail\ndef test_a():\n  assert 0\n"
+  assert _run_reward_script(tmp_path, xfail) == "1"
+  xpass = "import pytest\n@pytest.mark.xfail(strict=False)\ndef test_a():\n  pass\n"
+  assert _run_reward_script(tmp_path, xpass) == "0"
   assert _run_reward_script(tmp_path, "x = 1\n") == "0"  # no tests collected is not resolved
+
+
+def test_reward_script_reads_only_the_summary_section(tmp_path):
+  """As TB1's PytestParser: only the text after the first 'short test summary info' header
+  counts, `FAILED x - reason` names test x, and output without that header is not resolved."""
+  head = "=========================== short test summary info ============================\n"
+  before = "FAILED this line is program output, not a result\nsome log\n"
+  assert _reward_of_text(tmp_path, before + head + "PASSED t.py::test_a\n") == "1"
+  failed = head + "PASSED t.py::test_a\nFAILED t.py::test_b - AssertionError: 1 - 2\n"
+  assert _reward_of_text(tmp_path, failed) == "0"
+  assert _reward_of_text(tmp_path, "PASSED t.py::test_a\n") == "0"  # no summary section
+  assert _reward_of_text(tmp_path, head + "ERROR t.py - ImportError\n") == "0"
+  assert _reward_of_text(tmp_path, head) == "0"  # a summary that lists nothing
+
+
+@pytest.mark.parametrize("shebang", ["#!/bin/sh", "#!/bin/bash -e", "# no shebang line"])
+def test_solution_sh_runs_with_bash_like_tb1(tmp_path, shebang):
+  """TB1's oracle runs `bash /oracle/solution.sh`: the script's own #! line (here: sh, which has
+  no [[ ]] or arrays, or bash -e, which would stop at `false`) must not change how it runs."""
+  d = _tb1_dir(tmp_path)
+  body = 'false\nif [[ -n x ]]; then arr=(a b); echo "${arr[1]}" > "$OUT"; fi\n'
+  (d / "solution.sh").write_text(f"{shebang}\n{body}")
+  task = write_task(tb1.convert_tb1(d), tmp_path / "converted")
+  solve = task.path / "solution" / "solve.sh"
+  out = tmp_path / "out.txt"
+  proc = subprocess.run(
+    [str(solve)], env={"OUT": str(out), "PATH": "/usr/bin:/bin"}, text=True, capture_output=True
+  )
+  assert proc.returncode == 0 and out.read_text() == "b\n", proc.stderr
+  assert body in solve.read_text()  # the original script is kept, only a #! line is added
+  (d / "solution.sh").write_text("#!/usr/bin/env bash\necho hi\n")
+  assert tb1.convert_tb1(d).solution["solve.sh"] == b"#!/usr/bin/env bash\necho hi\n"
 
 
 def test_compose_environment_and_multi_service(tmp_path):

@@ -8,7 +8,8 @@ tests/ (test_outputs.py ...), solution.sh or solution.yaml. Mapping (shared/docs
   Dockerfile and the rest of the build context         -> environment/ (same relative paths)
   tests/* + run-tests.sh                               -> tests/ + a generated test.sh that runs
         run-tests.sh, parses pytest's -rA summary and writes reward.txt (1 iff every test PASSED)
-  solution.sh / solution.yaml                          -> solution/solve.sh
+  solution.sh / solution.yaml                          -> solution/solve.sh (run with bash, as
+        TB1's oracle does: a solution.sh whose #! line is not a plain bash one gets #!/bin/bash)
   docker-compose.yaml                                -> the main service's `environment:` into
         [environment] env (T_BENCH_* variables substituted; tasks/compose.py); several services
         -> also metadata compose_services, and the runner starts them as a podman pod
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 import shlex
 from typing import Any
 
@@ -42,6 +44,7 @@ from tmax_jax.tasks.format import (
 )
 
 DEFAULT_AGENT_TIMEOUT = 360.0
+_BASH_SHEBANG = re.compile(rb"#!\s*(/bin/bash|/usr/bin/bash|/usr/bin/env\s+bash)")
 DEFAULT_TEST_TIMEOUT = 60.0
 _NOT_CONTEXT = {"task.yaml", "run-tests.sh", "solution.sh", "solution.yaml", "tests"}
 _METADATA_KEYS = (
@@ -57,8 +60,8 @@ _METADATA_KEYS = (
 )
 
 TEST_SH = """#!/bin/bash
-# Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then resolved = every
-# pytest test reported by -rA PASSED (at least one).
+# Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then TB1's pytest parser
+# (tb1_reward.py) over its output.
 mkdir -p /logs/verifier
 export TEST_DIR=/tests PYTHONNOUSERSITE=1  # nothing the agent put in ~/.local is imported
 cd {workdir} 2>/dev/null || true
@@ -67,17 +70,30 @@ cat /logs/verifier/pytest-output.txt
 python3 -I /tests/tb1_reward.py /logs/verifier/pytest-output.txt /logs/verifier/reward.txt
 """
 
-REWARD_PY = r'''"""Writes 1 to argv[2] iff the pytest -rA summary in argv[1] lists tests and all of them PASSED."""
+REWARD_PY = r'''"""Terminal-Bench 1's pytest parser over run-tests.sh's output (argv[1]); writes 1 to argv[2] iff
+the output has a "short test summary info" section, it lists at least one test, and each listed test is
+PASSED, SKIPPED or XFAIL (TB1 counts all three as passed; FAILED, ERROR, XPASS fail).
+Only the text after the first summary header counts, as in TB1; "FAILED x - reason" is test x."""
 import re
 import sys
 
 text = open(sys.argv[1], errors="replace").read()
+parts = re.split(r"=+\s*short test summary info\s*=+", text, maxsplit=1, flags=re.IGNORECASE)
 status = {}
-for m in re.finditer(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S+)", text, re.M):
-  status[m.group(2)] = m.group(1)
-ok = bool(status) and all(s == "PASSED" for s in status.values())
+for line in parts[1].splitlines() if len(parts) == 2 else []:
+  if line.startswith("FAILED") and " - " in line:
+    line = " - ".join(line.split(" - ")[:-1])
+  fields = line.split(maxsplit=1)
+  if len(fields) < 2:
+    continue
+  word, name = fields[0].strip().strip(":"), fields[1].strip().split("::", 1)[-1]
+  if word in ("PASSED", "FAILED", "SKIPPED", "XFAIL", "XPASS", "ERROR") and name:
+    status[name] = word
+ok = bool(status) and all(s in ("PASSED", "SKIPPED", "XFAIL") for s in status.values())
 for name, s in sorted(status.items()):
   print(f"{s} {name}")
+if len(parts) < 2:
+  print("no 'short test summary info' section in the test output")
 open(sys.argv[2], "w").write("1\n" if ok else "0\n")
 '''  # noqa: E501 (embedded script, kept verbatim)
 
@@ -110,6 +126,14 @@ def solution_yaml_to_script(entries: Any, file: pathlib.Path) -> str:
     if wait > 0 and e.get("block", True) is False:
       lines.append(f"sleep {wait:g}")
   return "\n".join(lines) + "\n"
+
+
+def bash_script(script: bytes) -> bytes:
+  """solution.sh -> solve.sh that runs as TB1 runs it: its oracle types `bash solution.sh`, so the
+  script's own #! line (sh, bash -e, none) is ignored. A flagless bash #! line is kept as it is;
+  any other first line gets `#!/bin/bash` above it (the old one becomes a comment)."""
+  first = script.split(b"\n", 1)[0].rstrip()
+  return script if _BASH_SHEBANG.fullmatch(first) else b"#!/bin/bash\n" + script
 
 
 def _compose(path: pathlib.Path) -> tuple[dict[str, str], list[str]]:
@@ -211,7 +235,7 @@ def convert_tb1(src: str | os.PathLike, name: str | None = None) -> Task:
 
   solution = {}
   if (src / "solution.sh").is_file():
-    solution["solve.sh"] = (src / "solution.sh").read_bytes()
+    solution["solve.sh"] = bash_script((src / "solution.sh").read_bytes())
   elif (src / "solution.yaml").is_file():
     sol_path = src / "solution.yaml"
     try:

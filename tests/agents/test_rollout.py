@@ -7,6 +7,7 @@ import pytest
 from tmax_jax.agents import formats
 from tmax_jax.agents.episode import EpisodeResult
 from tmax_jax.agents.rollout import (
+  GroupFailed,
   GroupScheduler,
   NoUsableGroups,
   RolloutConfig,
@@ -189,3 +190,80 @@ def test_ordered_batches_follow_draw_order_and_put_back_the_rest():
   assert calls_first == [0, 1, 2, 3, 4]  # 3 and 4 ran ahead, then were put back
   assert calls_second[:2] == [3, 4]
   assert consumed == [0, 1, 2, 3, 4]
+
+
+def _flaky(failures: dict):
+  """An episode runner whose (group, sample) episodes raise the first `failures[(g, s)]` times."""
+  calls = []
+
+  async def run_episode(task, group, sample):
+    calls.append((group, sample))
+    await asyncio.sleep(0.001 * (5 - group))  # later groups finish first
+    if failures.get((group, sample), 0) > 0:
+      failures[(group, sample)] -= 1
+      raise ConnectionError(f"episode {group}/{sample}: sandbox backend went away")
+    return _episode(float(sample < task), version=0)
+
+  return run_episode, calls
+
+
+def test_ordered_batches_rerun_a_failed_group_in_its_place():
+  """A group whose episode failed is run again (same index, so the same seeds) and keeps its place:
+  the batch is the one an unfailing run gets, where the unordered scheduler would replace it."""
+  run_episode, calls = _flaky({(1, 0): 2})
+
+  async def main(ordered):
+    cfg = RolloutConfig(group_size=2, prompts_per_batch=3, async_steps=0, max_groups_ahead=2)
+    sched = GroupScheduler(
+      enumerate([1, 1, 1, 1, 1]), run_episode, cfg, indexed=True, ordered=ordered
+    )
+    batch = await sched.next_batch(0)
+    await sched.close()
+    return [g.index for g in batch], sched.stats, sched.consumed
+
+  batch, stats, consumed = _run(main(ordered=True))
+  assert batch == [0, 1, 2] and consumed == [0, 1, 2]
+  assert stats["groups_retried_error"] == 2 and stats["groups_dropped_error"] == 0
+  assert calls.count((1, 0)) == 3  # failed twice, then ran through
+  run_episode, _ = _flaky({(1, 0): 1})
+
+  async def unordered():
+    cfg = RolloutConfig(group_size=2, prompts_per_batch=3, async_steps=0, max_groups_ahead=0)
+    sched = GroupScheduler(enumerate([1, 1, 1, 1, 1]), run_episode, cfg, indexed=True)
+    batch = await sched.next_batch(0)
+    await sched.close()
+    return sorted(g.index for g in batch), sched.stats
+
+  batch, stats = _run(unordered())
+  assert batch == [0, 2, 3] and stats["groups_dropped_error"] == 1
+
+
+def test_ordered_batches_stop_when_a_group_keeps_failing():
+  run_episode, calls = _flaky({(0, 1): 10})
+
+  async def main():
+    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=0, group_retries=1)
+    sched = GroupScheduler(enumerate([1, 1, 1]), run_episode, cfg, indexed=True, ordered=True)
+    try:
+      await sched.next_batch(0)
+    finally:
+      await sched.close()
+
+  with pytest.raises(GroupFailed, match=r"group 0 failed 2 times \(rollout.group_retries=1\)"):
+    _run(main())
+  assert calls.count((0, 1)) == 2
+
+
+def test_ordered_rerun_finishes_after_the_task_stream_ended():
+  """The last task's group fails once: its rerun completes the batch although the producer has
+  already run out of tasks."""
+  run_episode, _ = _flaky({(1, 1): 1})
+
+  async def main():
+    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=0)
+    sched = GroupScheduler(enumerate([1, 1]), run_episode, cfg, indexed=True, ordered=True)
+    batch = await sched.next_batch(0)
+    await sched.close()
+    return [g.index for g in batch]
+
+  assert _run(main()) == [0, 1]

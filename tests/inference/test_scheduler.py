@@ -229,3 +229,26 @@ def dataclasses_replace(cfg, **kw):
   import dataclasses  # pylint: disable=import-outside-toplevel
 
   return dataclasses.replace(cfg, **kw)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "qwen3_5"])
+def test_batch_invariant_request_is_bit_identical_alone_and_in_company(models, model_type):
+  """With batch_invariant (deterministic RL runs), a sampled request's tokens and logprobs are the
+  same bits whether it runs alone or shares its prefill and decode steps with longer requests
+  (which move every bucketed shape: chunk, rows, block-table pages)."""
+  cfg = dataclasses_replace(SMALL, prefix_cache=False, batch_invariant=True)
+  prompt = helpers.prompts(1, seed=8, lo=9, hi=10)[0]
+  company = helpers.prompts(3, seed=9, lo=60, hi=120)
+  sp = sampling.SamplingParams(temperature=1.0, seed=3)
+  alone = helpers.collect(_sched(models, model_type, cfg), [_seq("x", prompt, 24, sp)])["x"]
+  seqs = [
+    _seq(i, p, 40, sampling.SamplingParams(temperature=1.0, seed=i)) for i, p in enumerate(company)
+  ]
+  sched = _sched(models, model_type, cfg)
+  together = helpers.collect(sched, seqs[:2] + [_seq("x", prompt, 24, sp)] + seqs[2:])["x"]
+  assert max(rows for kind, rows, *_ in sched.trace if kind == "prefill") > 1
+  assert _tokens(together) == _tokens(alone)
+  np.testing.assert_array_equal(
+    np.array([e.logprob for e in together], np.float32),
+    np.array([e.logprob for e in alone], np.float32),
+  )

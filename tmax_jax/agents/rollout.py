@@ -9,7 +9,9 @@ exactly `prompts_per_batch` usable groups:
   dropped as stale;
 - a group in which an episode failed for an infrastructure reason (server unreachable) is dropped
   and counted (`groups_dropped_error`; `groups_dropped_server` when the inference server was lost
-  or restarted under it); sandbox crashes and OOM are reward 0, as the recipe says.
+  or restarted under it); sandbox crashes and OOM are reward 0, as the recipe says. Ordered
+  (deterministic) batches rerun such a group in its place instead (`groups_retried_error`), up to
+  `group_retries` times, then raise GroupFailed: a dropped group would change the batch.
 Every drop is counted in `stats`; nothing is dropped silently.
 """
 
@@ -38,12 +40,17 @@ class RolloutConfig:
   active_sampling: bool = True
   max_groups_ahead: int = 16  # groups in flight or waiting beyond the batch being assembled
   max_attempts_per_batch: int = 64  # groups pulled for one batch before giving up
+  # ordered (deterministic) batches rerun a group whose episode failed this many times, then stop:
+  # dropping it would change the batch, so the run would no longer be reproducible
+  group_retries: int = 2
 
   def __post_init__(self):
     if self.group_size < 1 or self.prompts_per_batch < 1:
       raise ValueError("RolloutConfig: group_size and prompts_per_batch must be >= 1")
     if self.async_steps < 0:
       raise ValueError(f"RolloutConfig.async_steps={self.async_steps}; expected >= 0")
+    if self.group_retries < 0:
+      raise ValueError(f"RolloutConfig.group_retries={self.group_retries}; expected >= 0")
 
 
 @dataclasses.dataclass
@@ -67,6 +74,10 @@ class Group:
   @property
   def zero_std(self) -> bool:
     return bool(np.all(self.rewards == self.rewards[0]))
+
+
+class GroupFailed(RuntimeError):
+  """An ordered (deterministic) batch's group kept failing after `group_retries` reruns."""
 
 
 class TasksExhausted(RuntimeError):
@@ -218,14 +229,21 @@ class GroupScheduler:
     self._slots = asyncio.Semaphore(self.cfg.prompts_per_batch + self.cfg.max_groups_ahead)
     self._producer = asyncio.create_task(self._produce())
     batch, pulled, arrived = [], 0, {}
+    reruns, tries, exhausted = set(), collections.Counter(), False
     try:
       while True:
-        group = await self._ready.get()
-        if group is None:
+        if exhausted and not reruns and self._ready.empty():
           raise TasksExhausted(
             f"tasks exhausted with {len(batch)} of "
             f"{self.cfg.prompts_per_batch} groups for this batch"
           )
+        group = await self._ready.get()
+        if group is None:  # the producer is done; reruns may still be under way
+          exhausted = True
+          continue
+        if group.error:
+          self._rerun(group, tries, reruns)
+          continue
         arrived[group.index] = group
         while self._drawn and self._drawn[0][0] in arrived:
           group = arrived.pop(self._drawn.popleft()[0])
@@ -234,12 +252,31 @@ class GroupScheduler:
           if self._take(group, batch, pulled, trainer_version):
             return batch
     finally:
+      for job in reruns:
+        job.cancel()
+      await asyncio.gather(*reruns, return_exceptions=True)
       await self.close()
       self._producer = None
       while not self._ready.empty():
         self._ready.get_nowait()
       self._put_back.extendleft(reversed(self._drawn))  # drawn, not consumed: again next batch
       self._drawn.clear()
+
+  def _rerun(self, group: Group, tries: collections.Counter, reruns: set) -> None:
+    """Runs a failed group again from scratch (same index, so the same sampling seeds) in its place
+    in the draw order, or raises GroupFailed once it has failed `group_retries` + 1 times."""
+    tries[group.index] += 1
+    self.stats["groups_retried_error"] += 1
+    self.stats["groups_retried_server"] += int(group.server_lost)
+    if tries[group.index] > self.cfg.group_retries:
+      raise GroupFailed(
+        f"deterministic rollout: group {group.index} failed {tries[group.index]} times "
+        f"(rollout.group_retries={self.cfg.group_retries}); last error: {group.error}"
+      )
+    logging.warning("deterministic rollout: rerunning group %d (%s)", group.index, group.error)
+    job = asyncio.create_task(self._run_group(group.task, group.index))
+    reruns.add(job)
+    job.add_done_callback(self._finished(reruns))
 
 
 def cycle_tasks(tasks: Sequence, seed: int) -> Iterator:

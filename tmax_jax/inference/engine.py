@@ -53,6 +53,7 @@ class EngineConfig:
   prefill_chunk: int = 256
   prefill_batch: int = 8
   prefix_cache: bool = True
+  batch_invariant: bool = False  # SchedulerConfig.batch_invariant
   prefix_state_blocks: int = -1
   max_topk: int = 0
   stop_token_ids: tuple[int, ...] = ()
@@ -102,6 +103,7 @@ class EngineConfig:
       prefill_chunk=self.prefill_chunk,
       prefill_batch=self.prefill_batch,
       prefix_cache=self.prefix_cache,
+      batch_invariant=self.batch_invariant,
     )
 
 

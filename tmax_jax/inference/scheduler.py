@@ -73,6 +73,10 @@ class SchedulerConfig:
   prefill_batch: int = 8
   prefix_cache: bool = True
   min_chunk: int = 16  # smallest prefill chunk bucket (compile once per power of two above it)
+  # Every prefill and decode program at its largest shape (chunk, rows, block-table pages): a
+  # request's numbers then do not depend on which others share its steps (XLA's reductions over a
+  # bucketed axis round differently at another length). For deterministic runs; slower.
+  batch_invariant: bool = False
 
 
 def bucket(n: int, cap: int, lo: int = 1) -> int:
@@ -266,6 +270,8 @@ class Scheduler:
       shape.max_pages,
       self._min_pages,
     )
+    if cfg.batch_invariant:
+      c, r, nb = cfg.prefill_chunk, cfg.prefill_batch, shape.max_pages
     tokens = np.zeros((r, c), np.int32)
     positions = np.zeros((r, c), np.int32)
     segments = np.zeros((r, c), np.int32)
@@ -322,6 +328,8 @@ class Scheduler:
       shape.max_pages,
       self._min_pages,
     )
+    if self.cfg.batch_invariant:
+      nb = shape.max_pages
     served, version = self.box.get()
     self.state, data = self.core.decode(
       served, self.state, self.table[:, :nb].copy(), np.int32(version)

@@ -113,6 +113,7 @@ class ServingConfig:
   page_size: int = 16  # KV page size of the engine's paged pool (EngineConfig.page_size)
   num_pages: int = 0  # pages per replica (0 = every slot at max_len: the dense footprint)
   prefix_cache: bool = True  # off in RLConfig.deterministic runs (see loop/rl.py)
+  batch_invariant: bool = False  # on in deterministic runs (inference.scheduler.SchedulerConfig)
   port: int = 0  # 0 = a free port
   address: str = ""  # "host:port" of an external server ("" = start one in-process)
   # Retries per request (<= 2 s apart, within worker.request_timeout_s): a restarting external

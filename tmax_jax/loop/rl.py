@@ -131,8 +131,9 @@ async def _start_server(job: _Job):
   served_cfg = common.served_config(job.model_cfg, cfg.serving)
   serving = cfg.serving
   if cfg.deterministic:  # a prefix served from the cache differs from a recomputed one in the
-    # last bit, and a restarted server starts with an empty cache
-    serving = dataclasses.replace(serving, prefix_cache=False)
+    # last bit, a restarted server starts with an empty cache, and a request's numbers must not
+    # depend on which others share its prefill and decode steps
+    serving = dataclasses.replace(serving, prefix_cache=False, batch_invariant=True)
   sync = WeightSync(job.place.trainer_mesh, served_target(served_cfg, job.place.server_mesh))
   served = await asyncio.get_running_loop().run_in_executor(None, sync, job.state.params)
   server = common.start_serving(

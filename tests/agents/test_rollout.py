@@ -235,7 +235,7 @@ def test_ordered_batches_rerun_a_failed_group_in_its_place():
     return sorted(g.index for g in batch), sched.stats
 
   batch, stats = _run(unordered())
-  assert batch == [0, 2, 3] and stats["groups_dropped_error"] == 1
+  assert len(batch) == 3 and 1 not in batch and stats["groups_dropped_error"] == 1
 
 
 def test_ordered_batches_stop_when_a_group_keeps_failing():

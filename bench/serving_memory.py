@@ -11,10 +11,16 @@ reservation (admission reserves prompt + max_tokens + 1 pages; the recipe's per-
 script evaluates the mean in-flight context over a range (an episode in flight is on average half
 way through its final length) and the all-at-the-cap worst case.
 
+--config=configs/X.py: the statement for that RL config's shipped serving placement instead (its
+preset, replicas x tensor, slots per replica, page size and page pool, max_len, per-turn cap): per
+device of a replica, the pool it allocates and the pages its slots need in each scenario.
+
   python3 bench/serving_memory.py [--tensor 1,2,4] [--page_size 64] [--generating 0.5]
+  python3 bench/serving_memory.py --config configs/tmax_qwen3_5_9b.py
 """
 
 import argparse
+import importlib.util
 import json
 import pathlib
 import sys
@@ -30,6 +36,7 @@ GB = 1e9
 
 def _args(argv):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--config", default="", help="an RL config: its shipped serving placement")
   p.add_argument("--preset", default="qwen3.5-9b")
   p.add_argument("--episodes", type=int, default=256)
   p.add_argument("--max_len", type=int, default=2048 + 65536)
@@ -59,27 +66,89 @@ def per_token_and_state(preset: str, tensor: int) -> tuple[float, float]:
   return mem["kv_pool_bytes"] / 64, mem["state_bytes"] / shape.slots
 
 
+def pages_needed(slots: int, context: int, a) -> int:
+  """Pages `slots` episodes hold at a mean in-flight `context`: their conversations plus the
+  reservation of the turn the generating ones are in."""
+  return slots * paged.pages_for(context, a.page_size) + int(slots * a.generating) * (
+    paged.pages_for(a.turn_max + 1, a.page_size)
+  )
+
+
+def kv_scenarios(slots: int, kv_device: float, a) -> dict[str, float]:
+  """KV bytes per device of one replica with `slots` episodes: dense, paged per mean context."""
+  dense = slots * a.max_len * kv_device
+  out = {"dense": dense, "paged, every episode at the cap": dense}
+  for ctx in (int(c) for c in a.contexts.split(",")):
+    out[f"paged, mean context {ctx}"] = pages_needed(slots, ctx, a) * a.page_size * kv_device
+  return out
+
+
+def shipped(a) -> dict:
+  """The statement for --config's serving placement (per device of one of its replicas)."""
+  # pylint: disable-next=import-outside-toplevel
+  from tmax_jax.config_dict import from_config_dict
+  from tmax_jax.loop.config import RLConfig  # pylint: disable=import-outside-toplevel
+
+  spec = importlib.util.spec_from_file_location("_serving_config", a.config)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  cfg = from_config_dict(RLConfig, module.get_config())
+  s = cfg.serving
+  a.preset, a.page_size, a.max_len = cfg.model.preset, s.page_size, s.max_len
+  a.turn_max = cfg.episode.turn_max_tokens
+  kv_device, state_device = per_token_and_state(a.preset, s.tensor)
+  hosts = cfg.topology.processes
+  slots = s.max_concurrent_decodes
+  pool_pages = s.num_pages or slots * paged.pages_for(s.max_len, s.page_size)
+  scenarios = kv_scenarios(slots, kv_device, a)
+  contexts = [int(c) for c in a.contexts.split(",")]
+  return dict(
+    config=a.config,
+    topology=cfg.topology.name,
+    preset=a.preset,
+    placement=s.placement,
+    replicas=s.replicas * hosts,
+    tensor=s.tensor,
+    slots_per_replica=slots,
+    episodes=slots * s.replicas * hosts,
+    page_size=s.page_size,
+    pool_pages=pool_pages,
+    pool_kv_bytes_per_device=pool_pages * s.page_size * kv_device,
+    state_bytes_per_device=slots * state_device * 2,  # slots + as many prefix-cache blocks
+    kv_bytes_per_device=scenarios,
+    pages_needed={c: pages_needed(slots, c, a) for c in contexts},
+    generating=a.generating,
+    turn_max=a.turn_max,
+  )
+
+
 def main(argv=None):
   a = _args(argv)
+  if a.config:
+    r = shipped(a)
+    print(json.dumps(r))
+    print(
+      f"{r['config']} ({r['topology']}): {r['replicas']} replicas x tensor {r['tensor']}, "
+      f"{r['slots_per_replica']} slots each ({r['episodes']} episodes); per device: pool of "
+      f"{r['pool_pages']} pages = {r['pool_kv_bytes_per_device'] / GB:.1f} GB KV + "
+      f"{r['state_bytes_per_device'] / GB:.1f} GB state"
+    )
+    for name, b in r["kv_bytes_per_device"].items():
+      print(f"| {name} | {b / GB:.1f} GB KV per device |")
+    for ctx, n in r["pages_needed"].items():
+      fits = "fits the pool" if n <= r["pool_pages"] else "exceeds the pool (admission waits)"
+      print(f"| mean context {ctx} | {n} pages per replica | {fits} |")
+    return r
   kv_token, state_slot = per_token_and_state(a.preset, 1)
   rows = []
   for tensor in (int(t) for t in a.tensor.split(",")):
     kv_device, state_device = per_token_and_state(a.preset, tensor)
-    kv_split = kv_token / kv_device  # K/V split on kv heads (when they divide)
-    state = a.episodes * state_device * 2  # slots + as many prefix-cache state blocks (default)
-    dense = a.episodes * a.max_len * kv_token / kv_split
-    scenarios = {"dense": dense, "paged, every episode at the cap": dense}
-    for ctx in (int(c) for c in a.contexts.split(",")):
-      pages = a.episodes * paged.pages_for(ctx, a.page_size) + int(
-        a.episodes * a.generating
-      ) * paged.pages_for(a.turn_max + 1, a.page_size)
-      scenarios[f"paged, mean context {ctx}"] = pages * a.page_size * kv_token / kv_split
     rows.append(
       dict(
         tensor=tensor,
-        kv_split=kv_split,
-        state_bytes_per_device=state,
-        kv_bytes_per_device=scenarios,
+        kv_split=kv_token / kv_device,  # K/V split on kv heads (when they divide)
+        state_bytes_per_device=a.episodes * state_device * 2,  # slots + prefix-cache blocks
+        kv_bytes_per_device=kv_scenarios(a.episodes, kv_device, a),
       )
     )
   result = dict(

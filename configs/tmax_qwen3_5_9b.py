@@ -4,16 +4,33 @@ sampling + zero-std filter, temperature 1.0, AdamW lr 1e-6 constant, grad norm 1
 KL beta 0, one optimizer step per batch; prompt <= 2048, per turn <= 16384, response <= 65536
 tokens, <= 64 tool calls, 120 s per command, 4 GB sandboxes.
 
+Topology (`topology`, read by python3 -m tmax_jax.plan --config=configs/tmax_qwen3_5_9b.py): one
+host of 8 x H200 (141 GB), colocated (BENCHMARKS "Memory plan of the recipe configs"). Trainer:
+context parallel over all 8 (mesh sequence=8; params and Adam state split over the same 8 by the
+CONTEXT_PARALLEL_RULES), packed micro-batches of one 67,584-token row (8,448 tokens per device).
+Server on the same devices: 2 replicas x tensor 4 (bench/serving_memory.py: the 9B's 256 episodes'
+pages need tensor 4), bf16 params with the fp32 head, 128 slots each over 50,000 pages of 64.
+
 python3 launch/train_rl.py --config=configs/tmax_qwen3_5_9b.py
 --config.model.checkpoint=/ckpt/Qwen3.5-9B \
     --config.tasks.directory=/data/tmax15k
 """
 
+import dataclasses
+
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
-from tmax_jax.loop.config import ModelSpec, RLConfig, ServingConfig, preset_family
+from tmax_jax.loop.config import (
+  MeshConfig,
+  ModelSpec,
+  RLConfig,
+  ServingConfig,
+  TopologyConfig,
+  preset_family,
+)
+from tmax_jax.models.config import CONTEXT_PARALLEL_RULES
 from tmax_jax.rl.losses import DPPOHyper
 from tmax_jax.train.config import LossConfig, OptimizerConfig, PackingConfig, TrainConfig
 
@@ -23,12 +40,34 @@ MAX_PROMPT, MAX_RESPONSE = 2048, 65536
 MODEL_OVERRIDES = {"remat_policy": "full", "attention_impl": "auto"}
 
 
-def packing(seq_len: int) -> PackingConfig:
-  """Episodes are uneven (a few long, most short): packed micro-batches of 8 x seq_len token slots
-  with rows of seq_len / 8 .. seq_len, instead of one row per trajectory padded to seq_len. 8 =
-  one longest row per batch shard for up to 8 data x fsdp shards (raise it with the mesh)."""
+def packing(seq_len: int, longest_rows: int = 8) -> PackingConfig:
+  """Episodes are uneven (a few long, most short): packed micro-batches of `longest_rows` x seq_len
+  token slots with rows of seq_len / 8 .. seq_len, instead of one row per trajectory padded to
+  seq_len. `longest_rows` = the data x fsdp shards (one longest row each; each row split over the
+  mesh's sequence axis): tokens per device = longest_rows x seq_len / (data x fsdp x sequence)."""
   return PackingConfig(
-    tokens_per_micro_batch=8 * seq_len, row_lengths=tuple(seq_len // d for d in (8, 4, 2, 1))
+    tokens_per_micro_batch=longest_rows * seq_len,
+    row_lengths=tuple(seq_len // d for d in (8, 4, 2, 1)),
+  )
+
+
+def sized(
+  cfg: RLConfig, topology: TopologyConfig, mesh: MeshConfig, serving: dict, longest_rows: int
+) -> RLConfig:
+  """`cfg` laid out on `topology`: the trainer `mesh` (sequence > 1 takes the context-parallel
+  rules), packed micro-batches of `longest_rows` longest rows, the `serving` placement fields.
+  Memory only: the optimizer step and every recipe hyperparameter stay as they are."""
+  overrides = dict(cfg.model.overrides)
+  if mesh.sequence > 1:
+    overrides["logical_axis_rules"] = CONTEXT_PARALLEL_RULES
+  train = dataclasses.replace(cfg.train, packing=packing(cfg.seq_len, longest_rows))
+  return dataclasses.replace(
+    cfg,
+    model=dataclasses.replace(cfg.model, overrides=overrides),
+    train=train,
+    serving=dataclasses.replace(cfg.serving, **serving),
+    mesh=mesh,
+    topology=topology,
   )
 
 
@@ -94,5 +133,18 @@ def recipe(preset: str = PRESET, max_response: int = MAX_RESPONSE) -> RLConfig:
   )
 
 
+H200_X8 = TopologyConfig(name="8 x H200 (141 GB), one host", devices=8, device_memory_gb=141.0)
+# 2 replicas x tensor 4 x 128 slots = the 256 concurrent episodes; 50,000 pages of 64 tokens per
+# replica: the pages 128 episodes hold at a 16k mean in-flight context (bench/serving_memory.py)
+SERVING_9B = dict(
+  replicas=2,
+  tensor=4,
+  max_concurrent_decodes=128,
+  page_size=64,
+  num_pages=50000,
+  param_dtype="bfloat16",
+)
+
+
 def get_config():
-  return to_config_dict(recipe())
+  return to_config_dict(sized(recipe(), H200_X8, MeshConfig(fsdp=1, sequence=8), SERVING_9B, 1))

@@ -1,20 +1,26 @@
 """Memory plan of an RL / SFT job on a device topology: per-device bytes and whether it fits.
 
-python3 -m tmax_jax.plan --config=configs/tmax_qwen3_5_9b.py --devices=8 --device_memory_gb=141 \
-    [--processes=1] [--json]
+python3 -m tmax_jax.plan --config=configs/tmax_qwen3_5_9b.py [--devices=8 --device_memory_gb=141]
+    [--processes=1] [--bucket=-1] [--json]
+(devices / memory / processes default to the config's `topology`, the hardware it is sized for)
 
-Trainer, per device of its mesh (the job's MeshConfig over the devices its placement leaves it):
+Trainer, per device of its mesh (the job's MeshConfig over the devices its placement leaves it,
+sequence axis included):
   params, optimizer state  exact: the abstract state placed with the trainer's shardings
-  gradients                the fp32 param-shaped accumulator (counted inside XLA's temp)
-  activations              XLA's compiled memory analysis of the real train step (the Trainer's
-                           step function, the configured micro-batch, seq_len, remat, packing and
-                           sequence axis) lowered on a fake-device mesh of the same shape, with a
-                           few layers (two and three periods of the layer pattern), extrapolated
-                           linearly in the layer count; minus the gradients
+  gradients                the fp32 param-shaped accumulator
+  activations              XLA's compiled memory analysis of the real train step lowered on a
+                           fake-device mesh of the same shape, with a few layers (two and three
+                           periods of the layer pattern), extrapolated linearly in the layer count.
+                           Fixed rows: the whole jitted step (train.micro_batches of the batch),
+                           minus the gradients. Packed (train.packing): the packed step's
+                           accumulation (train/step.make_micro_fn) at the bucket [rows, L] with the
+                           most temp memory (rows per micro-batch as Trainer packs them for the
+                           mesh's data x fsdp shards; each row split over `sequence`); the peak is
+                           the larger of that and the final update's compiled figure.
+                           The model config's attention_impl, remat and chunks act in the compile.
   batch                    the step's input rows on this device
-Server, per serving device: its params (serving dtype, tensor split) and its decode cache (KV and
-recurrent state) at its slot count (`server_cache_bytes`: the dense [slots, max_len] cache of the
-model's init_cache; the paged engine's pool replaces it there).
+Server, per serving device: its params (serving dtype, tensor split), the engine's prepared head
+and its decode memory (`server_cache_bytes`: the paged engine's page pool and state blocks).
 Colocated: a device holds both; disaggregated: each side must fit its own devices.
 
 Caveat: the fake devices are CPU devices, so the activation figure is XLA:CPU's buffer assignment
@@ -26,21 +32,43 @@ figure, not a hand formula) and is checked against a fully compiled small config
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
+import time
 from typing import Any
 
 GB = 1e9
 
 
+def _device_count(argv: list[str]) -> int:
+  """--devices=N, else the config's topology.devices (an override on the command line or the
+  config file's own; 0 = neither names it)."""
+  values = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+  if int(values.get("devices", 0)):
+    return int(values["devices"])
+  if "config.topology.devices" in values:
+    return int(values["config.topology.devices"])
+  if "config" not in values:
+    return 0
+  import importlib.util  # pylint: disable=import-outside-toplevel
+
+  spec = importlib.util.spec_from_file_location("_plan_job_config", values["config"])
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)  # imports jax, but initialises no backend
+  topology = module.get_config().get("topology")
+  return int(topology.devices) if topology is not None else 0
+
+
 def _force_fake_devices(argv: list[str]) -> None:
-  """--devices=N must become N fake CPU devices before jax initialises its backends."""
-  for arg in argv:
-    if arg.startswith("--devices="):
-      flag = f"--xla_force_host_platform_device_count={int(arg.split('=', 1)[1])}"
-      os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-      os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  """The topology's devices must become that many fake CPU devices before jax initialises its
+  backends."""
+  n = _device_count(argv)
+  if n:
+    flag = f"--xla_force_host_platform_device_count={n}"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 if __name__ == "__main__":
@@ -183,7 +211,28 @@ def compiled_step_memory(
     step_fn, donate_argnums=(0,), out_shardings=(shardings, NamedSharding(mesh, P()))
   )
   with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
-    mem = jitted.lower(state, batch).compile().memory_analysis()
+    what = f"step, {model_cfg.num_hidden_layers} layers, [{rows}, {seq_len}]"
+    return _memory(_compiled(jitted.lower(state, batch), what))
+
+
+def _compiled(lowered, what: str):
+  """The compiled program's memory analysis; one progress line per compile on stderr (a recipe
+  model's compile takes a minute or more on CPU)."""
+  start = time.perf_counter()
+  print(f"plan: compiling {what} ...", file=sys.stderr, flush=True)
+  mem = lowered.compile().memory_analysis()
+  print(
+    f"plan: {what}: temp {mem.temp_size_in_bytes / GB:.2f} GB "
+    f"({time.perf_counter() - start:.0f} s)",
+    file=sys.stderr,
+    flush=True,
+  )
+  return mem
+
+
+def _memory(mem) -> dict[str, float]:
+  """argument, output, alias, temp bytes and `total` = what the program needs at its peak
+  (donated arguments aliased to outputs)."""
   out = {
     "argument": float(mem.argument_size_in_bytes),
     "output": float(mem.output_size_in_bytes),
@@ -194,6 +243,73 @@ def compiled_step_memory(
   return out
 
 
+def _fp32_like(params: Any) -> Any:
+  return jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32, sharding=x.sharding), params
+  )
+
+
+def _abstract_sums(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows, row_len):
+  """(state, micro-batch dict, accumulated sums, loss_fn) of the packed step, abstract and placed
+  as Trainer places them (loss and stats replicated, the fp32 grads like the params)."""
+  state, optimizer = abstract_state(model_cfg, train_cfg, mesh)
+  batch = abstract_batch(train_cfg, mesh, rows, row_len)
+  mb = {k: v for k, v in batch.fields().items() if v is not None}
+  loss_fn = step_lib.make_loss_fn(registry.build_model(model_cfg), model_cfg, train_cfg)
+  replicated = NamedSharding(mesh, P())
+  with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
+    loss, stats, grads = jax.eval_shape(
+      functools.partial(step_lib.zeros_like_sums, loss_fn), state.params, mb
+    )
+  acc = (
+    _with(loss, replicated),
+    jax.tree.map(lambda x: _with(x, replicated), stats),
+    _with(grads, jax.tree.map(lambda x: x.sharding, state.params)),
+  )
+  return state, optimizer, mb, acc, loss_fn
+
+
+def compiled_micro_memory(
+  model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
+) -> dict[str, float]:
+  """XLA's memory analysis of the packed step's accumulation (step.make_micro_fn, jitted with the
+  sums donated as Trainer does) for one [rows, row_len] micro-batch, per device; the optimizer
+  state is live on the device but no argument of it (add it)."""
+  state, _, mb, acc, loss_fn = _abstract_sums(model_cfg, train_cfg, mesh, rows, row_len)
+  jitted = jax.jit(step_lib.make_micro_fn(loss_fn), donate_argnums=(0,))
+  with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
+    what = f"micro-batch, {model_cfg.num_hidden_layers} layers, [{rows}, {row_len}]"
+    return _memory(_compiled(jitted.lower(acc, state.params, mb), what))
+
+
+def compiled_update_memory(
+  model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
+) -> dict[str, float]:
+  """XLA's memory analysis of the packed step's final update (normalise the sums, clip, AdamW;
+  state donated, as Trainer jits it), per device: no model forward, so it compiles quickly at the
+  full layer count."""
+  state, optimizer, _, acc, _ = _abstract_sums(model_cfg, train_cfg, mesh, rows, row_len)
+  apply_fn = step_lib.make_apply_fn(train_cfg, optimizer)
+  shardings = jax.tree.map(lambda x: x.sharding, state)
+
+  def finish(st, acc):
+    return apply_fn(st, *step_lib.normalise(*acc))
+
+  jitted = jax.jit(finish, donate_argnums=(0,), out_shardings=(shardings, acc[0].sharding))
+  with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
+    return _memory(_compiled(jitted.lower(state, acc), "update"))
+
+
+def _extrapolated(compile_at, model_cfg: ModelConfig, layers: tuple[int, int] | None) -> float:
+  """Temp bytes at the model's layer count from `compile_at(cut config)` at `layers` (default:
+  two and three periods of the layer pattern; a scan of length one is compiled differently, its
+  temp does not lie on the line), linear in the layer count."""
+  n, p = model_cfg.num_hidden_layers, layer_period(model_cfg)
+  l1, l2 = layers or (2 * p, 3 * p)
+  t1, t2 = (compile_at(with_layers(model_cfg, k))["temp"] for k in (l1, l2))
+  return t1 + (t2 - t1) * (n - l1) / (l2 - l1)
+
+
 def trainer_memory(
   model_cfg: ModelConfig,
   train_cfg: TrainConfig,
@@ -201,33 +317,37 @@ def trainer_memory(
   rows: int,
   seq_len: int,
   layers: tuple[int, int] | None = None,
+  packed: bool = False,
 ) -> dict[str, float]:
-  """Per-device trainer bytes; activations from compiles at `layers` (default: two and three
-  periods of the layer pattern; a scan of length one is compiled differently, its temp does not
-  lie on the line) extrapolated to the model's layer count."""
-  n = model_cfg.num_hidden_layers
-  p = layer_period(model_cfg)
-  l1, l2 = layers or (2 * p, 3 * p)
-  temps = [
-    compiled_step_memory(with_layers(model_cfg, k), train_cfg, mesh, rows, seq_len)["temp"]
-    for k in (l1, l2)
-  ]
-  temp = temps[0] + (temps[1] - temps[0]) * (n - l1) / (l2 - l1)
+  """Per-device trainer bytes at a [rows, seq_len] batch; activations extrapolated in the layer
+  count (`_extrapolated`). Fixed rows (`packed` False): the whole jitted step, `rows` split into
+  train.micro_batches; activations = its temp minus the gradient accumulator. Packed: one
+  micro-batch of that bucket shape through the packed step's accumulation, the accumulator an
+  argument; activations = its temp (which includes the micro-batch's own gradient before it is
+  added), and the peak is the larger of that and the final update's."""
   state, _ = abstract_state(model_cfg, train_cfg, mesh)
-  params = _bytes_per_device(state.params)
-  grads = _bytes_per_device(
-    jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32, sharding=x.sharding), state.params
+  grads = _bytes_per_device(_fp32_like(state.params))
+  if packed:
+    temp = _extrapolated(
+      lambda c: compiled_micro_memory(c, train_cfg, mesh, rows, seq_len), model_cfg, layers
     )
-  )
+    activations = temp
+  else:
+    temp = _extrapolated(
+      lambda c: compiled_step_memory(c, train_cfg, mesh, rows, seq_len), model_cfg, layers
+    )
+    activations = max(temp - grads, 0.0)
   out = {
-    "params": params,
+    "params": _bytes_per_device(state.params),
     "optimizer": _bytes_per_device(state.opt_state),
     "gradients": grads,
-    "activations": max(temp - grads, 0.0),
+    "activations": activations,
     "batch": _bytes_per_device(abstract_batch(train_cfg, mesh, rows, seq_len)),
   }
   out["total"] = sum(out.values()) + _bytes_per_device((state.step, state.rng))
+  if packed:  # the update runs after the last micro-batch, whose batch and activations are freed
+    update = compiled_update_memory(model_cfg, train_cfg, mesh, rows, seq_len)["total"]
+    out["total"] = max(out["total"], update)
   return out
 
 
@@ -278,7 +398,7 @@ def _model_config(spec) -> ModelConfig:
     dtypes = DtypePolicy(
       param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype, head_dtype=spec.head_dtype
     )
-    return from_hf_config(spec.checkpoint, dtypes=dtypes)
+    return from_hf_config(spec.checkpoint, dtypes=dtypes, **launch_lib.checkpoint_overrides(spec))
   return launch_lib.model_from_config(spec)[0]
 
 
@@ -312,21 +432,52 @@ def _meshes(job, devices: list, processes: int):
   return trainer, server
 
 
-def plan_job(job, device_memory_gb: float, processes: int = 1) -> Plan:
-  """The plan of an RLConfig / SFTConfig on every visible device (fake CPU devices here)."""
+def _packed_bucket(job, model_cfg: ModelConfig, mesh: Mesh, bucket: int) -> tuple[int, int]:
+  """The (rows, row length) micro-batch the packed step compiles with the most temp memory: every
+  bucket compiled at the smaller layer count (`bucket` >= 0 takes that bucket without the scan)."""
+  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  buckets = job.train.packing.buckets(job.seq_len, shards)
+  if bucket >= 0:
+    return buckets[bucket]
+  if len(buckets) == 1:
+    return buckets[0]
+  cut = with_layers(model_cfg, 2 * layer_period(model_cfg))
+  temps = [compiled_micro_memory(cut, job.train, mesh, r, n)["temp"] for r, n in buckets]
+  return buckets[int(np.argmax(temps))]
+
+
+def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1) -> Plan:
+  """The plan of an RLConfig / SFTConfig on every visible device (fake CPU devices here). A
+  packed job (train.packing) is planned at its packed step's worst bucket (`_packed_bucket`)."""
   from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
 
   model_cfg = _model_config(job.model)
   trainer_mesh, server_mesh = _meshes(job, jax.devices(), processes)
-  rl = getattr(job, "rollout", None)
-  rows = rl.prompts_per_batch * rl.group_size if rl is not None else job.train.global_batch
-  trainer = trainer_memory(model_cfg, job.train, trainer_mesh, rows, job.seq_len)
+  shape = dict(trainer_mesh.shape)
+  notes = [f"trainer mesh {shape}"]
+  packed = job.train.packing.enabled
+  if packed and processes > 1 and hasattr(job, "rollout"):  # as loop/rl.py refuses it
+    raise ValueError(
+      f"train.packing with --processes={processes}: multi-process RL runs take fixed rows "
+      "(train.packing.tokens_per_micro_batch=0)"
+    )
+  if packed:
+    rows, row_len = _packed_bucket(job, model_cfg, trainer_mesh, bucket)
+  else:
+    rl = getattr(job, "rollout", None)
+    rows = rl.prompts_per_batch * rl.group_size if rl is not None else job.train.global_batch
+    row_len = job.seq_len
+  trainer = trainer_memory(model_cfg, job.train, trainer_mesh, rows, row_len, packed=packed)
+  per_row = rows // job.train.micro_batches if not packed else rows
+  notes.append(
+    f"{'packed' if packed else 'fixed'} micro-batch [{per_row}, {row_len}]: "
+    f"{per_row * row_len // (shape['data'] * shape['fsdp'] * shape['sequence'])} "
+    "tokens per trainer device"
+  )
   server, place = {}, "trainer only"
   if server_mesh is not None:
     server = server_memory(common.served_config(model_cfg, job.serving), job.serving, server_mesh)
     place = job.serving.placement
-  notes = [f"trainer mesh {dict(trainer_mesh.shape)}"]
-  if server_mesh is not None:
     notes.append(
       f"server mesh {dict(server_mesh.shape)}, {job.serving.max_concurrent_decodes} "
       f"slots x {job.serving.max_len} tokens per replica"
@@ -354,12 +505,25 @@ def main(argv) -> None:
   from absl import flags  # pylint: disable=import-outside-toplevel
 
   f = flags.FLAGS
-  if jax.device_count() != f.devices:
+  job = _job(f.config)
+  topology = job.topology
+  devices = f.devices or topology.devices
+  memory = f.device_memory_gb or topology.device_memory_gb
+  processes = f.processes or topology.processes
+  if not devices or not memory:
     raise SystemExit(
-      f"--devices={f.devices} but jax sees {jax.device_count()} devices (run as "
+      "--devices / --device_memory_gb not given and the config's topology names none "
+      f"(topology.devices={topology.devices}, topology.device_memory_gb="
+      f"{topology.device_memory_gb})"
+    )
+  if jax.device_count() != devices:
+    raise SystemExit(
+      f"--devices={devices} but jax sees {jax.device_count()} devices (run as "
       "python3 -m tmax_jax.plan so the fake devices are set up first)"
     )
-  result = plan_job(_job(f.config), f.device_memory_gb, f.processes)
+  result = plan_job(job, memory, processes, f.bucket)
+  if topology.name and (devices, memory) == (topology.devices, topology.device_memory_gb):
+    result.notes.insert(0, f"topology {topology.name} (the config's)")
   if f.json:
     print(
       json.dumps(
@@ -368,6 +532,8 @@ def main(argv) -> None:
           "server": result.server,
           "peak": result.peak,
           "fits": result.fits,
+          "device_bytes": result.device_bytes,
+          "topology": topology.name,
           "notes": result.notes,
         }
       )
@@ -382,9 +548,16 @@ if __name__ == "__main__":
   from ml_collections import config_flags
 
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
-  absl_flags.DEFINE_integer("devices", 8, "devices of the topology (fake CPU devices here)")
-  absl_flags.DEFINE_float("device_memory_gb", 80.0, "memory of one device, GB (1e9 bytes)")
-  absl_flags.DEFINE_integer("processes", 1, "hosts the devices are split over")
+  absl_flags.DEFINE_integer(
+    "devices", 0, "devices of the topology (fake CPU devices here); 0 = config's topology"
+  )
+  absl_flags.DEFINE_float(
+    "device_memory_gb", 0.0, "memory of one device, GB (1e9 bytes); 0 = config's topology"
+  )
+  absl_flags.DEFINE_integer("processes", 0, "hosts the devices are split over; 0 = topology's")
+  absl_flags.DEFINE_integer(
+    "bucket", -1, "packed jobs: plan this bucket of train.packing (-1 = the worst one)"
+  )
   absl_flags.DEFINE_bool("json", False, "print JSON instead of the table")
   absl_flags.mark_flags_as_required(["config"])
   app.run(main)

@@ -3,7 +3,8 @@
 Config layout (see configs/serve_tiny.py):
   model.checkpoint   HF checkpoint dir ("" = random init of `model.preset` + `model.overrides`)
   model.preset       e.g. "qwen3-1.7b" / "qwen3.5-9b" (used when checkpoint is "")
-  model.overrides    ModelConfig field overrides for random init (tiny shapes)
+  model.overrides    ModelConfig field overrides (tiny shapes at random init; kernels, remat, rules
+                     on a checkpoint too)
   model.{param,compute,head}_dtype, model.seed
   engine.*           EngineConfig fields; engine.temperature = default for JetStream Decode calls;
                      engine.replicas x engine.tensor = the serving mesh
@@ -40,6 +41,23 @@ from tmax_jax.models.config import (
 log = logging.getLogger(__name__)
 
 
+def checkpoint_overrides(mc) -> dict:
+  """The `mc.overrides` that apply on top of `mc.checkpoint`: the runtime choices (remat, attention
+  kernel and chunks, axis rules, scan), not the fields the checkpoint's config.json defines (its
+  architecture wins; a tiny-shape override of a preset config is dropped with a log line)."""
+  from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel
+  from tmax_jax.models.config import load_hf_dict  # pylint: disable=import-outside-toplevel
+
+  hf = load_hf_dict(mc.checkpoint)
+  defined = set(registry.family_for(hf.get("model_type")).parse_hf(hf))
+  dropped = sorted(set(mc.overrides) & defined)
+  if dropped:
+    log.info(
+      "model.overrides %s: defined by the checkpoint %s, not overridden", dropped, mc.checkpoint
+    )
+  return {k: v for k, v in dict(mc.overrides).items() if k not in defined}
+
+
 def model_from_config(mc, mesh=None, **cfg_overrides) -> tuple[ModelConfig, Any]:
   """-> (ModelConfig, params_fn). With `mesh`, params load (or initialise) straight into their
   shardings on it: each device reads only its own block of the checkpoint. `cfg_overrides`
@@ -50,7 +68,8 @@ def model_from_config(mc, mesh=None, **cfg_overrides) -> tuple[ModelConfig, Any]
   if mc.checkpoint:
     from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
 
-    cfg, params = hf_io.load_pretrained(mc.checkpoint, mesh=mesh, dtypes=dtypes, **cfg_overrides)
+    overrides = {**checkpoint_overrides(mc), **cfg_overrides}
+    cfg, params = hf_io.load_pretrained(mc.checkpoint, mesh=mesh, dtypes=dtypes, **overrides)
     return cfg, lambda: params
   if not mc.preset:
     raise ValueError("config.model: set `checkpoint` (an HF directory) or `preset`")

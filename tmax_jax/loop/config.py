@@ -71,6 +71,29 @@ PLACEMENTS = ("colocated", "disaggregated")
 
 
 @dataclasses.dataclass(frozen=True)
+class TopologyConfig:
+  """The hardware a job config is sized for, e.g. "8 x H200": the memory plan's defaults for
+  --devices / --device_memory_gb / --processes (python3 -m tmax_jax.plan). devices 0 = not named."""
+
+  name: str = ""
+  devices: int = 0
+  device_memory_gb: float = 0.0
+  processes: int = 1
+
+  def __post_init__(self):
+    if self.devices < 0 or self.device_memory_gb < 0 or self.processes < 1:
+      raise ValueError(
+        f"topology devices={self.devices}, device_memory_gb={self.device_memory_gb}, "
+        f"processes={self.processes}; expected devices, memory >= 0 and processes >= 1"
+      )
+    if self.devices and self.devices % self.processes:
+      raise ValueError(
+        f"topology.devices={self.devices} does not split into topology.processes="
+        f"{self.processes} hosts"
+      )
+
+
+@dataclasses.dataclass(frozen=True)
 class MeshConfig:
   """Axis sizes of a device mesh (sharding.MESH_AXES); one size may be -1 (= the devices left).
 
@@ -156,6 +179,7 @@ class RLConfig:
   train: TrainConfig = TrainConfig()
   serving: ServingConfig = ServingConfig()
   mesh: MeshConfig = MeshConfig()  # the trainer's mesh (over the devices the placement leaves it)
+  topology: TopologyConfig = TopologyConfig()  # what the config is sized for (the memory plan)
   advantage: str = "centered"
   steps: int = 500
   seq_len: int = 8192
@@ -191,6 +215,7 @@ class SFTConfig:
   episode: EpisodeConfig = EpisodeConfig()
   train: TrainConfig = SFT_TRAIN
   mesh: MeshConfig = MeshConfig()
+  topology: TopologyConfig = TopologyConfig()  # what the config is sized for (the memory plan)
   steps: int = 0  # 0 = epochs x batches
   seq_len: int = 8192
   sandbox_backend: str = ""

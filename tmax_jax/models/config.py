@@ -38,6 +38,13 @@ DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
   ("head_dim", None),
   ("layers", None),
 )
+# The same with the params' embed dim split over fsdp x sequence: under context parallelism the
+# sequence devices hold a share of the params and optimizer state too (ZeRO-3 over every device
+# the batch and the rows split over) instead of a full fsdp share each.
+CONTEXT_PARALLEL_RULES: tuple[tuple[str, Any], ...] = tuple(
+  (name, ("fsdp", "sequence")) if name == "embed" else (name, axes)
+  for name, axes in DEFAULT_LOGICAL_AXIS_RULES
+)
 
 
 class UnsupportedConfigError(ValueError):

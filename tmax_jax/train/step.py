@@ -81,7 +81,7 @@ def _split_micro(x: Optional[jax.Array], m: int, mesh: Optional[Mesh]) -> Option
 def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> Callable:
   """(params, micro-batch dict) -> (loss, stats), both UNNORMALISED sums over the micro-batch:
   loss = sum(w * per-token loss) with w the aggregation's per-row weights, stats["weight"] =
-  sum(w); the caller divides by the whole batch's sum(w) (`_normalise`)."""
+  sum(w); the caller divides by the whole batch's sum(w) (`normalise`)."""
   loss_entry = rl.entry("policy_loss", cfg.loss.policy_loss)
   hyper = cfg.loss.hyper
   aggregate = rl.get("aggregation", cfg.loss.aggregation)
@@ -151,10 +151,21 @@ def _value_and_grad(loss_fn: Callable, params: Any, mb: dict):
   return loss, stats, grads
 
 
-def _zeros_like_sums(loss_fn: Callable, params: Any, mb: dict):
+def zeros_like_sums(loss_fn: Callable, params: Any, mb: dict):
   """fp32 zeros shaped like (loss, stats, grads) of one micro-batch (nothing is computed)."""
   shapes = jax.eval_shape(functools.partial(_value_and_grad, loss_fn), params, mb)
   return jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+
+
+def make_micro_fn(loss_fn: Callable) -> Callable:
+  """(acc, params, micro-batch dict) -> acc + the micro-batch's (loss, stats, fp32 grads): the
+  packed step's accumulation (Trainer jits it with acc donated, once per bucket shape; the memory
+  plan compiles the same function)."""
+
+  def micro(acc, params, mb: dict):
+    return jax.tree.map(jnp.add, acc, _value_and_grad(loss_fn, params, mb))
+
+  return micro
 
 
 def _accumulate(loss_fn: Callable, params: Any, mbs: dict, m: int):
@@ -165,12 +176,12 @@ def _accumulate(loss_fn: Callable, params: Any, mbs: dict, m: int):
   def body(carry, mb):
     return jax.tree.map(jnp.add, carry, _value_and_grad(loss_fn, params, mb)), None
 
-  zeros = _zeros_like_sums(loss_fn, params, jax.tree.map(lambda x: x[0], mbs))
+  zeros = zeros_like_sums(loss_fn, params, jax.tree.map(lambda x: x[0], mbs))
   (loss, stats, grads), _ = jax.lax.scan(body, zeros, mbs)
   return loss, stats, grads
 
 
-def _normalise(loss: jax.Array, stats: dict, grads: Any):
+def normalise(loss: jax.Array, stats: dict, grads: Any):
   """Divides the summed loss and gradient by the batch's total aggregation weight."""
   scale = rl_aggregation.normaliser(stats["weight"])
   return loss * scale, stats, jax.tree.map(lambda g: g * scale, grads)
@@ -189,7 +200,7 @@ def make_grad_fn(
 
   def grad_fn(params, batch: batch_lib.TrainBatch):
     mbs = {k: _split_micro(v, cfg.micro_batches, mesh) for k, v in _fields(batch).items()}
-    return _normalise(*_accumulate(loss_fn, params, mbs, cfg.micro_batches))
+    return normalise(*_accumulate(loss_fn, params, mbs, cfg.micro_batches))
 
   return grad_fn
 
@@ -348,15 +359,10 @@ class Trainer:
     the same trajectories (packing is deterministic) and passes its own rows of each
     micro-batch, as for a fixed batch."""
     if self._micro is None:
-      self._micro = jax.jit(
-        lambda acc, params, mb: jax.tree.map(
-          jnp.add, acc, _value_and_grad(self._loss_fn, params, mb)
-        ),
-        donate_argnums=(0,),
-      )
+      self._micro = jax.jit(make_micro_fn(self._loss_fn), donate_argnums=(0,))
       grads_sharding = None if self.mesh is None else jax.tree.map(lambda x: x.sharding, params)
       out = None if self.mesh is None else (self._replicated(), self._replicated(), grads_sharding)
-      self._zeros = jax.jit(functools.partial(_zeros_like_sums, self._loss_fn), out_shardings=out)
+      self._zeros = jax.jit(functools.partial(zeros_like_sums, self._loss_fn), out_shardings=out)
     acc, shapes = None, []
     for local in packed.micro_batches:
       mb = _fields(self.to_device(local))
@@ -369,7 +375,7 @@ class Trainer:
     """The micro-batches' sums, then one optimizer update on their normalised gradient."""
     acc, shapes = self._packed_sums(state.params, packed)
     if self._finish is None:
-      self._finish = self._jit(lambda st, acc: self._apply_fn(st, *_normalise(*acc)), state)
+      self._finish = self._jit(lambda st, acc: self._apply_fn(st, *normalise(*acc)), state)
     state, metrics = self._finish(state, acc)
     return state, metrics, shapes, len(shapes)
 
@@ -378,7 +384,7 @@ class Trainer:
     update): for tests and analysis."""
     with _mesh_context(self.mesh, self.model_cfg):
       if isinstance(batch, batch_lib.PackedBatch):
-        return jax.jit(_normalise)(*self._packed_sums(params, batch)[0])
+        return jax.jit(normalise)(*self._packed_sums(params, batch)[0])
       dev = self.to_device(batch) if isinstance(batch.tokens, np.ndarray) else batch
       return jax.jit(make_grad_fn(self.model, self.model_cfg, self.cfg, self.mesh))(params, dev)
 

@@ -167,11 +167,11 @@ def _run_reward_script(tmp_path, test_source):
   return (tmp_path / "reward.txt").read_text().strip()
 
 
-def _reward_of_text(tmp_path, text):
+def _reward_of_text(tmp_path, text, parser="pytest"):
   (tmp_path / "out.txt").write_text(text)
   (tmp_path / "tb1_reward.py").write_text(tb1.REWARD_PY)
   cmd = [sys.executable, str(tmp_path / "tb1_reward.py"), str(tmp_path / "out.txt")]
-  subprocess.run([*cmd, str(tmp_path / "reward.txt")], check=True, capture_output=True)
+  subprocess.run([*cmd, str(tmp_path / "reward.txt"), parser], check=True, capture_output=True)
   return (tmp_path / "reward.txt").read_text().strip()
 
 
@@ -242,3 +242,22 @@ def test_compose_environment_and_multi_service(tmp_path):
   )
   task = tb1.convert_tb1(d)
   assert task.config.metadata["compose_services"] == ["client", "db"]
+
+
+def test_swebench_parser(tmp_path):
+  """parser_name: swebench (the SWE-bench Verified adapter's 500 TB1 tasks): resolved iff the text
+  between TB1's SWEBench markers is exactly PASSED; a pytest summary elsewhere does not count."""
+  d = _tb1_dir(tmp_path, parser_name="swebench")
+  task = tb1.convert_tb1(d)
+  assert task.tests["test.sh"].decode().rstrip().endswith("reward.txt swebench")
+  start, end = "SWEBench results starts here", "SWEBench results ends here"
+  pytest_pass = "===== short test summary info =====\nPASSED t.py::test_a\n"
+  assert _reward_of_text(tmp_path, f"log\n{start}\nPASSED\n{end}\n", "swebench") == "1"
+  assert _reward_of_text(tmp_path, f"{pytest_pass}{start}\nFAILED\n{end}\n", "swebench") == "0"
+  assert _reward_of_text(tmp_path, pytest_pass, "swebench") == "0"  # no markers
+  assert _reward_of_text(tmp_path, f"{start}\nPASSED\n", "swebench") == "0"
+  assert b"reward.txt pytest" in tb1.convert_tb1(_tb1_dir(tmp_path / "p")).tests["test.sh"]
+  (d / "task.yaml").write_text(yaml.safe_dump({"instruction": "x", "parser_name": "junit"}))
+  with pytest.raises(TaskFormatError) as e:
+    tb1.convert_tb1(d)
+  assert e.value.field == "parser_name" and "junit" in str(e.value)

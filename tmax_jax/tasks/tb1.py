@@ -60,40 +60,54 @@ _METADATA_KEYS = (
 )
 
 TEST_SH = """#!/bin/bash
-# Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then TB1's pytest parser
-# (tb1_reward.py) over its output.
+# Converted from Terminal-Bench 1 by tmax_jax.tasks.tb1: run run-tests.sh, then TB1's {parser}
+# parser (tb1_reward.py) over its output.
 mkdir -p /logs/verifier
 export TEST_DIR=/tests PYTHONNOUSERSITE=1  # nothing the agent put in ~/.local is imported
 cd {workdir} 2>/dev/null || true
 bash /tests/run-tests.sh > /logs/verifier/pytest-output.txt 2>&1
 cat /logs/verifier/pytest-output.txt
-python3 -I /tests/tb1_reward.py /logs/verifier/pytest-output.txt /logs/verifier/reward.txt
+python3 -I /tests/tb1_reward.py /logs/verifier/pytest-output.txt /logs/verifier/reward.txt {parser}
 """
 
-REWARD_PY = r'''"""Terminal-Bench 1's pytest parser over run-tests.sh's output (argv[1]); writes 1 to argv[2] iff
-the output has a "short test summary info" section, it lists at least one test, and each listed test is
-PASSED, SKIPPED or XFAIL (TB1 counts all three as passed; FAILED, ERROR, XPASS fail).
-Only the text after the first summary header counts, as in TB1; "FAILED x - reason" is test x."""
+PARSERS = ("pytest", "swebench")  # TB1's parser_name values this converter scores
+
+REWARD_PY = r'''"""Terminal-Bench 1's parsers over run-tests.sh's output: tb1_reward.py OUTPUT REWARD [PARSER].
+Writes 1 to REWARD iff the task is resolved: every test the parser finds passed, at least one.
+pytest (default): only the text after the first "short test summary info" header counts; a line
+"STATUS name" (STATUS may end in ":"; "FAILED x - reason" is test x) with PASSED, SKIPPED or XFAIL
+passes (TB1 counts all three as passed), FAILED, ERROR or XPASS fails; no header: not resolved.
+swebench: the text between the first "SWEBench results starts here" and the last "SWEBench results
+ends here" must be exactly PASSED."""
 import re
 import sys
 
 text = open(sys.argv[1], errors="replace").read()
-parts = re.split(r"=+\s*short test summary info\s*=+", text, maxsplit=1, flags=re.IGNORECASE)
+parser = sys.argv[3] if len(sys.argv) > 3 else "pytest"
 status = {}
-for line in parts[1].splitlines() if len(parts) == 2 else []:
-  if line.startswith("FAILED") and " - " in line:
-    line = " - ".join(line.split(" - ")[:-1])
-  fields = line.split(maxsplit=1)
-  if len(fields) < 2:
-    continue
-  word, name = fields[0].strip().strip(":"), fields[1].strip().split("::", 1)[-1]
-  if word in ("PASSED", "FAILED", "SKIPPED", "XFAIL", "XPASS", "ERROR") and name:
-    status[name] = word
+if parser == "swebench":
+  start, end = "SWEBench results starts here", "SWEBench results ends here"
+  if start in text and end in text:
+    block = text.split(start, 1)[-1].rsplit(end, 1)[0].strip()
+    status["tests"] = "PASSED" if block == "PASSED" else "FAILED"
+  else:
+    print("no 'SWEBench results starts here/ends here' markers in the test output")
+else:
+  parts = re.split(r"=+\s*short test summary info\s*=+", text, maxsplit=1, flags=re.IGNORECASE)
+  for line in parts[1].splitlines() if len(parts) == 2 else []:
+    if line.startswith("FAILED") and " - " in line:
+      line = " - ".join(line.split(" - ")[:-1])
+    fields = line.split(maxsplit=1)
+    if len(fields) < 2:
+      continue
+    word, name = fields[0].strip().strip(":"), fields[1].strip().split("::", 1)[-1]
+    if word in ("PASSED", "FAILED", "SKIPPED", "XFAIL", "XPASS", "ERROR") and name:
+      status[name] = word
+  if len(parts) < 2:
+    print("no 'short test summary info' section in the test output")
 ok = bool(status) and all(s in ("PASSED", "SKIPPED", "XFAIL") for s in status.values())
 for name, s in sorted(status.items()):
   print(f"{s} {name}")
-if len(parts) < 2:
-  print("no 'short test summary info' section in the test output")
 open(sys.argv[2], "w").write("1\n" if ok else "0\n")
 '''  # noqa: E501 (embedded script, kept verbatim)
 
@@ -230,7 +244,15 @@ def convert_tb1(src: str | os.PathLike, name: str | None = None) -> Task:
       src / "tests" / "test.sh", "tests/test.sh", "clashes with the generated TB2 entrypoint"
     )
   tests["run-tests.sh"] = run_tests.read_bytes()
-  tests["test.sh"] = TEST_SH.format(workdir=shlex.quote(_workdir(src))).encode()
+  parser = cfg.get("parser_name", "pytest")
+  if parser not in PARSERS:
+    raise _tb1_error(
+      yaml_path,
+      "parser_name",
+      f"expected one of {', '.join(PARSERS)} (TB1 parsers), got {parser!r}",
+    )
+  test_sh = TEST_SH.format(workdir=shlex.quote(_workdir(src)), parser=parser)
+  tests["test.sh"] = test_sh.encode()
   tests["tb1_reward.py"] = REWARD_PY.encode()
 
   solution = {}

@@ -261,18 +261,24 @@ def train_step_program(cfg: ModelConfig, batch: int, seq: int, chunk: int):
 def profile(compiled, inputs, rows: list[Row], runs: int) -> dict[str, float]:
   """Runs `compiled` `runs` times under jax.profiler and returns seconds per run by instruction
   name (XLA CPU traces each thunk under its HLO name; needs --xla_cpu_enable_xprof_traceme)."""
+  args = inputs()
+  return trace_seconds(lambda: jax.block_until_ready(compiled(*args)), rows, runs)
+
+
+def trace_seconds(run, rows: list[Row], runs: int) -> dict[str, float]:
+  """Seconds per call of `run()` (which blocks) by instruction name, over `runs` traced calls
+  after one untraced call (for programs with donated inputs, whose `run` threads the state)."""
   import tempfile  # pylint: disable=import-outside-toplevel
 
   from jax._src.lib import _profile_data  # pylint: disable=import-outside-toplevel
 
-  args = inputs()
-  jax.block_until_ready(compiled(*args))
+  run()
   names = {r.name for r in rows}
   seconds: dict[str, float] = collections.Counter()
   with tempfile.TemporaryDirectory() as d:
     with jax.profiler.trace(d):
       for _ in range(runs):
-        jax.block_until_ready(compiled(*args))
+        run()
     for path in pathlib.Path(d).rglob("*.xplane.pb"):
       for plane in _profile_data.ProfileData.from_file(str(path)).planes:
         for line in plane.lines:

@@ -2,7 +2,10 @@
 all sides in one run, alternated (bench/report.compare, >= 5 pairs):
   1. decode: B concurrent requests (prompt 16, 64 new tokens, greedy) vs transformers `generate`
      on the same weights, B = 8 / 32 / 64; tokens/s = B x new / median seconds (prefill of the
-     16-token prompts included on both sides);
+     16-token prompts included on both sides; prefix cache off, so every run prefills them);
+  1b. gRPC end to end: the same B requests through the real server (RLDriver + JetStream's
+     server, tmax_rl.Rollout on loopback), B concurrent streaming `RolloutClient.generate` calls
+     from one asyncio client, vs HF `generate` at the same B (`--grpc_batches`, "" = skip);
   2. multi-turn: E episodes x 8 turns (~500-token observations, 32 generated tokens per turn)
      with and without the prefix cache: prompt tokens prefilled and wall time;
   3. KV memory: peak bytes of the pages in use during (2) (held by live sequences; pages kept only
@@ -14,6 +17,7 @@ Prints JSON and markdown rows; --record appends them (refused when the machine i
 """
 
 import argparse
+import asyncio
 import json
 import os
 import pathlib
@@ -29,8 +33,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=wrong-import-position
 import report  # noqa: E402  (bench/report.py)
 
+from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling, scheduler
+from tmax_jax.inference import server as server_lib
 from tmax_jax.models import hf_io
 
 SMALL = dict(
@@ -62,6 +68,7 @@ HEADING = (
 def _args(argv):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--batches", default="8,32,64")
+  p.add_argument("--grpc_batches", default="8,32,64", help="gRPC end-to-end batches ('' = none)")
   p.add_argument("--prompt", type=int, default=16)
   p.add_argument("--new", type=int, default=64)
   p.add_argument("--episodes", type=int, default=2)
@@ -75,20 +82,21 @@ def _args(argv):
   p.add_argument("--out", default="")
   a = p.parse_args(argv)
   if a.tiny:
-    a.batches, a.new, a.episodes, a.turns, a.observation, a.turn_tokens, a.max_len = (
+    a.batches, a.grpc_batches, a.new, a.episodes, a.turns, a.observation, a.turn_tokens = (
+      "4",
       "4",
       8,
       2,
       3,
       40,
       6,
-      512,
     )
+    a.max_len = 512
   return a
 
 
-def _engine(cfg, params, slots, max_len, prefix_cache=True):
-  ecfg = engine_lib.EngineConfig(
+def _engine_config(slots, max_len, prefix_cache) -> engine_lib.EngineConfig:
+  return engine_lib.EngineConfig(
     max_concurrent_decodes=slots,
     max_len=max_len,
     max_prefill_length=max_len - 1,
@@ -97,32 +105,33 @@ def _engine(cfg, params, slots, max_len, prefix_cache=True):
     prefill_batch=8,
     prefix_cache=prefix_cache,
   )
+
+
+def _engine(cfg, params, slots, max_len, prefix_cache=True):
+  ecfg = _engine_config(slots, max_len, prefix_cache)
   return engine_lib.TmaxEngine(cfg, ecfg, lambda: params).replicas[0].start(lambda e: None)
 
 
-def decode_side_by_side(model, cfg, params, batch, a) -> dict:
-  prompts = np.random.default_rng(batch).integers(1, cfg.vocab_size, (batch, a.prompt))
-  sched = _engine(cfg, params, batch, a.prompt + a.new + 16)
+def hf_generate(model, prompts, new: int):
+  """-> a call running transformers `generate` greedily for `new` tokens on every prompt."""
   ids = torch.tensor(prompts)
-
-  def ours():
-    for i, p in enumerate(prompts):
-      sched.submit(scheduler.Sequence(i, p.tolist(), a.new, GREEDY))
-    sched.run_until_idle()
 
   def theirs():
     with torch.no_grad():
       model.generate(
         ids,
         attention_mask=torch.ones_like(ids),
-        max_new_tokens=a.new,
-        min_new_tokens=a.new,
+        max_new_tokens=new,
+        min_new_tokens=new,
         do_sample=False,
         pad_token_id=0,
       )
 
-  c = report.compare(ours, theirs, pairs=a.pairs)
-  tokens = batch * a.new
+  return theirs
+
+
+def _decode_result(batch, c: report.Comparison, new: int) -> dict:
+  tokens = batch * new
   return dict(
     batch=batch,
     ours_tok_s=tokens / c.ours_median_s,
@@ -131,6 +140,53 @@ def decode_side_by_side(model, cfg, params, batch, a) -> dict:
     ratio=c.ratio_text(),
     load=c.load_text(),
   )
+
+
+def decode_side_by_side(model, cfg, params, batch, a) -> dict:
+  prompts = np.random.default_rng(batch).integers(1, cfg.vocab_size, (batch, a.prompt))
+  # No prefix cache: the runs repeat the same prompts, and a cached prompt would skip its prefill.
+  sched = _engine(cfg, params, batch, a.prompt + a.new + 16, prefix_cache=False)
+
+  def ours():
+    for i, p in enumerate(prompts):
+      sched.submit(scheduler.Sequence(i, p.tolist(), a.new, GREEDY))
+    sched.run_until_idle()
+
+  c = report.compare(ours, hf_generate(model, prompts, a.new), pairs=a.pairs)
+  return _decode_result(batch, c, a.new)
+
+
+def grpc_side_by_side(model, cfg, params, batch, a) -> dict:
+  """B concurrent Generate streams through the real server on loopback vs HF generate."""
+  prompts = np.random.default_rng(batch).integers(1, cfg.vocab_size, (batch, a.prompt))
+  ecfg = _engine_config(batch, a.prompt + a.new + 16, prefix_cache=False)
+  engine = engine_lib.TmaxEngine(cfg, ecfg, lambda: params)
+  server = server_lib.start_server(engine, server_lib.ServerConfig(port=0))
+  loop = asyncio.new_event_loop()
+
+  async def connect():  # the channel is made on the loop that uses it
+    return client_lib.RolloutClient(server.address, client_lib.ClientConfig(timeout_s=600))
+
+  client = loop.run_until_complete(connect())
+  try:
+    loop.run_until_complete(client.wait_until_ready())
+
+    async def requests():
+      outs = await asyncio.gather(*(client.generate(p.tolist(), a.new, GREEDY) for p in prompts))
+      if any(len(o.token_ids) != a.new for o in outs):
+        raise AssertionError(f"gRPC bench: a stream did not return {a.new} tokens")
+
+    c = report.compare(
+      lambda: loop.run_until_complete(requests()),
+      hf_generate(model, prompts, a.new),
+      pairs=a.pairs,
+      warmup=2,  # requests arrive one by one: the first run may not meet every prefill shape
+    )
+  finally:
+    loop.run_until_complete(client.close())
+    loop.close()
+    server.stop()
+  return _decode_result(batch, c, a.new)
 
 
 def run_episodes(sched, a, vocab: int) -> dict:
@@ -208,6 +264,12 @@ def _rows(result, a) -> list[str]:
     f"{setup}, {d['load']} |"
     for d in result["decode"]
   ]
+  rows += [
+    f"| {when} | gRPC end to end B={d['batch']} (server on loopback, {d['batch']} concurrent "
+    f"streams), prompt {a.prompt}, {a.new} new, greedy: tok/s | {d['ours_tok_s']:.0f} "
+    f"| HF generate {d['hf_tok_s']:.0f} | {d['ratio']} | {setup}, {d['load']} |"
+    for d in result["grpc"]
+  ]
   m = result["multi_turn"]
   rows.append(
     f"| {when} | {a.episodes} episodes x {a.turns} turns, {a.observation}-token "
@@ -224,31 +286,43 @@ def _rows(result, a) -> list[str]:
   return rows
 
 
-def main(argv=None):
-  import datetime  # pylint: disable=import-outside-toplevel
+def _ints(text: str) -> list[int]:
+  return [int(x) for x in text.split(",") if x.strip()]
 
-  a = _args(argv)
-  shape = TINY if a.tiny else SMALL
+
+def build_models(shape: dict, max_len: int):
+  """A random tied Qwen3 of `shape` -> (transformers model, our ModelConfig, params) with the same
+  weights (saved and loaded through hf_io)."""
   torch.manual_seed(0)
   torch.set_num_threads(report.core_count())
   hf_cfg = transformers.Qwen3Config(
-    tie_word_embeddings=True, max_position_embeddings=a.max_len + 64, **shape
+    tie_word_embeddings=True, max_position_embeddings=max_len + 64, **shape
   )
   model = transformers.AutoModelForCausalLM.from_config(hf_cfg).float().eval()
   with tempfile.TemporaryDirectory() as d:
     model.save_pretrained(d)
     cfg, params = hf_io.load_pretrained(d)
+  return model, cfg, params
+
+
+def main(argv=None):
+  import datetime  # pylint: disable=import-outside-toplevel
+
+  a = _args(argv)
+  shape = TINY if a.tiny else SMALL
+  model, cfg, params = build_models(shape, a.max_len)
   result = dict(
     when=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
     shape=shape,
     cpu_threads=report.core_count(),
-    decode=[decode_side_by_side(model, cfg, params, int(b), a) for b in a.batches.split(",")],
+    decode=[decode_side_by_side(model, cfg, params, int(b), a) for b in _ints(a.batches)],
+    grpc=[grpc_side_by_side(model, cfg, params, b, a) for b in _ints(a.grpc_batches)],
     multi_turn=multi_turn_side_by_side(cfg, params, a),
   )
   print(json.dumps(result))
   loads = [
     x
-    for d in result["decode"] + [result["multi_turn"]]
+    for d in result["decode"] + result["grpc"] + [result["multi_turn"]]
     for x in (d["comparison"]["load_before"], d["comparison"]["others_cores"])
   ]
   for row in _rows(result, a):

@@ -28,6 +28,8 @@ def test_serve_bench_tiny_runs(tmp_path, capsys):
   r = _load("serve_bench").main(["--tiny", "--pairs", "5", "--record", str(record)])
   assert [d["batch"] for d in r["decode"]] == [4]
   assert all(d["ours_tok_s"] > 0 and d["hf_tok_s"] > 0 for d in r["decode"])
+  assert [d["batch"] for d in r["grpc"]] == [4]  # through the real server on loopback
+  assert all(d["ours_tok_s"] > 0 and len(d["comparison"]["ratios"]) == 5 for d in r["grpc"])
   m = r["multi_turn"]
   # Same episodes (greedy, same observations): the cache saves prompt tokens, never adds any.
   assert m["prefill_tokens_cached"] + m["cached_tokens"] == m["prefill_tokens_plain"]
@@ -35,7 +37,8 @@ def test_serve_bench_tiny_runs(tmp_path, capsys):
   # Each timed run starts cold: every episode's first prompt is prefilled (on the last run too).
   assert m["prefill_tokens_cached"] >= 2 * (40 - 1)  # --tiny: 2 episodes, 40-token observations
   assert 0 < m["peak_kv_bytes_paged"] < m["kv_bytes_dense"]
-  assert "decode B=4" in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert "decode B=4" in out and "gRPC end to end B=4" in out
 
 
 def test_serving_memory_statement_uses_the_engine_shardings():
@@ -56,3 +59,17 @@ def test_weight_push_bench_tiny_runs(tmp_path):
   r = _load("weight_push").main(["--tiny", "--out", str(tmp_path / "w.json")])
   assert r["bf16_s"] > 0 and r["fp32_s"] > 0 and r["params"] > 0
   assert len(r["comparison"]["ratios"]) == 5
+
+
+def test_decode_profile_tiny_runs(tmp_path, capsys):
+  """bench/decode_profile.py: loop phases, the compiled step and its census, HF's step time."""
+  out = tmp_path / "profile.json"
+  r = _load("decode_profile").main(
+    ["--tiny", "--batches", "2", "--new", "4", "--repeats", "1", "--json", str(out)]
+  )
+  step, loop = r[2]["step"], r[2]["loop"]
+  assert step["step_ms_min"] > 0 and loop["steps"] >= 4 and r[2]["hf_step_ms"] != 0
+  assert step["census"]["matmul_flops"] > 0 and "dot" in step["census"]["by_kind"]
+  assert set(loop["per_step_ms"]) >= {"_dispatch_decode", "_process"}
+  assert json.loads(out.read_text())["2"]["loop"]["steps"] == loop["steps"]
+  assert "B=2: loop" in capsys.readouterr().out

@@ -99,6 +99,35 @@ def test_greedy_is_argmax_and_reports_t1_logprob():
   np.testing.assert_allclose(np.asarray(logp), ref[:, 0], atol=1e-6)
 
 
+def test_first_argmax_takes_the_first_of_tied_maxima():
+  x = jnp.asarray([[0.0, 3.0, 3.0, 1.0], [5.0, 5.0, 5.0, 5.0], [-2.0, -1.0, -3.0, -1.0]])
+  got = sampling.first_argmax(x, jnp.max(x, axis=-1, keepdims=True))
+  np.testing.assert_array_equal(np.asarray(got), np.argmax(np.asarray(x), -1))
+
+
+def test_greedy_rows_next_to_sampled_rows():
+  """A step with greedy and sampled rows: greedy rows stay argmax, sampled rows are drawn from
+  their tempered distribution and every logprob is log_softmax(logits / T) at the token."""
+  logits = jax.random.normal(jax.random.key(8), (6, 40)) * 3.0
+  temperature = jnp.asarray([0.0, 1.0, 0.0, 0.7, 1.3, 0.0])
+  tokens, logp = jax.jit(sampling.sample)(
+    logits,
+    jax.random.split(jax.random.key(1), 6),
+    jnp.arange(6, dtype=jnp.int32),
+    temperature,
+    jnp.ones((6,)),
+    jnp.zeros((6,), jnp.int32),
+  )
+  greedy = np.asarray(temperature) == 0
+  np.testing.assert_array_equal(
+    np.asarray(tokens)[greedy], np.argmax(np.asarray(logits), -1)[greedy]
+  )
+  ref = np.asarray(sampling.tempered_log_probs(logits, temperature))
+  np.testing.assert_allclose(
+    np.asarray(logp), ref[np.arange(6), np.asarray(tokens)], atol=1e-6, rtol=0
+  )
+
+
 def test_rows_are_independent_of_batch_mates():
   """A row's draw depends on its own key and counter only (reproducible per request)."""
   logits = jax.random.normal(jax.random.key(5), (4, 30))

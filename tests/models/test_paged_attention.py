@@ -11,7 +11,8 @@ B, T, N, K, H, P, NP = 3, 5, 4, 2, 8, 4, 12
 
 
 @pytest.mark.parametrize("block_tokens", [4, 512])  # one page per block; one block in all
-def test_attend_matches_dense_over_cached_pages_plus_new_tokens(block_tokens):
+@pytest.mark.parametrize("keep_scores", [True, False])  # pass 2 reuses / recomputes the scores
+def test_attend_matches_dense_over_cached_pages_plus_new_tokens(block_tokens, keep_scores):
   rng = np.random.default_rng(0)
   cached = np.array([0, 7, 13], np.int32)  # tokens already in each row's pages
   nb = 5  # table width (pages): covers the longest row's cached tokens
@@ -28,8 +29,14 @@ def test_attend_matches_dense_over_cached_pages_plus_new_tokens(block_tokens):
     jnp.asarray(pos), jnp.asarray(seg), jnp.asarray(pos), jnp.asarray(seg)
   )
   cache = dict(k_pages=k_pages, v_pages=v_pages, table=table, cached=cached)
-  out, new = jax.jit(paged_attention.attend, static_argnames="block_tokens")(
-    q, k, v, new_mask, cache, block_tokens=block_tokens
+  out, new = jax.jit(paged_attention.attend, static_argnames=("block_tokens", "keep_scores_bytes"))(
+    q,
+    k,
+    v,
+    new_mask,
+    cache,
+    block_tokens=block_tokens,
+    keep_scores_bytes=1 << 30 if keep_scores else 0,
   )
   assert new["k"].shape == (B, T, K, H)
   for b in range(B):  # reference: dense attention over [the row's cached keys | new keys]

@@ -107,6 +107,13 @@ def _row_keys(keys: jax.Array, counters: jax.Array) -> jax.Array:
   return jax.vmap(jax.random.fold_in)(keys, counters)
 
 
+def first_argmax(x: jax.Array, x_max: jax.Array) -> jax.Array:
+  """Index of the first maximum of each row, x [B, V] with its row max x_max [B, 1] -> [B] int32
+  (jnp.argmax's result; two plain reductions, ~2.5x faster than its variadic one on CPU)."""
+  v = x.shape[-1]
+  return jnp.min(jnp.where(x == x_max, jnp.arange(v, dtype=jnp.int32), v), axis=-1)
+
+
 def sample(logits, keys, counters, temperature, top_p, top_k):
   """Samples one token per row and returns its behaviour logprob.
 
@@ -114,21 +121,33 @@ def sample(logits, keys, counters, temperature, top_p, top_k):
   the row, so a request's stream does not depend on what else is batched); temperature, top_p:
   [B] float32; top_k: [B] int32.
   Returns (tokens [B] int32, logprobs [B] float32) with logprobs under `tempered_log_probs`.
+
+  The full [B, V] log-probabilities, the truncation and the draw run only when some row samples
+  (a `cond`): an all-greedy step costs the row max, the normaliser and the argmax. The logprob is
+  `tempered_log_probs`'s formula (shifted - log sum exp(shifted)) at the token, the same ops.
   """
-  logp = tempered_log_probs(logits, temperature)  # [B, V]
-  needs_trunc = jnp.any((top_k > 0) | (top_p < 1.0))
-  keep = jax.lax.cond(
-    needs_trunc,
-    lambda: truncation_mask(logp, top_k, top_p),
-    lambda: jnp.ones(logp.shape, jnp.bool_),
-  )
-  row_keys = _row_keys(keys, counters)
-  uniforms = jax.vmap(lambda k: jax.random.uniform(k, (2,)))(row_keys)  # [B, 2]
-  drawn = inverse_cdf_sample(jnp.where(keep, logp, -jnp.inf), uniforms)  # [B]
-  greedy = jnp.argmax(logits, axis=-1)  # [B]
+  t = jnp.where(temperature > 0, temperature, 1.0)[:, None]  # [B, 1]
+  z = logits.astype(jnp.float32) / t  # [B, V]
+  z_max = jnp.max(z, axis=-1, keepdims=True)  # [B, 1]
+  shifted = z - z_max
+  log_norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))  # [B, 1]
+
+  def draw():
+    logp = shifted - log_norm  # [B, V] = tempered_log_probs(logits, temperature)
+    keep = jax.lax.cond(
+      jnp.any((top_k > 0) | (top_p < 1.0)),
+      lambda: truncation_mask(logp, top_k, top_p),
+      lambda: jnp.ones(logp.shape, jnp.bool_),
+    )
+    row_keys = _row_keys(keys, counters)
+    uniforms = jax.vmap(lambda k: jax.random.uniform(k, (2,)))(row_keys)  # [B, 2]
+    return inverse_cdf_sample(jnp.where(keep, logp, -jnp.inf), uniforms)  # [B]
+
+  greedy = first_argmax(z, z_max)  # argmax of z = argmax of the logits (t > 0)
+  drawn = jax.lax.cond(jnp.any(temperature > 0), draw, lambda: greedy)
   tokens = jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
-  token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
-  return tokens, token_logp
+  token_logp = jnp.take_along_axis(shifted, tokens[:, None], axis=-1) - log_norm
+  return tokens, token_logp[:, 0]
 
 
 def top_logprobs(logits: jax.Array, temperature: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:

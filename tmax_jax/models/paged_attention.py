@@ -29,6 +29,7 @@ import jax.numpy as jnp
 F32 = jnp.float32
 NEG = float(jnp.finfo(F32).min)
 BLOCK_TOKENS = 512  # keys per online-softmax block (a multiple of the page size is used)
+KEEP_SCORES_BYTES = 64 << 20  # pass-1 scores kept for pass 2 up to this size (decode steps)
 PAGED_KEYS = ("k_pages", "v_pages", "table", "cached")
 
 
@@ -51,6 +52,7 @@ def attend(
   cache: dict,
   scale: float | None = None,
   block_tokens: int = BLOCK_TOKENS,
+  keep_scores_bytes: int = KEEP_SCORES_BYTES,
 ) -> tuple[jax.Array, dict]:
   """q [B,T,N,H], k/v [B,T,K,H] (the call's tokens, rotary applied), new_mask [B,T,T] (which of the
   call's tokens each query sees), cache: a paged layer cache -> (out [B,T,N,H], {k, v}).
@@ -58,7 +60,9 @@ def attend(
   Two passes over the key blocks: the softmax max and normaliser first, then the normalised
   probabilities, cast to v's dtype as the dense path casts them, times V accumulated in fp32. So
   with bf16 compute the rounding is the dense (training) path's, and served logprobs stay the
-  trainer's (a one-pass online softmax would round unnormalised probabilities instead).
+  trainer's (a one-pass online softmax would round unnormalised probabilities instead). When all
+  of pass 1's scores fit `keep_scores_bytes` (decode steps), pass 2 reuses them instead of
+  gathering the keys and computing QK^T again (the same values).
   """
   b, t, n, h = q.shape
   kv = k.shape[2]
@@ -72,25 +76,31 @@ def attend(
   table = jnp.pad(table, ((0, 0), (0, n_blocks * per_block - table.shape[1])))
   width = per_block * page
 
-  def old_block(i):
-    """Key block i of the cached tokens: k, v [B,S,K,H] and mask [B,1,S]."""
+  def old_block(pages, i, dtype):
+    """Block i of the cached tokens' keys or values: [B,S,K,H]."""
     ids = jax.lax.dynamic_slice_in_dim(table, i * per_block, per_block, axis=1)  # [B,nb]
-    kb = k_pages[ids].reshape(b, width, kv, h).astype(q.dtype)
-    vb = v_pages[ids].reshape(b, width, kv, h).astype(v.dtype)
+    return pages[ids].reshape(b, width, kv, h).astype(dtype)
+
+  def old_scores(i):
+    """Scores of key block i [B,K,G,T,S] (cached keys beyond the row's length masked)."""
     j = i * width + jnp.arange(width)  # logical key positions
-    return kb, vb, (j[None, :] < cached[:, None])[:, None, :]
+    mask = (j[None, :] < cached[:, None])[:, None, :]  # [B,1,S]
+    return _scores(qg, old_block(k_pages, i, q.dtype), mask, scale)
 
   def stats(carry, s):  # running max and normaliser [B,K,G,T]
     m, norm = carry
     m_new = jnp.maximum(m, jnp.max(s, axis=-1))
     return m_new, norm * jnp.exp(m - m_new) + jnp.sum(jnp.exp(s - m_new[..., None]), axis=-1)
 
+  # Decode-sized calls keep pass 1's scores for pass 2; a long prefill chunk's would not fit.
+  keep = b * n * t * width * n_blocks * 4 <= keep_scores_bytes
+
   def pass1(carry, i):
-    kb, _, mask = old_block(i)
-    return stats(carry, _scores(qg, kb, mask, scale)), None
+    s = old_scores(i)
+    return stats(carry, s), (s if keep else None)
 
   init = (jnp.full((b, kv, g, t), NEG, F32), jnp.zeros((b, kv, g, t), F32))
-  carry, _ = jax.lax.scan(pass1, init, jnp.arange(n_blocks))
+  carry, kept = jax.lax.scan(pass1, init, jnp.arange(n_blocks))  # kept [n_blocks,B,K,G,T,S]
   s_new = _scores(qg, k, new_mask, scale)
   m, norm = stats(carry, s_new)
 
@@ -98,11 +108,11 @@ def attend(
     p = (jnp.exp(s - m[..., None]) / norm[..., None]).astype(vb.dtype)
     return jnp.einsum("bkgts,bskh->bkgth", p, vb, preferred_element_type=F32)
 
-  def pass2(acc, i):
-    kb, vb, mask = old_block(i)
-    return acc + pv(_scores(qg, kb, mask, scale), vb), None
+  def pass2(acc, xs):
+    i, s = xs
+    return acc + pv(old_scores(i) if s is None else s, old_block(v_pages, i, v.dtype)), None
 
-  acc, _ = jax.lax.scan(pass2, jnp.zeros((b, kv, g, t, h), F32), jnp.arange(n_blocks))
+  acc, _ = jax.lax.scan(pass2, jnp.zeros((b, kv, g, t, h), F32), (jnp.arange(n_blocks), kept))
   out = acc + pv(s_new, v)  # [B,K,G,T,H]
   out = jnp.moveaxis(out, 3, 1).reshape(b, t, n, h).astype(v.dtype)
   return out, {"k": k, "v": v}

@@ -3,6 +3,7 @@ compiles with a few layers agrees with the fully compiled step within 10%; the s
 the KV bytes of its slots; the CLI plans a job config."""
 
 import dataclasses
+import importlib.util
 import json
 import os
 import pathlib
@@ -134,6 +135,21 @@ def test_checkpoint_keeps_its_architecture_and_takes_the_runtime_overrides(tmp_p
   assert (cfg.hidden_size, cfg.remat_policy, cfg.attention_impl) == (64, "full", "blockwise")
 
 
+def test_serving_memory_states_the_shipped_9b_placement():
+  """bench/serving_memory.py --config reads the 9B recipe's placement (2 replicas x tensor 4, 128
+  slots each, its page pool): per device the pool holds what 128 episodes need at a 16k mean
+  in-flight context, not at 32k (there admission waits for pages)."""
+  spec = importlib.util.spec_from_file_location("serving_memory", ROOT / "bench/serving_memory.py")
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  r = bench.main(["--config", str(ROOT / "configs/tmax_qwen3_5_9b.py")])
+  assert (r["replicas"], r["tensor"], r["slots_per_replica"], r["episodes"]) == (2, 4, 128, 256)
+  kv_per_token = 8 * 2 * 4 * 256 * 2 / 4  # 8 full-attention layers, K+V, bf16, kv heads / 4
+  assert r["pool_kv_bytes_per_device"] == r["pool_pages"] * 64 * kv_per_token
+  assert r["pages_needed"][16384] <= r["pool_pages"] < r["pages_needed"][32768]
+  assert r["kv_bytes_per_device"]["dense"] == 128 * 67584 * kv_per_token
+
+
 def test_hybrid_models_are_cut_by_whole_periods():
   cfg = registry.preset("qwen3.5-9b")
   p = plan.layer_period(cfg)
@@ -189,7 +205,11 @@ def test_cli_plans_a_job_config():
 
 
 RECIPES = [  # every recipe config that trains a real model, each sized for its own topology
+  "configs/tmax_qwen3_5_9b.py",
   "configs/tmax_qwen3_8b.py",
+  "configs/tmax_qwen3_6_27b.py",
+  "configs/sft_tmax_qwen3_8b.py",
+  "configs/sft_terminal_horizon.py",
 ]
 
 

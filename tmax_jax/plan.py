@@ -269,6 +269,7 @@ def _abstract_sums(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, r
   return state, optimizer, mb, acc, loss_fn
 
 
+@functools.lru_cache(maxsize=None)  # the worst bucket's scan compile is reused for its plan
 def compiled_micro_memory(
   model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
 ) -> dict[str, float]:
@@ -483,13 +484,7 @@ def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1)
       f"slots x {job.serving.max_len} tokens per replica"
     )
   # a trainer-only job is judged like a disaggregated one (each side on its own devices)
-  return Plan(
-    trainer,
-    server,
-    "disaggregated" if place == "trainer only" else place,
-    device_memory_gb * GB,
-    notes,
-  )
+  return Plan(trainer, server, place, device_memory_gb * GB, notes)
 
 
 def _job(config_dict):

@@ -6,7 +6,8 @@ Discipline (BENCHMARKS.md rows are only taken this way):
     (ours-theirs, theirs-ours, ...), so drift of the machine hits both sides alike; the reported
     ratio is the median of the per-pair ratios theirs / ours (> 1: ours faster) with its min/max.
   * The machine must be quiet before and stay quiet during the measurement: `record_row` refuses
-    to append a row when the 1-minute load average before the bench, or the CPU the *other*
+    to append a row when the 1-minute load average before the bench (read when the bench process
+    imported this module, before its own set-up), or the CPU the *other*
     processes used during it (cores busy per /proc/stat minus this process's own CPU time),
     exceeds half the core count (it prints the row marked "not recorded: machine busy"). The load
     average after the bench is printed but not judged: a bench that keeps every core busy for a
@@ -41,6 +42,12 @@ def time_it(fn, repeats: int) -> tuple[float, float]:
 def load_average() -> float:
   """The 1-minute load average."""
   return os.getloadavg()[0]
+
+
+# The 1-minute load when the bench process imported this module, before its own set-up (model
+# builds, compiles) ran: a long set-up raises the load average by itself, so the load read at
+# compare() time would count the bench against itself.
+START_LOAD = load_average()
 
 
 def busy_cpu_seconds() -> float | None:
@@ -137,6 +144,7 @@ def compare(
   pairs: int = MIN_PAIRS,
   warmup: int = 1,
   load_fn: Callable[[], float] = load_average,
+  before_fn: Callable[[], float] = lambda: START_LOAD,
   timed: bool = False,
   cpu_fns: tuple[Callable[[], float | None], Callable[[], float]] = (
     busy_cpu_seconds,
@@ -152,7 +160,7 @@ def compare(
   if pairs < MIN_PAIRS:
     raise ValueError(f"compare: pairs={pairs}; a side-by-side ratio needs >= {MIN_PAIRS} pairs")
   measure = _timer(timed)
-  load_before = load_fn()
+  load_before = before_fn()
   busy_fn, own_fn = cpu_fns
   busy0, own0, wall0 = busy_fn(), own_fn(), time.perf_counter()
   for _ in range(warmup):

@@ -28,7 +28,9 @@ def test_compare_alternates_sides_and_takes_median_ratio():
     calls.append("t")
     time.sleep(0.006)
 
-  c = report.compare(ours, theirs, pairs=6, load_fn=lambda: next(loads))
+  c = report.compare(
+    ours, theirs, pairs=6, load_fn=lambda: next(loads), before_fn=lambda: next(loads)
+  )
   # warm-up o t, then pairs alternate their order: o t | t o | o t | t o ...
   assert calls == ["o", "t"] + ["o", "t", "t", "o"] * 3
   assert len(c.ours_s) == len(c.theirs_s) == 6
@@ -46,6 +48,7 @@ def test_other_processes_cpu_during_the_measurement_counts_as_busy(tmp_path):
     lambda: time.sleep(0.01),
     lambda: time.sleep(0.01),
     load_fn=lambda: 0.1,
+    before_fn=lambda: 0.1,
     cpu_fns=(lambda: next(busy), lambda: next(own)),
   )
   assert 0.1 / 0.3 < c.others_cores < 0.1 / 0.1  # 0.1 CPU s over the ~0.1-0.3 s wall
@@ -57,10 +60,19 @@ def test_other_processes_cpu_during_the_measurement_counts_as_busy(tmp_path):
     lambda: time.sleep(0.01),
     lambda: time.sleep(0.01),
     load_fn=lambda: 0.1,
+    before_fn=lambda: 0.1,
     cpu_fns=(lambda: next(hog), lambda: next(own)),
   )
   assert c.others_cores > 4.8 / 0.5 and not report.record_comparison(md, "m", "## m\n", ["y"], c)
   assert "| y |" not in (md.read_text() if md.exists() else "")
+
+
+def test_load_before_is_read_before_the_bench_set_up_ran(monkeypatch):
+  """A long set-up (model build, compiles) raises the load average by itself: the guard's load
+  before is the one at the bench process's start, not the one when compare() begins."""
+  monkeypatch.setattr(report, "START_LOAD", 0.2)
+  c = report.compare(lambda: None, lambda: None, load_fn=lambda: 1.9)
+  assert (c.load_before, c.load_after) == (0.2, 1.9)
 
 
 def test_compare_needs_five_pairs():

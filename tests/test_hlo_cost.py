@@ -50,6 +50,7 @@ def test_loops_count_their_trip_count():
   assert hlo_cost.compiled_cost(g).matmul_flops == 3 * 5 * 2 * 8 * 64 * 64
 
 
+@pytest.mark.slow  # test_train_step_flop_ratio_guard is the default guard
 def test_scanned_and_unrolled_models_cost_the_same():
   bench = _bench()
   scanned = bench.train_step_cost(bench.model_config(True, "none"), 2, 64, 32)

@@ -70,6 +70,7 @@ PACKED = TrainConfig(
 BLOCKWISE = CFG.replace(attention_impl="blockwise", attention_q_chunk=128, attention_kv_chunk=128)
 
 
+@pytest.mark.slow  # test_planned_trainer_memory_matches_the_compiled_step is the default check
 def test_packed_job_is_planned_as_its_micro_batch_step_on_a_sequence_mesh():
   """A packed job is planned as the packed step runs: one micro-batch of a bucket shape (rows as
   Trainer packs them for data x fsdp, each row split over `sequence`) through step.make_micro_fn

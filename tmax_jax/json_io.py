@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import threading
 from typing import Any, Iterable, Iterator
 
 
@@ -21,11 +22,13 @@ def read_objects(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
         raise ValueError(f"{path}:{no}: not JSON ({err.msg})") from None
 
 
-def _atomic_text(path: str | os.PathLike, chunks: Iterable[str]) -> pathlib.Path:
-  """Writes `chunks` into a temp sibling and renames it into place when complete."""
+def write_text_atomic(path: str | os.PathLike, chunks: Iterable[str]) -> pathlib.Path:
+  """Writes `chunks` into a temp sibling and renames it into place when complete. The temp name
+  is per process and thread: threads of one process may write the same path at once (the last
+  rename wins, whole)."""
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
   with open(tmp, "w", encoding="utf-8") as f:
     f.writelines(chunks)
   os.replace(tmp, path)
@@ -34,9 +37,9 @@ def _atomic_text(path: str | os.PathLike, chunks: Iterable[str]) -> pathlib.Path
 
 def write_jsonl_atomic(records: Iterable[Any], path: str | os.PathLike) -> pathlib.Path:
   """One JSON value per line, atomically."""
-  return _atomic_text(path, (json.dumps(r) + "\n" for r in records))
+  return write_text_atomic(path, (json.dumps(r) + "\n" for r in records))
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any, **dumps_kw) -> pathlib.Path:
   """One JSON document (indent 2 unless given), atomically."""
-  return _atomic_text(path, [json.dumps(data, **{"indent": 2, **dumps_kw})])
+  return write_text_atomic(path, [json.dumps(data, **{"indent": 2, **dumps_kw})])

@@ -4,6 +4,8 @@ import importlib.util
 import json
 import pathlib
 
+import pytest
+
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -14,6 +16,7 @@ def _load(name):
   return mod
 
 
+@pytest.mark.slow  # bench smoke runs: the slow suite keeps the scripts working
 def test_gpu_decode_tiny_runs_on_cpu(tmp_path):
   out = tmp_path / "gpu.json"
   r = _load("gpu_decode").main(["--tiny", "--out", str(out)])
@@ -23,6 +26,7 @@ def test_gpu_decode_tiny_runs_on_cpu(tmp_path):
   assert 0 < r["peak_pages_in_use"] and r["kv_pool_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_serve_bench_tiny_runs(tmp_path, capsys):
   record = tmp_path / "BENCH.md"
   r = _load("serve_bench").main(["--tiny", "--pairs", "5", "--record", str(record)])

@@ -76,6 +76,7 @@ def test_cudnn_packed_offsets_and_fp32_refusal():
     cudnn.attention(q, q, q, jnp.zeros((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32))
 
 
+@pytest.mark.slow  # the accelerator script's CPU smoke run
 def test_parity_script_cpu_mode(tmp_path):
   """bench/attention_parity.py --tiny: blockwise and ring checked here, the accelerator kernels
   skipped with their reason."""

@@ -217,6 +217,7 @@ def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
   assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # rebuilds the real tokenizer twice
 def test_load_tokenizer_caches_and_rebuilds_when_stale(tmp_path, monkeypatch):
   monkeypatch.setenv("TMAX_JAX_CACHE", str(tmp_path))
   tok = load_tokenizer("qwen3")

@@ -20,7 +20,14 @@ def test_index_puts_loss_tokens_first_in_order():
   np.testing.assert_array_equal(idx, [[1, 3, 4], [0, 5, 1]])
 
 
-@pytest.mark.parametrize("loss", ["dppo", "grpo", "sft"])
+@pytest.mark.parametrize(
+  "loss",
+  [
+    "dppo",
+    pytest.param("grpo", marks=pytest.mark.slow),
+    pytest.param("sft", marks=pytest.mark.slow),
+  ],
+)
 def test_compact_equals_full(tiny, loss):
   model, mcfg, params = tiny
   trajs = random_trajectories(seed=7, n=6, max_len=24)

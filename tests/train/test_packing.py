@@ -119,7 +119,7 @@ def test_uneven_rl_batch_padding_fraction_in_metrics(tiny):
   "model_name,aggregation",
   [
     ("dense", "token"),
-    ("qwen3_5", "token"),
+    pytest.param("qwen3_5", "token", marks=pytest.mark.slow),  # dense in the default suite
     # sequence aggregation over micro-batches is also in test_step (fixed batches) by default
     pytest.param("dense", "sequence", marks=pytest.mark.slow),
     pytest.param("qwen3_5", "sequence", marks=pytest.mark.slow),

@@ -44,7 +44,7 @@ def _close(a, b, tol):
   [
     LossConfig(),
     LossConfig(policy_loss="grpo", aggregation="sequence"),
-    LossConfig(hyper=DPPOHyper(divergence="kl"), kl_beta=0.1),
+    pytest.param(LossConfig(hyper=DPPOHyper(divergence="kl"), kl_beta=0.1), marks=pytest.mark.slow),
   ],
 )
 def test_four_micro_batches_equal_one_batch(tiny, loss):

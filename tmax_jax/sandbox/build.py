@@ -35,6 +35,7 @@ import tarfile
 import time
 import uuid
 
+from tmax_jax import json_io
 from tmax_jax.sandbox import bases, dockerfile, layers, mirror
 from tmax_jax.sandbox.api import SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
@@ -152,10 +153,7 @@ def build_image(
   builder = _Builder(context, str(file), timeout_s, quiet)
   builder.run(ins, extra_steps, seeds_into_workdir, finalize)
   image = builder.image(time.monotonic() - start)
-  image.path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = image.path.with_suffix(f".tmp{os.getpid()}")
-  tmp.write_text(image.to_json())
-  tmp.rename(image.path)
+  json_io.write_text_atomic(image.path, [image.to_json()])  # tasks of one set build in threads
   return image
 
 

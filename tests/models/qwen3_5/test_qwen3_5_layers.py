@@ -173,6 +173,7 @@ def test_sharded_forward_matches_single_device():
   np.testing.assert_allclose(np.asarray(sharded), np.asarray(single), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow  # dense remat policies: tests/models/test_qwen_model.py (default)
 def test_remat_gradients_match_and_bf16_forward_is_close():
   """Training path: remat'ed scanned groups give the same fp32 grads; bf16 compute stays close."""
   cfg = _tiny_cfg()

@@ -20,7 +20,6 @@ device of a replica, the pool it allocates and the pages its slots need in each 
 """
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
@@ -86,13 +85,10 @@ def kv_scenarios(slots: int, kv_device: float, a) -> dict[str, float]:
 def shipped(a) -> dict:
   """The statement for --config's serving placement (per device of one of its replicas)."""
   # pylint: disable-next=import-outside-toplevel
-  from tmax_jax.config_dict import from_config_dict
+  from tmax_jax.config_dict import from_config_dict, load_config_file
   from tmax_jax.loop.config import RLConfig  # pylint: disable=import-outside-toplevel
 
-  spec = importlib.util.spec_from_file_location("_serving_config", a.config)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  cfg = from_config_dict(RLConfig, module.get_config())
+  cfg = from_config_dict(RLConfig, load_config_file(a.config))
   s = cfg.serving
   a.preset, a.page_size, a.max_len = cfg.model.preset, s.page_size, s.max_len
   a.turn_max = cfg.episode.turn_max_tokens

@@ -43,26 +43,23 @@ def test_compare_alternates_sides_and_takes_median_ratio():
 def test_other_processes_cpu_during_the_measurement_counts_as_busy(tmp_path):
   """The guard judges the load before and the CPU *others* used during the bench (all busy CPU
   minus our own), not the load after, which a bench busying every core raises by itself."""
-  busy, own = iter([100.0, 100.0 + 2.0]), iter([10.0, 10.0 + 1.9])  # others: 0.1 CPU s
-  c = report.compare(
-    lambda: time.sleep(0.01),
-    lambda: time.sleep(0.01),
-    load_fn=lambda: 0.1,
-    before_fn=lambda: 0.1,
-    cpu_fns=(lambda: next(busy), lambda: next(own)),
-  )
+
+  def compare(busy_s, own_s):  # the readings before and after, of all busy CPU and of our own
+    busy, own = iter(busy_s), iter(own_s)
+    return report.compare(
+      lambda: time.sleep(0.01),
+      lambda: time.sleep(0.01),
+      load_fn=lambda: 0.1,
+      before_fn=lambda: 0.1,
+      cpu_fns=(lambda: next(busy), lambda: next(own)),
+    )
+
+  c = compare([100.0, 100.0 + 2.0], [10.0, 10.0 + 1.9])  # others: 0.1 CPU s
   assert 0.1 / 0.3 < c.others_cores < 0.1 / 0.1  # 0.1 CPU s over the ~0.1-0.3 s wall
   assert c.busy_readings == (0.1, c.others_cores)
   md = tmp_path / "BENCHMARKS.md"
   assert report.record_comparison(md, "m", "## m\n", ["x"], c) == (c.others_cores <= 1)
-  hog, own = iter([100.0, 100.0 + 5.0]), iter([10.0, 10.0 + 0.2])  # others: 4.8 CPU s
-  c = report.compare(
-    lambda: time.sleep(0.01),
-    lambda: time.sleep(0.01),
-    load_fn=lambda: 0.1,
-    before_fn=lambda: 0.1,
-    cpu_fns=(lambda: next(hog), lambda: next(own)),
-  )
+  c = compare([100.0, 100.0 + 5.0], [10.0, 10.0 + 0.2])  # others: 4.8 CPU s
   assert c.others_cores > 4.8 / 0.5 and not report.record_comparison(md, "m", "## m\n", ["y"], c)
   assert "| y |" not in (md.read_text() if md.exists() else "")
 

@@ -1,23 +1,15 @@
 """Every file in configs/ builds; job configs convert to their typed dataclasses; the large models
 they name are validated with jax.eval_shape (no allocation)."""
 
-import importlib.util
 import pathlib
 
 import pytest
 
-from tmax_jax.config_dict import from_config_dict, to_config_dict
+from tmax_jax.config_dict import from_config_dict, load_config_file, to_config_dict
 from tmax_jax.loop.config import DemoConfig, RLConfig, SFTConfig
 
 CONFIG_DIR = pathlib.Path(__file__).parents[1] / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.py"))
-
-
-def _load(path: pathlib.Path):
-  spec = importlib.util.spec_from_file_location(path.stem, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
 
 
 def _job_class(cd):
@@ -32,7 +24,7 @@ def _job_class(cd):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_config_builds(path):
-  cd = _load(path)
+  cd = load_config_file(path)
   cls = _job_class(cd)
   if cls is not None:
     cfg = from_config_dict(cls, cd)
@@ -48,7 +40,7 @@ def test_unknown_field_is_named():
 
 
 def test_recipe_config_is_table_13():
-  cfg = from_config_dict(RLConfig, _load(CONFIG_DIR / "tmax_qwen3_5_9b.py"))
+  cfg = from_config_dict(RLConfig, load_config_file(CONFIG_DIR / "tmax_qwen3_5_9b.py"))
   assert (cfg.rollout.prompts_per_batch, cfg.rollout.group_size, cfg.rollout.async_steps) == (
     8,
     32,
@@ -64,7 +56,7 @@ def test_recipe_config_is_table_13():
   assert cfg.episode.max_tool_calls == 64 and cfg.episode.turn_max_tokens == 16384
   assert cfg.episode.max_response_tokens == 65536 and cfg.seq_len == 2048 + 65536
   assert cfg.episode.family == "qwen3_5"
-  qwen3 = from_config_dict(RLConfig, _load(CONFIG_DIR / "tmax_qwen3_8b.py"))
+  qwen3 = from_config_dict(RLConfig, load_config_file(CONFIG_DIR / "tmax_qwen3_8b.py"))
   assert qwen3.episode.max_response_tokens == 32768 and qwen3.episode.family == "qwen3"
 
 
@@ -73,7 +65,7 @@ def test_large_models_eval_shape(name):
   from tmax_jax.inference import launch_lib
   from tmax_jax.models import registry
 
-  cfg = from_config_dict(RLConfig, _load(CONFIG_DIR / f"{name}.py"))
+  cfg = from_config_dict(RLConfig, load_config_file(CONFIG_DIR / f"{name}.py"))
   model_cfg, _ = launch_lib.model_from_config(cfg.model)
   n = registry.count_params(registry.abstract_params(model_cfg))
   expected = {

@@ -9,10 +9,23 @@ unknown fields with their dotted path.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
+import pathlib
 import typing
 from typing import Any
 
 import ml_collections
+
+
+def load_config_file(path: str | os.PathLike) -> ml_collections.ConfigDict:
+  """`get_config()` of a launch config file (configs/*.py), as absl's --config flag loads it, for
+  callers outside an absl main (it imports jax through the config, but starts no backend)."""
+  path = pathlib.Path(path)
+  spec = importlib.util.spec_from_file_location(f"_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
 
 
 def to_config_dict(obj: Any) -> ml_collections.ConfigDict:

@@ -52,12 +52,9 @@ def _device_count(argv: list[str]) -> int:
     return int(values["config.topology.devices"])
   if "config" not in values:
     return 0
-  import importlib.util  # pylint: disable=import-outside-toplevel
+  from tmax_jax.config_dict import load_config_file  # pylint: disable=import-outside-toplevel
 
-  spec = importlib.util.spec_from_file_location("_plan_job_config", values["config"])
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)  # imports jax, but initialises no backend
-  topology = module.get_config().get("topology")
+  topology = load_config_file(values["config"]).get("topology")
   return int(topology.devices) if topology is not None else 0
 
 

@@ -296,14 +296,9 @@ def test_missing_dirs_are_named(tmp_path):
 
 @pytest.mark.parametrize("path", sorted(REPO.glob("configs/eval_*.py")), ids=lambda p: p.name)
 def test_config_files_build(path):
-  import importlib.util
+  from tmax_jax.config_dict import from_config_dict, load_config_file
 
-  from tmax_jax.config_dict import from_config_dict
-
-  spec = importlib.util.spec_from_file_location(path.stem, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  cfg = from_config_dict(E.EvalConfig, module.get_config())
+  cfg = from_config_dict(E.EvalConfig, load_config_file(path))
   assert cfg.policy in E.POLICIES and cfg.harness in harnesses.names()
 
 

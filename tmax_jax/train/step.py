@@ -173,8 +173,10 @@ def _accumulate(loss_fn: Callable, params: Any, mbs: dict, m: int):
   if m == 1:
     return _value_and_grad(loss_fn, params, jax.tree.map(lambda x: x[0], mbs))
 
+  micro = make_micro_fn(loss_fn)
+
   def body(carry, mb):
-    return jax.tree.map(jnp.add, carry, _value_and_grad(loss_fn, params, mb)), None
+    return micro(carry, params, mb), None
 
   zeros = zeros_like_sums(loss_fn, params, jax.tree.map(lambda x: x[0], mbs))
   (loss, stats, grads), _ = jax.lax.scan(body, zeros, mbs)

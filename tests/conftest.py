@@ -15,6 +15,12 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 if "collective_call_terminate" not in os.environ["XLA_FLAGS"]:
   os.environ["XLA_FLAGS"] += " " + SLOW_COLLECTIVE_FLAGS
+# Subprocesses the tests start (launch scripts, servers, workers) import this checkout's tmax_jax,
+# not whatever an editable install elsewhere points at.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+  [_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _ROOT]
+)
 
 
 def require_base_rootfs():

@@ -78,3 +78,15 @@ def test_side_by_side_benches_tiny(tmp_path):
     recorded = md.exists() and f"bench/{name}.py" in md.read_text()
     quiet = max(r["load_before"], r["others_cores"]) <= _load("report").core_count() / 2
     assert recorded == quiet
+
+
+def test_cpu_gemm_bench_checks_the_product_then_times_each_shape():
+  sys.path.insert(0, str(ROOT / "bench"))
+  gemm = _load("cpu_gemm")
+  rows = gemm.main(["--shapes", "8x16x32,4x8x8", "--weights", "2", "--work_flops", "1e6"])
+  assert [r["shape"] for r in rows] == [[8, 16, 32], [4, 8, 8]]
+  assert all(
+    r["gflops_ours"] > 0 and r["gflops_theirs"] > 0 and len(r["ratios"]) == 5 for r in rows
+  )
+  with pytest.raises(SystemExit, match="expected MxKxN"):
+    gemm.parse_shape("8x16")

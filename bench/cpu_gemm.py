@@ -23,11 +23,13 @@ import report  # bench/report.py (the script's directory is on sys.path)
 import torch
 
 # M x K x N: serve_bench's decode step at B=64 (Qwen3 d=256, F=768, V=8192: q/o, MLP up, MLP down,
-# head) and model_fwd_bwd's forward at B x T = 4 x 512 (d=512, F=1536, V=16384).
+# head), model_fwd_bwd's forward at B x T = 4 x 512 (d=512, F=1536, V=16384) and its MLP weight
+# gradients (x^T dy).
 DEFAULT_SHAPES = ",".join(
   [
     *("64x256x256", "64x256x768", "64x768x256", "64x256x8192"),
     *("2048x512x512", "2048x512x1536", "2048x1536x512", "2048x512x16384"),
+    *("512x2048x1536", "1536x2048x512"),
   ]
 )
 

@@ -175,7 +175,7 @@ def test_server_cache_is_the_engines_page_pool():
 
 
 def _plan_cli(*args: str, timeout: int) -> dict:
-  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
   r = subprocess.run(
     [sys.executable, "-m", "tmax_jax.plan", *args, "--json"],
     cwd=ROOT,

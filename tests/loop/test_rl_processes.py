@@ -30,7 +30,6 @@ def _env(devices: int, **extra) -> dict:
   return dict(
     os.environ,
     JAX_PLATFORMS="cpu",
-    PYTHONPATH=str(ROOT),
     XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {SLOW_COLLECTIVE_FLAGS}",
     **extra,
   )

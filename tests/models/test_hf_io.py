@@ -3,7 +3,6 @@ atomic export, tokenizer files, config parsing."""
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import textwrap
@@ -17,8 +16,6 @@ import transformers
 from tmax_jax import sharding
 from tmax_jax.models import UnsupportedConfigError, from_hf_config, hf_io
 from tmax_jax.models.hf_io import CheckpointError, KeyRule
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +196,7 @@ def test_killed_export_leaves_no_loadable_output(hf_dir, tmp_path):
     cfg, params = hf_io.load_pretrained({str(hf_dir)!r})
     hf_io.save_pretrained({str(tmp_path / "out")!r}, params, cfg, max_shard_bytes=20_000)
   """)
-  env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   proc = subprocess.run(
     [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
   )

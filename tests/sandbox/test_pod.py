@@ -229,9 +229,8 @@ def test_the_pod_of_a_killed_owner_stops_and_is_swept(images, tmp_path):
     print(sb.pod, flush=True)
     time.sleep(1000)
   """)
-  env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2])}
   child = subprocess.Popen(
-    [sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, start_new_session=True
+    [sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True
   )
   try:
     pod = child.stdout.readline().decode().strip()

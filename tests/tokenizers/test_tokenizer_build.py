@@ -2,7 +2,6 @@
 atomically."""
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -183,12 +182,10 @@ def test_unknown_family_is_a_clear_error():
 
 
 def _run_cli(*args):
-  env = dict(os.environ, PYTHONPATH=os.getcwd())
   return subprocess.run(
     [sys.executable, "-m", "tmax_jax.tokenizers.build", *args],
     capture_output=True,
     text=True,
-    env=env,
     check=False,
     timeout=300,
   )

@@ -60,7 +60,6 @@ def test_data_fsdp_sharded_step_equals_single_device():
   env = dict(
     os.environ,
     JAX_PLATFORMS="cpu",
-    PYTHONPATH=str(ROOT),
     XLA_FLAGS="--xla_force_host_platform_device_count=4",
   )
   r = subprocess.run(

@@ -11,7 +11,6 @@ writes it to --out (default bench/gpu_decode.json) atomically.
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 import time
@@ -22,6 +21,7 @@ from jax.sharding import Mesh
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
+from tmax_jax import json_io
 from tmax_jax.inference import decode, paged, sampling, scheduler
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
@@ -157,10 +157,7 @@ def main(argv=None):
   result["fraction_of_bound"] = result["decode_tok_s"] / result["bound_tok_s_live_kv"]
   line = json.dumps(result)
   print(line)
-  out = pathlib.Path(a.out)
-  tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-  tmp.write_text(line + "\n")
-  os.replace(tmp, out)
+  json_io.write_text_atomic(a.out, [line + "\n"])
   return result
 
 

@@ -24,6 +24,8 @@ import statistics
 import time
 from typing import Callable
 
+from tmax_jax import json_io
+
 MIN_PAIRS = 5
 
 
@@ -220,9 +222,7 @@ def append_row(path: pathlib.Path, marker: str, heading: str, row: str) -> None:
     while i < len(lines) and lines[i].startswith("|"):
       i += 1
     text = "".join(lines[:i] + [row + "\n"] + lines[i:])
-  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  tmp.write_text(text)
-  os.replace(tmp, path)
+  json_io.write_text_atomic(path, [text])
 
 
 def record_row(

@@ -19,7 +19,6 @@ Prints JSON and markdown rows; --record appends them (refused when the machine i
 import argparse
 import asyncio
 import json
-import os
 import pathlib
 import sys
 import tempfile
@@ -33,6 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=wrong-import-position
 import report  # noqa: E402  (bench/report.py)
 
+from tmax_jax import json_io
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling, scheduler
@@ -334,10 +334,7 @@ def main(argv=None):
       loads=tuple(loads),
     )
   if a.out:
-    out = pathlib.Path(a.out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result) + "\n")
-    os.replace(tmp, out)
+    json_io.write_text_atomic(a.out, [json.dumps(result) + "\n"])
   return result
 
 

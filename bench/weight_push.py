@@ -10,10 +10,8 @@ push, wire GB/s and the served model's parameter bytes.
 import argparse
 import asyncio
 import json
-import os
 import pathlib
 import sys
-import tempfile
 
 import jax
 import numpy as np
@@ -21,6 +19,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 from bench import report
+from tmax_jax import json_io
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
@@ -91,10 +90,7 @@ def main(argv=None) -> dict:
   }
   print(json.dumps(out))
   if args.out:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.out)) or ".")
-    with os.fdopen(fd, "w") as f:
-      json.dump(out, f)
-    os.replace(tmp, args.out)
+    json_io.write_text_atomic(args.out, [json.dumps(out)])
   row = (
     f"| {args.preset}{' (tiny)' if args.tiny else ''} | {n_params / 1e6:.1f}M | "
     f"{cmp.theirs_median_s:.3f} | {cmp.ours_median_s:.3f} | {out['bf16_gb_s']:.2f} | "

@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bench import report
-from tmax_jax import sharding
+from tmax_jax import json_io, sharding
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop import common
 from tmax_jax.loop.config import ServingConfig
@@ -111,9 +111,7 @@ def main(argv=None) -> dict:
   )
   print(json.dumps(out))
   if args.out:
-    tmp = pathlib.Path(args.out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(out))
-    os.replace(tmp, args.out)
+    json_io.write_text_atomic(args.out, [json.dumps(out)])
   return out
 
 

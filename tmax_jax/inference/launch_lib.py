@@ -19,7 +19,6 @@ import dataclasses
 import json
 import logging
 import os
-import pathlib
 import signal
 import threading
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
+from tmax_jax import json_io
 from tmax_jax.inference import decode, openai_api, sampling
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
@@ -121,10 +121,7 @@ def engine_from_config(config) -> engine_lib.TmaxEngine:
 
 
 def _write_ready(path: str, payload: dict) -> None:
-  p = pathlib.Path(path)
-  tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-  tmp.write_text(json.dumps(payload))
-  os.replace(tmp, p)
+  json_io.write_text_atomic(path, [json.dumps(payload)])
 
 
 def serve_forever(config) -> None:

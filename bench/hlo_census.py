@@ -99,7 +99,7 @@ def _kind(ins, comps, types) -> str:
     ops = {i.op for i in comps[fused] if i.op not in H._FREE}
   if ops & {"dot", "convolution"}:
     return "dot"
-  if ins.type_text.startswith("pred[") and H._nbytes(ins.type_text) > 1 << 16:
+  if ins.type_text.startswith("pred[") and H.type_bytes(ins.type_text) > 1 << 16:
     return "mask"
   if ops <= {"copy", "transpose", "broadcast", "reshape"}:
     return "layout"

@@ -85,7 +85,8 @@ def _shapes(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
   ]
 
 
-def _nbytes(type_text: str) -> int:
+def type_bytes(type_text: str) -> int:
+  """Bytes of an HLO result type (`f32[8,256]{1,0}`, or a tuple of them)."""
   return sum(_BYTES[dt] * math.prod(dims) for dt, dims in _shapes(type_text))
 
 
@@ -190,9 +191,9 @@ def _sliced_bytes(fused: list[_Instr], ftypes: dict[str, str]) -> tuple[dict[int
       for u in users
     ):
       touched[index] = sum(
-        _nbytes(u.type_text)
+        type_bytes(u.type_text)
         if u.op == "dynamic-slice"
-        else _nbytes(ftypes[_operand_names(u.rest)[1]])
+        else type_bytes(ftypes[_operand_names(u.rest)[1]])
         for u in users
       )
   root = next((i for i in fused if i.is_root), None)
@@ -201,7 +202,7 @@ def _sliced_bytes(fused: list[_Instr], ftypes: dict[str, str]) -> tuple[dict[int
     root = by_name.get(_operand_names(root.rest)[0])
   written = -1
   if root is not None and root.op == "dynamic-update-slice":
-    written = _nbytes(ftypes[_operand_names(root.rest)[1]])
+    written = type_bytes(ftypes[_operand_names(root.rest)[1]])
   return touched, written
 
 
@@ -210,15 +211,15 @@ def _moved_bytes(ins: _Instr, ctypes: dict[str, str], comps, types) -> int:
   slice, as in XLA's own cost analysis)."""
   operands = _operand_names(ins.rest)
   if ins.op == "dynamic-slice":
-    return 2 * _nbytes(ins.type_text)
+    return 2 * type_bytes(ins.type_text)
   if ins.op == "dynamic-update-slice":
-    return 2 * _nbytes(ctypes.get(operands[1], ""))
+    return 2 * type_bytes(ctypes.get(operands[1], ""))
   touched, written = {}, -1
   if ins.op == "fusion":
     fused = re.search(r"calls=%([\w.\-]+)", ins.rest).group(1)
     touched, written = _sliced_bytes(comps[fused], types[fused])
-  out = _nbytes(ins.type_text) if written < 0 else written
-  return out + sum(touched.get(k, _nbytes(ctypes.get(o, ""))) for k, o in enumerate(operands))
+  out = type_bytes(ins.type_text) if written < 0 else written
+  return out + sum(touched.get(k, type_bytes(ctypes.get(o, ""))) for k, o in enumerate(operands))
 
 
 def _instr_flops(ins: _Instr, types: dict[str, str], flops_of, comps) -> float:

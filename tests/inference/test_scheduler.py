@@ -125,6 +125,49 @@ def test_multi_turn_episode_identical_with_and_without_prefix_cache(models, mode
   assert s_cached["prefill_tokens"] < s_plain["prefill_tokens"] / 2
 
 
+@pytest.mark.parametrize("model_type", ["qwen3", "qwen3_5"])
+def test_unrolled_serving_matches_the_scanned_stack(models, model_type):
+  """One pool buffer per layer and unstacked params (the default) serve what the scanned stack
+  over the stacked pool serves: a multi-turn episode with the prefix cache (page copies,
+  Qwen3.5's state blocks) and a sampled batch, same tokens, logprobs to fp32 rounding."""
+  prompt = helpers.prompts(1, seed=5, lo=30, hi=31)[0]
+  runs = []
+  for unrolled in (False, True):
+    cfg = dataclasses_replace(SMALL, unrolled_layers=unrolled)
+    episode = _episode(_sched(models, model_type, cfg), prompt, turns=3, obs_len=11, seed=7)
+    batch = [
+      _seq(i, p, 12, sampling.SamplingParams(temperature=1.0, seed=i) if i % 2 else GREEDY)
+      for i, p in enumerate(helpers.prompts(5, seed=2))
+    ]
+    out = helpers.collect(_sched(models, model_type, cfg), batch)
+    runs.append(episode + [(_tokens(out[i]), [e.logprob for e in out[i]]) for i in range(5)])
+  assert isinstance(_sched(models, model_type).state["pool"], list)  # the default is unrolled
+  for (t0, l0), (t1, l1) in zip(*runs):
+    assert t0 == t1
+    np.testing.assert_allclose(l1, l0, rtol=0, atol=1e-5)
+
+
+def test_unrolled_decode_step_copies_no_weights_and_no_pool(models):
+  """The compiled decode step of the unrolled layout slices no weight stack and copies no
+  layer's pool (the scanned one slices every [L, ...] weight per layer, BUILD_NOTES "Decode
+  profile"): no dynamic-slice at all, and no copy as large as a page buffer or an MLP kernel."""
+  from tmax_jax import hlo_cost
+
+  sched = _sched(models)
+  core, (served, version) = sched.core, sched.box.get()
+  table = np.zeros((core.shape.slots, 2), np.int32)
+  text = core.decode.lower(served, sched.state, table, np.int32(version)).compile().as_text()
+  pages = sched.state["pool"][0]["k_pages"]
+  mlp = served["params"]["model"]["layers_0"]["mlp"]["up_proj"]["kernel"]
+  limit = min(pages.size * pages.dtype.itemsize, mlp.size * mlp.dtype.itemsize)
+  ops = [ln.split(" = ", 1)[1] for ln in text.splitlines() if " = " in ln and "%" in ln]
+  big = [
+    op[:120] for op in ops if " copy(" in op and hlo_cost.type_bytes(op.split(" copy(")[0]) >= limit
+  ]
+  assert not [op for op in ops if " dynamic-slice(" in op]
+  assert not big
+
+
 def _tensor_sched(models, model_type, tensor=2):
   model_cfg, params, _ = models[model_type]
   engine = engine_lib.TmaxEngine(
@@ -136,9 +179,9 @@ def _tensor_sched(models, model_type, tensor=2):
 def test_qwen3_5_state_blocks_split_over_tensor_devices(models):
   """The Gated DeltaNet state (slot + prefix-cache blocks) is split like the params that make it
   (recurrent heads, conv channels), not one full copy per tensor device."""
-  pool = _tensor_sched(models, "qwen3_5").state["pool"]
-  states = [sub for sub in pool.values() if "recurrent" in sub]
-  assert states and all("k_pages" in sub for sub in pool.values() if "recurrent" not in sub)
+  pool = _tensor_sched(models, "qwen3_5").state["pool"]  # one entry per layer (unrolled)
+  states = [sub for sub in pool if "recurrent" in sub]
+  assert states and all("k_pages" in sub for sub in pool if "recurrent" not in sub)
   for sub in states:
     for name, dim in (("recurrent", 2), ("conv", 3)):
       x = sub[name]

@@ -163,8 +163,9 @@ def test_bf16_push_is_rounded_once_and_swapped_whole(served):
       return await c.update_weights(fresh, version=version, dtype="bfloat16")
 
   assert asyncio.run(go()) == version
-  got = updates.named_leaves(server.driver.served_params())
-  for key, want in updates.named_leaves(fresh).items():
+  core = server.engine.replicas[0].core
+  got = updates.named_leaves(server.engine.load_params()[0].get()[0]["params"])
+  for key, want in updates.named_leaves(core.served_layout(fresh)).items():
     rounded = np.asarray(want).astype(jnp.bfloat16).astype(np.float32)
     np.testing.assert_array_equal(np.asarray(got[key]), rounded, err_msg=key)
     assert got[key].dtype == np.float32  # cast to the served dtype

@@ -10,7 +10,8 @@ the prefix cache stores boundary states in.
 
 Decode state (a dict of device arrays, donated through every program):
   pool        the cache tree: attention sub-dicts {k_pages, v_pages: [L,NP,P,K,H]}, state leaves
-              [L, slots + state_blocks, ...]
+              [L, slots + state_blocks, ...]; with `CoreShape.unrolled` (the default) a list of
+              L such trees, one per layer, each with a layer axis of 1
   token, position, counter, active, temperature, top_p, top_k, key: per slot [B]
 Programs: `prefill` writes a batch of prompt chunks [R,C] of R slots into their pages/state (no
 head, no sampling: the last prompt token stays pending); `decode` feeds every slot's pending token,
@@ -19,6 +20,15 @@ samples with the fp32 head and returns data [B, 5 + 2K] int32:
    K top-K ids, K float32 bits of their logprobs]   (K = max_topk; JetStream reads the first 3)
 `activate`/`deactivate` a slot, `copy_page` (copy-on-write of a shared prefix page), `save_state` /
 `load_state` (a slot's recurrent state to/from a prefix-cache block).
+
+Layers: `CoreShape.unrolled` serves the model unscanned (`prepare` unstacks the pushed, scanned
+params once per weight version into `model/layers_{i}`) over one pool buffer per layer. A scanned
+stack slices every [L, ...] weight per layer and step, and XLA:CPU (like the GPU backend for
+operands it does not fuse) copies each slice: 34% of the compiled step at B=8 on the CPU bench
+(BUILD_NOTES "Decode profile"). Each layer's pool is written in place after the whole model ran
+(`_write_back` makes the writes depend on the final hidden state, so XLA orders them after every
+page read instead of copying the pool). `unrolled=False` serves the scanned stack over the
+stacked pool (fewer instructions to compile for deep models).
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ class CoreShape:
   num_pages: int
   state_blocks: int = 0
   max_topk: int = 0
+  unrolled: bool = True
 
   @property
   def max_pages(self) -> int:
@@ -106,9 +117,14 @@ def _is_pool_kv(tree) -> bool:
 
 def _map_layers(tree, is_kv, kv_fn, leaf_fn, *others):
   """Maps attention sub-dicts (is_kv) with kv_fn and every other leaf with leaf_fn; `others` are
-  trees walked in parallel (same nesting of dicts down to the attention sub-dicts)."""
+  trees walked in parallel (same nesting of dicts and per-layer lists down to the attention
+  sub-dicts)."""
   if is_kv(tree):
     return kv_fn(tree, *others)
+  if isinstance(tree, list):
+    return [
+      _map_layers(sub, is_kv, kv_fn, leaf_fn, *(o[i] for o in others)) for i, sub in enumerate(tree)
+    ]
   if isinstance(tree, dict):
     return {
       name: _map_layers(sub, is_kv, kv_fn, leaf_fn, *(o[name] for o in others))
@@ -120,6 +136,15 @@ def _map_layers(tree, is_kv, kv_fn, leaf_fn, *others):
 def _dense_cache(model_cfg: ModelConfig, page_size: int):
   model = registry.build_model(model_cfg)
   return jax.eval_shape(lambda: model.init_cache(1, page_size))
+
+
+def _per_layer(model_cfg: ModelConfig, tree, lift: Callable):
+  """A stacked cache tree (shapes or logical axes) -> L per-layer trees, leaves mapped by
+  lift(leaf) (the layer's own entry of the layer axis)."""
+  stack = registry.build_model(model_cfg).stack
+  entries = [stack.layer_entry(model_cfg, tree, i)[0] for i in range(model_cfg.num_hidden_layers)]
+  spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
+  return [jax.tree.map(lift, e, is_leaf=spec) for e in entries]
 
 
 def is_stateful(model_cfg: ModelConfig) -> bool:
@@ -145,8 +170,14 @@ class PagedCore:
     self.model_cfg, self.shape = model_cfg, shape
     self.mesh = mesh or Mesh(np.asarray(jax.devices()[:1]), (TENSOR,))
     self.rules = serving_rules(model_cfg.logical_axis_rules)
-    self.model = registry.build_model(model_cfg)
+    served_cfg = dataclasses.replace(model_cfg, scan_layers=not shape.unrolled)
+    self.model = registry.build_model(served_cfg)
     self._dense = _dense_cache(model_cfg, shape.page_size)
+    self._cache_axes = registry.build_model(model_cfg).cache_logical_axes()
+    if shape.unrolled:
+      one = lambda x: jax.ShapeDtypeStruct((1,) + x.shape[1:], x.dtype)  # noqa: E731
+      self._dense = _per_layer(model_cfg, self._dense, one)
+      self._cache_axes = _per_layer(model_cfg, self._cache_axes, lambda spec: spec)
     self.stateful = is_stateful(model_cfg)
     self._abstract_params = registry.abstract_params(model_cfg)
     self.state_shardings = self._state_shardings()
@@ -221,8 +252,9 @@ class PagedCore:
     def leaf(x, spec):
       return NamedSharding(self.mesh, self._state_spec(x.shape, spec))
 
-    axes = self.model.cache_logical_axes()
-    pool = _map_layers(abstract["pool"], _is_pool_kv, lambda sub, _: kv(sub), leaf, axes)
+    pool = _map_layers(
+      abstract["pool"], _is_pool_kv, lambda sub, _: kv(sub), leaf, self._cache_axes
+    )
     return dict({k: rep for k in abstract if k != "pool"}, pool=pool)
 
   def _state_spec(self, shape, logical: PartitionSpec, tensor: int | None = None) -> PartitionSpec:
@@ -265,19 +297,45 @@ class PagedCore:
     def leaf(x, logical):
       out["state_bytes"] += size(x, self._state_spec(x.shape, logical, t))
 
-    _map_layers(
-      self._abstract_state()["pool"], _is_pool_kv, kv, leaf, self.model.cache_logical_axes()
-    )
+    _map_layers(self._abstract_state()["pool"], _is_pool_kv, kv, leaf, self._cache_axes)
     return out
 
   # ---- programs ------------------------------------------------------------------------------
 
   def _prepare_impl(self, params):
-    """-> what `decode` takes: {params in the served dtypes, head [D,V] in the head dtype}. Done
-    once per weight version, so decode steps do not re-cast (or, when tied, re-transpose) it."""
+    """-> what `decode` takes: {params in the served dtypes and layer layout, head [D,V] in the
+    head dtype}. Done once per weight version, so decode steps do not re-cast (or, when tied,
+    re-transpose) it."""
     cfg = self.model_cfg
     params = jax.tree.map(lambda x, a: x.astype(a.dtype), params, self._abstract_params)
-    return {"params": params, "head": registry.head_weight(params, cfg).astype(cfg.dtypes.head)}
+    head = registry.head_weight(params, cfg).astype(cfg.dtypes.head)
+    return {"params": self.served_layout(params), "head": head}
+
+  def served_layout(self, params: Any) -> Any:
+    """Scanned params (what pushes carry) -> the layout the programs take (unstacked when
+    unrolled), the same values."""
+    if self.shape.unrolled:
+      return self.model.stack.unstack_params(self.model_cfg, params)
+    return params
+
+  def abstract_served(self, shardings) -> Any:
+    """The params a push must match (the scanned layout `prepare` takes, served dtypes) as
+    ShapeDtypeStructs on `shardings` (ReplicaEngine.param_shardings)."""
+    return jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      self._abstract_params,
+      shardings,
+    )
+
+  def _apply(self, params, tokens, positions, segments, cache):
+    """The model over the call's paged cache -> (hidden [R,T,D], new K/V and state in the pool's
+    layout)."""
+    if self.shape.unrolled:
+      cache = [jax.tree.map(lambda x: x[0], c) for c in cache]
+    hidden, out = self.model.apply({"params": params}, tokens, positions, segments, cache=cache)
+    if self.shape.unrolled:
+      out = [jax.tree.map(lambda x: x[None], o) for o in out]
+    return hidden, out
 
   def _call_cache(self, pool, table, cached, rows):
     """The model's paged cache for one call: pool pages + tables for attention layers, state rows
@@ -298,11 +356,17 @@ class PagedCore:
 
     return _map_layers(pool, _is_pool_kv, kv, leaf)
 
-  def _write_back(self, pool, out, table, positions, segments, rows):
-    """Scatters the call's new K/V into pages (padding dropped) and its new state into rows."""
+  def _write_back(self, pool, out, hidden, table, positions, segments, rows):
+    """Scatters the call's new K/V into pages (padding dropped) and its new state into rows.
+
+    The page writes depend on `hidden` (the model's output, so on every layer's page reads): a
+    layer's new K/V do not depend on its own attention, and without that edge XLA cannot order
+    the in-place write after the reads and copies the whole pool (per layer when unrolled). A
+    NaN hidden state drops the writes (its tokens are garbage anyway)."""
     ps, n_pages = self.shape.page_size, self.shape.num_pages
     page = jnp.take_along_axis(table, positions // ps, axis=1, mode="clip")  # [R,T]
-    flat = jnp.where(segments != 0, page * ps + positions % ps, n_pages * ps).reshape(-1)
+    written = (segments != 0) & ~jnp.isnan(hidden[:1, :1, :1].astype(jnp.float32)).reshape(())
+    flat = jnp.where(written, page * ps + positions % ps, n_pages * ps).reshape(-1)
 
     def kv(sub, new):
       def put(pages, x):  # pages [L,NP,P,K,H], x [L,R,T,K,H]
@@ -327,8 +391,8 @@ class PagedCore:
     """tokens/positions/segments [R,C] (segment 0 = padding), rows [R] slot ids (padding rows:
     any id >= state rows), table [R,NB], cached [R] tokens already in the rows' pages."""
     cache = self._call_cache(state["pool"], table, cached, rows)
-    _, out = self.model.apply({"params": params}, tokens, positions, segments, cache=cache)
-    pool = self._write_back(state["pool"], out, table, positions, segments, rows)
+    hidden, out = self._apply(params, tokens, positions, segments, cache)
+    pool = self._write_back(state["pool"], out, hidden, table, positions, segments, rows)
     return dict(state, pool=pool)
 
   def _decode_impl(self, served, state, table, version):
@@ -337,10 +401,8 @@ class PagedCore:
     live = state["active"] & (state["position"] < shape.max_len)  # [B]
     pos, seg = state["position"][:, None], live.astype(jnp.int32)[:, None]  # [B,1]
     cache = self._call_cache(state["pool"], table, state["position"], None)
-    hidden, out = self.model.apply(
-      {"params": served["params"]}, state["token"][:, None], pos, seg, cache=cache
-    )  # hidden [B,1,D]
-    pool = self._write_back(state["pool"], out, table, pos, seg, None)
+    hidden, out = self._apply(served["params"], state["token"][:, None], pos, seg, cache)
+    pool = self._write_back(state["pool"], out, hidden, table, pos, seg, None)  # hidden [B,1,D]
     logits = logprobs_lib.full_logits(hidden, served["head"], cfg.dtypes.head)[:, 0]  # [B,V]
     tokens, logp = sampling.sample(
       logits, state["key"], state["counter"], state["temperature"], state["top_p"], state["top_k"]

@@ -56,6 +56,7 @@ class EngineConfig:
   batch_invariant: bool = False  # SchedulerConfig.batch_invariant
   prefix_state_blocks: int = -1
   max_topk: int = 0
+  unrolled_layers: bool = True  # decode.CoreShape.unrolled: serve unscanned, one pool per layer
   stop_token_ids: tuple[int, ...] = ()
   default_sampling: sampling.SamplingParams = sampling.SamplingParams(temperature=0.0)
   tokenizer_path: str = ""  # HF tokenizer dir for JetStream text requests; "" = token ids only
@@ -96,6 +97,7 @@ class EngineConfig:
       num_pages=self.num_pages or self.max_concurrent_decodes * self.max_pages,
       state_blocks=blocks if stateful else 0,
       max_topk=self.max_topk,
+      unrolled=self.unrolled_layers,
     )
 
   def scheduler_config(self) -> scheduler.SchedulerConfig:
@@ -343,8 +345,11 @@ class TmaxEngine:
     return self.load_params()[0].version
 
   def served_params(self) -> Any:
-    """Replica 0's served param tree (shapes/dtypes of what a push must match)."""
-    return self.load_params()[0].get()[0]["params"]
+    """What a push must match: replica 0's params as ShapeDtypeStructs (the scanned layout
+    pushes arrive in, served dtypes, replica 0's shardings); the arrays it serves from are
+    `load_params()[i].get()[0]["params"]` (unrolled: `model/layers_{i}`, decode.CoreShape)."""
+    rep = self.replicas[0]
+    return rep.core.abstract_served(rep.param_shardings)
 
   def route(self, prompt) -> ReplicaEngine:
     """The replica that has the longest cached prefix of `prompt` (multi-turn sessions stay on

@@ -10,6 +10,9 @@ of P layers (`model/layers/layer_{p}/...`, HF layer i = g * P + p). Unscanned, l
 
 Decode caches follow the same layout whether scanned or not: a dense family's leaves are
 [L, B, ...]; a grouped family's are `{layer_{p}: [L/P, B, ...]}` (layer axis 0, batch axis 1).
+Unscanned, the cache may also be a list of L per-layer caches (no layer axis): layer i reads and
+returns entry i, so a caller holding one buffer per layer (the serving pool, inference/decode.py)
+never slices or restacks a stacked one.
 """
 
 from __future__ import annotations
@@ -158,6 +161,24 @@ class DecoderStack(nn.Module):
     )
     return tree if cls.grouped else tree["layer_0"]
 
+  @classmethod
+  def layer_entry(cls, cfg, tree: Any, i: int) -> Any:
+    """Layer i's part of a stacked per-layer tree (a cache, its axes or the scanned params):
+    `(subtree, g)`, where layer i is entry g of the subtree's leading layer axis."""
+    period = cls.period(cfg)
+    return (tree[f"layer_{i % period}"] if cls.grouped else tree), i // period
+
+  @classmethod
+  def unstack_params(cls, cfg, params: dict) -> dict:
+    """Scanned params (`model/layers`, layer axis 0) -> the unscanned layout (`model/layers_{i}`),
+    the same values; other params are kept as they are."""
+    model = dict(params["model"])
+    stacked = model.pop("layers")
+    for i in range(len(cls.layer_types(cfg))):
+      sub, g = cls.layer_entry(cfg, stacked, i)
+      model[f"layers_{i}"] = jax.tree.map(lambda x, g=g: x[g], sub)
+    return dict(params, model=model)
+
   @nn.compact
   def __call__(self, tokens, positions, segment_ids, cache=None):
     cfg = self.config
@@ -202,22 +223,29 @@ class DecoderStack(nn.Module):
     return scanned(*args, name="layers")(x, cos, sin, positions, segment_ids, cache)
 
   def _unrolled(self, x, cos, sin, positions, segment_ids, cache):
-    """Layer i is `layers_{i}`; it reads and writes entry i // P of cache slot i % P."""
+    """Layer i is `layers_{i}`; it reads and writes entry i // P of cache slot i % P, or entry i
+    of a per-layer list cache."""
     cfg = self.config
     types, period = self.layer_types(cfg), self.period(cfg)
     block = layers.remat_layer(self.layer, cfg.remat_policy, False)
+    per_layer = isinstance(cache, list)
     slot_caches = [[] for _ in range(period)]
     for i, layer_type in enumerate(types):
       layer_cache = None
-      if cache is not None:
-        slot = cache[f"layer_{i % period}"] if self.grouped else cache
-        layer_cache = jax.tree.map(lambda c, g=i // period: c[g], slot)
+      if per_layer:
+        layer_cache = cache[i]
+      elif cache is not None:
+        slot, g = self.layer_entry(cfg, cache, i)
+        layer_cache = jax.tree.map(lambda c, g=g: c[g], slot)
       x, layer_cache = block(cfg, layer_type, name=f"layers_{i}")(
         x, cos, sin, positions, segment_ids, layer_cache
       )
+      x = jax.lax.optimization_barrier(x)  # rounded to the compute dtype here, as a scan carry
       slot_caches[i % period].append(layer_cache)
     if cache is None:
       return x, None
+    if per_layer:
+      return x, [slot_caches[i % period][i // period] for i in range(len(types))]
     stacked = {
       f"layer_{p}": jax.tree.map(lambda *c: jnp.stack(c), *caches)
       for p, caches in enumerate(slot_caches)

@@ -3,6 +3,8 @@ all sides in one run, alternated (bench/report.compare, >= 5 pairs):
   1. decode: B concurrent requests (prompt 16, 64 new tokens, greedy) vs transformers `generate`
      on the same weights, B = 8 / 32 / 64; tokens/s = B x new / median seconds (prefill of the
      16-token prompts included on both sides; prefix cache off, so every run prefills them);
+  1a. layer layout (`--layout_batches`, "" = skip): the same decode loop served unrolled over one
+     pool buffer per layer (the default, decode.CoreShape.unrolled) vs the scanned stack;
   1b. gRPC end to end: the same B requests through the real server (RLDriver + JetStream's
      server, tmax_rl.Rollout on loopback), B concurrent streaming `RolloutClient.generate` calls
      from one asyncio client, vs HF `generate` at the same B (`--grpc_batches`, "" = skip);
@@ -69,6 +71,7 @@ def _args(argv):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--batches", default="8,32,64")
   p.add_argument("--grpc_batches", default="8,32,64", help="gRPC end-to-end batches ('' = none)")
+  p.add_argument("--layout_batches", default="", help="unrolled vs scanned serving ('' = none)")
   p.add_argument("--prompt", type=int, default=16)
   p.add_argument("--new", type=int, default=64)
   p.add_argument("--episodes", type=int, default=2)
@@ -92,11 +95,13 @@ def _args(argv):
       6,
     )
     a.max_len = 512
+    a.layout_batches = a.layout_batches or "4"
   return a
 
 
-def _engine_config(slots, max_len, prefix_cache) -> engine_lib.EngineConfig:
+def _engine_config(slots, max_len, prefix_cache, unrolled=True) -> engine_lib.EngineConfig:
   return engine_lib.EngineConfig(
+    unrolled_layers=unrolled,
     max_concurrent_decodes=slots,
     max_len=max_len,
     max_prefill_length=max_len - 1,
@@ -107,8 +112,8 @@ def _engine_config(slots, max_len, prefix_cache) -> engine_lib.EngineConfig:
   )
 
 
-def _engine(cfg, params, slots, max_len, prefix_cache=True):
-  ecfg = _engine_config(slots, max_len, prefix_cache)
+def _engine(cfg, params, slots, max_len, prefix_cache=True, unrolled=True):
+  ecfg = _engine_config(slots, max_len, prefix_cache, unrolled)
   return engine_lib.TmaxEngine(cfg, ecfg, lambda: params).replicas[0].start(lambda e: None)
 
 
@@ -142,18 +147,31 @@ def _decode_result(batch, c: report.Comparison, new: int) -> dict:
   )
 
 
-def decode_side_by_side(model, cfg, params, batch, a) -> dict:
+def _decode_loop(cfg, params, batch, a, unrolled=True):
+  """-> a call running B greedy requests through one replica's scheduler until idle."""
   prompts = np.random.default_rng(batch).integers(1, cfg.vocab_size, (batch, a.prompt))
   # No prefix cache: the runs repeat the same prompts, and a cached prompt would skip its prefill.
-  sched = _engine(cfg, params, batch, a.prompt + a.new + 16, prefix_cache=False)
+  sched = _engine(cfg, params, batch, a.prompt + a.new + 16, False, unrolled)
 
-  def ours():
+  def run():
     for i, p in enumerate(prompts):
       sched.submit(scheduler.Sequence(i, p.tolist(), a.new, GREEDY))
     sched.run_until_idle()
 
+  return run, prompts
+
+
+def decode_side_by_side(model, cfg, params, batch, a) -> dict:
+  ours, prompts = _decode_loop(cfg, params, batch, a)
   c = report.compare(ours, hf_generate(model, prompts, a.new), pairs=a.pairs)
   return _decode_result(batch, c, a.new)
+
+
+def layout_side_by_side(cfg, params, batch, a) -> dict:
+  """The decode loop served unrolled (one pool buffer per layer) vs the scanned stack."""
+  unrolled, _ = _decode_loop(cfg, params, batch, a, unrolled=True)
+  scanned, _ = _decode_loop(cfg, params, batch, a, unrolled=False)
+  return _decode_result(batch, report.compare(unrolled, scanned, pairs=a.pairs), a.new)
 
 
 def grpc_side_by_side(model, cfg, params, batch, a) -> dict:
@@ -265,6 +283,12 @@ def _rows(result, a) -> list[str]:
     for d in result["decode"]
   ]
   rows += [
+    f"| {when} | decode B={d['batch']}, prompt {a.prompt}, {a.new} new, greedy: tok/s, "
+    f"unrolled layers (one pool buffer per layer) vs the scanned stack | {d['ours_tok_s']:.0f} "
+    f"| scanned {d['hf_tok_s']:.0f} | {d['ratio']} | {setup}, {d['load']} |"
+    for d in result["layout"]
+  ]
+  rows += [
     f"| {when} | gRPC end to end B={d['batch']} (server on loopback, {d['batch']} concurrent "
     f"streams), prompt {a.prompt}, {a.new} new, greedy: tok/s | {d['ours_tok_s']:.0f} "
     f"| HF generate {d['hf_tok_s']:.0f} | {d['ratio']} | {setup}, {d['load']} |"
@@ -316,13 +340,14 @@ def main(argv=None):
     shape=shape,
     cpu_threads=report.core_count(),
     decode=[decode_side_by_side(model, cfg, params, int(b), a) for b in _ints(a.batches)],
+    layout=[layout_side_by_side(cfg, params, b, a) for b in _ints(a.layout_batches)],
     grpc=[grpc_side_by_side(model, cfg, params, b, a) for b in _ints(a.grpc_batches)],
     multi_turn=multi_turn_side_by_side(cfg, params, a),
   )
   print(json.dumps(result))
   loads = [
     x
-    for d in result["decode"] + result["grpc"] + [result["multi_turn"]]
+    for d in result["decode"] + result["layout"] + result["grpc"] + [result["multi_turn"]]
     for x in (d["comparison"]["load_before"], d["comparison"]["others_cores"])
   ]
   for row in _rows(result, a):

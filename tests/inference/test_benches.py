@@ -32,6 +32,8 @@ def test_serve_bench_tiny_runs(tmp_path, capsys):
   r = _load("serve_bench").main(["--tiny", "--pairs", "5", "--record", str(record)])
   assert [d["batch"] for d in r["decode"]] == [4]
   assert all(d["ours_tok_s"] > 0 and d["hf_tok_s"] > 0 for d in r["decode"])
+  assert [d["batch"] for d in r["layout"]] == [4]  # unrolled vs scanned serving
+  assert all(len(d["comparison"]["ratios"]) == 5 for d in r["layout"])
   assert [d["batch"] for d in r["grpc"]] == [4]  # through the real server on loopback
   assert all(d["ours_tok_s"] > 0 and len(d["comparison"]["ratios"]) == 5 for d in r["grpc"])
   m = r["multi_turn"]
@@ -42,7 +44,7 @@ def test_serve_bench_tiny_runs(tmp_path, capsys):
   assert m["prefill_tokens_cached"] >= 2 * (40 - 1)  # --tiny: 2 episodes, 40-token observations
   assert 0 < m["peak_kv_bytes_paged"] < m["kv_bytes_dense"]
   out = capsys.readouterr().out
-  assert "decode B=4" in out and "gRPC end to end B=4" in out
+  assert "decode B=4" in out and "gRPC end to end B=4" in out and "vs the scanned stack" in out
 
 
 def test_serving_memory_statement_uses_the_engine_shardings():

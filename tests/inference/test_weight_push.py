@@ -17,6 +17,7 @@ from tmax_jax.inference import server as server_lib
 from tmax_jax.models import hf_io
 
 GREEDY = sampling.SamplingParams(temperature=0.0)
+LONG = 2000  # tokens of the requests in flight during a push
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,10 @@ def served(tmp_path_factory):
   m2 = helpers.save_tiny("qwen3", d2, seed=1)  # the "trained" policy: different weights
   cfg, params = hf_io.load_pretrained(d1)
   _, params2 = hf_io.load_pretrained(d2)
-  engine = engine_lib.TmaxEngine(cfg, engine_lib.EngineConfig(**helpers.ENGINE), lambda: params)
+  # Long enough that the in-flight requests below outlast a push (helpers.ENGINE's 512 did not
+  # always once decode got faster).
+  ecfg = engine_lib.EngineConfig(**dict(helpers.ENGINE, max_len=LONG + 64))
+  engine = engine_lib.TmaxEngine(cfg, ecfg, lambda: params)
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=0))
   yield dict(server=server, m1=m1, m2=m2, params2=params2, d2=d2)
   server.stop()
@@ -42,7 +46,7 @@ def test_push_changes_outputs_and_inflight_requests_complete(served):
     ) as c:
       before = await c.generate(prompts[0], 16, GREEDY)
       long = [
-        asyncio.create_task(c.generate(p, 400, sampling.SamplingParams(seed=i)))
+        asyncio.create_task(c.generate(p, LONG, sampling.SamplingParams(seed=i)))
         for i, p in enumerate(prompts)
       ]
       while (await c.status()).active_requests < len(prompts):
@@ -63,7 +67,7 @@ def test_push_changes_outputs_and_inflight_requests_complete(served):
   assert after.versions == [1] * 16
   assert after.token_ids != before.token_ids
   for out in inflight:
-    assert out.finish_reason == "length" and len(out.token_ids) == 400
+    assert out.finish_reason == "length" and len(out.token_ids) == LONG
     v = np.asarray(out.versions)
     assert set(v.tolist()) == {0, 1}, "the push landed while the request was decoding"
     assert np.all(np.diff(v) >= 0)  # one switch, between two decode steps

@@ -114,12 +114,17 @@ def decode_model_flops(cfg: ModelConfig, slots: int, context: int) -> float:
   return float(slots * (2 * dense + attn))
 
 
-def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int) -> dict:
-  """One decode step of the engine's paged decode core, every slot's table at max_len."""
+def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int, unrolled: bool = True) -> dict:
+  """One decode step of the engine's paged decode core, every slot's table at max_len, served
+  unrolled (the default) or scanned (decode.CoreShape.unrolled)."""
   from tmax_jax.inference import decode  # pylint: disable=import-outside-toplevel
 
   shape = decode.CoreShape(
-    slots=slots, max_len=max_len, page_size=16, num_pages=slots * -(-max_len // 16)
+    slots=slots,
+    max_len=max_len,
+    page_size=16,
+    num_pages=slots * -(-max_len // 16),
+    unrolled=unrolled,
   )
   core = decode.PagedCore(cfg, shape)
   params = registry.abstract_params(cfg)
@@ -131,6 +136,7 @@ def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int) -> dict:
   model_flops = decode_model_flops(cfg, slots, max_len)
   return {
     "what": "decode_step",
+    "layers": "unrolled" if unrolled else "scanned",
     "slots": slots,
     "max_len": max_len,
     "compiled_matmul_flops": cost.matmul_flops,
@@ -138,6 +144,14 @@ def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int) -> dict:
     "ratio": cost.matmul_flops / model_flops,
     "bytes_per_token": cost.bytes_accessed / slots,
   }
+
+
+def _key(row: dict) -> str:
+  """compiled_flops.json's key of a row: train_step:<remat>, decode_step:none (the default,
+  unrolled layers) or decode_step:scanned."""
+  if row["what"] == "train_step":
+    return f"train_step:{row['remat']}"
+  return "decode_step:none" if row["layers"] == "unrolled" else "decode_step:scanned"
 
 
 def main(argv=None) -> list[dict]:
@@ -148,6 +162,7 @@ def main(argv=None) -> list[dict]:
   ap.add_argument("--chunk", type=int, default=1024, help="logprob chunk size")
   ap.add_argument("--slots", type=int, default=64)
   ap.add_argument("--max_len", type=int, default=4096)
+  ap.add_argument("--decode_layers", default="unrolled", help="unrolled,scanned: decode rows")
   ap.add_argument("--tiny", action="store_true")
   ap.add_argument("--out", default=None)
   ap.add_argument("--write", default=None, help="record the ratios here (the guard test reads it)")
@@ -157,13 +172,16 @@ def main(argv=None) -> list[dict]:
     train_step_cost(model_config(args.tiny, p), b, s, args.chunk) for p in args.policies.split(",")
   ]
   slots, max_len = (2, 64) if args.tiny else (args.slots, args.max_len)
-  rows.append(decode_step_cost(model_config(args.tiny, "none"), slots, max_len))
+  for layers in args.decode_layers.split(","):
+    rows.append(
+      decode_step_cost(model_config(args.tiny, "none"), slots, max_len, layers == "unrolled")
+    )
   shape = "tiny" if args.tiny else "Qwen3-1.7B"
   for r in rows:
     where = (
       f"train B x S = {r['batch']} x {r['seq']}, remat={r['remat']}"
       if r["what"] == "train_step"
-      else f"decode, {r['slots']} slots x {r['max_len']}"
+      else f"decode, {r['slots']} slots x {r['max_len']}, {r['layers']} layers"
     )
     print(
       f"| {shape} {where} | {r['compiled_matmul_flops']:.4g} | {r['model_flops']:.4g} | "
@@ -173,8 +191,7 @@ def main(argv=None) -> list[dict]:
     pathlib.Path(args.out).write_text(json.dumps(rows, indent=1))
   if args.write:
     pathlib.Path(args.write).write_text(
-      json.dumps({f"{r['what']}:{r.get('remat', 'none')}": r["ratio"] for r in rows}, indent=1)
-      + "\n"
+      json.dumps({_key(r): r["ratio"] for r in rows}, indent=1) + "\n"
     )
   return rows
 

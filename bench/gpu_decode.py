@@ -48,6 +48,7 @@ def _args(argv):
   p.add_argument("--page_size", type=int, default=64)
   p.add_argument("--tensor", type=int, default=1, help="devices of the replica (tensor parallel)")
   p.add_argument("--temperature", type=float, default=1.0)
+  p.add_argument("--unrolled", action="store_true", help="serve unrolled (decode.CoreShape)")
   p.add_argument("--out", default=str(pathlib.Path(__file__).with_name("gpu_decode.json")))
   a = p.parse_args(argv)
   if a.tiny:
@@ -112,6 +113,7 @@ def main(argv=None):
     max_len=max_len,
     page_size=a.page_size,
     num_pages=a.batch * paged.pages_for(max_len, a.page_size),
+    unrolled=a.unrolled,
   )
   mesh = Mesh(np.asarray(jax.devices()[: a.tensor]), (decode.TENSOR,))
   core = decode.PagedCore(cfg, shape, mesh)
@@ -143,6 +145,7 @@ def main(argv=None):
     new=a.new,
     page_size=a.page_size,
     tensor=a.tensor,
+    unrolled=a.unrolled,
     compile_s=compile_s,
     prefill_s=prefill_s,
     decode_s=decode_s,

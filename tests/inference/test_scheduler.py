@@ -127,7 +127,7 @@ def test_multi_turn_episode_identical_with_and_without_prefix_cache(models, mode
 
 @pytest.mark.parametrize("model_type", ["qwen3", "qwen3_5"])
 def test_unrolled_serving_matches_the_scanned_stack(models, model_type):
-  """One pool buffer per layer and unstacked params (the default) serve what the scanned stack
+  """One pool buffer per layer and unstacked params (`unrolled_layers`) serve what the scanned stack
   over the stacked pool serves: a multi-turn episode with the prefix cache (page copies,
   Qwen3.5's state blocks) and a sampled batch, same tokens, logprobs to fp32 rounding."""
   prompt = helpers.prompts(1, seed=5, lo=30, hi=31)[0]
@@ -141,7 +141,6 @@ def test_unrolled_serving_matches_the_scanned_stack(models, model_type):
     ]
     out = helpers.collect(_sched(models, model_type, cfg), batch)
     runs.append(episode + [(_tokens(out[i]), [e.logprob for e in out[i]]) for i in range(5)])
-  assert isinstance(_sched(models, model_type).state["pool"], list)  # the default is unrolled
   for (t0, l0), (t1, l1) in zip(*runs):
     assert t0 == t1
     np.testing.assert_allclose(l1, l0, rtol=0, atol=1e-5)
@@ -153,7 +152,7 @@ def test_unrolled_decode_step_copies_no_weights_and_no_pool(models):
   profile"): no dynamic-slice at all, and no copy as large as a page buffer or an MLP kernel."""
   from tmax_jax import hlo_cost
 
-  sched = _sched(models)
+  sched = _sched(models, cfg=dataclasses_replace(SMALL, unrolled_layers=True))
   core, (served, version) = sched.core, sched.box.get()
   table = np.zeros((core.shape.slots, 2), np.int32)
   text = core.decode.lower(served, sched.state, table, np.int32(version)).compile().as_text()
@@ -168,24 +167,30 @@ def test_unrolled_decode_step_copies_no_weights_and_no_pool(models):
   assert not big
 
 
-def _tensor_sched(models, model_type, tensor=2):
+def _tensor_sched(models, model_type, tensor=2, cfg=SMALL):
   model_cfg, params, _ = models[model_type]
   engine = engine_lib.TmaxEngine(
-    model_cfg, SMALL, lambda: params, mesh=engine_lib.serving_mesh(replicas=1, tensor=tensor)
+    model_cfg, cfg, lambda: params, mesh=engine_lib.serving_mesh(replicas=1, tensor=tensor)
   )
   return engine.replicas[0].start(lambda events: None)
 
 
 def test_qwen3_5_state_blocks_split_over_tensor_devices(models):
   """The Gated DeltaNet state (slot + prefix-cache blocks) is split like the params that make it
-  (recurrent heads, conv channels), not one full copy per tensor device."""
-  pool = _tensor_sched(models, "qwen3_5").state["pool"]  # one entry per layer (unrolled)
-  states = [sub for sub in pool if "recurrent" in sub]
-  assert states and all("k_pages" in sub for sub in pool if "recurrent" not in sub)
-  for sub in states:
-    for name, dim in (("recurrent", 2), ("conv", 3)):
-      x = sub[name]
-      assert {s.data.shape[dim] for s in x.addressable_shards} == {x.shape[dim] // 2}, name
+  (recurrent heads, conv channels), not one full copy per tensor device; so are the served params
+  (also when `prepare` unstacks them)."""
+  for unrolled in (False, True):  # the stacked pool (default) and one entry per layer
+    cfg = dataclasses_replace(SMALL, unrolled_layers=unrolled)
+    sched = _tensor_sched(models, "qwen3_5", cfg=cfg)
+    pool, served = sched.state["pool"], sched.box.get()[0]["params"]
+    assert any("tensor" in tuple(x.sharding.spec) for x in jax.tree.leaves(served))
+    subs = pool if unrolled else list(pool.values())
+    states = [sub for sub in subs if "recurrent" in sub]
+    assert states and all("k_pages" in sub for sub in subs if "recurrent" not in sub)
+    for sub in states:
+      for name, dim in (("recurrent", 2), ("conv", 3)):
+        x = sub[name]
+        assert {s.data.shape[dim] for s in x.addressable_shards} == {x.shape[dim] // 2}, name
 
 
 @pytest.mark.slow

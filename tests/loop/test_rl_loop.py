@@ -121,9 +121,9 @@ def test_trajectory_logprobs_match_the_trainer(tmp_path):
   serving = dataclasses.replace(cfg.serving, replicas=2, tensor=2)
   server = common.serve_policy(cfg.model, cfg.episode.family, serving, stop_token_ids(cfg.episode))
   served = server.engine.load_params()[1].get()[0]["params"]
-  q = served["model"]["layers_0"]["self_attn"]["q_proj"]["kernel"]  # [D, N, H], replica 1
+  q = served["model"]["layers"]["self_attn"]["q_proj"]["kernel"]  # [L, D, N, H], replica 1
   assert {d.id for d in q.sharding.device_set} == {2, 3}
-  assert q.addressable_shards[0].data.shape[1] == 1  # N = 2 heads over tensor 2
+  assert q.addressable_shards[0].data.shape[2] == 1  # N = 2 heads over tensor 2
 
   async def episode():
     from tmax_jax.inference.client import RolloutClient

@@ -10,8 +10,8 @@ the prefix cache stores boundary states in.
 
 Decode state (a dict of device arrays, donated through every program):
   pool        the cache tree: attention sub-dicts {k_pages, v_pages: [L,NP,P,K,H]}, state leaves
-              [L, slots + state_blocks, ...]; with `CoreShape.unrolled` (the default) a list of
-              L such trees, one per layer, each with a layer axis of 1
+              [L, slots + state_blocks, ...]; with `CoreShape.unrolled` a list of L such
+              trees, one per layer, each with a layer axis of 1
   token, position, counter, active, temperature, top_p, top_k, key: per slot [B]
 Programs: `prefill` writes a batch of prompt chunks [R,C] of R slots into their pages/state (no
 head, no sampling: the last prompt token stays pending); `decode` feeds every slot's pending token,
@@ -21,14 +21,13 @@ samples with the fp32 head and returns data [B, 5 + 2K] int32:
 `activate`/`deactivate` a slot, `copy_page` (copy-on-write of a shared prefix page), `save_state` /
 `load_state` (a slot's recurrent state to/from a prefix-cache block).
 
-Layers: `CoreShape.unrolled` serves the model unscanned (`prepare` unstacks the pushed, scanned
-params once per weight version into `model/layers_{i}`) over one pool buffer per layer. A scanned
-stack slices every [L, ...] weight per layer and step, and XLA:CPU (like the GPU backend for
-operands it does not fuse) copies each slice: 34% of the compiled step at B=8 on the CPU bench
-(BUILD_NOTES "Decode profile"). Each layer's pool is written in place after the whole model ran
+Layers: by default the scanned stack is served over the stacked pool. `CoreShape.unrolled` serves
+the model unscanned (`prepare` unstacks the pushed, scanned params once per weight version into
+`model/layers_{i}`) over one pool buffer per layer, so no step slices (on XLA:CPU: copies) the
+[L, ...] weight stacks; each layer's pool is written in place after the whole model ran
 (`_write_back` makes the writes depend on the final hidden state, so XLA orders them after every
-page read instead of copying the pool). `unrolled=False` serves the scanned stack over the
-stacked pool (fewer instructions to compile for deep models).
+page read instead of copying the pool). Measured on CPU it is no faster (BUILD_NOTES "Decode
+profile"); bench/gpu_decode.py --unrolled is the accelerator check.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ class CoreShape:
   num_pages: int
   state_blocks: int = 0
   max_topk: int = 0
-  unrolled: bool = True
+  unrolled: bool = False
 
   @property
   def max_pages(self) -> int:

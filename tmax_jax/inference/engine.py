@@ -56,7 +56,7 @@ class EngineConfig:
   batch_invariant: bool = False  # SchedulerConfig.batch_invariant
   prefix_state_blocks: int = -1
   max_topk: int = 0
-  unrolled_layers: bool = True  # decode.CoreShape.unrolled: serve unscanned, one pool per layer
+  unrolled_layers: bool = False  # decode.CoreShape.unrolled: unscanned, one pool per layer
   stop_token_ids: tuple[int, ...] = ()
   default_sampling: sampling.SamplingParams = sampling.SamplingParams(temperature=0.0)
   tokenizer_path: str = ""  # HF tokenizer dir for JetStream text requests; "" = token ids only

@@ -74,7 +74,7 @@ def _args(argv):
   p.add_argument("--layout_batches", default="", help="unrolled vs scanned serving ('' = none)")
   p.add_argument("--prompt", type=int, default=16)
   p.add_argument("--new", type=int, default=64)
-  p.add_argument("--episodes", type=int, default=2)
+  p.add_argument("--episodes", type=int, default=2, help="multi-turn episodes (0 = skip)")
   p.add_argument("--turns", type=int, default=8)
   p.add_argument("--observation", type=int, default=500)
   p.add_argument("--turn_tokens", type=int, default=32)
@@ -295,6 +295,8 @@ def _rows(result, a) -> list[str]:
     for d in result["grpc"]
   ]
   m = result["multi_turn"]
+  if m is None:  # --episodes 0
+    return rows
   rows.append(
     f"| {when} | {a.episodes} episodes x {a.turns} turns, {a.observation}-token "
     f"observations, {a.turn_tokens} generated/turn: prefill tokens, wall s | "
@@ -342,12 +344,13 @@ def main(argv=None):
     decode=[decode_side_by_side(model, cfg, params, int(b), a) for b in _ints(a.batches)],
     layout=[layout_side_by_side(cfg, params, b, a) for b in _ints(a.layout_batches)],
     grpc=[grpc_side_by_side(model, cfg, params, b, a) for b in _ints(a.grpc_batches)],
-    multi_turn=multi_turn_side_by_side(cfg, params, a),
+    multi_turn=multi_turn_side_by_side(cfg, params, a) if a.episodes else None,
   )
   print(json.dumps(result))
   loads = [
     x
     for d in result["decode"] + result["layout"] + result["grpc"] + [result["multi_turn"]]
+    if d is not None
     for x in (d["comparison"]["load_before"], d["comparison"]["others_cores"])
   ]
   for row in _rows(result, a):

@@ -167,3 +167,14 @@ def test_two_level_inverse_cdf_matches_softmax_across_blocks():
   observed = np.append(counts[likely], counts[~likely].sum())
   expected = np.append(probs[likely], probs[~likely].sum()) * observed.sum()
   assert stats.chisquare(observed, expected).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 2**31 - 1, 2**31 + 5, 2**40 + 3])
+def test_slot_key_is_prng_key_of_the_seed(seed):
+  """decode.slot_arrays builds the request's key on the host; it must be PRNGKey's (the default
+  threefry implementation) of the seed taken modulo 2^31."""
+  from tmax_jax.inference import decode
+
+  key = decode.slot_arrays(sampling.SamplingParams(seed=seed))["key"]
+  want = np.asarray(jax.random.PRNGKey(seed % (1 << 31)), np.uint32)
+  assert key.dtype == np.uint32 and key.tolist() == want.tolist()

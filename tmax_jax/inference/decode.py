@@ -74,12 +74,14 @@ class CoreShape:
 
 def slot_arrays(p: sampling.SamplingParams) -> dict[str, np.ndarray]:
   """Per-request sampling settings as per-slot scalars. The seed is taken modulo 2^31 (PRNGKey
-  silently keeps only 32 bits without x64)."""
+  silently keeps only 32 bits without x64). The key is `jax.random.PRNGKey(seed)`'s threefry
+  data, [0, seed], built on the host: calling PRNGKey ran a device computation per admitted
+  request inside the scheduler loop."""
   return dict(
     temperature=np.float32(p.temperature),
     top_p=np.float32(p.top_p),
     top_k=np.int32(p.top_k),
-    key=np.asarray(jax.random.PRNGKey(p.seed % (1 << 31)), np.uint32),
+    key=np.array([0, p.seed % (1 << 31)], np.uint32),
   )
 
 

@@ -17,7 +17,7 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     string request_id = 8;
     int32 top_logprobs = 9;               // K: also return each token's top-K (<= server max_topk)
   }
-  message GenerateResponse {              // one per decode step (streamed)
+  message GenerateResponse {              // the steps delivered since the last one (streamed)
     repeated int32 token_ids = 1;
     repeated float logprobs = 2;          // behaviour logprob of each token (see sampling.py)
     repeated int64 policy_versions = 3;   // weight version that produced each token

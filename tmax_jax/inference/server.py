@@ -26,8 +26,8 @@ compat.apply()
 
 # pylint: disable=wrong-import-position
 from jetstream.core import server_lib
-from jetstream.core.utils import async_multifuture
 
+from tmax_jax.inference import channel as channel_lib
 from tmax_jax.inference import driver as driver_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import openai_api, rl_proto, sampling, updates
@@ -84,7 +84,7 @@ def submit(
   params: sampling.SamplingParams,
   stop_ids: Sequence[int] = (),
   top_logprobs: int = 0,
-) -> async_multifuture.AsyncMultifuture:
+) -> channel_lib.StepChannel:
   """Validates and queues one token-id request (call on the server's event loop): its
   `driver.RLStep`s arrive on the returned channel; cancelling the channel ends the request.
   ValueError says what is wrong with a request that does not fit. Used by the Rollout service and
@@ -92,7 +92,7 @@ def submit(
   error = validate(engine, prompt_ids, max_tokens, top_logprobs)
   if error:
     raise ValueError(error)
-  channel = async_multifuture.AsyncMultifuture()
+  channel = channel_lib.StepChannel()
   driver.place_request_on_prefill_queue(
     driver_lib.RLActiveRequest(
       max_tokens=max_tokens,
@@ -105,6 +105,21 @@ def submit(
     )
   )
   return channel
+
+
+def _response(steps: list, instance_id: str) -> rl_proto.GenerateResponse:
+  """One GenerateResponse carrying `steps` (driver.RLStep; the last may be the finish without a
+  token)."""
+  tokens = [s for s in steps if s.token_id is not None]
+  return rl_proto.GenerateResponse(
+    token_ids=[s.token_id for s in tokens],
+    logprobs=[s.logprob for s in tokens],
+    policy_versions=[s.version for s in tokens],
+    finish_reason=steps[-1].finish_reason,
+    topk_ids=[i for s in steps for i in s.topk_ids],
+    topk_logprobs=[x for s in steps for x in s.topk_logprobs],
+    instance_id=instance_id,
+  )
 
 
 class RolloutServicer:
@@ -134,16 +149,7 @@ class RolloutServicer:
     first = True
     try:
       async for step in channel:
-        some = step.token_id is not None
-        yield rl_proto.GenerateResponse(
-          token_ids=[step.token_id] if some else [],
-          logprobs=[step.logprob] if some else [],
-          policy_versions=[step.version] if some else [],
-          finish_reason=step.finish_reason,
-          topk_ids=step.topk_ids,
-          topk_logprobs=step.topk_logprobs,
-          instance_id=self._instance if first else "",
-        )
+        yield _response([step, *channel.take_ready()], self._instance if first else "")
         first = False
     except driver_lib.ServerShutdown as e:
       await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))

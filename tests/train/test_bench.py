@@ -90,3 +90,23 @@ def test_cpu_gemm_bench_checks_the_product_then_times_each_shape():
   )
   with pytest.raises(SystemExit, match="expected MxKxN"):
     gemm.parse_shape("8x16")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_gpu_session_script_tiny(tmp_path):
+  """bench/gpu_session.sh (the one prepared accelerator call) runs every GPU script in its CPU
+  mode: each step exits 0 and leaves its JSON under $OUT."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", OUT=str(tmp_path))
+  subprocess.run(
+    ["bash", "bench/gpu_session.sh", "--tiny"], cwd=ROOT, env=env, check=True, timeout=850
+  )
+  log = (tmp_path / "gpu_session.log").read_text()
+  rcs = [line.split("rc=")[1].split()[0] for line in log.splitlines() if " rc=" in line]
+  assert rcs == ["0"] * 5, log[-3000:]
+  decode = [
+    json.loads((tmp_path / f"gpu_decode_{k}.json").read_text()) for k in ("scanned", "unrolled")
+  ]
+  assert [d["unrolled"] for d in decode] == [False, True]
+  for name in ("gpu_train_step.json", "gpu_long_context.jsonl", "gpu_gated_delta.jsonl"):
+    assert (tmp_path / name).stat().st_size > 0, name

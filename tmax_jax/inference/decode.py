@@ -360,13 +360,16 @@ class PagedCore:
   def _write_back(self, pool, out, hidden, table, positions, segments, rows):
     """Scatters the call's new K/V into pages (padding dropped) and its new state into rows.
 
-    The page writes depend on `hidden` (the model's output, so on every layer's page reads): a
-    layer's new K/V do not depend on its own attention, and without that edge XLA cannot order
-    the in-place write after the reads and copies the whole pool (per layer when unrolled). A
-    NaN hidden state drops the writes (its tokens are garbage anyway)."""
+    Unrolled, the page writes depend on `hidden` (the model's output, so on every layer's page
+    reads): a layer's new K/V do not depend on its own attention, and without that edge XLA
+    cannot order the in-place write of its buffer after the reads and copies it. A NaN hidden
+    state then drops the writes (its tokens are garbage anyway). The scanned stack needs no
+    edge: its scan's outputs come after all of its reads."""
     ps, n_pages = self.shape.page_size, self.shape.num_pages
     page = jnp.take_along_axis(table, positions // ps, axis=1, mode="clip")  # [R,T]
-    written = (segments != 0) & ~jnp.isnan(hidden[:1, :1, :1].astype(jnp.float32)).reshape(())
+    written = segments != 0
+    if self.shape.unrolled:
+      written &= ~jnp.isnan(hidden[:1, :1, :1].astype(jnp.float32)).reshape(())
     flat = jnp.where(written, page * ps + positions % ps, n_pages * ps).reshape(-1)
 
     def kv(sub, new):

@@ -2,6 +2,8 @@
 exhausted / freed, batched and chunked prefill, prefix-cache exactness (dense and Qwen3.5), top-K
 parity with the trainer's chunked head, JetStream's Engine API."""
 
+import dataclasses
+
 import inference_helpers as helpers
 import jax
 import jax.numpy as jnp
@@ -144,6 +146,26 @@ def test_unrolled_serving_matches_the_scanned_stack(models, model_type):
   for (t0, l0), (t1, l1) in zip(*runs):
     assert t0 == t1
     np.testing.assert_allclose(l1, l0, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", pytest.param("qwen3_5", marks=pytest.mark.slow)])
+def test_an_unscanned_config_is_served_in_both_layouts(models, model_type):
+  """A model config with scan_layers=False (params `model/layers_{i}`) is served as it is over
+  the stacked pool, or as given over the per-layer pool (nothing to unstack): the same tokens
+  as the scanned config."""
+  model_cfg, params, _ = models[model_type]
+  flat_cfg = dataclasses.replace(model_cfg, scan_layers=False)
+  flat = registry.build_model(model_cfg).stack.unstack_params(model_cfg, params)
+  outs = []
+  for cfg, p in ((model_cfg, params), (flat_cfg, flat), (flat_cfg, flat)):
+    unrolled = len(outs) == 2
+    engine = engine_lib.TmaxEngine(
+      cfg, dataclasses_replace(SMALL, unrolled_layers=unrolled), lambda p=p: p
+    )
+    sched = engine.replicas[0].start(lambda events: None)
+    out = helpers.collect(sched, [_seq(i, q, 8) for i, q in enumerate(helpers.prompts(3, seed=1))])
+    outs.append([_tokens(out[i]) for i in range(3)])
+  assert outs[1] == outs[0] and outs[2] == outs[0]
 
 
 def test_unrolled_decode_step_copies_no_weights_and_no_pool(models):

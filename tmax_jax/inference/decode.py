@@ -171,7 +171,9 @@ class PagedCore:
     self.model_cfg, self.shape = model_cfg, shape
     self.mesh = mesh or Mesh(np.asarray(jax.devices()[:1]), (TENSOR,))
     self.rules = serving_rules(model_cfg.logical_axis_rules)
-    served_cfg = dataclasses.replace(model_cfg, scan_layers=not shape.unrolled)
+    # Unrolled: the unscanned model (what a scanned config's params are unstacked for); else the
+    # config as it is (an unscanned training config is served unscanned over the stacked pool).
+    served_cfg = dataclasses.replace(model_cfg, scan_layers=False) if shape.unrolled else model_cfg
     self.model = registry.build_model(served_cfg)
     self._dense = _dense_cache(model_cfg, shape.page_size)
     self._cache_axes = registry.build_model(model_cfg).cache_logical_axes()
@@ -315,7 +317,7 @@ class PagedCore:
   def served_layout(self, params: Any) -> Any:
     """Scanned params (what pushes carry) -> the layout the programs take (unstacked when
     unrolled), the same values."""
-    if self.shape.unrolled:
+    if self.shape.unrolled and self.model_cfg.scan_layers:
       return self.model.stack.unstack_params(self.model_cfg, params)
     return params
 

@@ -59,3 +59,28 @@ def test_cancel_is_seen_by_both_sides():
     return channel.cancelled()
 
   assert asyncio.run(go())
+
+
+def test_delivered_steps_become_one_generate_response():
+  """What the Rollout service sends when its stream lags: the step it read plus take_ready(), as
+  one GenerateResponse (tokens, logprobs, versions and top-K concatenated in order, the finish
+  reason of the last step; a finish without a token adds none)."""
+  from tmax_jax.inference import driver, server
+
+  steps = [
+    driver.RLStep(5, -0.5, 0, "", (5, 1), (-0.5, -1.0)),
+    driver.RLStep(7, -0.25, 1, "", (7, 2), (-0.25, -2.0)),
+    driver.RLStep(None, 0.0, 1, "stop"),
+  ]
+
+  async def go():
+    channel = StepChannel()
+    _feed(channel, steps)
+    first = await channel.__anext__()
+    return server._response([first, *channel.take_ready()], "abc")  # pylint: disable=protected-access
+
+  r = asyncio.run(go())
+  assert list(r.token_ids) == [5, 7] and list(r.policy_versions) == [0, 1]
+  assert list(r.logprobs) == [-0.5, -0.25] and r.finish_reason == "stop"
+  assert list(r.topk_ids) == [5, 1, 7, 2] and list(r.topk_logprobs) == [-0.5, -1.0, -0.25, -2.0]
+  assert r.instance_id == "abc"

@@ -217,30 +217,3 @@ def test_jetstream_text_request_without_tokenizer_fails_clearly(served):
       list(stub.Decode(req, timeout=30))
     assert "tokenizer_path" in err.value.details()
     assert stub.HealthCheck(jetstream_pb2.HealthCheckRequest(), timeout=10).is_live  # still up
-
-
-def test_a_lagging_stream_gets_the_delivered_steps_in_one_message(served):
-  """A reader that falls behind the decode loop receives every step delivered meanwhile in one
-  GenerateResponse (channel.StepChannel.take_ready): fewer messages than tokens, the same tokens,
-  logprobs and versions as a reader that keeps up, the finish reason on the last message."""
-  prompt = helpers.prompts(1, seed=4)[0]
-  (fast,) = _generate_all(served.address, [prompt], 24)
-
-  async def slow():
-    async with served.client(timeout_s=60) as c:
-      req = client_lib.rl_proto.GenerateRequest(prompt_token_ids=prompt, max_tokens=24)
-      messages = []
-      async for resp in c._calls["Generate"](req, timeout=60):  # pylint: disable=protected-access
-        messages.append(resp)
-        await asyncio.sleep(0.1)  # ~ several decode steps of this model per read
-      return messages
-
-  messages = asyncio.run(slow())
-  assert 1 < len(messages) < 24 and max(len(m.token_ids) for m in messages) > 1
-  assert [t for m in messages for t in m.token_ids] == fast.token_ids
-  np.testing.assert_allclose(
-    [x for m in messages for x in m.logprobs], fast.logprobs, rtol=0, atol=1e-6
-  )
-  assert [v for m in messages for v in m.policy_versions] == fast.versions
-  assert [m.finish_reason for m in messages][-1] == "length"
-  assert not any(m.finish_reason for m in messages[:-1])

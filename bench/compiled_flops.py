@@ -114,9 +114,9 @@ def decode_model_flops(cfg: ModelConfig, slots: int, context: int) -> float:
   return float(slots * (2 * dense + attn))
 
 
-def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int, unrolled: bool = True) -> dict:
+def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int, unrolled: bool = False) -> dict:
   """One decode step of the engine's paged decode core, every slot's table at max_len, served
-  unrolled (the default) or scanned (decode.CoreShape.unrolled)."""
+  scanned (the default) or unrolled (decode.CoreShape.unrolled)."""
   from tmax_jax.inference import decode  # pylint: disable=import-outside-toplevel
 
   shape = decode.CoreShape(
@@ -148,10 +148,10 @@ def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int, unrolled: bool 
 
 def _key(row: dict) -> str:
   """compiled_flops.json's key of a row: train_step:<remat>, decode_step:none (the default,
-  unrolled layers) or decode_step:scanned."""
+  scanned layers) or decode_step:unrolled."""
   if row["what"] == "train_step":
     return f"train_step:{row['remat']}"
-  return "decode_step:none" if row["layers"] == "unrolled" else "decode_step:scanned"
+  return "decode_step:none" if row["layers"] == "scanned" else "decode_step:unrolled"
 
 
 def main(argv=None) -> list[dict]:
@@ -162,7 +162,7 @@ def main(argv=None) -> list[dict]:
   ap.add_argument("--chunk", type=int, default=1024, help="logprob chunk size")
   ap.add_argument("--slots", type=int, default=64)
   ap.add_argument("--max_len", type=int, default=4096)
-  ap.add_argument("--decode_layers", default="unrolled", help="unrolled,scanned: decode rows")
+  ap.add_argument("--decode_layers", default="scanned", help="scanned,unrolled: decode rows")
   ap.add_argument("--tiny", action="store_true")
   ap.add_argument("--out", default=None)
   ap.add_argument("--write", default=None, help="record the ratios here (the guard test reads it)")

@@ -50,7 +50,7 @@ def _args(argv):
   p.add_argument("--profile", type=int, default=0, help="profiled decode-step runs (0 = none)")
   p.add_argument("--top", type=int, default=15)
   p.add_argument("--tiny", action="store_true")
-  p.add_argument("--scanned", action="store_true", help="serve the scanned stack (not unrolled)")
+  p.add_argument("--unrolled", action="store_true", help="serve unrolled (decode.CoreShape)")
   p.add_argument("--json", default="")
   return p.parse_args(argv)
 
@@ -139,7 +139,7 @@ def main(argv=None) -> dict:
   out = {}
   for b in (int(x) for x in a.batches.split(",")):
     prompts = np.random.default_rng(b).integers(1, cfg.vocab_size, (b, a.prompt))
-    sched = serve_bench._engine(cfg, params, b, a.prompt + a.new + 16, False, not a.scanned)
+    sched = serve_bench._engine(cfg, params, b, a.prompt + a.new + 16, False, a.unrolled)
     r = dict(loop=loop_profile(sched, prompts, a.new, a.repeats))
     r["step"] = step_profile(sched, a.repeats, a.profile, a.top)
     r["hf_step_ms"] = hf_step_ms(model, prompts, a.new, a.repeats)

@@ -4,7 +4,7 @@ all sides in one run, alternated (bench/report.compare, >= 5 pairs):
      on the same weights, B = 8 / 32 / 64; tokens/s = B x new / median seconds (prefill of the
      16-token prompts included on both sides; prefix cache off, so every run prefills them);
   1a. layer layout (`--layout_batches`, "" = skip): the same decode loop served unrolled over one
-     pool buffer per layer (the default, decode.CoreShape.unrolled) vs the scanned stack;
+     pool buffer per layer (decode.CoreShape.unrolled) vs the scanned stack (the default);
   1b. gRPC end to end: the same B requests through the real server (RLDriver + JetStream's
      server, tmax_rl.Rollout on loopback), B concurrent streaming `RolloutClient.generate` calls
      from one asyncio client, vs HF `generate` at the same B (`--grpc_batches`, "" = skip);
@@ -99,7 +99,7 @@ def _args(argv):
   return a
 
 
-def _engine_config(slots, max_len, prefix_cache, unrolled=True) -> engine_lib.EngineConfig:
+def _engine_config(slots, max_len, prefix_cache, unrolled=False) -> engine_lib.EngineConfig:
   return engine_lib.EngineConfig(
     unrolled_layers=unrolled,
     max_concurrent_decodes=slots,
@@ -112,7 +112,7 @@ def _engine_config(slots, max_len, prefix_cache, unrolled=True) -> engine_lib.En
   )
 
 
-def _engine(cfg, params, slots, max_len, prefix_cache=True, unrolled=True):
+def _engine(cfg, params, slots, max_len, prefix_cache=True, unrolled=False):
   ecfg = _engine_config(slots, max_len, prefix_cache, unrolled)
   return engine_lib.TmaxEngine(cfg, ecfg, lambda: params).replicas[0].start(lambda e: None)
 
@@ -147,7 +147,7 @@ def _decode_result(batch, c: report.Comparison, new: int) -> dict:
   )
 
 
-def _decode_loop(cfg, params, batch, a, unrolled=True):
+def _decode_loop(cfg, params, batch, a, unrolled=False):
   """-> a call running B greedy requests through one replica's scheduler until idle."""
   prompts = np.random.default_rng(batch).integers(1, cfg.vocab_size, (batch, a.prompt))
   # No prefix cache: the runs repeat the same prompts, and a cached prompt would skip its prefill.

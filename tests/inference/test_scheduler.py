@@ -2,8 +2,6 @@
 exhausted / freed, batched and chunked prefill, prefix-cache exactness (dense and Qwen3.5), top-K
 parity with the trainer's chunked head, JetStream's Engine API."""
 
-import dataclasses
-
 import inference_helpers as helpers
 import jax
 import jax.numpy as jnp
@@ -154,11 +152,14 @@ def test_an_unscanned_config_is_served_in_both_layouts(models, model_type):
   the stacked pool, or as given over the per-layer pool (nothing to unstack): the same tokens
   as the scanned config."""
   model_cfg, params, _ = models[model_type]
-  flat_cfg = dataclasses.replace(model_cfg, scan_layers=False)
+  flat_cfg = dataclasses_replace(model_cfg, scan_layers=False)
   flat = registry.build_model(model_cfg).stack.unstack_params(model_cfg, params)
   outs = []
-  for cfg, p in ((model_cfg, params), (flat_cfg, flat), (flat_cfg, flat)):
-    unrolled = len(outs) == 2
+  for cfg, p, unrolled in (
+    (model_cfg, params, False),
+    (flat_cfg, flat, False),
+    (flat_cfg, flat, True),
+  ):
     engine = engine_lib.TmaxEngine(
       cfg, dataclasses_replace(SMALL, unrolled_layers=unrolled), lambda p=p: p
     )

@@ -139,10 +139,9 @@ def _dense_cache(model_cfg: ModelConfig, page_size: int):
   return jax.eval_shape(lambda: model.init_cache(1, page_size))
 
 
-def _per_layer(model_cfg: ModelConfig, tree, lift: Callable):
-  """A stacked cache tree (shapes or logical axes) -> L per-layer trees, leaves mapped by
-  lift(leaf) (the layer's own entry of the layer axis)."""
-  stack = registry.build_model(model_cfg).stack
+def _per_layer(stack, model_cfg: ModelConfig, tree, lift: Callable):
+  """A stacked cache tree (shapes or logical axes) -> L per-layer trees of the model's `stack`
+  (decoder.DecoderStack), leaves mapped by lift(leaf) (the layer's own entry of the layer axis)."""
   entries = [stack.layer_entry(model_cfg, tree, i)[0] for i in range(model_cfg.num_hidden_layers)]
   spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
   return [jax.tree.map(lift, e, is_leaf=spec) for e in entries]
@@ -176,11 +175,11 @@ class PagedCore:
     served_cfg = dataclasses.replace(model_cfg, scan_layers=False) if shape.unrolled else model_cfg
     self.model = registry.build_model(served_cfg)
     self._dense = _dense_cache(model_cfg, shape.page_size)
-    self._cache_axes = registry.build_model(model_cfg).cache_logical_axes()
+    self._cache_axes = self.model.cache_logical_axes()  # the same scanned or not
     if shape.unrolled:
       one = lambda x: jax.ShapeDtypeStruct((1,) + x.shape[1:], x.dtype)  # noqa: E731
-      self._dense = _per_layer(model_cfg, self._dense, one)
-      self._cache_axes = _per_layer(model_cfg, self._cache_axes, lambda spec: spec)
+      self._dense = _per_layer(self.model.stack, model_cfg, self._dense, one)
+      self._cache_axes = _per_layer(self.model.stack, model_cfg, self._cache_axes, lambda a: a)
     self.stateful = is_stateful(model_cfg)
     self._abstract_params = registry.abstract_params(model_cfg)
     self.state_shardings = self._state_shardings()

@@ -229,7 +229,7 @@ class DecoderStack(nn.Module):
     types, period = self.layer_types(cfg), self.period(cfg)
     block = layers.remat_layer(self.layer, cfg.remat_policy, False)
     per_layer = isinstance(cache, list)
-    slot_caches = [[] for _ in range(period)]
+    new_caches = []
     for i, layer_type in enumerate(types):
       layer_cache = None
       if per_layer:
@@ -241,14 +241,14 @@ class DecoderStack(nn.Module):
         x, cos, sin, positions, segment_ids, layer_cache
       )
       x = jax.lax.optimization_barrier(x)  # rounded to the compute dtype here, as a scan carry
-      slot_caches[i % period].append(layer_cache)
+      new_caches.append(layer_cache)
     if cache is None:
       return x, None
     if per_layer:
-      return x, [slot_caches[i % period][i // period] for i in range(len(types))]
+      return x, new_caches
     stacked = {
-      f"layer_{p}": jax.tree.map(lambda *c: jnp.stack(c), *caches)
-      for p, caches in enumerate(slot_caches)
+      f"layer_{p}": jax.tree.map(lambda *c: jnp.stack(c), *new_caches[p::period])
+      for p in range(period)
     }
     return x, (stacked if self.grouped else stacked["layer_0"])
 

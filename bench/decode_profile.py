@@ -51,6 +51,7 @@ def _args(argv):
   p.add_argument("--top", type=int, default=15)
   p.add_argument("--tiny", action="store_true")
   p.add_argument("--unrolled", action="store_true", help="serve unrolled (decode.CoreShape)")
+  p.add_argument("--decode_steps", type=int, default=4, help="EngineConfig.decode_steps")
   p.add_argument("--json", default="")
   return p.parse_args(argv)
 
@@ -139,7 +140,15 @@ def main(argv=None) -> dict:
   out = {}
   for b in (int(x) for x in a.batches.split(",")):
     prompts = np.random.default_rng(b).integers(1, cfg.vocab_size, (b, a.prompt))
-    sched = serve_bench._engine(cfg, params, b, a.prompt + a.new + 16, False, a.unrolled)
+    sched = serve_bench._engine(
+      cfg,
+      params,
+      b,
+      a.prompt + a.new + 16,
+      False,
+      unrolled_layers=a.unrolled,
+      decode_steps=a.decode_steps,
+    )
     r = dict(loop=loop_profile(sched, prompts, a.new, a.repeats))
     r["step"] = step_profile(sched, a.repeats, a.profile, a.top)
     r["hf_step_ms"] = hf_step_ms(model, prompts, a.new, a.repeats)

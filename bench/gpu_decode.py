@@ -49,6 +49,7 @@ def _args(argv):
   p.add_argument("--tensor", type=int, default=1, help="devices of the replica (tensor parallel)")
   p.add_argument("--temperature", type=float, default=1.0)
   p.add_argument("--unrolled", action="store_true", help="serve unrolled (decode.CoreShape)")
+  p.add_argument("--decode_steps", type=int, default=4, help="decode steps per dispatched call")
   p.add_argument("--out", default=str(pathlib.Path(__file__).with_name("gpu_decode.json")))
   a = p.parse_args(argv)
   if a.tiny:
@@ -120,7 +121,10 @@ def main(argv=None):
   params = registry.init_params(cfg, jax.random.key(0), decode.param_shardings(cfg, mesh))
   box = decode.ParamsBox(params, 0, core.prepare)
   sched_cfg = scheduler.SchedulerConfig(
-    prefill_chunk=min(512, a.prompt), prefill_batch=8, prefix_cache=False
+    prefill_chunk=min(512, a.prompt),
+    prefill_batch=8,
+    prefix_cache=False,
+    decode_steps=a.decode_steps,
   )
   sched = scheduler.Scheduler(core, box, sched_cfg, emit=lambda events: None)
   rng = np.random.default_rng(0)
@@ -146,6 +150,7 @@ def main(argv=None):
     page_size=a.page_size,
     tensor=a.tensor,
     unrolled=a.unrolled,
+    decode_steps=a.decode_steps,
     compile_s=compile_s,
     prefill_s=prefill_s,
     decode_s=decode_s,

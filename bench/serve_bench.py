@@ -3,9 +3,11 @@ all sides in one run, alternated (bench/report.compare, >= 5 pairs):
   1. decode: B concurrent requests (prompt 16, 64 new tokens, greedy) vs transformers `generate`
      on the same weights, B = 8 / 32 / 64; tokens/s = B x new / median seconds (prefill of the
      16-token prompts included on both sides; prefix cache off, so every run prefills them);
-  1a. layer layout (`--layout_batches`, "" = skip): the same decode loop served unrolled over one
+  1a. decode steps per call (`--steps_batches`, "" = skip): the same decode loop with
+     `--decode_steps` steps per dispatched program (EngineConfig.decode_steps) vs one;
+  1b. layer layout (`--layout_batches`, "" = skip): the same decode loop served unrolled over one
      pool buffer per layer (decode.CoreShape.unrolled) vs the scanned stack (the default);
-  1b. gRPC end to end: the same B requests through the real server (RLDriver + JetStream's
+  1c. gRPC end to end: the same B requests through the real server (RLDriver + JetStream's
      server, tmax_rl.Rollout on loopback), B concurrent streaming `RolloutClient.generate` calls
      from one asyncio client, vs HF `generate` at the same B (`--grpc_batches`, "" = skip);
   2. multi-turn: E episodes x 8 turns (~500-token observations, 32 generated tokens per turn)
@@ -72,6 +74,15 @@ def _args(argv):
   p.add_argument("--batches", default="8,32,64")
   p.add_argument("--grpc_batches", default="8,32,64", help="gRPC end-to-end batches ('' = none)")
   p.add_argument("--layout_batches", default="", help="unrolled vs scanned serving ('' = none)")
+  p.add_argument(
+    "--steps_batches", default="8,32,64", help="decode_steps vs one step per call ('' = none)"
+  )
+  p.add_argument(
+    "--decode_steps",
+    type=int,
+    default=engine_lib.EngineConfig.decode_steps,
+    help="decode steps per dispatched program (every engine of the run)",
+  )
   p.add_argument("--prompt", type=int, default=16)
   p.add_argument("--new", type=int, default=64)
   p.add_argument("--episodes", type=int, default=2, help="multi-turn episodes (0 = skip)")
@@ -96,12 +107,12 @@ def _args(argv):
     )
     a.max_len = 512
     a.layout_batches = a.layout_batches or "4"
+    a.steps_batches = a.steps_batches and "4"
   return a
 
 
-def _engine_config(slots, max_len, prefix_cache, unrolled=False) -> engine_lib.EngineConfig:
+def _engine_config(slots, max_len, prefix_cache, **kw) -> engine_lib.EngineConfig:
   return engine_lib.EngineConfig(
-    unrolled_layers=unrolled,
     max_concurrent_decodes=slots,
     max_len=max_len,
     max_prefill_length=max_len - 1,
@@ -109,11 +120,12 @@ def _engine_config(slots, max_len, prefix_cache, unrolled=False) -> engine_lib.E
     prefill_chunk=512,
     prefill_batch=8,
     prefix_cache=prefix_cache,
+    **kw,
   )
 
 
-def _engine(cfg, params, slots, max_len, prefix_cache=True, unrolled=False):
-  ecfg = _engine_config(slots, max_len, prefix_cache, unrolled)
+def _engine(cfg, params, slots, max_len, prefix_cache=True, **kw):
+  ecfg = _engine_config(slots, max_len, prefix_cache, **kw)
   return engine_lib.TmaxEngine(cfg, ecfg, lambda: params).replicas[0].start(lambda e: None)
 
 
@@ -147,11 +159,13 @@ def _decode_result(batch, c: report.Comparison, new: int) -> dict:
   )
 
 
-def _decode_loop(cfg, params, batch, a, unrolled=False):
-  """-> a call running B greedy requests through one replica's scheduler until idle."""
+def _decode_loop(cfg, params, batch, a, **kw):
+  """-> a call running B greedy requests through one replica's scheduler until idle (`kw`:
+  EngineConfig fields, default decode_steps = --decode_steps)."""
   prompts = np.random.default_rng(batch).integers(1, cfg.vocab_size, (batch, a.prompt))
   # No prefix cache: the runs repeat the same prompts, and a cached prompt would skip its prefill.
-  sched = _engine(cfg, params, batch, a.prompt + a.new + 16, False, unrolled)
+  kw = dict(dict(decode_steps=a.decode_steps), **kw)
+  sched = _engine(cfg, params, batch, a.prompt + a.new + 16, False, **kw)
 
   def run():
     for i, p in enumerate(prompts):
@@ -167,17 +181,17 @@ def decode_side_by_side(model, cfg, params, batch, a) -> dict:
   return _decode_result(batch, c, a.new)
 
 
-def layout_side_by_side(cfg, params, batch, a) -> dict:
-  """The decode loop served unrolled (one pool buffer per layer) vs the scanned stack."""
-  unrolled, _ = _decode_loop(cfg, params, batch, a, unrolled=True)
-  scanned, _ = _decode_loop(cfg, params, batch, a, unrolled=False)
-  return _decode_result(batch, report.compare(unrolled, scanned, pairs=a.pairs), a.new)
+def variant_side_by_side(cfg, params, batch, a, ours: dict, theirs: dict) -> dict:
+  """The decode loop of two engine configurations (EngineConfig fields), alternated."""
+  mine, _ = _decode_loop(cfg, params, batch, a, **ours)
+  other, _ = _decode_loop(cfg, params, batch, a, **theirs)
+  return _decode_result(batch, report.compare(mine, other, pairs=a.pairs), a.new)
 
 
 def grpc_side_by_side(model, cfg, params, batch, a) -> dict:
   """B concurrent Generate streams through the real server on loopback vs HF generate."""
   prompts = np.random.default_rng(batch).integers(1, cfg.vocab_size, (batch, a.prompt))
-  ecfg = _engine_config(batch, a.prompt + a.new + 16, prefix_cache=False)
+  ecfg = _engine_config(batch, a.prompt + a.new + 16, False, decode_steps=a.decode_steps)
   engine = engine_lib.TmaxEngine(cfg, ecfg, lambda: params)
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=0))
   loop = asyncio.new_event_loop()
@@ -240,8 +254,8 @@ def run_episodes(sched, a, vocab: int) -> dict:
 
 
 def multi_turn_side_by_side(cfg, params, a) -> dict:
-  cached = _engine(cfg, params, a.episodes, a.max_len, prefix_cache=True)
-  plain = _engine(cfg, params, a.episodes, a.max_len, prefix_cache=False)
+  cached = _engine(cfg, params, a.episodes, a.max_len, True, decode_steps=a.decode_steps)
+  plain = _engine(cfg, params, a.episodes, a.max_len, False, decode_steps=a.decode_steps)
   stats = {}
 
   def ours():
@@ -281,6 +295,12 @@ def _rows(result, a) -> list[str]:
     f"| {d['ours_tok_s']:.0f} | HF generate {d['hf_tok_s']:.0f} | {d['ratio']} | "
     f"{setup}, {d['load']} |"
     for d in result["decode"]
+  ]
+  rows += [
+    f"| {when} | decode B={d['batch']}, prompt {a.prompt}, {a.new} new, greedy: tok/s, "
+    f"{a.decode_steps} decode steps per call vs one | {d['ours_tok_s']:.0f} "
+    f"| one step {d['hf_tok_s']:.0f} | {d['ratio']} | {setup}, {d['load']} |"
+    for d in result["steps"]
   ]
   rows += [
     f"| {when} | decode B={d['batch']}, prompt {a.prompt}, {a.new} new, greedy: tok/s, "
@@ -342,14 +362,25 @@ def main(argv=None):
     shape=shape,
     cpu_threads=report.core_count(),
     decode=[decode_side_by_side(model, cfg, params, int(b), a) for b in _ints(a.batches)],
-    layout=[layout_side_by_side(cfg, params, b, a) for b in _ints(a.layout_batches)],
+    steps=[
+      variant_side_by_side(cfg, params, b, a, {}, dict(decode_steps=1))
+      for b in _ints(a.steps_batches)
+    ],
+    layout=[
+      variant_side_by_side(cfg, params, b, a, dict(unrolled_layers=True), {})
+      for b in _ints(a.layout_batches)
+    ],
     grpc=[grpc_side_by_side(model, cfg, params, b, a) for b in _ints(a.grpc_batches)],
     multi_turn=multi_turn_side_by_side(cfg, params, a) if a.episodes else None,
   )
   print(json.dumps(result))
   loads = [
     x
-    for d in result["decode"] + result["layout"] + result["grpc"] + [result["multi_turn"]]
+    for d in result["decode"]
+    + result["steps"]
+    + result["layout"]
+    + result["grpc"]
+    + [result["multi_turn"]]
     if d is not None
     for x in (d["comparison"]["load_before"], d["comparison"]["others_cores"])
   ]

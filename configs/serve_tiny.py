@@ -35,6 +35,7 @@ def get_config() -> ml_collections.ConfigDict:
       max_prefill_length=128,
       page_size=16,
       prefix_cache=True,
+      decode_steps=4,
       max_topk=0,
       stop_token_ids=[],
       temperature=0.0,

@@ -175,6 +175,6 @@ def test_slot_key_is_prng_key_of_the_seed(seed):
   threefry implementation) of the seed taken modulo 2^31."""
   from tmax_jax.inference import decode
 
-  key = decode.slot_arrays(sampling.SamplingParams(seed=seed))["key"]
+  key = decode.slot_arrays(sampling.SamplingParams(seed=seed), max_tokens=1)["key"]
   want = np.asarray(jax.random.PRNGKey(seed % (1 << 31)), np.uint32)
   assert key.dtype == np.uint32 and key.tolist() == want.tolist()

@@ -12,12 +12,20 @@ Decode state (a dict of device arrays, donated through every program):
   pool        the cache tree: attention sub-dicts {k_pages, v_pages: [L,NP,P,K,H]}, state leaves
               [L, slots + state_blocks, ...]; with `CoreShape.unrolled` a list of L such
               trees, one per layer, each with a layer axis of 1
-  token, position, counter, active, temperature, top_p, top_k, key: per slot [B]
+  token, position, counter, active, temperature, top_p, top_k, key, limit: per slot [B];
+  stop: per slot [B, max_stop] (the request's stop ids, -1 padded)
 Programs: `prefill` writes a batch of prompt chunks [R,C] of R slots into their pages/state (no
 head, no sampling: the last prompt token stays pending); `decode` feeds every slot's pending token,
 samples with the fp32 head and returns data [B, 5 + 2K] int32:
   [token, valid, length, float32 bits of the behaviour logprob, policy version,
    K top-K ids, K float32 bits of their logprobs]   (K = max_topk; JetStream reads the first 3)
+`decode_program(n)` runs n such steps in one call (data [n, B, 5 + 2K]): one dispatch and one
+read-back per n tokens of every slot. A slot then stops by itself, as the host would between
+steps: a step is live while the slot is active, its position < max_len and its counter <= limit
+(max_tokens: the step after the last token still writes that token, as the host's one-step lag
+does), and the step that writes a generated stop id is the slot's last. So a slot writes exactly
+the tokens the one-step loop writes, whatever n (the prefix cache and the recurrent state stay
+exact).
 `activate`/`deactivate` a slot, `copy_page` (copy-on-write of a shared prefix page), `save_state` /
 `load_state` (a slot's recurrent state to/from a prefix-cache block).
 
@@ -50,7 +58,7 @@ from tmax_jax.models.config import ModelConfig
 
 TOKEN, VALID, LENGTH, LOGPROB, VERSION, TOPK = range(6)  # columns of decode's data (TOPK: first)
 TENSOR = "tensor"
-SLOT_FIELDS = ("token", "position", "temperature", "top_p", "top_k", "key")
+SLOT_FIELDS = ("token", "position", "temperature", "top_p", "top_k", "key", "limit", "stop")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +73,7 @@ class CoreShape:
   state_blocks: int = 0
   max_topk: int = 0
   unrolled: bool = False
+  max_stop: int = 8  # stop ids per request the device checks (decode_program's own stops)
 
   @property
   def max_pages(self) -> int:
@@ -72,16 +81,26 @@ class CoreShape:
     return -(-self.max_len // self.page_size)
 
 
-def slot_arrays(p: sampling.SamplingParams) -> dict[str, np.ndarray]:
-  """Per-request sampling settings as per-slot scalars. The seed is taken modulo 2^31 (PRNGKey
-  silently keeps only 32 bits without x64). The key is `jax.random.PRNGKey(seed)`'s threefry
-  data, [0, seed], built on the host: calling PRNGKey ran a device computation per admitted
-  request inside the scheduler loop."""
+def slot_arrays(
+  p: sampling.SamplingParams, max_tokens: int, stop_ids=(), max_stop: int = 8
+) -> dict[str, np.ndarray]:
+  """Per-request settings as per-slot values: sampling, the decode limit (max_tokens) and the
+  stop ids padded with -1 to `max_stop` (more is a ValueError: the device would not see them).
+  The seed is taken modulo 2^31 (PRNGKey silently keeps only 32 bits without x64). The key is
+  `jax.random.PRNGKey(seed)`'s threefry data, [0, seed], built on the host: calling PRNGKey ran a
+  device computation per admitted request inside the scheduler loop."""
+  stop = sorted(int(t) for t in stop_ids)
+  if len(stop) > max_stop:
+    raise ValueError(
+      f"{len(stop)} stop token ids, at most {max_stop} per request (CoreShape.max_stop)"
+    )
   return dict(
     temperature=np.float32(p.temperature),
     top_p=np.float32(p.top_p),
     top_k=np.int32(p.top_k),
     key=np.array([0, p.seed % (1 << 31)], np.uint32),
+    limit=np.int32(max_tokens),
+    stop=np.array(stop + [-1] * (max_stop - len(stop)), np.int32),
   )
 
 
@@ -187,9 +206,11 @@ class PagedCore:
     jit = _jit_in_mesh(self.mesh, self.rules)
     self.prepare = jit(self._prepare_impl)
     self.prefill = jit(self._prefill_impl, donate_argnums=(1,), out_shardings=self.state_shardings)
-    self.decode = jit(
-      self._decode_impl, donate_argnums=(1,), out_shardings=(self.state_shardings, rep)
+    self._decode_programs: dict[int, _MeshJit] = {}
+    self._decode_jit = lambda fn: jit(
+      fn, donate_argnums=(1,), out_shardings=(self.state_shardings, rep)
     )
+    self.decode = self.decode_program(1)
     self.activate = jit(
       self._activate_impl, donate_argnums=(0,), out_shardings=self.state_shardings
     )
@@ -241,6 +262,8 @@ class PagedCore:
       top_p=vec(jnp.float32),
       top_k=vec(jnp.int32),
       key=jax.ShapeDtypeStruct((b, 2), jnp.uint32),
+      limit=vec(jnp.int32),
+      stop=jax.ShapeDtypeStruct((b, s.max_stop), jnp.int32),
     )
 
   def _state_shardings(self):
@@ -400,10 +423,35 @@ class PagedCore:
     pool = self._write_back(state["pool"], out, hidden, table, positions, segments, rows)
     return dict(state, pool=pool)
 
-  def _decode_impl(self, served, state, table, version):
+  def decode_program(self, steps: int) -> _MeshJit:
+    """The jitted program of `steps` decode steps per call (the table must hold the pages of
+    every position they may write): (served, state, table [B,NB], version) -> (state, data
+    [B, 5 + 2K] for one step, [steps, B, 5 + 2K] for more). Compiled once per count."""
+    if steps < 1:
+      raise ValueError(f"decode steps per call must be >= 1, got {steps}")
+    if steps not in self._decode_programs:
+      impl = functools.partial(self._decode_impl, steps=steps)
+      self._decode_programs[steps] = self._decode_jit(impl)
+    return self._decode_programs[steps]
+
+  def _decode_impl(self, served, state, table, version, steps: int = 1):
+    """`steps` decode steps of every slot (a scan when more than one; see the module docstring
+    for when a slot stops by itself)."""
+    if steps == 1:
+      return self._decode_step(served, table, version, state)
+    return jax.lax.scan(
+      lambda st, _: self._decode_step(served, table, version, st), state, None, length=steps
+    )
+
+  def _decode_step(self, served, table, version, state):
     """One decode step for every slot; table [B,NB] -> (state, data [B, 5 + 2K] int32)."""
     cfg, shape = self.model_cfg, self.shape
-    live = state["active"] & (state["position"] < shape.max_len)  # [B]
+    live = (
+      state["active"] & (state["position"] < shape.max_len) & (state["counter"] <= state["limit"])
+    )  # [B]
+    # The pending token is a generated stop id (counter > 0: not the prompt's last token): this
+    # step writes it, and it is the slot's last.
+    stops = jnp.any(state["token"][:, None] == state["stop"], axis=1) & (state["counter"] > 0)
     pos, seg = state["position"][:, None], live.astype(jnp.int32)[:, None]  # [B,1]
     cache = self._call_cache(state["pool"], table, state["position"], None)
     hidden, out = self._apply(served["params"], state["token"][:, None], pos, seg, cache)
@@ -420,12 +468,20 @@ class PagedCore:
       top_lp, top_ids = sampling.top_logprobs(logits, state["temperature"], shape.max_topk)
       cols += [top_ids, bits(top_lp)]
     data = jnp.concatenate(cols, axis=1)
-    new = dict(state, pool=pool, token=tokens, position=state["position"] + live, counter=counter)
+    new = dict(
+      state,
+      pool=pool,
+      token=tokens,
+      position=state["position"] + live,
+      counter=counter,
+      active=state["active"] & ~stops,
+    )
     return new, data
 
-  def _activate_impl(self, state, slot, token, position, temperature, top_p, top_k, key):
+  def _activate_impl(self, state, slot, *values):
+    """values: SLOT_FIELDS' values of the slot's request (slot_arrays + token, position)."""
     new = dict(state)
-    for name, value in zip(SLOT_FIELDS, (token, position, temperature, top_p, top_k, key)):
+    for name, value in zip(SLOT_FIELDS, values):
       new[name] = state[name].at[slot].set(value)
     new["counter"] = state["counter"].at[slot].set(0)
     new["active"] = state["active"].at[slot].set(True)

@@ -57,6 +57,8 @@ class EngineConfig:
   prefix_state_blocks: int = -1
   max_topk: int = 0
   unrolled_layers: bool = False  # decode.CoreShape.unrolled: unscanned, one pool per layer
+  decode_steps: int = 4  # SchedulerConfig.decode_steps: decode steps per dispatched program
+  max_stop_ids: int = 8  # decode.CoreShape.max_stop: stop ids per request (with the engine's)
   stop_token_ids: tuple[int, ...] = ()
   default_sampling: sampling.SamplingParams = sampling.SamplingParams(temperature=0.0)
   tokenizer_path: str = ""  # HF tokenizer dir for JetStream text requests; "" = token ids only
@@ -81,6 +83,12 @@ class EngineConfig:
       "prefill_chunk and prefill_batch must be >= 1",
     )
     need(self.max_topk >= 0, f"max_topk={self.max_topk} must be >= 0")
+    need(self.decode_steps >= 1, f"decode_steps={self.decode_steps} must be >= 1")
+    need(
+      len(self.stop_token_ids) <= self.max_stop_ids,
+      f"stop_token_ids has {len(self.stop_token_ids)} ids, more than "
+      f"max_stop_ids={self.max_stop_ids}",
+    )
 
   @property
   def max_pages(self) -> int:
@@ -98,6 +106,7 @@ class EngineConfig:
       state_blocks=blocks if stateful else 0,
       max_topk=self.max_topk,
       unrolled=self.unrolled_layers,
+      max_stop=self.max_stop_ids,
     )
 
   def scheduler_config(self) -> scheduler.SchedulerConfig:
@@ -106,6 +115,7 @@ class EngineConfig:
       prefill_batch=self.prefill_batch,
       prefix_cache=self.prefix_cache,
       batch_invariant=self.batch_invariant,
+      decode_steps=self.decode_steps,
     )
 
 

@@ -9,9 +9,11 @@ Each `step()`:
   3. runs ONE prefill program over up to `prefill_batch` admitted prompts, each advancing by up to
      `prefill_chunk` tokens: several requests prefill together and a long prompt is prefilled in
      chunks interleaved with decode steps, so running requests keep streaming;
-  4. dispatches one decode step for every decoding slot, and only then reads back the previous
-     step's tokens (one step of lag keeps the host off the device's critical path; a slot that
-     finished runs one extra step whose token is dropped);
+  4. dispatches one decode call for every decoding slot (`decode_steps` steps each: one dispatch
+     and one read-back per that many tokens), and only then reads back the previous call's
+     tokens (one call of lag keeps the host off the device's critical path; a slot that finished
+     runs one extra step, writing its last token, whose output is dropped; within a call a slot
+     stops by itself, decode.py);
   5. on completion registers the sequence's pages (and Qwen3.5 state) in the prefix cache, frees
      its pages and slot.
 A prompt of n tokens writes tokens[0:n-1] in prefill and keeps tokens[n-1] pending: every emitted
@@ -46,8 +48,9 @@ class Sequence:
   slot: int = -1
   pages: list = dataclasses.field(default_factory=list)
   reserved: int = 0
-  written: int = 0  # tokens in pages/state: positions 0 .. written-1
-  position: int = 0  # position of the pending token while decoding
+  written: int = 0  # tokens in pages/state (at most: decode calls in flight may stop early)
+  position: int = 0  # position of the pending token after the calls dispatched (at most)
+  dispatched: int = 0  # decode steps dispatched that may be live (the device's counter + 1)
   generated: list = dataclasses.field(default_factory=list)
   cached_tokens: int = 0  # prompt tokens the prefix cache supplied
   version: int = -1  # weight version at admission (its KV is reusable only under that version)
@@ -73,6 +76,9 @@ class SchedulerConfig:
   prefill_batch: int = 8
   prefix_cache: bool = True
   min_chunk: int = 16  # smallest prefill chunk bucket (compile once per power of two above it)
+  # Decode steps per dispatched program: fewer host round trips per token (and k tokens per
+  # message on a stream), admission and weight swaps wait up to k steps.
+  decode_steps: int = 4
   # Every prefill and decode program at its largest shape (chunk, rows, block-table pages): a
   # request's numbers then do not depend on which others share its steps (XLA's reductions over a
   # bucketed axis round differently at another length). For deterministic runs; slower.
@@ -116,7 +122,9 @@ class Scheduler:
     self._dropped: list[Event] = []
     self._cache_version = box.version  # 'cancelled' events of requests dropped this step
     self.stats: collections.Counter = collections.Counter()
-    self.trace: list | None = None  # set to [] to record ("prefill", rows, tokens) / ("decode", n)
+    self.trace: list | None = (
+      None  # [] records ("prefill", rows, tokens) / ("decode", slots, steps)
+    )
     self._status_lock = threading.Lock()
     self._status: dict[str, int] = {}
     self._publish_status()
@@ -124,6 +132,8 @@ class Scheduler:
   # ---- thread-safe entry points ---------------------------------------------------------------
 
   def submit(self, seq: Sequence) -> None:
+    """Queues `seq`; a ValueError names what the replica cannot serve (too many stop ids)."""
+    decode.slot_arrays(seq.params, seq.max_tokens, seq.stop_ids, self.core.shape.max_stop)
     self.inbox.put(seq)
 
   def status(self) -> dict[str, int]:
@@ -301,51 +311,61 @@ class Scheduler:
   def _start_decode(self, seq: Sequence) -> None:
     n = len(seq.prompt)
     seq.position = n - 1
-    sa = decode.slot_arrays(seq.params)
+    sa = decode.slot_arrays(seq.params, seq.max_tokens, seq.stop_ids, self.core.shape.max_stop)
+    sa.update(token=np.int32(seq.prompt[-1]), position=np.int32(n - 1))
     self.state = self.core.activate(
-      self.state,
-      np.int32(seq.slot),
-      np.int32(seq.prompt[-1]),
-      np.int32(n - 1),
-      sa["temperature"],
-      sa["top_p"],
-      sa["top_k"],
-      sa["key"],
+      self.state, np.int32(seq.slot), *(sa[name] for name in decode.SLOT_FIELDS)
     )
     self.decoding[seq.slot] = seq
 
   # ---- decode ---------------------------------------------------------------------------------
 
-  def _dispatch_decode(self):
+  def _dispatch_decode(self, steps: int = 0):
+    """Dispatches `steps` (default: SchedulerConfig.decode_steps) decode steps of every slot,
+    after taking the pages of every position they may write (live steps: see decode.py)."""
     ps, shape = self.page_size, self.core.shape
+    # One step while prompts are prefilling or could be admitted: each prefill runs between two
+    # decode calls, so a k-step call would hold the next prompt back k steps.
+    # batch_invariant keeps k: a request's steps then run in the same program whatever shares
+    # them (bit-identical numbers).
+    prefill_due = self.prefilling or (self.waiting and self.free_slots) or not self.inbox.empty()
+    if not steps:
+      steps = 1 if prefill_due and not self.cfg.batch_invariant else self.cfg.decode_steps
     for slot, s in self.decoding.items():
-      idx = s.position // ps
-      if idx >= len(s.pages):
+      n = max(0, min(steps, s.max_tokens + 1 - s.dispatched, shape.max_len - s.position))
+      s.position += n
+      s.written += n
+      s.dispatched += n
+      while len(s.pages) < paged.pages_for(s.position, ps):
         s.pages.append(self._take(s))
-        self.table[slot, idx] = s.pages[-1]
+        self.table[slot, len(s.pages) - 1] = s.pages[-1]
     nb = bucket(
-      max((s.position // ps + 1 for s in self.decoding.values()), default=1),
+      max((paged.pages_for(s.position, ps) for s in self.decoding.values()), default=1),
       shape.max_pages,
       self._min_pages,
     )
     if self.cfg.batch_invariant:
       nb = shape.max_pages
     served, version = self.box.get()
-    self.state, data = self.core.decode(
+    self.state, data = self.core.decode_program(steps)(
       served, self.state, self.table[:, :nb].copy(), np.int32(version)
     )
-    for s in self.decoding.values():
-      s.position += 1
-      s.written += 1
-    self.stats["decode_steps"] += 1
+    self.stats["decode_calls"] += 1
+    self.stats["decode_steps"] += steps
     self.stats["peak_pages_in_use"] = max(self.stats["peak_pages_in_use"], self.pool.in_use)
     if self.trace is not None:
-      self.trace.append(("decode", len(self.decoding)))
+      self.trace.append(("decode", len(self.decoding), steps))
     return data, list(self.decoding.items())
 
   def _process(self, data, live) -> None:
-    rows = decode.decode_rows(np.asarray(data), self.core.shape.max_topk)
-    events = []
+    data = np.asarray(data)
+    events: list[Event] = []
+    for step in data.reshape((-1,) + data.shape[-2:]):  # [steps, B, C]
+      self._process_step(decode.decode_rows(step, self.core.shape.max_topk), live, events)
+    if events:
+      self.emit(events)
+
+  def _process_step(self, rows, live, events: list[Event]) -> None:
     for slot, s in live:
       if s.done:
         continue
@@ -376,8 +396,6 @@ class Scheduler:
       )
       if finish:
         self._finish(s)
-    if events:
-      self.emit(events)
 
   # ---- completion -----------------------------------------------------------------------------
 
@@ -403,7 +421,11 @@ class Scheduler:
     if seq in self.prefilling:
       self.prefilling.remove(seq)
     tokens = list(seq.prompt) + seq.generated
-    self._register(seq, tokens, min(seq.written, len(tokens)))
+    # What the pages (and the recurrent state) hold: a finished slot stopped by itself after
+    # writing its last token (decode.py), a cancelled one ran every step dispatched for it.
+    length = min(seq.written, len(tokens), self.core.shape.max_len)
+    if not (cancelled and self.core.stateful and seq.written > length):
+      self._register(seq, tokens, length)
     for page in seq.pages:
       self.pool.seq_ref(page, -1)
     self.pool.unreserve(seq.reserved)
@@ -431,7 +453,7 @@ class Scheduler:
 
   def generate_now(self):
     """One decode step over the slots, results not read back here -> data [B, 5 + 2K]."""
-    return self._dispatch_decode()[0]
+    return self._dispatch_decode(1)[0]
 
   def _publish_status(self) -> None:
     pool = self.pool

@@ -76,6 +76,7 @@ def engine_config(serving: ServingConfig, stop_token_ids=(), max_topk: int = 0):
     num_pages=serving.num_pages,
     prefix_cache=serving.prefix_cache,
     batch_invariant=serving.batch_invariant,
+    decode_steps=serving.decode_steps,
     stop_token_ids=tuple(stop_token_ids),
     max_topk=max_topk,
   )

@@ -137,6 +137,7 @@ class ServingConfig:
   num_pages: int = 0  # pages per replica (0 = every slot at max_len: the dense footprint)
   prefix_cache: bool = True  # off in RLConfig.deterministic runs (see loop/rl.py)
   batch_invariant: bool = False  # on in deterministic runs (inference.scheduler.SchedulerConfig)
+  decode_steps: int = 4  # decode steps per dispatched program (EngineConfig.decode_steps)
   port: int = 0  # 0 = a free port
   address: str = ""  # "host:port" of an external server ("" = start one in-process)
   # Retries per request (<= 2 s apart, within worker.request_timeout_s): a restarting external

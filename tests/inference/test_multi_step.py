@@ -9,7 +9,8 @@ import inference_helpers as helpers
 import numpy as np
 import pytest
 
-from tmax_jax.inference import decode, engine as engine_lib, sampling, scheduler
+from tmax_jax.inference import decode, sampling, scheduler
+from tmax_jax.inference import engine as engine_lib
 from tmax_jax.models import hf_io
 
 SMALL = engine_lib.EngineConfig(**helpers.ENGINE)

@@ -29,7 +29,7 @@ from jax import lax
 from tmax_jax.models.attention.reference import attention_mask as tile_mask  # on [Q, C] tiles
 
 F32 = jnp.float32
-DEFAULT_BLOCK = 512  # tile edge on both axes unless the config says otherwise
+DEFAULT_BLOCK = 256  # tile edge on both axes unless the config says otherwise (BUILD_NOTES)
 EMPTY_LSE = -1e30  # finite "log 0": exp(EMPTY_LSE - x) underflows to 0, never NaN
 
 
@@ -37,12 +37,6 @@ def _blocks(x: jax.Array, block: int) -> jax.Array:
   """[B,T,...] -> [T/block, B, block, ...] (T already padded to a multiple of block)."""
   b, t = x.shape[:2]
   return x.reshape(b, t // block, block, *x.shape[2:]).swapaxes(0, 1)
-
-
-def _unblocks(x: jax.Array) -> jax.Array:
-  """[n, B, block, ...] -> [B, n * block, ...]."""
-  n, b, block = x.shape[:3]
-  return x.swapaxes(0, 1).reshape(b, n * block, *x.shape[3:])
 
 
 def pad_time(x: jax.Array, block: int) -> jax.Array:
@@ -60,9 +54,48 @@ def _tie(*xs):
   return lax.optimization_barrier(xs)
 
 
+# The tile loops work head-major: queries as [nq, B, K, G, Q, (H)] and keys as [nk, B, K, C, H]
+# (values of the forward and keys of dq's product as [nk, B, K, H, C]), so every tile product is a
+# dot with the batch dims (B, K) leading and, where it can be, the contraction on the minor axis of
+# both operands, and the softmax statistics reduce along the minor axis. The inputs are re-laid out
+# once per call (O(T) copies), not once per tile as a [B, Q, K, G, H] layout costs.
+def _query_major(x: jax.Array, kh: int, block: int) -> jax.Array:
+  """[B,T,N,(H)] -> [T/block, B, K, G, block, (H)]."""
+  b, t, n = x.shape[:3]
+  x = x.reshape(b, t // block, block, kh, n // kh, *x.shape[3:])
+  return x.transpose((1, 0, 3, 4, 2) + tuple(range(5, x.ndim)))
+
+
+def _query_minor(x: jax.Array) -> jax.Array:
+  """Inverse of _query_major: [nq, B, K, G, Q, (H)] -> [B, nq * Q, K * G, (H)]."""
+  nq, b, kh, g, q = x.shape[:5]
+  x = x.transpose((1, 0, 4, 2, 3) + tuple(range(5, x.ndim)))
+  return x.reshape(b, nq * q, kh * g, *x.shape[5:])
+
+
+def _key_major(x: jax.Array, block: int, time_minor: bool = False) -> jax.Array:
+  """[B,S,K,H] -> [S/block, B, K, block, H], or [S/block, B, K, H, block] when time_minor."""
+  b, s, kh, h = x.shape
+  x = x.reshape(b, s // block, block, kh, h)
+  return x.transpose((1, 0, 3, 4, 2) if time_minor else (1, 0, 3, 2, 4))
+
+
+def _key_minor(x: jax.Array) -> jax.Array:
+  """Inverse of _key_major: [nk, B, K, C, H] -> [B, nk * C, K, H]."""
+  nk, b, kh, c, h = x.shape
+  return x.transpose(1, 0, 3, 2, 4).reshape(b, nk * c, kh, h)
+
+
 def _scores(q_i, k_j, scale):
-  """q_i [B,Q,K,G,H], k_j [B,C,K,H] -> fp32 scores [B,K,G,Q,C]."""
-  return jnp.einsum("bqkgh,bckh->bkgqc", q_i, k_j, preferred_element_type=F32) * scale
+  """q_i [B,K,G,Q,H], k_j [B,K,C,H] -> fp32 scores [B,K,G,Q,C]."""
+  return jnp.einsum("bkgqh,bkch->bkgqc", q_i, k_j, preferred_element_type=F32) * scale
+
+
+def _tile_masks(q_pos, q_seg, k_pos, k_seg, block_q: int, block_k: int):
+  """-> mask(i, j): the [B,1,1,Q,C] visibility of query block i to key block j."""
+  qposb, qsegb = _blocks(q_pos, block_q), _blocks(q_seg, block_q)
+  kposb, ksegb = _blocks(k_pos, block_k), _blocks(k_seg, block_k)
+  return lambda i, j: tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]
 
 
 def tile_pairs(nq: int, nk: int, block_q: int, block_k: int, causal: bool):
@@ -77,12 +110,6 @@ def tile_pairs(nq: int, nk: int, block_q: int, block_k: int, causal: bool):
   return jnp.asarray(qi[keep], jnp.int32), jnp.asarray(kj[keep], jnp.int32)
 
 
-def _grouped_blocks(x, kh: int, block: int):
-  """[B,T,N,...] -> [T/block, B, block, K, G, ...]."""
-  b, t, n = x.shape[:3]
-  return _blocks(x.reshape(b, t, kh, n // kh, *x.shape[3:]), block)
-
-
 def attend_tiles(
   q, k, v, q_pos, q_seg, k_pos, k_seg, *, scale: float, block_q: int, block_k: int, causal: bool
 ) -> tuple[jax.Array, jax.Array]:
@@ -92,39 +119,36 @@ def attend_tiles(
   -> (out [B,T,N,H] fp32, lse [B,T,N] fp32). Rows with no visible key: out 0, lse EMPTY_LSE.
   """
   q, k, v, q_pos, q_seg, k_pos, k_seg = _tie(q, k, v, q_pos, q_seg, k_pos, k_seg)
-  b, t, n, h = q.shape
   kh = k.shape[2]
-  qb = _grouped_blocks(q, kh, block_q)  # [nq,B,Q,K,G,H]
-  kb, vb = _blocks(k, block_k), _blocks(v, block_k)  # [nk,B,C,K,H]
-  qposb, qsegb = _blocks(q_pos, block_q), _blocks(q_seg, block_q)
-  kposb, ksegb = _blocks(k_pos, block_k), _blocks(k_seg, block_k)
+  qb = _query_major(q, kh, block_q)  # [nq,B,K,G,Q,H]
+  kb, vtb = _key_major(k, block_k), _key_major(v, block_k, time_minor=True)
+  tile_mask_ij = _tile_masks(q_pos, q_seg, k_pos, k_seg, block_q, block_k)
 
   def step(carry, pair):
     i, j = pair
-    q_i, k_j, v_j = qb[i], kb[j], vb[j]
-    mask = tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]  # [B,1,1,Q,C]
+    q_i, k_j, vt_j = qb[i], kb[j], vtb[j]
+    mask = tile_mask_ij(i, j)
 
     def visit(state):
-      m, denom, acc = state  # [B,Q,K,G], [B,Q,K,G], [B,Q,K,G,H]
+      m, denom, acc = state  # [B,K,G,Q], [B,K,G,Q], [B,K,G,Q,H]
       s = jnp.where(mask, _scores(q_i, k_j, scale), EMPTY_LSE)  # [B,K,G,Q,C]
-      m_new = jnp.maximum(m, jnp.einsum("bkgq->bqkg", jnp.max(s, axis=-1)))
-      p = jnp.where(mask, jnp.exp(s - jnp.einsum("bqkg->bkgq", m_new)[..., None]), 0.0)
+      m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+      p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
       corr = jnp.exp(m - m_new)
-      pv = jnp.einsum("bkgqc,bckh->bqkgh", p.astype(v_j.dtype), v_j, preferred_element_type=F32)
-      l_new = denom * corr + jnp.einsum("bkgq->bqkg", jnp.sum(p, axis=-1))
-      return m_new, l_new, acc * corr[..., None] + pv
+      pv = jnp.einsum("bkgqc,bkhc->bkgqh", p.astype(vt_j.dtype), vt_j, preferred_element_type=F32)
+      return m_new, denom * corr + jnp.sum(p, axis=-1), acc * corr[..., None] + pv
 
     block = lax.cond(jnp.any(mask), visit, lambda st: st, tuple(x[i] for x in carry))
     return tuple(x.at[i].set(y) for x, y in zip(carry, block)), None
 
-  stats = (qb.shape[0], b, block_q, kh, n // kh)
+  stats = qb.shape[:-1]
   init = (jnp.full(stats, EMPTY_LSE, F32), jnp.zeros(stats, F32), jnp.zeros(qb.shape, F32))
   pairs = tile_pairs(qb.shape[0], kb.shape[0], block_q, block_k, causal)
   (m, denom, acc), _ = lax.scan(step, init, pairs)
   seen = denom > 0
   out = acc / jnp.where(seen, denom, 1.0)[..., None]
   lse = jnp.where(seen, m + jnp.log(jnp.where(seen, denom, 1.0)), EMPTY_LSE)
-  return _unblocks(out).reshape(b, t, n, h), _unblocks(lse).reshape(b, t, n)
+  return _query_minor(out), _query_minor(lse)
 
 
 def attend_tiles_bwd(
@@ -151,34 +175,32 @@ def attend_tiles_bwd(
   probabilities come from the final lse, the contributions of several key shards simply add up.
   """
   q, k, v, q_pos, q_seg, k_pos, k_seg = _tie(q, k, v, q_pos, q_seg, k_pos, k_seg)
-  b, t, n, h = q.shape
   kh = k.shape[2]
-  qb, dob = _grouped_blocks(q, kh, block_q), _grouped_blocks(dout, kh, block_q)
-  lseb, deltab = _grouped_blocks(lse, kh, block_q), _grouped_blocks(delta, kh, block_q)
-  kb, vb = _blocks(k, block_k), _blocks(v, block_k)
-  qposb, qsegb = _blocks(q_pos, block_q), _blocks(q_seg, block_q)
-  kposb, ksegb = _blocks(k_pos, block_k), _blocks(k_seg, block_k)
+  qb, dob = _query_major(q, kh, block_q), _query_major(dout, kh, block_q)
+  lseb, deltab = _query_major(lse, kh, block_q), _query_major(delta, kh, block_q)  # [nq,B,K,G,Q]
+  kb, vb = _key_major(k, block_k), _key_major(v, block_k)
+  ktb = _key_major(k, block_k, time_minor=True)
+  tile_mask_ij = _tile_masks(q_pos, q_seg, k_pos, k_seg, block_q, block_k)
 
   def step(carry, pair):
     i, j = pair
     dq, dk, dv = carry
-    q_i, do_i, k_j, v_j = qb[i], dob[i], kb[j], vb[j]
-    mask = tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]  # [B,1,1,Q,C]
+    q_i, do_i, k_j, v_j, kt_j = qb[i], dob[i], kb[j], vb[j], ktb[j]
+    mask = tile_mask_ij(i, j)
 
     def visit(grads):
       dq_i, dk_j, dv_j = grads
-      lse_i = jnp.einsum("bqkg->bkgq", lseb[i])[..., None]
-      p = jnp.where(mask, jnp.exp(_scores(q_i, k_j, scale) - lse_i), 0.0)  # [B,K,G,Q,C]
+      p = jnp.where(mask, jnp.exp(_scores(q_i, k_j, scale) - lseb[i][..., None]), 0.0)
       dv_j = dv_j + jnp.einsum(
-        "bkgqc,bqkgh->bckh", p.astype(do_i.dtype), do_i, preferred_element_type=F32
+        "bkgqc,bkgqh->bkch", p.astype(do_i.dtype), do_i, preferred_element_type=F32
       )
-      dp = jnp.einsum("bqkgh,bckh->bkgqc", do_i, v_j, preferred_element_type=F32)
-      ds = p * (dp - jnp.einsum("bqkg->bkgq", deltab[i])[..., None]) * scale
+      dp = jnp.einsum("bkgqh,bkch->bkgqc", do_i, v_j, preferred_element_type=F32)
+      ds = p * (dp - deltab[i][..., None]) * scale
       dq_i = dq_i + jnp.einsum(
-        "bkgqc,bckh->bqkgh", ds.astype(k_j.dtype), k_j, preferred_element_type=F32
+        "bkgqc,bkhc->bkgqh", ds.astype(kt_j.dtype), kt_j, preferred_element_type=F32
       )
       dk_j = dk_j + jnp.einsum(
-        "bkgqc,bqkgh->bckh", ds.astype(q_i.dtype), q_i, preferred_element_type=F32
+        "bkgqc,bkgqh->bkch", ds.astype(q_i.dtype), q_i, preferred_element_type=F32
       )
       return dq_i, dk_j, dv_j
 
@@ -188,7 +210,7 @@ def attend_tiles_bwd(
   init = (jnp.zeros(qb.shape, F32), jnp.zeros(kb.shape, F32), jnp.zeros(vb.shape, F32))
   pairs = tile_pairs(qb.shape[0], kb.shape[0], block_q, block_k, causal)
   (dq, dk, dv), _ = lax.scan(step, init, pairs)
-  return _unblocks(dq).reshape(b, t, n, h), _unblocks(dk), _unblocks(dv)
+  return _query_minor(dq), _key_minor(dk), _key_minor(dv)
 
 
 def row_delta(out: jax.Array, dout: jax.Array) -> jax.Array:

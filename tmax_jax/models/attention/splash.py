@@ -20,6 +20,7 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ma
 from tmax_jax.models.attention import blockwise
 
 MIN_BLOCK = 128  # the kernel's lane width: T is padded to a multiple of the block, >= this
+DEFAULT_BLOCK = 512  # TPU tile edge unless the config says otherwise
 
 
 @functools.lru_cache(maxsize=32)
@@ -59,7 +60,7 @@ def attention(
   b, t, n, h = q.shape
   interpret = jax.default_backend() != "tpu" if interpret is None else interpret
   scale = h**-0.5 if scale is None else float(scale)
-  block = max(MIN_BLOCK, min(block or blockwise.DEFAULT_BLOCK, -(-t // MIN_BLOCK) * MIN_BLOCK))
+  block = max(MIN_BLOCK, min(block or DEFAULT_BLOCK, -(-t // MIN_BLOCK) * MIN_BLOCK))
   q, k, v, seg = (blockwise.pad_time(x, block) for x in (q, k, v, segment_ids.astype(jnp.int32)))
   kernel = _kernel(q.shape[1], n, block, interpret)
 

@@ -54,6 +54,13 @@ def torch_step(model, tokens):
   return step
 
 
+def torch_side_step(hf_dir: str, tokens):
+  """WorkerSide factory: the transformers model saved in `hf_dir` (sdpa attention) -> step."""
+  ref = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+  ref.config._attn_implementation = "sdpa"
+  return torch_step(ref.train(), tokens)
+
+
 def loss_fn(cfg, batch: int, seq: int, chunk: int):
   """(params, tokens [B,T] int32) -> mean next-token negative log-likelihood (chunked fp32 head)."""
   model = build_model(cfg)
@@ -102,6 +109,12 @@ def main(argv=None) -> dict:
   parser.add_argument("--remat", default="none")
   parser.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
   parser.add_argument("--tiny", action="store_true", help="tiny shapes (tests)")
+  parser.add_argument(
+    "--theirs_malloc",
+    choices=report.MALLOC_CHOICES,
+    default="default",
+    help="glibc malloc of the torch process: as torch users have it, or tuned as ours",
+  )
   parser.add_argument("--append", type=pathlib.Path, default=None)
   args = parser.parse_args(argv)
   if args.tiny:
@@ -109,17 +122,22 @@ def main(argv=None) -> dict:
 
   torch.manual_seed(0)
   ref = transformers.AutoModelForCausalLM.from_config(hf_config(args), dtype=torch.float32)
-  ref.config._attn_implementation = "sdpa"
+  tokens = np.random.default_rng(0).integers(0, args.vocab, (args.batch, args.seq))
   with tempfile.TemporaryDirectory() as tmp:
     ref.save_pretrained(tmp)
+    del ref
     cfg, params = hf_io.load_pretrained(tmp, remat_policy=args.remat)
-  tokens = np.random.default_rng(0).integers(0, args.vocab, (args.batch, args.seq))
-
-  ours_fn, theirs_fn = jax_step(cfg, params, tokens, args.chunk), torch_step(ref.train(), tokens)
-  loss_ours, loss_theirs = ours_fn(), theirs_fn()
-  if abs(loss_ours - loss_theirs) > 1e-4 * abs(loss_theirs):
-    raise SystemExit(f"losses differ: ours {loss_ours} vs transformers {loss_theirs}")
-  c = report.compare(ours_fn, theirs_fn, pairs=args.pairs)
+    theirs = report.torch_side(
+      "model_fwd_bwd:torch_side_step", tmp, tokens, malloc=args.theirs_malloc
+    )  # loads the same weights in its own process
+  with theirs:
+    ours_fn = jax_step(cfg, params, tokens, args.chunk)
+    loss_ours = ours_fn()
+    theirs()
+    loss_theirs = theirs.value
+    if abs(loss_ours - loss_theirs) > 1e-4 * abs(loss_theirs):
+      raise SystemExit(f"losses differ: ours {loss_ours} vs transformers {loss_theirs}")
+    c = report.compare(ours_fn, theirs, pairs=args.pairs, timed=(False, True))
   config = (
     f"Qwen3 L={args.layers} D={args.hidden} V={args.vocab} B={args.batch} T={args.seq} "
     f"fp32, remat={args.remat}"
@@ -130,6 +148,7 @@ def main(argv=None) -> dict:
     HEADING,
     [config, f"{c.ours_median_s:.3f}", f"{c.theirs_median_s:.3f}"],
     c,
+    report.torch_side_note(args.theirs_malloc),
   )
   return c.as_dict()
 

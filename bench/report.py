@@ -139,6 +139,113 @@ def _timer(timed: bool) -> Callable[[Callable[[], object]], float]:
   return (lambda fn: float(fn())) if timed else wall
 
 
+class WorkerSide:
+  """One side of a comparison, run in its own Python process: the other framework as its users
+  run it, untouched by what importing tmax_jax does to this process (host_memory's glibc malloc
+  settings, which speed up torch as well: BUILD_NOTES "Host memory"). `factory` ("module:function",
+  importable in a fresh interpreter with this process's sys.path) builds the step callable there
+  from `args`/`kwargs` (pickled). Calling the side runs one step there and returns the seconds
+  the step took, measured there (use it with `compare(..., timed=(False, True))`); `value` is
+  what the last step returned (if picklable). `env` entries are set in the worker's environment
+  (e.g. {host_memory.ENV: "default"}). Close it (or use it as a context manager) when done."""
+
+  def __init__(self, factory: str, *args, env: dict[str, str] | None = None, **kwargs):
+    import multiprocessing  # pylint: disable=import-outside-toplevel
+
+    self.factory, self.env = factory, dict(env or {})
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter, not a fork of this one
+    self._conn, child = ctx.Pipe()
+    saved = {k: os.environ.get(k) for k in self.env}
+    os.environ.update(self.env)  # the spawned interpreter inherits the environment at start()
+    try:
+      self._proc = ctx.Process(
+        target=_serve_side, args=(child, factory, args, kwargs), daemon=True, name=factory
+      )
+      self._proc.start()
+    finally:
+      for k, v in saved.items():
+        if v is None:
+          os.environ.pop(k, None)
+        else:
+          os.environ[k] = v
+    child.close()
+    self.value = None
+    self._cpu = self._receive()[0]
+
+  def _receive(self):
+    kind, *payload = self._conn.recv()
+    if kind == "error":
+      self.close()
+      raise RuntimeError(f"worker side {self.factory} failed:\n{payload[0]}")
+    return payload
+
+  def __call__(self) -> float:
+    self._conn.send("step")
+    seconds, self.value, self._cpu = self._receive()
+    return seconds
+
+  def cpu_seconds(self) -> float:
+    """CPU seconds the worker process has used so far (as of its last answer)."""
+    return self._cpu
+
+  def close(self) -> None:
+    if self._proc.is_alive():
+      self._conn.send(None)
+      self._proc.join(timeout=30)
+    if self._proc.is_alive():
+      self._proc.kill()
+    self._conn.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
+MALLOC_CHOICES = ("default", "tuned")  # the --theirs_malloc choices of the torch benches
+
+
+def torch_side(factory: str, *args, malloc: str = "default", **kwargs) -> WorkerSide:
+  """The torch side of a bench in its own process: with glibc malloc as torch users have it
+  ("default"), or with the settings importing tmax_jax applies ("tuned", host_memory)."""
+  from tmax_jax import host_memory  # pylint: disable=import-outside-toplevel
+
+  if malloc not in MALLOC_CHOICES:
+    raise ValueError(f"malloc={malloc!r}; expected one of {MALLOC_CHOICES}")
+  env = {host_memory.ENV: "default"} if malloc == "default" else {}
+  return WorkerSide(factory, *args, env=env, **kwargs)
+
+
+def torch_side_note(malloc: str) -> str:
+  """The setup column's words for where and how the torch side ran."""
+  how = "glibc malloc default" if malloc == "default" else "glibc malloc tuned as ours"
+  return f"torch in its own process ({how})"
+
+
+def _process_cpu_seconds() -> float:
+  t = os.times()
+  return t.user + t.system
+
+
+def _serve_side(conn, factory: str, args, kwargs) -> None:
+  """WorkerSide's process: build the step, then time one step per request until None."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  import traceback  # pylint: disable=import-outside-toplevel
+
+  try:
+    module, _, name = factory.partition(":")
+    step = getattr(importlib.import_module(module), name)(*args, **kwargs)
+    conn.send(("ready", _process_cpu_seconds()))
+    while conn.recv() is not None:
+      start = time.perf_counter()
+      value = step()
+      seconds = time.perf_counter() - start
+      conn.send(("done", seconds, value, _process_cpu_seconds()))
+  except Exception:  # pylint: disable=broad-except  (reported to the parent, which raises)
+    conn.send(("error", traceback.format_exc()))
+
+
 def compare(
   ours: Callable[[], object],
   theirs: Callable[[], object],
@@ -147,7 +254,7 @@ def compare(
   warmup: int = 1,
   load_fn: Callable[[], float] = load_average,
   before_fn: Callable[[], float] = lambda: START_LOAD,
-  timed: bool = False,
+  timed: bool | tuple[bool, bool] = False,
   cpu_fns: tuple[Callable[[], float | None], Callable[[], float]] = (
     busy_cpu_seconds,
     own_cpu_seconds,
@@ -158,12 +265,19 @@ def compare(
 
   timed: each call returns the seconds to count itself (a side whose set-up must stay out of
   the measurement, e.g. HF decode time = time(n tokens) - time(1 token)); both sides must then
-  measure the same amount of work."""
+  measure the same amount of work. A pair (ours, theirs) says it per side (a WorkerSide times
+  itself). A WorkerSide's CPU counts as this process's own for the busy-machine guard."""
   if pairs < MIN_PAIRS:
     raise ValueError(f"compare: pairs={pairs}; a side-by-side ratio needs >= {MIN_PAIRS} pairs")
-  measure = _timer(timed)
+  timed_ours, timed_theirs = timed if isinstance(timed, tuple) else (timed, timed)
+  measure_ours, measure_theirs = _timer(timed_ours), _timer(timed_theirs)
   load_before = before_fn()
-  busy_fn, own_fn = cpu_fns
+  busy_fn, own_process_fn = cpu_fns
+  workers = [side for side in (ours, theirs) if isinstance(side, WorkerSide)]
+
+  def own_fn():
+    return own_process_fn() + sum(w.cpu_seconds() for w in workers)
+
   busy0, own0, wall0 = busy_fn(), own_fn(), time.perf_counter()
   for _ in range(warmup):
     ours()
@@ -171,11 +285,11 @@ def compare(
   ours_s, theirs_s = [], []
   for i in range(pairs):
     if i % 2 == 0:
-      ours_s.append(measure(ours))
-      theirs_s.append(measure(theirs))
+      ours_s.append(measure_ours(ours))
+      theirs_s.append(measure_theirs(theirs))
     else:
-      theirs_s.append(measure(theirs))
-      ours_s.append(measure(ours))
+      theirs_s.append(measure_theirs(theirs))
+      ours_s.append(measure_ours(ours))
   busy1, own1, wall = busy_fn(), own_fn(), time.perf_counter() - wall0
   others = 0.0 if busy0 is None or busy1 is None else max(0.0, busy1 - busy0 - (own1 - own0))
   return Comparison(tuple(ours_s), tuple(theirs_s), load_before, load_fn(), others / wall)
@@ -253,13 +367,15 @@ def record_row(
 
 
 def record_comparison(
-  path: pathlib.Path | None, marker: str, heading: str, cells: list[str], c: Comparison
+  path: pathlib.Path | None,
+  marker: str,
+  heading: str,
+  cells: list[str],
+  c: Comparison,
+  note: str = "",
 ) -> bool:
   """The side-by-side benches' row: | when (UTC) | *cells | ratio (min-max, pairs) | versions,
-  cores, load before -> after |, through `record_row` (refused on a busy machine)."""
-  row = (
-    "| "
-    + " | ".join([utc_now(), *cells, c.ratio_text(), f"{setup_text()}, {c.load_text()}"])
-    + " |"
-  )
+  cores, [note,] load before -> after |, through `record_row` (refused on a busy machine)."""
+  setup = ", ".join(x for x in (setup_text(), note, c.load_text()) if x)
+  row = "| " + " | ".join([utc_now(), *cells, c.ratio_text(), setup]) + " |"
   return record_row(path, marker, heading, row, loads=c.busy_readings)

@@ -107,6 +107,12 @@ def main(argv=None) -> dict:
   ap.add_argument("--batch", type=int, default=4)
   ap.add_argument("--seq", type=int, default=256)
   ap.add_argument("--tiny", action="store_true", help="a tiny config (tests)")
+  ap.add_argument(
+    "--theirs_malloc",
+    choices=report.MALLOC_CHOICES,
+    default="default",
+    help="glibc malloc of the torch process: as torch users have it, or tuned as ours",
+  )
   ap.add_argument("--append", type=pathlib.Path, default=None)
   ap.add_argument("--out", default=None)
   args = ap.parse_args(argv)
@@ -114,7 +120,8 @@ def main(argv=None) -> dict:
   cfg = ModelConfig(**shape)
   b, s = (2, 32) if args.tiny else (args.batch, args.seq)
   batch = random_batch(cfg, b, s, 0)
-  c = report.compare(jax_step(cfg, batch), torch_step(cfg, batch), pairs=args.pairs)
+  with report.torch_side("train_step:torch_step", cfg, batch, malloc=args.theirs_malloc) as theirs:
+    c = report.compare(jax_step(cfg, batch), theirs, pairs=args.pairs, timed=(False, True))
   tokens = b * s
   result = {
     "batch": b,
@@ -135,6 +142,7 @@ def main(argv=None) -> dict:
     HEADING,
     [config, f"{tokens / c.ours_median_s:,.0f} tok/s", f"{tokens / c.theirs_median_s:,.0f} tok/s"],
     c,
+    report.torch_side_note(args.theirs_malloc),
   )
   if args.out:
     pathlib.Path(args.out).write_text(json.dumps(result, indent=1))

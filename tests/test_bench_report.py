@@ -8,12 +8,13 @@ import time
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-  "bench_report", pathlib.Path(__file__).resolve().parents[1] / "bench" / "report.py"
-)
+BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
+_SPEC = importlib.util.spec_from_file_location("report", BENCH / "report.py")
 report = importlib.util.module_from_spec(_SPEC)
 sys.modules[_SPEC.name] = report  # dataclasses look their module up while the class is built
 _SPEC.loader.exec_module(report)
+if str(BENCH) not in sys.path:  # a WorkerSide's process imports `report` by name, as benches do
+  sys.path.append(str(BENCH))
 
 
 def test_compare_alternates_sides_and_takes_median_ratio():
@@ -101,3 +102,50 @@ def test_rows_land_in_their_own_section(tmp_path):
     "## b (bench/b.py)\n\n| h |\n|---|\n| b1 |\n| b2 |\n"
     "\n## c (bench/c.py)\n| h |\n| c1 |\n"
   )
+
+
+def test_worker_side_times_its_own_steps_in_its_own_process():
+  """A WorkerSide runs the step in a fresh interpreter with its env, times it there, and its CPU
+  counts as ours for the busy-machine guard (a busy worker is not 'other processes')."""
+  import functools  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+
+  env = {"TMAX_TEST_SIDE": "worker"}
+  with report.WorkerSide("functools:partial", os.getenv, "TMAX_TEST_SIDE", env=env) as side:
+    assert side() < 0.5 and side.value == "worker"  # the worker saw the env entry
+  assert "TMAX_TEST_SIDE" not in os.environ  # ...and this process's env is as it was
+
+  with report.WorkerSide("functools:partial", sum, range(3_000_000)) as busy:
+    spin = functools.partial(sum, range(3_000_000))
+
+    def all_busy():  # a machine where only this process and its worker run (xdist may not be)
+      return report.own_cpu_seconds() + busy.cpu_seconds()
+
+    c = report.compare(
+      spin, busy, pairs=5, timed=(False, True), cpu_fns=(all_busy, report.own_cpu_seconds)
+    )
+    assert busy.value == sum(range(3_000_000))
+    assert busy.cpu_seconds() > 0
+  assert 0.2 < c.ratio < 5  # the same work on both sides
+  assert c.others_cores < 0.05  # the worker's CPU is ours, not another process's
+
+
+def test_worker_side_reports_the_failure_of_its_step():
+  with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+    report.WorkerSide("operator:truediv", 1, 0)  # the factory itself raises in the worker
+  with report.WorkerSide("functools:partial", divmod, 1, 0) as side:
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+      side()
+
+
+def test_torch_side_leaves_malloc_as_torch_users_have_it():
+  import os  # pylint: disable=import-outside-toplevel
+
+  from tmax_jax import host_memory  # pylint: disable=import-outside-toplevel
+
+  with report.torch_side("functools:partial", os.getenv, host_memory.ENV) as side:
+    side()
+    assert side.value == "default"
+  assert "default" in report.torch_side_note("default")
+  with pytest.raises(ValueError, match="malloc="):
+    report.torch_side("functools:partial", os.getenv, "X", malloc="jemalloc")

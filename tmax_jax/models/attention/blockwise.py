@@ -91,11 +91,21 @@ def _scores(q_i, k_j, scale):
   return jnp.einsum("bkgqh,bkch->bkgqc", q_i, k_j, preferred_element_type=F32) * scale
 
 
-def _tile_masks(q_pos, q_seg, k_pos, k_seg, block_q: int, block_k: int):
-  """-> mask(i, j): the [B,1,1,Q,C] visibility of query block i to key block j."""
+def _tile_masks(q_pos, q_seg, k_pos, k_seg, block_q: int, block_k: int, keys_major: bool = False):
+  """-> mask(i, j): the [B,1,1,Q,C] visibility of query block i to key block j, or [B,1,C,1,Q]
+  (the transposed tile) when keys_major."""
   qposb, qsegb = _blocks(q_pos, block_q), _blocks(q_seg, block_q)
   kposb, ksegb = _blocks(k_pos, block_k), _blocks(k_seg, block_k)
-  return lambda i, j: tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]
+
+  def mask(i, j):
+    if not keys_major:
+      return tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]
+    q_pos_i, q_seg_i = qposb[i][:, None], qsegb[i][:, None]  # [B,1,Q]
+    k_pos_j, k_seg_j = kposb[j][:, :, None], ksegb[j][:, :, None]  # [B,C,1]
+    m = (k_seg_j == q_seg_i) & (q_seg_i != 0) & (k_pos_j <= q_pos_i)
+    return m[:, None, :, None]
+
+  return mask
 
 
 def tile_pairs(nq: int, nk: int, block_q: int, block_k: int, causal: bool):
@@ -173,44 +183,50 @@ def attend_tiles_bwd(
   lse, delta [B,T,N] are the FINAL row log-sum-exp and rowsum(dout * out) (minus the log-sum-exp's
   own cotangent), dout [B,T,N,H]. -> fp32 (dq [B,T,N,H], dk [B,S,K,H], dv [B,S,K,H]). Because the
   probabilities come from the final lse, the contributions of several key shards simply add up.
+
+  Each tile works on the TRANSPOSED scores s^T [B,K,C,G,Q] (keys major, queries minor): dv = p^T do
+  and dk = ds^T q then contract over the queries, the minor axis of p^T / ds^T, and dq is built
+  transposed (dq^T = k^T ds^T, [B,K,H,G,Q]) and laid out back once per call. With s [.., Q, C] two
+  of the four products contract over s's major axis, and XLA:CPU materialised a transposed copy of
+  p and of ds in every tile (BUILD_NOTES "Attention backward").
   """
   q, k, v, q_pos, q_seg, k_pos, k_seg = _tie(q, k, v, q_pos, q_seg, k_pos, k_seg)
   kh = k.shape[2]
-  qb, dob = _query_major(q, kh, block_q), _query_major(dout, kh, block_q)
+  qb, dob = _query_major(q, kh, block_q), _query_major(dout, kh, block_q)  # [nq,B,K,G,Q,H]
   lseb, deltab = _query_major(lse, kh, block_q), _query_major(delta, kh, block_q)  # [nq,B,K,G,Q]
-  kb, vb = _key_major(k, block_k), _key_major(v, block_k)
-  ktb = _key_major(k, block_k, time_minor=True)
-  tile_mask_ij = _tile_masks(q_pos, q_seg, k_pos, k_seg, block_q, block_k)
+  kb, vb = _key_major(k, block_k), _key_major(v, block_k)  # [nk,B,K,C,H]
+  ktb = _key_major(k, block_k, time_minor=True)  # [nk,B,K,H,C]
+  tile_mask_ij = _tile_masks(q_pos, q_seg, k_pos, k_seg, block_q, block_k, keys_major=True)
 
   def step(carry, pair):
     i, j = pair
-    dq, dk, dv = carry
+    dqt, dk, dv = carry
     q_i, do_i, k_j, v_j, kt_j = qb[i], dob[i], kb[j], vb[j], ktb[j]
-    mask = tile_mask_ij(i, j)
+    lse_i, delta_i = lseb[i][:, :, None], deltab[i][:, :, None]  # [B,K,1,G,Q]
+    mask = tile_mask_ij(i, j)  # [B,1,C,1,Q]
 
     def visit(grads):
-      dq_i, dk_j, dv_j = grads
-      p = jnp.where(mask, jnp.exp(_scores(q_i, k_j, scale) - lseb[i][..., None]), 0.0)
+      dqt_i, dk_j, dv_j = grads
+      st = jnp.einsum("bkch,bkgqh->bkcgq", k_j, q_i, preferred_element_type=F32) * scale
+      pt = jnp.where(mask, jnp.exp(st - lse_i), 0.0)  # [B,K,C,G,Q]
       dv_j = dv_j + jnp.einsum(
-        "bkgqc,bkgqh->bkch", p.astype(do_i.dtype), do_i, preferred_element_type=F32
+        "bkcgq,bkgqh->bkch", pt.astype(do_i.dtype), do_i, preferred_element_type=F32
       )
-      dp = jnp.einsum("bkgqh,bkch->bkgqc", do_i, v_j, preferred_element_type=F32)
-      ds = p * (dp - deltab[i][..., None]) * scale
-      dq_i = dq_i + jnp.einsum(
-        "bkgqc,bkhc->bkgqh", ds.astype(kt_j.dtype), kt_j, preferred_element_type=F32
-      )
-      dk_j = dk_j + jnp.einsum(
-        "bkgqc,bkgqh->bkch", ds.astype(q_i.dtype), q_i, preferred_element_type=F32
-      )
-      return dq_i, dk_j, dv_j
+      dpt = jnp.einsum("bkch,bkgqh->bkcgq", v_j, do_i, preferred_element_type=F32)
+      dst = (pt * (dpt - delta_i) * scale).astype(q_i.dtype)
+      dk_j = dk_j + jnp.einsum("bkcgq,bkgqh->bkch", dst, q_i, preferred_element_type=F32)
+      dqt_i = dqt_i + jnp.einsum("bkhc,bkcgq->bkhgq", kt_j, dst, preferred_element_type=F32)
+      return dqt_i, dk_j, dv_j
 
-    dq_i, dk_j, dv_j = lax.cond(jnp.any(mask), visit, lambda g: g, (dq[i], dk[j], dv[j]))
-    return (dq.at[i].set(dq_i), dk.at[j].set(dk_j), dv.at[j].set(dv_j)), None
+    dqt_i, dk_j, dv_j = lax.cond(jnp.any(mask), visit, lambda g: g, (dqt[i], dk[j], dv[j]))
+    return (dqt.at[i].set(dqt_i), dk.at[j].set(dk_j), dv.at[j].set(dv_j)), None
 
-  init = (jnp.zeros(qb.shape, F32), jnp.zeros(kb.shape, F32), jnp.zeros(vb.shape, F32))
-  pairs = tile_pairs(qb.shape[0], kb.shape[0], block_q, block_k, causal)
-  (dq, dk, dv), _ = lax.scan(step, init, pairs)
-  return _query_minor(dq), _key_minor(dk), _key_minor(dv)
+  nq, b, _, g, bq, h = qb.shape
+  init = (jnp.zeros((nq, b, kh, h, g, bq), F32), jnp.zeros(kb.shape, F32), jnp.zeros(vb.shape, F32))
+  pairs = tile_pairs(nq, kb.shape[0], block_q, block_k, causal)
+  (dqt, dk, dv), _ = lax.scan(step, init, pairs)
+  dq = _query_minor(jnp.moveaxis(dqt, 3, 5))  # [nq,B,K,H,G,Q] -> [nq,B,K,G,Q,H] -> [B,T,N,H]
+  return dq, _key_minor(dk), _key_minor(dv)
 
 
 def row_delta(out: jax.Array, dout: jax.Array) -> jax.Array:

@@ -56,3 +56,18 @@ def test_import_reuses_the_temp_buffer_instead_of_faulting_it_in_each_call():
 
 def test_reuse_freed_memory_is_applied_once():
   assert host_memory.reuse_freed_memory() is host_memory.reuse_freed_memory()
+
+
+def test_applies_where_programs_run_on_xla_cpu(monkeypatch):
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  assert host_memory.runs_on_cpu()
+  monkeypatch.setenv("JAX_PLATFORMS", "cuda,cpu")
+  assert not host_memory.runs_on_cpu()
+  monkeypatch.delenv("JAX_PLATFORMS")
+  monkeypatch.setattr(host_memory, "ACCELERATOR_MODULES", ("json",))  # "installed" plugin
+  assert not host_memory.runs_on_cpu()
+  monkeypatch.setattr(host_memory, "ACCELERATOR_MODULES", ("no_such_plugin_module",))
+  assert host_memory.runs_on_cpu()
+  monkeypatch.setenv(host_memory.ENV, "jemalloc")
+  with pytest.raises(ValueError, match="TMAX_JAX_HOST_MALLOC='jemalloc'"):
+    host_memory._apply()  # pylint: disable=protected-access

@@ -10,19 +10,23 @@ in the heap and the next execution reuses it, with no page faults.
 
 `reuse_freed_memory()` applies that once per process (tmax_jax/__init__ calls it at import). It
 must run before XLA's worker threads make their first allocation (threads keep the arena they
-started with), i.e. before the first jax computation. It is a no-op off glibc and when
-TMAX_JAX_HOST_MALLOC=default. The cost: memory freed by the process is kept for reuse instead of
-returned to the OS (peak RSS stays allocated), and every thread shares one malloc arena.
+started with), i.e. before the first jax computation. The cost: memory freed by the process is
+kept for reuse instead of returned to the OS (peak RSS stays allocated), and every thread shares
+one malloc arena. So it applies where programs run on XLA:CPU: not when an accelerator plugin
+(jax_plugins/*, libtpu) is installed, unless JAX_PLATFORMS=cpu. TMAX_JAX_HOST_MALLOC=default never
+applies it, =reuse always does (on glibc; a no-op elsewhere).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 import os
 import platform
 
-ENV = "TMAX_JAX_HOST_MALLOC"  # "default" leaves glibc malloc as it is
+ENV = "TMAX_JAX_HOST_MALLOC"  # "default": leave glibc malloc as it is; "reuse": always tune it
+ACCELERATOR_MODULES = ("jax_plugins", "libtpu")  # where jax finds GPU / TPU backends
 # mallopt parameters (glibc malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
@@ -43,10 +47,21 @@ def reuse_freed_memory() -> bool:
   return _applied
 
 
+def runs_on_cpu() -> bool:
+  """Whether this process's jax programs will run on XLA:CPU (read without starting jax)."""
+  platforms = os.environ.get("JAX_PLATFORMS", "")
+  if platforms:
+    return platforms.split(",")[0].strip() == "cpu"
+  return not any(importlib.util.find_spec(m) for m in ACCELERATOR_MODULES)
+
+
 def _apply() -> bool:
-  if os.environ.get(ENV, "") == "default" or platform.system() != "Linux":
+  choice = os.environ.get(ENV, "")
+  if choice not in ("", "default", "reuse"):
+    raise ValueError(f"{ENV}={choice!r}; expected 'default', 'reuse' or unset")
+  if choice == "default" or (choice == "" and not runs_on_cpu()):
     return False
-  if platform.libc_ver()[0] != "glibc":
+  if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
     return False
   libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
   return all(libc.mallopt(param, value) == 1 for param, value in SETTINGS)

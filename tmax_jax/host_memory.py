@@ -12,9 +12,10 @@ in the heap and the next execution reuses it, with no page faults.
 must run before XLA's worker threads make their first allocation (threads keep the arena they
 started with), i.e. before the first jax computation. The cost: memory freed by the process is
 kept for reuse instead of returned to the OS (peak RSS stays allocated), and every thread shares
-one malloc arena, which makes XLA's multi-threaded compiles ~1.35x slower (BUILD_NOTES). So it applies where programs run on XLA:CPU: not when an accelerator plugin
-(jax_plugins/*, libtpu) is installed, unless JAX_PLATFORMS=cpu. TMAX_JAX_HOST_MALLOC=default never
-applies it, =reuse always does (on glibc; a no-op elsewhere).
+one malloc arena, which makes XLA's multi-threaded compiles ~1.35x slower (BUILD_NOTES). So it
+applies where programs run on XLA:CPU: not when an accelerator plugin (jax_plugins/*, libtpu) is
+installed, unless JAX_PLATFORMS=cpu. TMAX_JAX_HOST_MALLOC=default never applies it, =reuse always
+does (on glibc; a no-op elsewhere); set it to default for compile-bound work.
 """
 
 from __future__ import annotations

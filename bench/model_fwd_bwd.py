@@ -3,10 +3,12 @@
 Both compute the mean next-token log-likelihood loss (ours through the chunked fp32 head) and its
 gradient w.r.t. all params, fp32, from identical weights (ours are loaded from the torch model's
 safetensors); the losses are checked equal first. Timed side by side with report.compare (>= 5
-alternated pairs after a warm-up); prints one markdown row, and with --append adds it to
-BENCHMARKS.md unless the machine was busy (report.record_row).
+alternated pairs after a warm-up), the torch side in its own process (report.torch_side, glibc
+malloc as torch users have it, or --theirs_malloc tuned); prints one markdown row, and with
+--append adds it to BENCHMARKS.md unless the machine was busy (report.record_row).
 
   python3 bench/model_fwd_bwd.py --append BENCHMARKS.md [--pairs 7] [--vocab 1024]
+    [--theirs_malloc default|tuned]
 """
 
 from __future__ import annotations

@@ -2,10 +2,13 @@
 small Qwen3 config and batch (fp32 both; same loss: token-level DPPO binary TV; global-norm clip
 1.0).
 
-Timed side by side with report.compare (a warm-up step each, then >= 5 alternated pairs); prints a
-BENCHMARKS.md table row, and with --append adds it unless the machine was busy.
+Timed side by side with report.compare (a warm-up step each, then >= 5 alternated pairs), the torch
+side in its own process (report.torch_side: glibc malloc as torch users have it, or with
+--theirs_malloc tuned as importing tmax_jax sets it); prints a BENCHMARKS.md table row, and with
+--append adds it unless the machine was busy.
 
-  python bench/train_step.py [--pairs 5] [--append BENCHMARKS.md] [--out r.json]
+  python bench/train_step.py [--pairs 5] [--theirs_malloc default|tuned] [--append BENCHMARKS.md]
+    [--out r.json]
 """
 
 import argparse

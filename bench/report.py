@@ -24,7 +24,7 @@ import statistics
 import time
 from typing import Callable
 
-from tmax_jax import json_io
+from tmax_jax import host_memory, json_io
 
 MIN_PAIRS = 5
 
@@ -152,11 +152,11 @@ class WorkerSide:
   def __init__(self, factory: str, *args, env: dict[str, str] | None = None, **kwargs):
     import multiprocessing  # pylint: disable=import-outside-toplevel
 
-    self.factory, self.env = factory, dict(env or {})
+    self.factory, env = factory, dict(env or {})
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter, not a fork of this one
     self._conn, child = ctx.Pipe()
-    saved = {k: os.environ.get(k) for k in self.env}
-    os.environ.update(self.env)  # the spawned interpreter inherits the environment at start()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the spawned interpreter inherits the environment at start()
     try:
       self._proc = ctx.Process(
         target=_serve_side, args=(child, factory, args, kwargs), daemon=True, name=factory
@@ -209,8 +209,6 @@ MALLOC_CHOICES = ("default", "tuned")  # the --theirs_malloc choices of the torc
 def torch_side(factory: str, *args, malloc: str = "default", **kwargs) -> WorkerSide:
   """The torch side of a bench in its own process: with glibc malloc as torch users have it
   ("default"), or with the settings importing tmax_jax applies ("tuned", host_memory)."""
-  from tmax_jax import host_memory  # pylint: disable=import-outside-toplevel
-
   if malloc not in MALLOC_CHOICES:
     raise ValueError(f"malloc={malloc!r}; expected one of {MALLOC_CHOICES}")
   env = {host_memory.ENV: "default"} if malloc == "default" else {}

@@ -174,3 +174,14 @@ def test_model_blockwise_equals_reference(cfg):
   loss, grads = model_loss_and_grads(cfg.replace(attention_impl="blockwise"), params, *batch)
   np.testing.assert_allclose(loss, ref_loss, rtol=TOL)
   assert_trees_close(grads, ref_grads, TOL)
+
+
+def test_keys_major_mask_is_the_mask_laid_out_keys_first():
+  """The backward's transposed tiles use attention_mask(..., keys_major=True): the same
+  visibility (segments, padding 0, causal positions) as the [B, T, S] mask, as [B, S, T]."""
+  seg = jnp.asarray([[1, 1, 2, 2, 2, 0], [3, 3, 3, 3, 0, 0]], jnp.int32)
+  pos = jnp.asarray([[0, 1, 0, 1, 2, 0], [0, 1, 2, 3, 0, 0]], jnp.int32)
+  mask = attention.attention_mask(pos, seg, pos, seg)
+  keys_major = attention.attention_mask(pos, seg, pos, seg, keys_major=True)
+  np.testing.assert_array_equal(keys_major, mask.swapaxes(1, 2))
+  assert bool(mask[0, 4, 2]) and not bool(mask[0, 2, 4]) and not bool(mask[0, 2, 1])

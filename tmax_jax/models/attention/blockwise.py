@@ -98,12 +98,8 @@ def _tile_masks(q_pos, q_seg, k_pos, k_seg, block_q: int, block_k: int, keys_maj
   kposb, ksegb = _blocks(k_pos, block_k), _blocks(k_seg, block_k)
 
   def mask(i, j):
-    if not keys_major:
-      return tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j])[:, None, None]
-    q_pos_i, q_seg_i = qposb[i][:, None], qsegb[i][:, None]  # [B,1,Q]
-    k_pos_j, k_seg_j = kposb[j][:, :, None], ksegb[j][:, :, None]  # [B,C,1]
-    m = (k_seg_j == q_seg_i) & (q_seg_i != 0) & (k_pos_j <= q_pos_i)
-    return m[:, None, :, None]
+    m = tile_mask(qposb[i], qsegb[i], kposb[j], ksegb[j], keys_major)  # [B,Q,C] or [B,C,Q]
+    return m[:, None, :, None] if keys_major else m[:, None, None]
 
   return mask
 

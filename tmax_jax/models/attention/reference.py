@@ -13,11 +13,19 @@ F32 = jnp.float32
 
 
 def attention_mask(
-  q_pos: jax.Array, q_seg: jax.Array, k_pos: jax.Array, k_seg: jax.Array
+  q_pos: jax.Array, q_seg: jax.Array, k_pos: jax.Array, k_seg: jax.Array, keys_major: bool = False
 ) -> jax.Array:
-  """-> bool [B,T,S]: query i sees key j iff segments match, are non-zero, and pos_j <= pos_i."""
-  same = (q_seg[:, :, None] == k_seg[:, None, :]) & (q_seg[:, :, None] != 0)
-  return same & (k_pos[:, None, :] <= q_pos[:, :, None])
+  """-> bool [B,T,S]: query i sees key j iff segments match, are non-zero, and pos_j <= pos_i.
+  keys_major: the same mask laid out [B,S,T] (built in that order, not transposed)."""
+
+  def query(x):  # [B,T] -> broadcast along the key axis
+    return x[:, None, :] if keys_major else x[:, :, None]
+
+  def key(x):  # [B,S] -> broadcast along the query axis
+    return x[:, :, None] if keys_major else x[:, None, :]
+
+  same = (query(q_seg) == key(k_seg)) & (query(q_seg) != 0)
+  return same & (key(k_pos) <= query(q_pos))
 
 
 def _attend(q, k, v, mask, scale):

@@ -22,6 +22,8 @@ import numpy as np
 import report  # bench/report.py (the script's directory is on sys.path)
 import torch
 
+from tmax_jax import host_memory
+
 # M x K x N: serve_bench's decode step at B=64 (Qwen3 d=256, F=768, V=8192: q/o, MLP up, MLP down,
 # head), model_fwd_bwd's forward at B x T = 4 x 512 (d=512, F=1536, V=16384) and its MLP weight
 # gradients (x^T dy).
@@ -104,4 +106,5 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

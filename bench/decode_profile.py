@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 import report  # noqa: E402
 import serve_bench  # noqa: E402
 
+from tmax_jax import host_memory
 from tmax_jax.inference import scheduler  # noqa: E402
 
 PHASES = ("_drain", "_admit", "_prefill_once", "_dispatch_decode", "_process")
@@ -168,4 +169,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

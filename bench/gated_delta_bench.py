@@ -23,6 +23,7 @@ import torch
 import transformers
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf_mod
 
+from tmax_jax import host_memory
 from tmax_jax.models import from_hf_config
 from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet
 
@@ -132,4 +133,5 @@ HEADING = (
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

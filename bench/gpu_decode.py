@@ -21,7 +21,7 @@ from jax.sharding import Mesh
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
-from tmax_jax import json_io
+from tmax_jax import host_memory, json_io
 from tmax_jax.inference import decode, paged, sampling, scheduler
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
@@ -170,4 +170,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

@@ -30,6 +30,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import attention_parity  # noqa: E402
 import long_context  # noqa: E402
 
+from tmax_jax import host_memory
 from tmax_jax.models import qwen, qwen3_5, registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
@@ -118,4 +119,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   raise SystemExit(main())

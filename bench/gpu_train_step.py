@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from tmax_jax import host_memory
 from tmax_jax.models import registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
 from tmax_jax.models.qwen import presets  # noqa: E402
@@ -156,4 +157,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

@@ -228,6 +228,7 @@ def _process_cpu_seconds() -> float:
 
 def _serve_side(conn, factory: str, args, kwargs) -> None:
   """WorkerSide's process: build the step, then time one step per request until None."""
+  host_memory.reuse_freed_memory()  # a fresh interpreter: as the env it was given says
   import importlib  # pylint: disable=import-outside-toplevel
   import traceback  # pylint: disable=import-outside-toplevel
 

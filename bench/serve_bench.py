@@ -36,7 +36,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=wrong-import-position
 import report  # noqa: E402  (bench/report.py)
 
-from tmax_jax import json_io
+from tmax_jax import host_memory, json_io
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling, scheduler
@@ -398,4 +398,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

@@ -26,6 +26,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
+from tmax_jax import host_memory
 from tmax_jax.inference import decode, paged
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
@@ -89,13 +90,13 @@ def shipped(a) -> dict:
   from tmax_jax.loop.config import RLConfig  # pylint: disable=import-outside-toplevel
 
   cfg = from_config_dict(RLConfig, load_config_file(a.config))
-  s = cfg.serving
-  a.preset, a.page_size, a.max_len = cfg.model.preset, s.page_size, s.max_len
+  s, e = cfg.serving, cfg.serving.engine
+  a.preset, a.page_size, a.max_len = cfg.model.preset, e.page_size, e.max_len
   a.turn_max = cfg.episode.turn_max_tokens
   kv_device, state_device = per_token_and_state(a.preset, s.tensor)
   hosts = cfg.topology.processes
-  slots = s.max_concurrent_decodes
-  pool_pages = s.num_pages or slots * paged.pages_for(s.max_len, s.page_size)
+  slots = e.max_concurrent_decodes
+  pool_pages = e.num_pages or slots * paged.pages_for(e.max_len, e.page_size)
   scenarios = kv_scenarios(slots, kv_device, a)
   contexts = [int(c) for c in a.contexts.split(",")]
   return dict(
@@ -107,9 +108,9 @@ def shipped(a) -> dict:
     tensor=s.tensor,
     slots_per_replica=slots,
     episodes=slots * s.replicas * hosts,
-    page_size=s.page_size,
+    page_size=e.page_size,
     pool_pages=pool_pages,
-    pool_kv_bytes_per_device=pool_pages * s.page_size * kv_device,
+    pool_kv_bytes_per_device=pool_pages * e.page_size * kv_device,
     state_bytes_per_device=slots * state_device * 2,  # slots + as many prefix-cache blocks
     kv_bytes_per_device=scenarios,
     pages_needed={c: pages_needed(slots, c, a) for c in contexts},
@@ -169,4 +170,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

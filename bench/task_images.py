@@ -154,7 +154,7 @@ def main(argv=None) -> int:
   parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
   args = parser.parse_args(argv)
   if args.cache:
-    os.environ["TMAX_CACHE_DIR"] = args.cache
+    os.environ["TMAX_JAX_CACHE"] = args.cache
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   path = out / "results.jsonl"

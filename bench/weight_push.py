@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 from bench import report
-from tmax_jax import json_io
+from tmax_jax import host_memory, json_io
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
@@ -111,4 +111,5 @@ async def _client(address: str) -> client_lib.RolloutClient:
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

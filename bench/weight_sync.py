@@ -26,10 +26,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bench import report
-from tmax_jax import json_io, sharding
+from tmax_jax import host_memory, json_io, sharding
 from tmax_jax.inference.client import RolloutClient
-from tmax_jax.loop import common
-from tmax_jax.loop.config import ServingConfig
+from tmax_jax.inference.engine import EngineConfig
+from tmax_jax.loop import policy
 from tmax_jax.loop.weight_sync import WeightSync, served_target
 from tmax_jax.models import registry
 
@@ -67,12 +67,12 @@ def main(argv=None) -> dict:
   cfg = registry.preset("qwen3-0.6b", **(TINY if args.tiny else {}))
   devices = jax.devices()
   trainer_mesh = sharding.make_mesh(fsdp=2, tensor=2, devices=devices[:4])
-  params = registry.init_params(cfg, jax.random.key(0), sharding.param_shardings(cfg, trainer_mesh))
+  params = registry.init_params(cfg, jax.random.key(0), registry.param_shardings(cfg, trainer_mesh))
   served_cfg = cfg.with_dtypes(param_dtype="bfloat16", compute_dtype="bfloat16")
   server_mesh = Mesh(np.asarray(devices[4:]).reshape(1, 4), ("replica", "tensor"))
   sync = WeightSync(trainer_mesh, served_target(served_cfg, server_mesh))
-  serving = ServingConfig(max_concurrent_decodes=1, max_len=64, max_prefill_length=32)
-  server = common.start_serving(served_cfg, sync(params), serving, mesh=server_mesh)
+  engine = EngineConfig(max_concurrent_decodes=1, max_len=64, max_prefill_length=32)
+  server = policy.start_serving(served_cfg, sync(params), engine, mesh=server_mesh)
   loop = asyncio.new_event_loop()
 
   async def connect():  # the gRPC channel binds to the loop it is created on
@@ -116,4 +116,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
   main()

@@ -10,6 +10,7 @@ python3 launch/eval.py --config=configs/eval_server.py --config.address=127.0.0.
 from absl import app, flags
 from ml_collections import config_flags
 
+from tmax_jax import host_memory
 from tmax_jax.config_dict import from_config_dict
 from tmax_jax.loop.evaluate import EvalConfig, evaluate, summary_text
 
@@ -21,6 +22,7 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
   del argv
+  host_memory.reuse_freed_memory()  # before the first XLA:CPU allocation
   cfg = from_config_dict(EvalConfig, _CONFIG.value)
   results = evaluate(cfg)
   print(summary_text(results), end="")

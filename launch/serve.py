@@ -3,19 +3,24 @@
 python3 launch/serve.py --config=configs/serve_tiny.py --config.model.checkpoint=/ckpt
 """
 
-from absl import app
+from absl import app, flags
 from ml_collections import config_flags
 
-from tmax_jax.inference import launch_lib
+from tmax_jax import host_memory
+from tmax_jax.config_dict import from_config_dict
+from tmax_jax.loop.config import ServeConfig
+from tmax_jax.loop.serve import serve_forever
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "serving config (configs/serve_*.py)", lock_config=True
 )
+flags.mark_flags_as_required(["config"])
 
 
 def main(argv):
   del argv
-  launch_lib.serve_forever(_CONFIG.value)
+  host_memory.reuse_freed_memory()  # before the first XLA:CPU allocation
+  serve_forever(from_config_dict(ServeConfig, _CONFIG.value))
 
 
 if __name__ == "__main__":

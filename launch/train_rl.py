@@ -6,6 +6,7 @@ python3 launch/train_rl.py --config=configs/tmax_qwen3_5_9b.py --config.model.ch
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from tmax_jax import host_memory
 from tmax_jax.config_dict import from_config_dict
 from tmax_jax.loop.config import RLConfig
 from tmax_jax.loop.rl import run_rl
@@ -19,6 +20,7 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
   del argv
+  host_memory.reuse_freed_memory()  # before the first XLA:CPU allocation
   logging.set_verbosity(logging.INFO)
   initialize()  # multi-host from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
   result = run_rl(from_config_dict(RLConfig, _CONFIG.value))

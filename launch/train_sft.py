@@ -6,6 +6,7 @@ python3 launch/train_sft.py --config=configs/sft_tmax_qwen3_8b.py --config.traje
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from tmax_jax import host_memory
 from tmax_jax.config_dict import from_config_dict
 from tmax_jax.loop.config import SFTConfig
 from tmax_jax.loop.sft import run_sft
@@ -19,13 +20,12 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
   del argv
+  host_memory.reuse_freed_memory()  # before the first XLA:CPU allocation
   logging.set_verbosity(logging.INFO)
   initialize()  # multi-host from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
   result = run_sft(from_config_dict(SFTConfig, _CONFIG.value))
-  print(
-    f"SFT done: {len(result.metrics)} steps, final loss {result.metrics[-1]['loss']:.4f}; "
-    f"export: {result.export_dir or '(none)'}"
-  )
+  loss = f", final loss {result.metrics[-1]['loss']:.4f}" if result.metrics else ""
+  print(f"SFT done: {len(result.metrics)} steps run{loss}; HF export at {result.export_dir}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from tmax_jax.agents import formats, scripted
+from tmax_jax import formats
+from tmax_jax.agents import scripted
 from tmax_jax.agents import terminus as T
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.tokenizers import load_tokenizer

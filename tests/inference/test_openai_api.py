@@ -48,7 +48,7 @@ USER = [{"role": "user", "content": "Weather for the next 3 days?"}]
 def live():
   cfg = scripted_model.model_config()
   tok = tokenizers.load_tokenizer(scripted_model.FAMILY)
-  spec = tokenizers.get_spec(scripted_model.FAMILY)
+  spec = registry.tokenizer_spec(scripted_model.FAMILY)
   params = jax.tree.map(np.asarray, registry.init_params(cfg, jax.random.key(0)))
   engine = engine_lib.TmaxEngine(
     cfg,

@@ -40,7 +40,7 @@ class OpenAIConfig:
   host: str = compat.LOOPBACK
   model_name: str = ""  # the id /v1/models lists and requests must name; "" = the model_type
   tokenizer: str = ""  # a registered tokenizer family or an HF tokenizer dir; "" = the model's
-  tool_call_format: str = ""  # "" = the registered tokenizer spec's (agents/formats/tool_calls.py)
+  tool_call_format: str = ""  # "" = the registered tokenizer spec's (formats/tool_calls.py)
   max_body_mb: int = 64
 
   @property

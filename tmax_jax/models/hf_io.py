@@ -24,9 +24,10 @@ from typing import Any, Iterator
 import jax
 import ml_dtypes
 import numpy as np
+from jax.experimental import multihost_utils
 
 from tmax_jax.models import registry
-from tmax_jax.models.config import ModelConfig, from_hf_config
+from tmax_jax.models.config import ModelConfig
 
 _ST_DTYPES = {
   "F64": np.dtype(np.float64),
@@ -294,7 +295,7 @@ def _leaf_array(
 
 def load_params(ckpt_dir: str | pathlib.Path, cfg: ModelConfig, shardings: Any = None) -> Any:
   """Read `ckpt_dir` into the param tree of `cfg` (param dtype), placed in `shardings` (a tree of
-  jax.sharding.Sharding matching the params, e.g. sharding.param_shardings) or the default device.
+  jax.sharding.Sharding matching the params, e.g. registry.param_shardings) or the default device.
   Raises CheckpointError naming the key for a missing or mis-shaped tensor."""
   refs = index_checkpoint(ckpt_dir)
   abstract = registry.abstract_params(cfg)
@@ -318,12 +319,10 @@ def load_pretrained(
 ) -> tuple[ModelConfig, Any]:
   """config.json + safetensors -> (ModelConfig, params), sharded over `mesh` by the config's
   logical-axis rules when given. `overrides` replace config fields (dtypes=..., scan_layers=...)."""
-  cfg = from_hf_config(ckpt_dir, **overrides)
+  cfg = registry.from_hf_config(ckpt_dir, **overrides)
   shardings = None
   if mesh is not None:
-    from tmax_jax import sharding as sharding_lib  # sharding imports models
-
-    shardings = sharding_lib.param_shardings(cfg, mesh)
+    shardings = registry.param_shardings(cfg, mesh)
   return cfg, load_params(ckpt_dir, cfg, shardings)
 
 
@@ -334,8 +333,6 @@ _SKIP_TOKENIZER_FILES = ("config.json", "generation_config.json", SAFETENSORS_IN
 
 def _host(x: jax.Array) -> np.ndarray:
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
-    from jax.experimental import multihost_utils
-
     x = multihost_utils.process_allgather(x, tiled=True)
   return np.asarray(jax.device_get(x))
 

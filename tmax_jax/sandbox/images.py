@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+from tmax_jax import cache
 from tmax_jax.sandbox.api import SandboxError
 
 # The rootfs is a function of these two (base.def installs the same packages.txt for Apptainer).
@@ -39,15 +40,8 @@ def sandbox_dir() -> pathlib.Path:
 
 
 def cache_dir() -> pathlib.Path:
-  """Root of tmax_jax's caches: TMAX_CACHE_DIR, else ~/.cache/tmax_jax, else (as root, whose home is
-  private) /var/cache/tmax_jax: the sandboxes run as unprivileged host uids that must traverse
-  it."""
-  env = os.environ.get("TMAX_CACHE_DIR")
-  if env:
-    return pathlib.Path(env)
-  if os.geteuid() == 0:
-    return pathlib.Path("/var/cache/tmax_jax")
-  return pathlib.Path.home() / ".cache" / "tmax_jax"
+  """Where images, layers and the podman store live: tmax_jax's cache root (tmax_jax/cache.py)."""
+  return cache.root()
 
 
 def read_packages(path: pathlib.Path | None = None) -> list[str]:

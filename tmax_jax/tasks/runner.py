@@ -66,11 +66,12 @@ class RunnerConfig:
   layer hash; tasks/environment.built_spec); an image (rootfs dir / podman image) -> the
   Dockerfile translated onto it (environment.environment_spec)."""
 
-  backend: str | None = None
+  backend: str | None = None  # None or "" = auto (tmax_jax.sandbox.resolve_backend)
   image: str | None = None
   memory_mb: int | None = 4096
   enforce_limits: bool = True  # False: run without per-sandbox cgroups (a warning per trial)
-  min_verifier_timeout_s: float = 0.0  # the RL recipe uses max(task value, 600)
+  # The recipe runs tests under max(task value, 600 s); 0 = exactly the task's verifier.timeout_sec.
+  min_verifier_timeout_s: float = 600.0
   allow_network: bool = False
   verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
 

@@ -13,10 +13,18 @@ import os
 from typing import Any, Optional
 
 import jax
-import orbax.checkpoint as ocp
 
-from tmax_jax.train import state as state_lib
-from tmax_jax.train.config import CheckpointConfig
+# orbax logs through absl while it is imported, and absl's log() calls logging.basicConfig() when
+# the root logger has no handler: a process-wide change that importing this library must not make
+# (tests/test_host_memory.py). The handler it adds is taken off again.
+_ROOT_HANDLERS = list(logging.getLogger().handlers)
+import orbax.checkpoint as ocp  # noqa: E402
+
+for _handler in logging.getLogger().handlers[len(_ROOT_HANDLERS) :]:
+  logging.getLogger().removeHandler(_handler)
+
+from tmax_jax.train import state as state_lib  # noqa: E402
+from tmax_jax.train.config import CheckpointConfig  # noqa: E402
 
 log = logging.getLogger(__name__)
 

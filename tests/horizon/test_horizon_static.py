@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tmax_jax.tasks.horizon import static
+from tmax_jax.horizon import static
 
 STUB = '''import csv
 

@@ -7,7 +7,7 @@ are also the whole offline build of test_horizon_e2e.py.)"""
 import pytest
 
 from tests.conftest import require_base_rootfs
-from tmax_jax.tasks.horizon import audit, build, compose
+from tmax_jax.horizon import audit, build, compose
 
 STUB = '''import sys
 

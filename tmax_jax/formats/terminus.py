@@ -13,7 +13,7 @@ warn, as in Terminus-2. The harness ends the episode after two task_complete rep
 import dataclasses
 import json
 
-from tmax_jax.agents.formats.common import FormatError, strip_reasoning
+from tmax_jax.formats.common import FormatError, strip_reasoning
 
 DEFAULT_DURATION_S = 1.0
 MAX_DURATION_S = 60.0

@@ -20,8 +20,8 @@ import tempfile
 from typing import Any, Iterable, Mapping, Sequence
 
 from tmax_jax import json_io
+from tmax_jax.horizon import compose
 from tmax_jax.tasks import format as fmt
-from tmax_jax.tasks.horizon import compose
 
 RECORD_FILE = "horizon.json"
 KEPT = ("accepted", "rebuilt")

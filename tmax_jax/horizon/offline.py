@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
+from tmax_jax.horizon import compose
 from tmax_jax.tasks import format as fmt
-from tmax_jax.tasks.horizon import compose
 from tmax_jax.tasks.procedural import chains, core, registry
 
 

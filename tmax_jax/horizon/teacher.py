@@ -15,8 +15,8 @@ import dataclasses
 import re
 from typing import Sequence
 
-from tmax_jax.agents.formats.tokens import encode
 from tmax_jax.agents.scripted import ScriptedCompletion
+from tmax_jax.formats.tokens import encode
 from tmax_jax.tasks.generator.llm import ChatClient
 
 _TURN = re.compile(r"<\|im_start\|>(system|user|assistant)\n(.*?)<\|im_end\|>", re.S)

@@ -24,10 +24,10 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from tmax_jax.agents import scripted
 from tmax_jax.agents import worker as worker_lib
 from tmax_jax.agents.episode import EpisodeConfig, GenerateFn
+from tmax_jax.horizon import compose, static
 from tmax_jax.sandbox.api import Sandbox
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import runner
-from tmax_jax.tasks.horizon import compose, static
 
 CHECKS = ("oracle", "untouched", "static", "probe")
 
@@ -152,7 +152,7 @@ class EndpointProbe:
   client: Any  # generator.llm.ChatClient
 
   def attempts(self, task: fmt.Task, k: int) -> list[ProbeAttempt]:
-    from tmax_jax.tasks.horizon import teacher  # pylint: disable=import-outside-toplevel
+    from tmax_jax.horizon import teacher  # pylint: disable=import-outside-toplevel
 
     return [
       ProbeAttempt(f"endpoint_{i}", lambda tok, cfg: teacher.ChatTeacher(self.client, tok))

@@ -14,8 +14,8 @@ feedback shows the right syntax.
 import json
 import re
 
-from tmax_jax.agents.formats.common import SUBMIT_COMMAND, FormatError, strip_reasoning
-from tmax_jax.tokenizers.specs import get_spec
+from tmax_jax.formats.common import SUBMIT_COMMAND, FormatError, strip_reasoning
+from tmax_jax.models import registry
 
 TOOL_NAME = "bash"
 ARG_NAME = "command"
@@ -158,7 +158,7 @@ PARSERS = {"hermes": parse_hermes_call, "xml": parse_xml_call}
 def tool_call_format(family: str) -> str:
   """The tool-call syntax of tokenizer `family` (a key of PARSERS); ValueError if unknown."""
   try:
-    fmt = get_spec(family).tool_call_format
+    fmt = registry.tokenizer_spec(family).tool_call_format
   except ValueError as e:
     raise ValueError(f"no tool-call format for family {family!r}: {e}") from e
   if fmt not in PARSERS:

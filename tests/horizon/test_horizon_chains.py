@@ -11,8 +11,8 @@ import json
 import pytest
 
 from tests.conftest import require_base_rootfs
+from tmax_jax.horizon import build, compose, offline, record
 from tmax_jax.tasks import runner
-from tmax_jax.tasks.horizon import build, compose, offline, record
 from tmax_jax.tasks.procedural import chains, core, registry
 
 
@@ -109,7 +109,7 @@ def test_every_chain_every_level_in_sandbox(name, level):
 
 @pytest.mark.slow
 def test_build_cli_accepts_every_chain(tmp_path, capsys):
-  """`python3 -m tmax_jax.tasks.horizon.build` over every chain: the whole audit (oracle,
+  """`python3 -m tmax_jax.horizon.build` over every chain: the whole audit (oracle,
   untouched, static, shortcut probes) accepts every node and the lineage has every chain's tree."""
   require_base_rootfs()
   out = tmp_path / "build"

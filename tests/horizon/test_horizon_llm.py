@@ -7,12 +7,12 @@ import json
 import pathlib
 
 import pytest
-from tasks_helpers import ChatServer
 
 from tests.conftest import require_base_rootfs
+from tests.tasks.tasks_helpers import ChatServer
+from tmax_jax.horizon import audit, authoring, build, compose, record
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.generator import llm
-from tmax_jax.tasks.horizon import audit, authoring, build, compose, record
 
 DATA = pathlib.Path(__file__).with_name("data") / "horizon"
 CLEAN = (DATA / "root_clean.json").read_text()

@@ -1,7 +1,7 @@
 """Long-trajectory collection: a teacher runs the built tasks and whole chains; passing
 trajectories are annotated with their behaviour patterns and exported as SFT JSONL.
 
-  python3 -m tmax_jax.tasks.horizon.collect --build runs/horizon --out runs/horizon/sft.jsonl \
+  python3 -m tmax_jax.horizon.collect --build runs/horizon --out runs/horizon/sft.jsonl \
       [--teacher oracle | --teacher endpoint --base-url URL --model M] [--family qwen3_5]
 
 Two kinds of trajectory (records carry `kind` and `lineage`, the ids root .. task):
@@ -27,13 +27,14 @@ from typing import Protocol, Sequence
 
 import tqdm
 
-from tmax_jax.agents import formats, harnesses, scripted
+from tmax_jax import formats
+from tmax_jax.agents import harnesses, scripted
 from tmax_jax.agents.episode import EpisodeConfig, GenerateFn, template_kwargs
 from tmax_jax.agents.oracle_data import write_jsonl
+from tmax_jax.horizon import audit, compose, patterns, record
 from tmax_jax.sandbox.api import Sandbox
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import runner
-from tmax_jax.tasks.horizon import audit, compose, patterns, record
 from tmax_jax.tasks.procedural.chains import STEP_MARK
 
 
@@ -69,7 +70,7 @@ class EndpointTeacher:
 
   def generate_fn(self, task, group, sample):
     del task, group, sample
-    from tmax_jax.tasks.horizon import teacher  # pylint: disable=import-outside-toplevel
+    from tmax_jax.horizon import teacher  # pylint: disable=import-outside-toplevel
 
     return teacher.ChatTeacher(self.client, self.tokenizer)
 
@@ -188,7 +189,7 @@ def collect(cfg: CollectConfig, teacher: Teacher, tokenizer) -> dict:
   build = pathlib.Path(cfg.build_dir)
   tree = record.lineage_tree(record.BuildLog(build).entries)
   if not tree["nodes"]:
-    raise ValueError(f"{build}: no kept tasks in build.jsonl (run tmax_jax.tasks.horizon.build)")
+    raise ValueError(f"{build}: no kept tasks in build.jsonl (run tmax_jax.horizon.build)")
   work = []
   if cfg.tasks:
     for nid in sorted(tree["nodes"], key=lambda i: (tree["nodes"][i]["generation"], i)):
@@ -272,7 +273,7 @@ def summarize(records: Sequence[dict], attempted: int, dropped: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--build", required=True, help="output directory of tmax_jax.tasks.horizon.build")
+  p.add_argument("--build", required=True, help="output directory of tmax_jax.horizon.build")
   p.add_argument("--out", required=True, help="SFT JSONL to write")
   p.add_argument("--teacher", default="oracle", choices=("oracle", "endpoint"))
   p.add_argument("--base-url", default="")

@@ -3,7 +3,7 @@
 import dataclasses
 import re
 
-from tmax_jax.agents.formats.common import SUBMIT_COMMAND, FormatError, strip_reasoning
+from tmax_jax.formats.common import SUBMIT_COMMAND, FormatError, strip_reasoning
 
 _FENCE = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 _ANY_FENCE = re.compile(r"```")

@@ -1,7 +1,7 @@
 """TerminalHorizon build: stage 1 (environment construction + audit) and stage 2 (extension).
 
-  python3 -m tmax_jax.tasks.horizon.build --out runs/horizon --chains photo_sync --seeds 0 1
-  python3 -m tmax_jax.tasks.horizon.build --out runs/horizon --mode llm \
+  python3 -m tmax_jax.horizon.build --out runs/horizon --chains photo_sync --seeds 0 1
+  python3 -m tmax_jax.horizon.build --out runs/horizon --mode llm \
       --base-url http://127.0.0.1:8000/v1 --model M [--num-seeds 25 --branches 2]
 
 Procedural mode walks the extension chains' trees (no model; a node whose audit fails is
@@ -22,9 +22,9 @@ from typing import Callable
 
 import tqdm
 
+from tmax_jax.horizon import audit, authoring, compose, offline, record
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.generator import llm, pipeline
-from tmax_jax.tasks.horizon import audit, authoring, compose, offline, record
 from tmax_jax.tasks.procedural import chains as chains_lib
 from tmax_jax.tasks.procedural import registry
 from tmax_jax.tasks.runner import RunnerConfig

@@ -8,7 +8,7 @@
 Every parser raises `FormatError` whose `.feedback` is the text to send back to the model.
 """
 
-from tmax_jax.agents.formats.common import (
+from tmax_jax.formats.common import (
   SUBMIT_COMMAND,
   SUBMIT_MARKER,
   FormatError,
@@ -16,16 +16,16 @@ from tmax_jax.agents.formats.common import (
   is_submit_output,
   strip_reasoning,
 )
-from tmax_jax.agents.formats.observation import (
+from tmax_jax.formats.observation import (
   format_endless_observation,
   format_observation,
   format_timeout,
   limit_output_bytes,
   truncate_head_tail,
 )
-from tmax_jax.agents.formats.terminus import TerminusAction, TerminusCommand, parse_terminus
-from tmax_jax.agents.formats.text_modes import EndlessAction, parse_endless, parse_fenced_bash
-from tmax_jax.agents.formats.tokens import (
+from tmax_jax.formats.terminus import TerminusAction, TerminusCommand, parse_terminus
+from tmax_jax.formats.text_modes import EndlessAction, parse_endless, parse_fenced_bash
+from tmax_jax.formats.tokens import (
   TokenTrajectory,
   continuation_ids,
   continuation_text,
@@ -33,7 +33,7 @@ from tmax_jax.agents.formats.tokens import (
   tool_observation_ids,
   user_observation_ids,
 )
-from tmax_jax.agents.formats.tool_calls import (
+from tmax_jax.formats.tool_calls import (
   BASH_TOOL,
   bash_call_message,
   parse_bash_call,

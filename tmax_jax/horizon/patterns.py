@@ -33,7 +33,8 @@ import dataclasses
 import re
 from typing import Sequence
 
-from tmax_jax.agents import formats, harnesses
+from tmax_jax import formats
+from tmax_jax.agents import harnesses
 from tmax_jax.agents.episode import EpisodeConfig
 
 KINDS = ("Explore", "Diagnose", "Build", "Verify", "Coordinate")

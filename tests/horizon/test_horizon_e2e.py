@@ -7,13 +7,13 @@ import json
 import math
 
 import pytest
-from tasks_helpers import ChatServer
 
 from tests.conftest import require_base_rootfs
+from tests.tasks.tasks_helpers import ChatServer
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.oracle_data import read_jsonl
+from tmax_jax.horizon import audit, build, collect, patterns, record, teacher
 from tmax_jax.tasks import format as fmt
-from tmax_jax.tasks.horizon import audit, build, collect, patterns, record, teacher
 from tmax_jax.tasks.procedural import chains
 
 

@@ -15,9 +15,9 @@ import re
 import string
 from typing import Any, Mapping, Sequence
 
+from tmax_jax.horizon import compose
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.generator import llm
-from tmax_jax.tasks.horizon import compose
 
 PROMPTS = pathlib.Path(__file__).with_name("prompts")
 SEEDS_FILE = pathlib.Path(__file__).with_name("seeds.json")

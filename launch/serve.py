@@ -3,10 +3,9 @@
 python3 launch/serve.py --config=configs/serve_tiny.py --config.model.checkpoint=/ckpt
 """
 
-from absl import app
 from ml_collections import config_flags
 
-from tmax_jax.inference import launch_lib
+from tmax_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "serving config (configs/serve_*.py)", lock_config=True
@@ -15,8 +14,13 @@ _CONFIG = config_flags.DEFINE_config_file(
 
 def main(argv):
   del argv
+  # Imported here, not at the top: --help and flag errors answer without loading JAX.
+  from tmax_jax.inference import launch_lib
+  from tmax_jax.loop.preflight import check_inputs
+
+  check_inputs(_CONFIG.value)
   launch_lib.serve_forever(_CONFIG.value)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_absl(main)

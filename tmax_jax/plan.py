@@ -39,6 +39,9 @@ import sys
 import time
 from typing import Any
 
+from tmax_jax import cli
+from tmax_jax.errors import UserError
+
 GB = 1e9
 
 
@@ -46,12 +49,12 @@ def _device_count(argv: list[str]) -> int:
   """--devices=N, else the config's topology.devices (an override on the command line or the
   config file's own; 0 = neither names it)."""
   values = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
-  if int(values.get("devices", 0)):
+  if values.get("devices", "").isdigit() and int(values["devices"]):
     return int(values["devices"])
-  if "config.topology.devices" in values:
+  if values.get("config.topology.devices", "").isdigit():
     return int(values["config.topology.devices"])
-  if "config" not in values:
-    return 0
+  if not os.path.isfile(values.get("config", "")):
+    return 0  # absl's parse reports a missing --config or a malformed --devices
   from tmax_jax.config_dict import load_config_file  # pylint: disable=import-outside-toplevel
 
   topology = load_config_file(values["config"]).get("topology")
@@ -69,7 +72,8 @@ def _force_fake_devices(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  _force_fake_devices(sys.argv)
+  with cli.user_errors_exit(cli.wants_debug(sys.argv[1:])):  # reads the config file first
+    _force_fake_devices(sys.argv)
 
 # pylint: disable=wrong-import-position
 import jax
@@ -503,13 +507,13 @@ def main(argv) -> None:
   memory = f.device_memory_gb or topology.device_memory_gb
   processes = f.processes or topology.processes
   if not devices or not memory:
-    raise SystemExit(
+    raise UserError(
       "--devices / --device_memory_gb not given and the config's topology names none "
       f"(topology.devices={topology.devices}, topology.device_memory_gb="
       f"{topology.device_memory_gb})"
     )
   if jax.device_count() != devices:
-    raise SystemExit(
+    raise UserError(
       f"--devices={devices} but jax sees {jax.device_count()} devices (run as "
       "python3 -m tmax_jax.plan so the fake devices are set up first)"
     )
@@ -535,8 +539,7 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=ungrouped-imports
-  from absl import flags as absl_flags
+  from absl import flags as absl_flags  # pylint: disable=ungrouped-imports
   from ml_collections import config_flags
 
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
@@ -552,4 +555,4 @@ if __name__ == "__main__":
   )
   absl_flags.DEFINE_bool("json", False, "print JSON instead of the table")
   absl_flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run_absl(main)

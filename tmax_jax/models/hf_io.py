@@ -25,6 +25,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
+from tmax_jax.errors import UserError
 from tmax_jax.models import registry
 from tmax_jax.models.config import ModelConfig, from_hf_config
 
@@ -45,7 +46,7 @@ _PREFIX_ALIASES = (("model.language_model.", "model."),)
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
   """A checkpoint is missing a tensor, has a mis-shaped one, or is unreadable (the message says
   which key, in which file, and what was expected)."""
 

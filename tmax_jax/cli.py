@@ -80,12 +80,13 @@ def wants_debug(argv: Sequence[str]) -> bool:
   return DEBUG_FLAG in (args[: args.index("--")] if "--" in args else args)
 
 
-def run(main: Callable[[list[str]], int | None], argv: Sequence[str] | None = None) -> NoReturn:
-  """Runs an argparse main (`main(argv)`) through the error path and exits with its code."""
+def run(main: Callable[[list[str]], object], argv: Sequence[str] | None = None) -> NoReturn:
+  """Runs an argparse main (`main(argv)`) through the error path and exits with its code (an
+  int it returns; anything else, e.g. a bench's result dict for its tests, exits 0)."""
   argv = list(sys.argv[1:] if argv is None else argv)
   with user_errors_exit(wants_debug(argv)):
     code = main(argv)
-  sys.exit(code or 0)
+  sys.exit(code if isinstance(code, int) else 0)
 
 
 # --- argparse ---------------------------------------------------------------------------------

@@ -36,7 +36,6 @@ import functools
 import json
 import os
 import sys
-import time
 from typing import Any
 
 from tmax_jax import cli
@@ -79,6 +78,7 @@ if __name__ == "__main__":
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -217,17 +217,12 @@ def compiled_step_memory(
 
 
 def _compiled(lowered, what: str):
-  """The compiled program's memory analysis; one progress line per compile on stderr (a recipe
+  """The compiled program's memory analysis; one progress bar per compile on stderr (a recipe
   model's compile takes a minute or more on CPU)."""
-  start = time.perf_counter()
-  print(f"plan: compiling {what} ...", file=sys.stderr, flush=True)
-  mem = lowered.compile().memory_analysis()
-  print(
-    f"plan: {what}: temp {mem.temp_size_in_bytes / GB:.2f} GB "
-    f"({time.perf_counter() - start:.0f} s)",
-    file=sys.stderr,
-    flush=True,
-  )
+  with tqdm.tqdm(total=1, desc=f"plan: compile {what}", unit="compile") as bar:
+    mem = lowered.compile().memory_analysis()
+    bar.set_postfix_str(f"temp {mem.temp_size_in_bytes / GB:.2f} GB", refresh=False)
+    bar.update(1)
   return mem
 
 

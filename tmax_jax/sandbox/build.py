@@ -35,6 +35,8 @@ import tarfile
 import time
 import uuid
 
+import tqdm
+
 from tmax_jax import cli, json_io
 from tmax_jax.errors import UserError
 from tmax_jax.sandbox import bases, dockerfile, layers, mirror
@@ -180,7 +182,8 @@ class _Builder:
     self, ins: list[dockerfile.Instruction], extra: tuple[str, ...], seeds: bool, finalize: bool
   ) -> None:
     global_args: dict = {}
-    for i in ins:
+    steps = tqdm.tqdm(ins, desc=f"build {self.context.name}", unit="step", disable=self.quiet)
+    for i in steps:
       if i.cmd == "FROM":
         if self.base is not None:
           self.fail(i.line, "multi-stage builds (a second FROM) are not supported")
@@ -361,8 +364,8 @@ class _Builder:
     cached = layers.layer_done(layer_id)
     seconds = 0.0
     if not cached:
-      if not self.quiet:
-        print(f"[build] {where}", file=sys.stderr, flush=True)
+      if not self.quiet:  # through tqdm: the line goes above the build's progress bar
+        tqdm.tqdm.write(f"[build] {where}", file=sys.stderr)
       log_path = layers.store() / "logs" / f"{layer_id}.log"
       log_path.parent.mkdir(parents=True, exist_ok=True)
       with open(log_path, "w") as log:

@@ -23,7 +23,9 @@ import contextlib
 import difflib
 import os
 import re
+import socket
 import sys
+import urllib.parse
 from typing import Callable, NoReturn, Sequence
 
 from tmax_jax import errors
@@ -126,6 +128,10 @@ class ArgumentParser(argparse.ArgumentParser):
       raise TypeError(f"{names}: every flag needs help text")
     return super().add_argument(*names, **kwargs)
 
+  def error(self, message: str) -> NoReturn:
+    """One line instead of argparse's usage block (the usage is one --help away)."""
+    exit_user_error(f"{message} ({self.prog} --help lists the flags)")
+
   def parse_known_args(self, args=None, namespace=None):
     if DEBUG_FLAG not in self._option_string_actions:  # added last: listed after the tool's own
       self.add_argument(DEBUG_FLAG, action="store_true", help=DEBUG_HELP)
@@ -146,6 +152,31 @@ class ArgumentParser(argparse.ArgumentParser):
     return out
 
 
+# --- endpoints --------------------------------------------------------------------------------
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(what: str, address: str) -> None:
+  """A TCP connection to `address` ("host:port" or an http(s) URL) succeeds, else a UserError
+  naming `what` (the flag or config field)."""
+  url = urllib.parse.urlsplit(address if "://" in address else f"tcp://{address}")
+  try:
+    port = url.port or {"http": 80, "https": 443}.get(url.scheme)
+  except ValueError:
+    port = None
+  if not url.hostname or not port:
+    raise errors.UserError(f"{what}={address!r}: expected host:port or an http(s) URL")
+  try:
+    with socket.create_connection((url.hostname, port), timeout=CONNECT_TIMEOUT_S):
+      pass
+  except OSError as e:
+    raise errors.UserError(
+      f"{what}={address}: nothing answers there ({e.strerror or e}); start the server or "
+      f"correct {what}"
+    ) from e
+
+
 # --- absl ---------------------------------------------------------------------------------------
 # absl and ml_collections are imported inside these functions: argparse tools load neither.
 
@@ -156,6 +187,8 @@ def run_absl(main: Callable[[list[str]], object], *, verbosity: int | None = Non
   from absl import app, flags  # pylint: disable=import-outside-toplevel
 
   flags.DEFINE_bool("debug", False, DEBUG_HELP)
+  # Listed in the main module's --help (absl's --help shows the main module's key flags only).
+  flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS["debug"])
   if verbosity is not None:
     flags.FLAGS.set_default("verbosity", verbosity)
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import socket
 from typing import Any, Iterator
 
+from tmax_jax import cli
 from tmax_jax.errors import ConfigError, UserError
 from tmax_jax.tasks import loader
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = ("*.safetensors", "model.safetensors.index.json")
-CONNECT_TIMEOUT_S = 5.0
 
 
 def check_inputs(cfg: Any, root: str = "config") -> None:
@@ -39,7 +38,7 @@ def check_inputs(cfg: Any, root: str = "config") -> None:
       if not pathlib.Path(value).is_file():
         raise ConfigError(f"{path}={value}: no such file (expected a JSONL of trajectories)")
     elif name == "address":
-      check_reachable(path, value)
+      cli.check_reachable(path, value)
 
 
 def _is_task_field(path: str) -> bool:
@@ -80,18 +79,3 @@ def check_tasks_dir(field: str, directory: str | os.PathLike) -> None:
       loader.load_task_dir(task_dir)
   except (UserError, FileNotFoundError) as e:
     raise UserError(f"{field}: {e}") from e
-
-
-def check_reachable(field: str, address: str) -> None:
-  """A TCP connection to `address` ("host:port") succeeds."""
-  host, sep, port = address.rpartition(":")
-  if not sep or not port.isdigit():
-    raise ConfigError(f"{field}={address!r}: expected host:port")
-  try:
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
-      pass
-  except OSError as e:
-    raise UserError(
-      f"{field}={address}: nothing answers there ({e.strerror or e}); start the server "
-      f"(launch/serve.py) or correct {field}"
-    ) from e

@@ -645,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
   )
   args = parser.parse_args(argv)
   if args.context is None and args.prune_days is None:
+    parser.print_usage(sys.stderr)
     parser.error("nothing to do: give a CONTEXT directory (with a Dockerfile) or --prune_days N")
   if args.prune_days is not None:
     print(f"removed {len(prune(args.prune_days))} images/layers")

@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     "--allow_failing_oracle", action="store_true", help="keep tasks whose oracle scores < 1"
   )
   args = p.parse_args(argv)
+  cli.check_reachable("--base_url", args.base_url)
   key = os.environ.get(args.api_key_env) if args.api_key_env else None
   client = ChatClient(ChatConfig(base_url=args.base_url, model=args.model, api_key=key))
   config = GenerationConfig(

@@ -350,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
   args = p.parse_args(argv)
   client = None
   if args.base_url:
+    cli.check_reachable("--base_url", args.base_url)
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     client = llm.ChatClient(llm.ChatConfig(base_url=args.base_url, model=args.model, api_key=key))
   base = audit.AuditConfig()

@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.base_url:
       p.error("--teacher endpoint needs --base_url and --model")
+    cli.check_reachable("--base_url", args.base_url)
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     teacher = EndpointTeacher(
       llm.ChatClient(llm.ChatConfig(args.base_url, args.model, key)), tokenizer

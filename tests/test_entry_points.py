@@ -97,6 +97,11 @@ CASES = [
     "did you mean config.topology.devices?",
   ),
   ("plan-missing-config", "-m tmax_jax.plan --config=configs/nope.py", "--config=configs/nope.py"),
+  (
+    "serve-openai-on-a-tiny-vocabulary",
+    "launch/serve.py --config=configs/serve_tiny.py --config.server.port=0 --config.openai.port=0",
+    "151669 ids, but the model's vocab_size is 256",
+  ),
   # argparse tools
   (
     "procedural-typo",
@@ -117,6 +122,11 @@ CASES = [
     "tokenizers-typo",
     "-m tmax_jax.tokenizers.build --family qwen3 --out {empty}/t --overwirte",
     "unrecognized arguments: --overwirte",
+  ),
+  (
+    "tokenizers-unknown-family",
+    "-m tmax_jax.tokenizers.build --family llama --out {empty}/t",
+    "argument --family: invalid choice: 'llama'",
   ),
   (
     "tokenizers-existing-out",

@@ -27,6 +27,7 @@ import jax
 from jax.sharding import Mesh
 
 from tmax_jax import json_io
+from tmax_jax.errors import ConfigError
 from tmax_jax.inference import decode, openai_api, sampling
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
@@ -72,7 +73,7 @@ def model_from_config(mc, mesh=None, **cfg_overrides) -> tuple[ModelConfig, Any]
     cfg, params = hf_io.load_pretrained(mc.checkpoint, mesh=mesh, dtypes=dtypes, **overrides)
     return cfg, lambda: params
   if not mc.preset:
-    raise ValueError("config.model: set `checkpoint` (an HF directory) or `preset`")
+    raise ConfigError("config.model: set `checkpoint` (an HF directory) or `preset`")
   cfg = registry.preset(mc.preset, dtypes=dtypes, **{**dict(mc.overrides), **cfg_overrides})
   shardings = None
   if mesh is not None:
@@ -109,7 +110,7 @@ def engine_from_config(config) -> engine_lib.TmaxEngine:
   extras = {k: ec.pop(k) for k in ENGINE_EXTRAS if k in ec}
   unknown = sorted(set(ec) - {f.name for f in dataclasses.fields(engine_lib.EngineConfig)})
   if unknown:
-    raise ValueError(f"config.engine: unknown fields {unknown}")
+    raise ConfigError(f"config.engine: unknown fields {unknown}")
   mesh = engine_lib.serving_mesh(extras.get("replicas", 1), extras.get("tensor", 1))
   cfg, params_fn = served_model(config.model, mesh)
   ec["stop_token_ids"] = (

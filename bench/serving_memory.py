@@ -19,14 +19,13 @@ device of a replica, the pool it allocates and the pages its slots need in each 
   python3 bench/serving_memory.py --config configs/tmax_qwen3_5_9b.py
 """
 
-import argparse
 import json
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
-from tmax_jax import host_memory
+from tmax_jax import cli
 from tmax_jax.inference import decode, paged
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
@@ -35,14 +34,14 @@ GB = 1e9
 
 
 def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--config", default="", help="an RL config: its shipped serving placement")
-  p.add_argument("--preset", default="qwen3.5-9b")
-  p.add_argument("--episodes", type=int, default=256)
-  p.add_argument("--max_len", type=int, default=2048 + 65536)
-  p.add_argument("--turn_max", type=int, default=16384)
-  p.add_argument("--page_size", type=int, default=64)
-  p.add_argument("--tensor", default="1,2,4")
+  p.add_argument("--preset", default="qwen3.5-9b", help="model preset")
+  p.add_argument("--episodes", type=int, default=256, help="concurrent episodes")
+  p.add_argument("--max_len", type=int, default=2048 + 65536, help="serving max_len (tokens)")
+  p.add_argument("--turn_max", type=int, default=16384, help="largest turn (tokens)")
+  p.add_argument("--page_size", type=int, default=64, help="KV cache page size (tokens)")
+  p.add_argument("--tensor", default="1,2,4", help="comma-separated tensor-parallel sizes")
   p.add_argument(
     "--generating",
     type=float,
@@ -170,5 +169,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
-  main()
+  cli.run(main)

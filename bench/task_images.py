@@ -15,7 +15,6 @@ run. Build times taken on the shared 2-core machine are indicative only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -24,6 +23,8 @@ import time
 import traceback
 
 import tqdm
+
+from tmax_jax import cli
 
 _LANGS = ("python", "cpp", "go", "javascript", "rust", "java")
 
@@ -144,11 +145,13 @@ def table(records: list[dict], backends: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--tb1", default=None, help="dir of TB1 task dirs (task.yaml)")
   parser.add_argument("--tb2", default=None, help="dir of TB2/Harbor task dirs (task.toml)")
-  parser.add_argument("--backends", default="bubblewrap,podman")
-  parser.add_argument("--out", default="runs/task_images")
+  parser.add_argument(
+    "--backends", default="bubblewrap,podman", help="comma-separated sandbox backends"
+  )
+  parser.add_argument("--out", default="runs/task_images", help="results directory")
   parser.add_argument("--only", default="", help="comma-separated substrings of task names")
   parser.add_argument("--cache", default=None, help="a separate (cold) cache dir")
   parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
@@ -202,4 +205,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

@@ -8,7 +8,6 @@ Default model: Qwen3-0.6B-shaped (596M params, fp32 trainer, bf16 server). --tin
 (what tests/train/test_bench.py runs). The ratio is grpc / device (> 1: the device path faster).
 """
 
-import argparse
 import asyncio
 import json
 import os
@@ -26,7 +25,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bench import report
-from tmax_jax import host_memory, json_io, sharding
+from tmax_jax import cli, json_io, sharding
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.loop import policy
@@ -52,11 +51,13 @@ HEADING = (
 
 
 def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tiny", action="store_true")
-  p.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
-  p.add_argument("--out", default="")
-  p.add_argument("--record", default="")
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--tiny", action="store_true", help="tiny model (tests)")
+  p.add_argument("--pairs", type=int, default=report.MIN_PAIRS, help="alternated pairs")
+  p.add_argument("--out", default="", help="JSON output path")
+  p.add_argument(
+    "--record", default="", help="BENCHMARKS.md to append the row to (quiet machine only)"
+  )
   return p.parse_args(argv)
 
 
@@ -116,5 +117,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  host_memory.reuse_freed_memory()  # an entry point: before the first XLA:CPU allocation
-  main()
+  cli.run(main)

@@ -36,19 +36,20 @@ import functools
 import json
 import os
 import sys
-import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+import tqdm
+from absl import flags
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from ml_collections import config_flags
 
-from tmax_jax import sharding
+from tmax_jax import cli, sharding
 from tmax_jax.config_dict import load_config_file
+from tmax_jax.errors import UserError
 from tmax_jax.inference import decode
 from tmax_jax.loop import jobs, placement, policy
 from tmax_jax.loop.config import RLConfig, SFTConfig
@@ -68,12 +69,12 @@ def _device_count(argv: list[str]) -> int:
   """--devices=N, else the config's topology.devices (an override on the command line or the
   config file's own; 0 = neither names it)."""
   values = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
-  if int(values.get("devices", 0)):
+  if values.get("devices", "").isdigit() and int(values["devices"]):
     return int(values["devices"])
-  if "config.topology.devices" in values:
+  if values.get("config.topology.devices", "").isdigit():
     return int(values["config.topology.devices"])
-  if "config" not in values:
-    return 0
+  if not os.path.isfile(values.get("config", "")):
+    return 0  # absl's parse reports a missing --config or a malformed --devices
   topology = load_config_file(values["config"]).get("topology")
   return int(topology.devices) if topology is not None else 0
 
@@ -209,17 +210,12 @@ def compiled_step_memory(
 
 
 def _compiled(lowered, what: str):
-  """The compiled program's memory analysis; one progress line per compile on stderr (a recipe
+  """The compiled program's memory analysis; one progress bar per compile on stderr (a recipe
   model's compile takes a minute or more on CPU)."""
-  start = time.perf_counter()
-  print(f"plan: compiling {what} ...", file=sys.stderr, flush=True)
-  mem = lowered.compile().memory_analysis()
-  print(
-    f"plan: {what}: temp {mem.temp_size_in_bytes / GB:.2f} GB "
-    f"({time.perf_counter() - start:.0f} s)",
-    file=sys.stderr,
-    flush=True,
-  )
+  with tqdm.tqdm(total=1, desc=f"plan: compile {what}", unit="compile") as bar:
+    mem = lowered.compile().memory_analysis()
+    bar.set_postfix_str(f"temp {mem.temp_size_in_bytes / GB:.2f} GB", refresh=False)
+    bar.update(1)
   return mem
 
 
@@ -474,13 +470,13 @@ def main(argv) -> None:
   memory = f.device_memory_gb or topology.device_memory_gb
   processes = f.processes or topology.processes
   if not devices or not memory:
-    raise SystemExit(
+    raise UserError(
       "--devices / --device_memory_gb not given and the config's topology names none "
       f"(topology.devices={topology.devices}, topology.device_memory_gb="
       f"{topology.device_memory_gb})"
     )
   if jax.device_count() != devices:
-    raise SystemExit(
+    raise UserError(
       f"--devices={devices} but jax sees {jax.device_count()} devices (run as "
       "python3 -m tmax_jax.plan so the fake devices are set up first)"
     )
@@ -506,7 +502,8 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  _force_fake_devices(sys.argv)  # before jax initialises its backends (at the first device use)
+  with cli.user_errors_exit(cli.wants_debug(sys.argv[1:])):  # reads the config file first
+    _force_fake_devices(sys.argv)  # before jax initialises its backends (at the first device use)
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
   flags.DEFINE_integer(
     "devices", 0, "devices of the topology (fake CPU devices here); 0 = config's topology"
@@ -520,4 +517,4 @@ if __name__ == "__main__":
   )
   flags.DEFINE_bool("json", False, "print JSON instead of the table")
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run_absl(main)

@@ -2,7 +2,7 @@
 
   python3 -m tmax_jax.horizon.build --out runs/horizon --chains photo_sync --seeds 0 1
   python3 -m tmax_jax.horizon.build --out runs/horizon --mode llm \
-      --base-url http://127.0.0.1:8000/v1 --model M [--num-seeds 25 --branches 2]
+      --base_url http://127.0.0.1:8000/v1 --model M [--num_seeds 25 --branches 2]
 
 Procedural mode walks the extension chains' trees (no model; a node whose audit fails is
 rejected, there is nobody to rebuild it). LLM mode writes a root task per professional seed, audits
@@ -13,15 +13,15 @@ node is then extended `branches` times (each child audited and rebuilt the same 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import pathlib
-import sys
 from typing import Callable
 
 import tqdm
 
+from tmax_jax import cli
+from tmax_jax.errors import UserError
 from tmax_jax.horizon import audit, authoring, compose, offline, record
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.generator import llm, pipeline
@@ -59,7 +59,7 @@ class Builder:
     self, cfg: BuildConfig, auditor: audit.Auditor, client: llm.ChatClient | None = None
   ):
     if cfg.mode == "llm" and client is None:
-      raise ValueError("llm mode needs a chat client (--base-url/--model)")
+      raise UserError("llm mode needs a chat client (--base_url/--model)")
     self.cfg, self.auditor, self.client = cfg, auditor, client
     self.out = pathlib.Path(cfg.out)
     self.log = record.BuildLog(self.out)
@@ -290,7 +290,7 @@ def make_auditor(
 
   if probe == "endpoint":
     if client is None:
-      raise ValueError("--probe endpoint needs --base-url and --model")
+      raise UserError("--probe endpoint needs --base_url and --model")
     chosen = audit.EndpointProbe(client)
   elif probe == "shortcuts":
     chosen = audit.ShortcutProbe()
@@ -300,27 +300,57 @@ def make_auditor(
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--out", required=True)
-  p.add_argument("--mode", default="procedural", choices=("procedural", "llm"))
-  p.add_argument("--chains", nargs="*", default=[])
-  p.add_argument("--seeds", nargs="*", type=int, default=[0])
-  p.add_argument("--level", type=int, default=0)
-  p.add_argument("--max-generations", type=int, default=BuildConfig.max_generations)
-  p.add_argument("--professional-seeds", default="")
-  p.add_argument("--num-seeds", type=int, default=0)
-  p.add_argument("--branches", type=int, default=BuildConfig.branches)
-  p.add_argument("--rebuild-rounds", type=int, default=BuildConfig.rebuild_rounds)
-  p.add_argument("--probe", default="shortcuts", choices=("shortcuts", "endpoint"))
-  p.add_argument("--probe-attempts", type=int, default=audit.AuditConfig.probe_attempts)
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--out", required=True, help="build directory (resumed from its build.jsonl)")
+  p.add_argument(
+    "--mode",
+    default="procedural",
+    choices=("procedural", "llm"),
+    help="procedural: walk the extension chains; llm: a model writes and extends the tasks",
+  )
+  p.add_argument("--chains", nargs="*", default=[], help="procedural: chain names (none = all)")
+  p.add_argument("--seeds", nargs="*", type=int, default=[0], help="procedural: chain seeds")
+  p.add_argument("--level", type=int, default=0, help="procedural: difficulty level")
+  p.add_argument(
+    "--max_generations",
+    type=int,
+    default=BuildConfig.max_generations,
+    help="generations of a lineage (the root is 1)",
+  )
+  p.add_argument(
+    "--professional_seeds", default="", help="llm: a seeds JSON (empty: the 25 shipped ones)"
+  )
+  p.add_argument("--num_seeds", type=int, default=0, help="llm: first N seeds (0 = all)")
+  p.add_argument(
+    "--branches", type=int, default=BuildConfig.branches, help="llm: extensions per kept node"
+  )
+  p.add_argument(
+    "--rebuild_rounds",
+    type=int,
+    default=BuildConfig.rebuild_rounds,
+    help="llm: rebuilds of a node whose audit failed",
+  )
+  p.add_argument(
+    "--probe",
+    default="shortcuts",
+    choices=("shortcuts", "endpoint"),
+    help="the audit's shortcut probe: scripted shortcuts, or a model at --base_url",
+  )
+  p.add_argument(
+    "--probe_attempts",
+    type=int,
+    default=audit.AuditConfig.probe_attempts,
+    help="probe attempts per task",
+  )
   p.add_argument("--family", default="qwen3", help="tokenizer / tool-call format of the probes")
-  p.add_argument("--base-url", default="")
-  p.add_argument("--model", default="")
-  p.add_argument("--api-key-env", default=None)
-  p.add_argument("--backend", default=None)
+  p.add_argument("--base_url", default="", help="OpenAI-compatible endpoint (llm mode, probe)")
+  p.add_argument("--model", default="", help="model name the endpoint serves")
+  p.add_argument("--api_key_env", default=None, help="environment variable holding the API key")
+  p.add_argument("--backend", default=None, help="sandbox backend (default: the best available)")
   args = p.parse_args(argv)
   client = None
   if args.base_url:
+    cli.check_reachable("--base_url", args.base_url)
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     client = llm.ChatClient(llm.ChatConfig(base_url=args.base_url, model=args.model, api_key=key))
   base = audit.AuditConfig()
@@ -350,4 +380,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

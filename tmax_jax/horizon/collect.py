@@ -2,7 +2,7 @@
 trajectories are annotated with their behaviour patterns and exported as SFT JSONL.
 
   python3 -m tmax_jax.horizon.collect --build runs/horizon --out runs/horizon/sft.jsonl \
-      [--teacher oracle | --teacher endpoint --base-url URL --model M] [--family qwen3_5]
+      [--teacher oracle | --teacher endpoint --base_url URL --model M] [--family qwen3_5]
 
 Two kinds of trajectory (records carry `kind` and `lineage`, the ids root .. task):
 - task: one episode on one kept node's environment (which already holds its ancestors' results);
@@ -17,17 +17,15 @@ rewards, status, turns, tool_calls, patterns, pattern_total, labels.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import pathlib
 import re
-import sys
 from typing import Protocol, Sequence
 
 import tqdm
 
-from tmax_jax import formats
+from tmax_jax import cli, formats
 from tmax_jax.agents import harnesses, scripted
 from tmax_jax.agents.episode import EpisodeConfig, GenerateFn, template_kwargs
 from tmax_jax.agents.oracle_data import write_jsonl
@@ -272,19 +270,24 @@ def summarize(records: Sequence[dict], attempted: int, dropped: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--build", required=True, help="output directory of tmax_jax.horizon.build")
   p.add_argument("--out", required=True, help="SFT JSONL to write")
-  p.add_argument("--teacher", default="oracle", choices=("oracle", "endpoint"))
-  p.add_argument("--base-url", default="")
-  p.add_argument("--model", default="")
-  p.add_argument("--api-key-env", default=None)
+  p.add_argument(
+    "--teacher",
+    default="oracle",
+    choices=("oracle", "endpoint"),
+    help="oracle: the tasks' solutions; endpoint: a model at --base_url",
+  )
+  p.add_argument("--base_url", default="", help="OpenAI-compatible endpoint (--teacher endpoint)")
+  p.add_argument("--model", default="", help="model name the endpoint serves")
+  p.add_argument("--api_key_env", default=None, help="environment variable holding the API key")
   p.add_argument("--family", default="qwen3", help="the student's tokenizer / tool-call format")
-  p.add_argument("--harness", default="bash_tool")
-  p.add_argument("--runs-per-task", type=int, default=1)
-  p.add_argument("--no-chains", action="store_true")
-  p.add_argument("--no-tasks", action="store_true")
-  p.add_argument("--backend", default=None)
+  p.add_argument("--harness", default="bash_tool", help="harness the episodes run in")
+  p.add_argument("--runs_per_task", type=int, default=1, help="teacher episodes per task")
+  p.add_argument("--no_chains", action="store_true", help="skip the whole-chain episodes")
+  p.add_argument("--no_tasks", action="store_true", help="skip the single-task episodes")
+  p.add_argument("--backend", default=None, help="sandbox backend (default: the best available)")
   args = p.parse_args(argv)
   from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
 
@@ -294,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     from tmax_jax.tasks.generator import llm  # pylint: disable=import-outside-toplevel
 
     if not args.base_url:
-      p.error("--teacher endpoint needs --base-url and --model")
+      p.error("--teacher endpoint needs --base_url and --model")
+    cli.check_reachable("--base_url", args.base_url)
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     teacher = EndpointTeacher(
       llm.ChatClient(llm.ChatConfig(args.base_url, args.model, key)), tokenizer
@@ -322,4 +326,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

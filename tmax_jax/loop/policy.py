@@ -10,6 +10,7 @@ from typing import Any, Callable
 import jax
 from jax.sharding import Mesh
 
+from tmax_jax.errors import ConfigError
 from tmax_jax.inference import decode
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
@@ -50,7 +51,7 @@ def model_config(spec: ModelSpec, **cfg_overrides) -> ModelConfig:
     overrides = {**checkpoint_overrides(spec), **cfg_overrides}
     return registry.from_hf_config(spec.checkpoint, dtypes=dtypes, **overrides)
   if not spec.preset:
-    raise ValueError("model: set `checkpoint` (an HF directory) or `preset`")
+    raise ConfigError("model: set `checkpoint` (an HF directory) or `preset`")
   return registry.preset(spec.preset, dtypes=dtypes, **{**dict(spec.overrides), **cfg_overrides})
 
 

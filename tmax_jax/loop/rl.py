@@ -40,6 +40,7 @@ import numpy as np
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups
 from tmax_jax.agents.worker import EpisodeWorker
+from tmax_jax.errors import ConfigError
 from tmax_jax.inference.client import ClientConfig, RolloutClient, check_top_logprobs
 from tmax_jax.loop import common, replay, rollout_batch, task_stream
 from tmax_jax.loop import placement as placement_lib
@@ -81,7 +82,7 @@ def _local_rollout(cfg: RLConfig):
   """This process's share of each batch: prompts_per_batch / processes groups."""
   n = jax.process_count()
   if cfg.rollout.prompts_per_batch % n:
-    raise ValueError(
+    raise ConfigError(
       f"rollout.prompts_per_batch={cfg.rollout.prompts_per_batch} must be a "
       f"multiple of the {n} processes (each runs its share of the groups)"
     )
@@ -194,12 +195,12 @@ def _replay(job: _Job) -> None:
 
 def _check_layout(cfg: RLConfig) -> placement_lib.Placement:
   if cfg.serving.address and jax.process_count() > 1:
-    raise ValueError(
+    raise ConfigError(
       f"serving.address={cfg.serving.address!r} with {jax.process_count()} "
       "processes: a multi-process run serves in process (one replica per process)"
     )
   if cfg.train.packing.enabled and jax.process_count() > 1:
-    raise ValueError(
+    raise ConfigError(
       "train.packing with several processes: each process packs its own rows "
       "into its own number of micro-batches, and the step is a collective; use "
       "fixed rows (train.packing.tokens_per_micro_batch=0) in multi-process runs"

@@ -17,6 +17,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from tmax_jax.errors import UserError
+
 SUPPORTED_ROPE_TYPES = ("default", "linear", "yarn")
 SUPPORTED_ACTIVATIONS = ("silu",)
 HF_DEFAULT_ROPE_THETA = 10_000.0  # what transformers assumes when a config.json omits rope_theta
@@ -47,7 +49,7 @@ CONTEXT_PARALLEL_RULES: tuple[tuple[str, Any], ...] = tuple(
 )
 
 
-class UnsupportedConfigError(ValueError):
+class UnsupportedConfigError(UserError):
   """A config field holds a value this implementation does not support (the message names both)."""
 
 

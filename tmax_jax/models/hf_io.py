@@ -24,8 +24,10 @@ from typing import Any, Iterator
 import jax
 import ml_dtypes
 import numpy as np
+import tqdm
 from jax.experimental import multihost_utils
 
+from tmax_jax.errors import UserError
 from tmax_jax.models import registry
 from tmax_jax.models.config import ModelConfig
 
@@ -46,7 +48,7 @@ _PREFIX_ALIASES = (("model.language_model.", "model."),)
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
   """A checkpoint is missing a tensor, has a mis-shaped one, or is unreadable (the message says
   which key, in which file, and what was expected)."""
 
@@ -308,7 +310,8 @@ def load_params(ckpt_dir: str | pathlib.Path, cfg: ModelConfig, shardings: Any =
   for entry in entries:
     _check_entry(entry, refs, _get(abstract, entry.path).shape)
   params: dict = {}
-  for entry in entries:
+  bar = tqdm.tqdm(entries, desc="load checkpoint", unit="tensor", disable=jax.process_index() > 0)
+  for entry in bar:
     sharding = None if shardings is None else _get(shardings, entry.path)
     _set(params, entry.path, _leaf_array(entry, refs, _get(abstract, entry.path), sharding))
   return params
@@ -395,7 +398,10 @@ def _write_weights(
   pending: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
   want = {n: len(keys) for n, keys in zip(names, groups)}
   total = 0
-  for key, arr in hf_tensors(params, cfg, dtype):
+  tensors = tqdm.tqdm(
+    hf_tensors(params, cfg, dtype), total=len(file_of), desc="export checkpoint", unit="tensor"
+  )
+  for key, arr in tensors:
     name = file_of[key]
     pending[name][key] = arr
     total += arr.nbytes

@@ -35,7 +35,10 @@ import tarfile
 import time
 import uuid
 
-from tmax_jax import json_io
+import tqdm
+
+from tmax_jax import cli, json_io
+from tmax_jax.errors import UserError
 from tmax_jax.sandbox import bases, dockerfile, layers, mirror
 from tmax_jax.sandbox.api import SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
@@ -179,7 +182,8 @@ class _Builder:
     self, ins: list[dockerfile.Instruction], extra: tuple[str, ...], seeds: bool, finalize: bool
   ) -> None:
     global_args: dict = {}
-    for i in ins:
+    steps = tqdm.tqdm(ins, desc=f"build {self.context.name}", unit="step", disable=self.quiet)
+    for i in steps:
       if i.cmd == "FROM":
         if self.base is not None:
           self.fail(i.line, "multi-stage builds (a second FROM) are not supported")
@@ -360,8 +364,8 @@ class _Builder:
     cached = layers.layer_done(layer_id)
     seconds = 0.0
     if not cached:
-      if not self.quiet:
-        print(f"[build] {where}", file=sys.stderr, flush=True)
+      if not self.quiet:  # through tqdm: the line goes above the build's progress bar
+        tqdm.tqdm.write(f"[build] {where}", file=sys.stderr)
       log_path = layers.store() / "logs" / f"{layer_id}.log"
       log_path.parent.mkdir(parents=True, exist_ok=True)
       with open(log_path, "w") as log:
@@ -630,27 +634,33 @@ def prune(max_age_days: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-  import argparse  # pylint: disable=import-outside-toplevel
-
-  parser = argparse.ArgumentParser(description="Build a task image from a Dockerfile context.")
+  parser = cli.ArgumentParser(description="Build a task image from a Dockerfile context.")
   parser.add_argument("context", nargs="?", help="directory holding the Dockerfile")
   parser.add_argument("--apptainer", action="store_true", help="print the Apptainer definition")
   parser.add_argument(
-    "--prune-days",
+    "--prune_days",
     type=float,
     default=None,
     help="delete images unused for this many days and unreferenced layers",
   )
   args = parser.parse_args(argv)
+  if args.context is None and args.prune_days is None:
+    parser.print_usage(sys.stderr)
+    parser.error("nothing to do: give a CONTEXT directory (with a Dockerfile) or --prune_days N")
   if args.prune_days is not None:
     print(f"removed {len(prune(args.prune_days))} images/layers")
-  if args.context and args.apptainer:
-    print(apptainer_def(pathlib.Path(args.context)))
-  elif args.context:
-    image = build_image(args.context, quiet=False)
-    print(image.path)
+  if args.context is None:
+    return 0
+  context = pathlib.Path(args.context)
+  if not (context / "Dockerfile").is_file():
+    what = "no such directory" if not context.is_dir() else "no Dockerfile in it"
+    raise UserError(f"{context}: {what} (expected a task's environment/ directory)")
+  if args.apptainer:
+    print(apptainer_def(context))
+  else:
+    print(build_image(context, quiet=False).path)
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

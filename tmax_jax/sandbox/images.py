@@ -11,7 +11,6 @@ CLI (run once by .ci/run before the tests):  python3 -m tmax_jax.sandbox.images 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -24,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from tmax_jax import cache
+from tmax_jax import cache, cli
 from tmax_jax.sandbox.api import SandboxError
 
 # The rootfs is a function of these two (base.def installs the same packages.txt for Apptainer).
@@ -223,7 +222,7 @@ def prune_rootfs(keep: pathlib.Path) -> list[pathlib.Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description="Build (once) and print the base task rootfs path.")
+  parser = cli.ArgumentParser(description="Build (once) and print the base task rootfs path.")
   parser.add_argument("--force", action="store_true", help="rebuild even when the cache has it")
   parser.add_argument(
     "--mirror", default=None, help="Debian mirror (default: the one apt uses here)"
@@ -257,4 +256,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

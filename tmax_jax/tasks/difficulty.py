@@ -17,7 +17,7 @@ from typing import Iterable, Mapping, Sequence
 
 import yaml
 
-from tmax_jax import json_io
+from tmax_jax import cli, json_io
 
 NGRAM = 13
 _WORD = re.compile(r"[a-z0-9]+")
@@ -206,11 +206,9 @@ def decontaminate(
 
 def main(argv: Sequence[str] | None = None) -> int:
   """CLI: pass@k + soft filter from a rollouts JSONL, and/or decontamination of task dirs."""
-  import argparse  # pylint: disable=import-outside-toplevel
-
-  p = argparse.ArgumentParser(description="pass@k, soft filter and 13-gram decontamination")
+  p = cli.ArgumentParser(description="pass@k, soft filter and 13-gram decontamination")
   p.add_argument("--rollouts", help="JSONL of {task_id, reward}")
-  p.add_argument("--k", type=int, nargs="+", default=[1, 8])
+  p.add_argument("--k", type=int, nargs="+", default=[1, 8], help="the k of pass@k to report")
   p.add_argument("--tasks", help="a directory of task directories to decontaminate")
   p.add_argument("--benchmark", help="the benchmark task directory to decontaminate against")
   args = p.parse_args(argv)
@@ -233,4 +231,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

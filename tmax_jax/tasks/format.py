@@ -23,6 +23,8 @@ import tempfile
 import tomllib
 from typing import Any, Mapping
 
+from tmax_jax.errors import UserError
+
 INSTRUCTION_FILE = "instruction.md"
 CONFIG_FILE = "task.toml"
 SECTIONS = ("environment", "tests", "solution")
@@ -30,7 +32,7 @@ TEST_SCRIPT = "tests/test.sh"
 SOLVE_SCRIPT = "solution/solve.sh"
 
 
-class TaskFormatError(ValueError):
+class TaskFormatError(UserError):
   """A task directory or task.toml is malformed; the message names the file and the field."""
 
   def __init__(self, file: str | os.PathLike, field: str, problem: str):

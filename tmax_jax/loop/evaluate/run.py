@@ -11,6 +11,7 @@ from tmax_jax import json_io
 from tmax_jax.agents import scripted
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
+from tmax_jax.errors import ConfigError
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop.evaluate import plots, report
 from tmax_jax.loop.evaluate.config import EvalConfig
@@ -49,7 +50,7 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
   tokenizer: defaults to load_tokenizer(cfg.episode.family).
   """
   if not cfg.tasks_dir or not cfg.output_dir:
-    raise ValueError(
+    raise ConfigError(
       f"EvalConfig.tasks_dir={cfg.tasks_dir!r} and output_dir={cfg.output_dir!r}: both must be set"
     )
   out = pathlib.Path(cfg.output_dir)

@@ -4,7 +4,10 @@ environment builds, whose smoke test runs and whose oracle passes in a sandbox.
   python3 -m tmax_jax.tasks.generate_llm --base-url http://127.0.0.1:8000/v1 --model M \
       --n 100 --seed 0 --out tasks/   [--api-key-env OPENAI_API_KEY] [--backend bubblewrap]
 Writes kept tasks to <out>/<sample id>-<name>/, one line per sample to <out>/generation.jsonl and
-<out>/summary.json (kept/rejected counts, domain balance score exp(H)/N).
+<out>/summary.json (kept/rejected counts, domain balance score exp(H)/N). One task at a time; the
+resumable, parallel, calibrated version is `python3 -m tmax_jax.tasks.pipeline`.
+Exit status: 0 done, 2 the endpoint is unusable before any work (unreachable, wrong key or model),
+3 it became unusable during the run (the samples written so far are kept).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 import sys
 
 from tmax_jax.tasks.generator.axes import sample_many
-from tmax_jax.tasks.generator.llm import ChatClient, ChatConfig
+from tmax_jax.tasks.generator.llm import ChatClient, ChatConfig, EndpointError
 from tmax_jax.tasks.generator.pipeline import GenerationConfig, generate_dataset
 from tmax_jax.tasks.runner import RunnerConfig
 
@@ -44,9 +47,18 @@ def main(argv: list[str] | None = None) -> int:
     require_oracle_pass=not args.allow_failing_oracle,
     runner=RunnerConfig(backend=args.backend),
   )
-  summary = generate_dataset(
-    sample_many(args.n, args.seed, start=args.start), client, args.out, config
-  )
+  try:
+    client.preflight()
+  except EndpointError as err:
+    print(f"generate_llm: {err}", file=sys.stderr)
+    return 2
+  try:
+    summary = generate_dataset(
+      sample_many(args.n, args.seed, start=args.start), client, args.out, config
+    )
+  except EndpointError as err:
+    print(f"generate_llm: stopped, the endpoint became unusable: {err}", file=sys.stderr)
+    return 3
   print(json.dumps(summary))
   return 0
 

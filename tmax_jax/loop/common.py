@@ -6,30 +6,24 @@ import logging
 
 from tmax_jax.inference import launch_lib
 from tmax_jax.loop.config import ModelSpec, ServingConfig, TaskSource, check_family
-from tmax_jax.tasks import loader
 from tmax_jax.tasks import runner as runner_lib
+from tmax_jax.tasks import sources
 
 log = logging.getLogger(__name__)
 
 
 def load_tasks(source: TaskSource) -> tuple[list, list]:
-  """-> (train tasks, held-out tasks). A directory (tasks/loader.py rules) is split: the last
-  `num_eval` tasks are held out."""
-  if source.directory:
-    tasks = loader.load_tasks(source.directory)
-    n_eval = min(source.num_eval, len(tasks) - 1) if len(tasks) > 1 else 0
-    return tasks[: len(tasks) - n_eval], tasks[len(tasks) - n_eval :]
-  from tmax_jax.tasks.procedural import registry  # pylint: disable=import-outside-toplevel
-
-  families = list(source.families) or sorted(registry.FAMILIES)
-
-  def make(start: int, n: int) -> list:
-    return [
-      registry.build_task(families[i % len(families)], start + i, source.difficulty)
-      for i in range(n)
-    ]
-
-  return make(source.seed, source.num_train), make(source.seed + source.num_train, source.num_eval)
+  """-> (train tasks, held-out tasks) through tasks/sources.py: a task directory, a published
+  pipeline set or a task parquet (the last `num_eval` tasks are held out), else procedural
+  families."""
+  return sources.load_split(
+    source.source or source.directory,
+    families=source.families,
+    difficulty=source.difficulty,
+    num_train=source.num_train,
+    num_eval=source.num_eval,
+    seed=source.seed,
+  )
 
 
 def load_policy(spec: ModelSpec, family: str, where: str = "", mesh=None, **cfg_overrides):

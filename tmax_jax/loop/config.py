@@ -53,18 +53,26 @@ class ModelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSource:
-  """Training / held-out tasks: a directory of TB1/TB2 tasks, or procedural families.
-
-  Procedural tasks: `num_train` seeds from `seed` and `num_eval` held-out seeds after them, round
-  robin over `families` (all families when empty) at `difficulty`.
+  """Training / held-out tasks (tasks/sources.py): `source` = a task directory (TB1/TB2), a
+  published pipeline set or a task parquet, of which the last `num_eval` are held out;
+  `directory` is the older name of `source` (set one of them). Without either, procedural
+  tasks: `num_train` seeds from `seed` and `num_eval` held-out seeds after them, round robin over
+  `families` (all families when empty) at `difficulty`.
   """
 
+  source: str = ""
   directory: str = ""
   families: tuple[str, ...] = ()
   difficulty: int = 0
   num_train: int = 64
   num_eval: int = 16
   seed: int = 0
+
+  def __post_init__(self):
+    if self.source and self.directory:
+      raise ValueError(
+        f"tasks.source={self.source!r} and tasks.directory={self.directory!r}: set one of them"
+      )
 
 
 PLACEMENTS = ("colocated", "disaggregated")

@@ -20,7 +20,7 @@ class EvalConfig:
   `episode.harness`, so the results' config shows the harness that ran. The sampling fields
   (temperature ... request_timeout_s) and `parallelism` are the worker's (`worker_config()`)."""
 
-  tasks_dir: str = ""
+  tasks_dir: str = ""  # a task source (tasks/sources.py): directory, published set or parquet
   output_dir: str = ""
   policy: str = "oracle"
   address: str = ""  # policy=server: host:port of a running server ("" = serve `model` here)

@@ -14,7 +14,7 @@ from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.loop.evaluate import plots, report
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.loop.evaluate.trials import run_trials
-from tmax_jax.tasks import loader
+from tmax_jax.tasks import sources
 
 
 def _start_server(cfg: EvalConfig):
@@ -58,7 +58,9 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   started, t0 = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
-  tasks = loader.load_tasks(cfg.tasks_dir, out / "converted", cfg.max_tasks)
+  tasks = sources.load_tasks(
+    cfg.tasks_dir, converted_dir=out / "converted", max_tasks=cfg.max_tasks
+  )
   if tokenizer is None:
     from tmax_jax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
 

@@ -76,7 +76,8 @@ def probe_command(fixture: str, workdir: str) -> str | None:
   w = shlex.quote(workdir)
   if fixture in _MIME:
     return (
-      f"find {w} -type f -print0 | xargs -0 -r file --mime-type -- | grep -q ': {_MIME[fixture]}'"
+      f"find {w} -type f -print0 | xargs -0 -r file --mime-type -- | "
+      f"grep -qE ':[[:space:]]+{_MIME[fixture]}'"  # `file` pads the names into a column
     )
   if fixture == "stripped_binary":
     return f"find {w} -type f -print0 | xargs -0 -r file -- | grep -q 'ELF.*, stripped'"

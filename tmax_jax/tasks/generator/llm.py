@@ -282,6 +282,7 @@ def parse_task_reply(reply: str, sample: AxisSample) -> tuple[Task, str]:
   meta = {
     **{k: v for k, v in sample.to_json().items() if k not in ("seed", "index")},
     "difficulty": obj["difficulty"],
+    "category": sample.domain,  # the eval runner's per-category table
     "generator": "tmax-llm",
   }
   config = TaskConfig(

@@ -155,6 +155,13 @@ class Calibrator:
       moved = knobs.move(info["spec"], direction, template)
       if moved is None:
         return rejected(f"{where}; the knob cannot move {direction} ({setting})", category)
+      played = {r["setting"]: r["pass@1"] for r in info["rounds"]}
+      if knobs.setting(moved) in played:  # the band lies between two neighbouring settings
+        return rejected(
+          f"{where}; no setting reaches the band ({setting}: {p1:.2f}, "
+          f"{knobs.setting(moved)}: {played[knobs.setting(moved)]:.2f})",
+          category,
+        )
       info.update(spec=moved, oracle_checked=False)
       save()
       task = await asyncio.to_thread(materialize, self.store, tid, moved, template)

@@ -27,7 +27,6 @@ from tmax_jax.tasks.pipeline.config import PipelineConfig
 from tmax_jax.tasks.pipeline.state import DONE, ERROR, Store, first_open
 
 EXIT_OK, EXIT_UNUSABLE, EXIT_STOPPED = 0, 2, 3
-SANDBOX_STAGES = ("build", "validate")
 
 
 class Pipeline:
@@ -65,17 +64,18 @@ class Pipeline:
     task_id = sample_axes(self.cfg.seed, index, self.taxonomy).id
     return self.store.load(task_id) or self._new_state(index)
 
-  async def _stage(self, stage: str, state: dict) -> dict:
+  async def _stage(self, stage: str, state: dict) -> dict | None:
+    """The stage's record (None: the run stopped while the task waited for a slot)."""
     loop = asyncio.get_running_loop()
     if stage == "calibrate":
       start = loop.time()
       result = await self.calibrator(state, lambda: self.store.save(state))
       return result.record(self.run_id, loop.time() - start)
     fn = getattr(stages, stage)
-    sem = self.llm_slots if stage == "write" else self.sandbox_slots
-    if stage == "decontaminate":
-      sem = self.cpu_slots
+    sem = {"write": self.llm_slots, "decontaminate": self.cpu_slots}.get(stage, self.sandbox_slots)
     async with sem:
+      if self.stop_reason:
+        return None
       return await loop.run_in_executor(self.pool, stages.timed, fn, self.ctx, state, self.run_id)
 
   async def run_task(self, state: dict) -> None:
@@ -85,6 +85,8 @@ class Pipeline:
       if stage is None:
         return
       record = await self._stage(stage, state)
+      if record is None:
+        return
       state["stages"][stage] = record
       self.store.save(state)
       if stage in ("write", "calibrate"):

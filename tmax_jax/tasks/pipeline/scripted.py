@@ -158,13 +158,16 @@ class ScriptedPolicy:
     self.tok, self.cfg, self.p_good = tokenizer, episode_cfg, p_good
     self.harness = harnesses.get(episode_cfg.harness)
 
+  def good(self, seed: int) -> bool:
+    """Whether the episode with this request seed plays the solution (else the near miss)."""
+    return random.Random(seed).random() < self.p_good
+
   def __call__(self, body: dict) -> str:
     instruction = first_user(body)
     turns = sum(m["role"] == "assistant" for m in body["messages"])
     if turns > 0:
       return self.harness.submit_text(self.tok, self.cfg)
-    good = random.Random(body.get("seed", 0)).random() < self.p_good
-    script = templates.policy_script(instruction, good)
+    script = templates.policy_script(instruction, self.good(body.get("seed", 0)))
     return self.harness.script_step(self.tok, script, 0, self.cfg, 0.5).text
 
 

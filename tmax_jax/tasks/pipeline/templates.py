@@ -57,7 +57,7 @@ def _labels(strict_above: bool) -> str:
 # the files the solution writes (seeded by noop_pass)
 TEMPLATES = {
   "exact_text": dict(
-    marker="`sales.csv`",
+    marker="sales.csv",
     instruction=(
       "An analyst left `sales.csv` (columns region,amount) in /workspace. Write the total "
       "amount per region to `/workspace/totals.txt`, one `region total` line per region, sorted "
@@ -75,7 +75,7 @@ TEMPLATES = {
     outputs={"totals.txt": "east 7\nnorth 1\nwest 17\n"},
   ),
   "metric_threshold": dict(
-    marker="`readings.csv`",
+    marker="readings.csv",
     instruction=(
       "Label each reading of `readings.csv` (columns id,value) `high` when its value is above 50 "
       "and `low` otherwise, one label per line in input order, in `/workspace/labels.txt`. At "
@@ -93,7 +93,7 @@ TEMPLATES = {
     outputs={"labels.txt": "".join(("high" if v > 50 else "low") + "\n" for _, v in READINGS)},
   ),
   "adversarial_corpus": dict(
-    marker="`filter.py`",
+    marker="filter.py",
     instruction=(
       "Write `/workspace/filter.py`: it reads one request body on stdin and exits 0 to accept it "
       "or 1 to reject it. Reject SQL injection attempts (quote-OR tautologies, DROP TABLE, UNION "
@@ -117,7 +117,7 @@ TEMPLATES = {
     outputs={"filter.py": FILTER},
   ),
   "fuzz_equivalence": dict(
-    marker="`rev.py`",
+    marker="rev.py",
     instruction=(
       "Write `/workspace/rev.py`: it reads text on stdin and prints every line with the order of "
       "its space-separated words reversed (a run of spaces separates empty words, which keep "
@@ -137,7 +137,7 @@ TEMPLATES = {
     outputs={"rev.py": REV},
   ),
   "multi_protocol": dict(
-    marker="`server.py`",
+    marker="server.py",
     instruction=(
       "Write `/workspace/server.py`, an HTTP server on 127.0.0.1 port 8080 that answers "
       "`GET /health` with status 200 and the body `ok`, and every other path with 404."

@@ -78,13 +78,18 @@ def _parser() -> argparse.ArgumentParser:
   )
   a("--taxonomy", default=P.taxonomy, help="a taxonomy.json other than the shipped one")
   a("--no-progress", action="store_true", help="no progress bars")
+  _calibration_flags(p.add_argument_group("calibration (the reference policy)").add_argument)
+  return p
+
+
+def _calibration_flags(a) -> None:
   a("--no-calibrate", action="store_true", help="skip difficulty calibration")
   a(
     "--calibrate-endpoint",
     default=C.base_url,
-    help="the reference policy's base URL (default: --endpoint)",
+    help="the reference policy's base URL ('' = --endpoint)",
   )
-  a("--calibrate-model", default=C.model, help="the reference policy (default: --model)")
+  a("--calibrate-model", default=C.model, help="the reference policy ('' = --model)")
   a("--calibrate-api-key-env", default="", help="environment variable with its API key")
   a("--k", type=int, default=C.k, help="calibration episodes per task and round")
   a(
@@ -104,7 +109,6 @@ def _parser() -> argparse.ArgumentParser:
   )
   a("--max-tool-calls", type=int, default=C.max_tool_calls, help="per calibration episode")
   a("--calibrate-seed", type=int, default=C.seed, help="seed of the episodes' sampling seeds")
-  return p
 
 
 def _key(env: str) -> str | None:

@@ -6,7 +6,8 @@ wall time of 15k tasks (the TMAX-15K size) at W writer workers.
   python3 bench/task_pipeline.py --quick        # 6 tasks: checks that the bench runs
 
 The writer answers at once by default (--writer-latency adds a real model's generation time per
-call), so the measured rate is the build/smoke cost of the sandbox stages on this machine. The
+call) and gives every task an image layer of its own (as a real writer's Dockerfiles differ), so
+the measured rate is the build/smoke cost of the sandbox stages on this machine. The
 projection takes the measured per-task seconds of each resource, writer (write stage, including
 --writer-latency) and sandboxes (build + validate + calibrate), and assumes the stages overlap, as
 the pipeline runs them: 15k tasks take about max(writer seconds x 15k / W, sandbox seconds x 15k
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from tmax_jax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
 
     policy = scripted.ScriptedPolicy(load_tokenizer("qwen3"), EpisodeConfig())
-  writer = scripted.ScriptedWriter(latency_s=args.writer_latency)
+  writer = scripted.ScriptedWriter(latency_s=args.writer_latency, unique_builds=True)
   flags = ["--model", "scripted", "--n", str(n), "--out", str(out), "--no-progress"]
   flags += ["--workers", str(args.workers), "--sandbox-workers", str(args.sandbox_workers)]
   flags += ["--k", str(args.k), "--rounds", "1"] if args.calibrate else ["--no-calibrate"]

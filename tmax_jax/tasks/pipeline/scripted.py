@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import random
 import re
 import threading
@@ -126,12 +127,16 @@ def prompt_axes(prompt: str) -> dict[str, str]:
 class ScriptedWriter:
   """Answers writer prompts. `script(user_prompt)` -> the steps of that sample, used one per
   request (the last repeats): a variant name of templates.VARIANTS or an Answer (a fault).
-  `latency_s` delays every successful answer (a real writer's generation time)."""
+  `latency_s` delays every successful answer (a real writer's generation time); `unique_builds`
+  gives every task an image layer of its own (templates.task_reply build_tag)."""
 
   def __init__(
-    self, script: Callable[[str], Sequence] = lambda prompt: ["ok"], latency_s: float = 0.0
+    self,
+    script: Callable[[str], Sequence] = lambda prompt: ["ok"],
+    latency_s: float = 0.0,
+    unique_builds: bool = False,
   ):
-    self.script, self.latency_s = script, latency_s
+    self.script, self.latency_s, self.unique_builds = script, latency_s, unique_builds
     self.calls: dict[str, int] = {}
     self._lock = threading.Lock()
 
@@ -144,7 +149,8 @@ class ScriptedWriter:
     if isinstance(step, Answer):
       return step
     axes = prompt_axes(prompt)
-    reply = templates.task_reply(axes["verifier"], axes.get("fixture", "text_only"), step)
+    tag = hashlib.sha256(prompt.encode()).hexdigest()[:16] if self.unique_builds else ""
+    reply = templates.task_reply(axes["verifier"], axes.get("fixture", "text_only"), step, tag)
     return Answer(content=reply, delay_s=self.latency_s)
 
 

@@ -208,8 +208,10 @@ FIXTURE_BUILDS = {
 }
 
 
-def task_reply(verifier: str, fixture: str, variant: str = "ok") -> str:
-  """The writer's reply for the sampled verifier kind and fixture (a JSON object)."""
+def task_reply(verifier: str, fixture: str, variant: str = "ok", build_tag: str = "") -> str:
+  """The writer's reply for the sampled verifier kind and fixture (a JSON object). `build_tag`
+  adds a RUN step writing it, so the task's image has a layer of its own (a real writer's
+  Dockerfiles differ per task; the templates' would otherwise all hit the layer cache)."""
   if variant not in VARIANTS:
     raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
   if variant == "malformed":
@@ -221,6 +223,8 @@ def task_reply(verifier: str, fixture: str, variant: str = "ok") -> str:
     seeds.update(t["outputs"])
   if variant == "build_fail":
     dockerfile = "FROM tmax-base:bookworm\nRUN echo building && exit 3\n"
+  if build_tag:
+    dockerfile = (dockerfile or _RUN) + f"RUN echo {build_tag} > /opt/tmax-build-tag\n"
   environment = {"seeds": seeds, "files": files}
   if dockerfile:
     environment["dockerfile"] = dockerfile

@@ -74,6 +74,25 @@ def test_endpoint_dying_mid_run_stops_then_resume_redoes_nothing(tmp_path, capsy
   assert all(second[k]["run"] == 2 for k in second if first.get(k, {}).get("status") != "done")
 
 
+def test_a_stage_that_raises_is_an_error_the_next_run_retries(tmp_path, capsys):
+  require_base_rootfs()
+  tax = taxonomy(tmp_path, fixtures=("text_only",))
+  out, common = tmp_path / "out", ["--n", 3, "--taxonomy", tax, "--no-calibrate"]
+  with scripted.ScriptedEndpoint(scripted.ScriptedWriter()) as ep:
+    assert cli.main(argv(ep.base_url, out, *common, "--until", "write")) == 0
+    broken = Store(out).task_dir(sample_axes(0, 1, load_taxonomy(tax)).id) / "task.toml"
+    good = broken.read_text()
+    broken.write_text("[task\n")
+    assert cli.main(argv(ep.base_url, out, *common, "--until", "build", "--resume")) == 3
+    assert "1 task(s) failed" in capsys.readouterr().err
+    rec = stage_records(out)[(sample_axes(0, 1, load_taxonomy(tax)).id, "build")]
+    assert rec["status"] == "error" and rec["category"] == "exception"
+    assert rec["reason"].startswith("TaskFormatError") and "task.toml" in rec["reason"]
+    broken.write_text(good)
+    assert cli.main(argv(ep.base_url, out, *common, "--until", "build", "--resume")) == 0
+  assert all(r["status"] == "done" for r in stage_records(out).values())
+
+
 def _bench_with(instruction: str, root):
   task = root / "bench" / "leaked-task"
   task.mkdir(parents=True)

@@ -44,8 +44,9 @@ class Pipeline:
   # the endpoint breaker
 
   def _endpoint_outcome(self, record: dict) -> None:
-    if record["status"] != ERROR:
-      self._failures = 0
+    if record["category"] != "endpoint":
+      if record["status"] != ERROR:
+        self._failures = 0
       return
     self._failures += 1
     if record.get("fatal") or self._failures >= self.cfg.max_endpoint_failures:
@@ -69,7 +70,10 @@ class Pipeline:
     loop = asyncio.get_running_loop()
     if stage == "calibrate":
       start = loop.time()
-      result = await self.calibrator(state, lambda: self.store.save(state))
+      try:
+        result = await self.calibrator(state, lambda: self.store.save(state))
+      except Exception as err:  # pylint: disable=broad-except  (kept as the task's error record)
+        result = stages.crashed(err)
       return result.record(self.run_id, loop.time() - start)
     fn = getattr(stages, stage)
     sem = {"write": self.llm_slots, "decontaminate": self.cpu_slots}.get(stage, self.sandbox_slots)
@@ -171,8 +175,8 @@ def run(cfg: PipelineConfig, argv: list[str] | None = None, log: Callable = prin
     return EXIT_STOPPED
   if unfinished:
     log(
-      f"pipeline: {len(unfinished)} task(s) failed on the endpoint ({unfinished[:5]}); run "
-      "again with --resume",
+      f"pipeline: {len(unfinished)} task(s) failed (their state's error records say why: "
+      f"{unfinished[:5]}); run again with --resume",
       file=sys.stderr,
     )
     return EXIT_STOPPED

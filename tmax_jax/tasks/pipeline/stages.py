@@ -162,10 +162,19 @@ def decontaminate(ctx: Context, state: dict) -> StageResult:
   return done(checked=sorted(ctx.benchmarks))
 
 
+def crashed(err: Exception) -> StageResult:
+  """An unexpected exception in a stage: recorded as an error (the run goes on, exits 3, and a
+  resumed run retries the stage) with the exception as the reason."""
+  return StageResult(ERROR, f"{type(err).__name__}: {err}", "exception")
+
+
 def timed(fn, ctx: Context, state: dict, run: int) -> dict:
   """Runs a stage and returns its record."""
   start = time.monotonic()
-  result = fn(ctx, state)
+  try:
+    result = fn(ctx, state)
+  except Exception as err:  # pylint: disable=broad-except  (kept as the task's error record)
+    result = crashed(err)
   return result.record(run, time.monotonic() - start)
 
 

@@ -128,14 +128,15 @@ class Store:
 
   def _sweep_temp(self) -> None:
     """Undoes what a killed run left half-done: a task dir that write_task(overwrite) had moved
-    aside (.task.old.PID) goes back when its replacement never arrived; temp files and dirs go."""
-    if self.work_dir.is_dir():
-      for work in self.work_dir.iterdir():
-        aside = sorted(work.glob(".task.old.*"))
-        if aside and not (work / "task").exists():
-          aside.pop().rename(work / "task")
-    for root in (self.state_dir, self.work_dir):
-      if root.is_dir():
-        for p in list(root.rglob(".*")):
-          if ".tmp-" in p.name or p.name.startswith(".task."):
-            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    aside (.task.old.PID) goes back when its replacement never arrived; temp files and dirs (a
+    state file's .ID.json.tmp-*, write_task's .task.*) go."""
+    works = [w for w in self.work_dir.iterdir() if w.is_dir()] if self.work_dir.is_dir() else []
+    for work in works:
+      aside = sorted(work.glob(".task.old.*"))
+      if aside and not (work / "task").exists():
+        aside.pop().rename(work / "task")
+    states = [self.state_dir] if self.state_dir.is_dir() else []
+    for directory in states + works:
+      for p in directory.iterdir():
+        if ".tmp-" in p.name or p.name.startswith(".task."):
+          shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)

@@ -30,6 +30,8 @@ EXIT_OK, EXIT_UNUSABLE, EXIT_STOPPED = 0, 2, 3
 
 
 class Pipeline:
+  """One invocation over the tasks start..start+n-1: their states, the slots, the breaker."""
+
   def __init__(self, cfg: PipelineConfig, store: Store, run: int):
     self.cfg, self.store, self.run_id = cfg, store, run
     self.stages = cfg.stages()

@@ -5,7 +5,7 @@ has every setting and the layout on one host of 8 x H200: context parallel over 
 server 2 x tensor 4).
 
 python3 launch/train_rl.py --config=configs/tmax_qwen3_5_9b.py \
-    --config.model.checkpoint=/ckpt/Qwen3.5-9B --config.tasks.directory=/data/tmax15k
+    --config.model.checkpoint=/ckpt/Qwen3.5-9B --config.tasks.source=/data/tmax15k
 """
 
 from tmax_jax import recipes

@@ -3,7 +3,7 @@ objective (behaviour logprobs as pi_old, clip low 0.2 / high 0.272) in place of 
 setting is the same run's.
 
 python3 launch/train_rl.py --config=configs/tmax_qwen3_5_9b_grpo.py \
-    --config.model.checkpoint=/ckpt/Qwen3.5-9B --config.tasks.directory=/data/tmax15k
+    --config.model.checkpoint=/ckpt/Qwen3.5-9B --config.tasks.source=/data/tmax15k
 Any recipe config switches the same way: --config.train.loss.policy_loss=grpo.
 """
 

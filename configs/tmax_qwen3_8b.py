@@ -3,7 +3,7 @@ cap (recipe.md); SFT first with configs/sft_tmax_qwen3_8b.py. Layout (tmax_jax/r
 host of 8 x H200, FSDP over all 8, fp32 params, colocated server 2 x tensor 4.
 
 python3 launch/train_rl.py --config=configs/tmax_qwen3_8b.py \
-    --config.model.checkpoint=runs/sft_qwen3_8b/hf --config.tasks.directory=/data/tmax15k
+    --config.model.checkpoint=runs/sft_qwen3_8b/hf --config.tasks.source=/data/tmax15k
 """
 
 from tmax_jax import recipes

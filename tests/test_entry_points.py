@@ -26,8 +26,8 @@ CASES = [
   ("demo-missing-config", "launch/demo.py --config=configs/demo.py", "--config=configs/demo.py"),
   (
     "demo-malformed-task",
-    "launch/demo.py --config=configs/demo_cpu.py --config.tasks.directory={bad}",
-    "config.tasks.directory: {bad}/t1/task.toml",
+    "launch/demo.py --config=configs/demo_cpu.py --config.tasks.source={bad}",
+    "config.tasks.source: {bad}/t1/task.toml",
   ),
   (
     "rl-typo",
@@ -41,8 +41,8 @@ CASES = [
   ),
   (
     "rl-malformed-task",
-    "launch/train_rl.py --config=configs/tmax_qwen3_8b.py --config.tasks.directory={bad}",
-    "config.tasks.directory: {bad}/t1/task.toml",
+    "launch/train_rl.py --config=configs/tmax_qwen3_8b.py --config.tasks.source={bad}",
+    "config.tasks.source: {bad}/t1/task.toml",
   ),
   (
     "sft-typo",
@@ -57,8 +57,8 @@ CASES = [
   ),
   (
     "sft-malformed-task",
-    "launch/train_sft.py --config=configs/sft_tmax_qwen3_8b.py --config.tasks.directory={bad}",
-    "config.tasks.directory: {bad}/t1/task.toml",
+    "launch/train_sft.py --config=configs/sft_tmax_qwen3_8b.py --config.tasks.source={bad}",
+    "config.tasks.source: {bad}/t1/task.toml",
   ),
   (
     "eval-typo",
@@ -153,7 +153,7 @@ CASES = [
   (
     "generate-llm-unreachable",
     "-m tmax_jax.tasks.generate_llm --base_url http://127.0.0.1:1/v1 --model m --out {empty}/g",
-    "--base_url=http://127.0.0.1:1/v1: nothing answers there",
+    "endpoint unusable: http://127.0.0.1:1/v1/models",
   ),
 ]
 # {good}: a directory of one well-formed (procedural) task.
@@ -244,8 +244,8 @@ HEAVY_HELP = sorted(
   + [
     "-m tmax_jax.plan",
     "-m tmax_jax.tokenizers.build",
-    "-m tmax_jax.tasks.horizon.build",
-    "-m tmax_jax.tasks.horizon.collect",
+    "-m tmax_jax.horizon.build",
+    "-m tmax_jax.horizon.collect",
   ]
 )
 

@@ -10,7 +10,8 @@ from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.inference.engine import EngineConfig
-from tmax_jax.loop.config import MeshConfig, ModelSpec, RLConfig, ServingConfig, TaskSource
+from tmax_jax.loop.config import MeshConfig, ModelSpec, RLConfig, ServingConfig
+from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train.config import CheckpointConfig, LossConfig, OptimizerConfig, TrainConfig
 
 TINY = dict(

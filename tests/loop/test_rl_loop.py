@@ -16,11 +16,12 @@ from tests.conftest import require_base_rootfs
 from tests.loop.rl_helpers import assert_same_training, tiny_rl_config
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
-from tmax_jax.loop import common, policy
+from tmax_jax.loop import policy
 from tmax_jax.loop.config import MeshConfig, RLConfig
 from tmax_jax.loop.rl import run_rl
 from tmax_jax.models import logprobs as logprobs_lib
 from tmax_jax.models import registry
+from tmax_jax.tasks import sources
 from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib
@@ -118,7 +119,7 @@ def test_trajectory_logprobs_match_the_trainer(tmp_path):
   cfg = _config(tmp_path, steps=1)
   tokenizer = load_tokenizer("qwen3")
   model_cfg, params, _ = policy.load_policy(cfg.model, cfg.episode)
-  tasks, _ = common.load_tasks(cfg.tasks)
+  tasks, _ = sources.load_split(cfg.tasks)
   serving = dataclasses.replace(cfg.serving, replicas=2, tensor=2)
   server = policy.serve_policy(cfg.model, serving, stop_token_ids(cfg.episode))
   served = server.engine.load_params()[1].get()[0]["params"]

@@ -44,11 +44,13 @@ class ChatTeacher:
   client: ChatClient
   tokenizer: object
   calls: int = 0
+  seed: int | None = None  # sent with every request (reproducible sampling where supported)
 
   def __call__(self, token_ids: Sequence[int], max_tokens: int) -> ScriptedCompletion:
     text = self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
     messages, prefill = chat_messages(text)
-    reply = self.client.complete(messages, max_tokens=max_tokens).strip()
+    seed = {} if self.seed is None else {"seed": self.seed}
+    reply = self.client.complete(messages, max_tokens=max_tokens, **seed).strip()
     self.calls += 1
     if prefill.endswith(_THINK_PREFILL) and "</think>" not in reply:
       reply = "\n</think>\n\n" + reply  # the template opened a reasoning block: close it empty

@@ -15,6 +15,7 @@ from tmax_jax.loop.rollout_batch import rollout_inputs
 from tmax_jax.models import registry
 from tmax_jax.models.config import load_hf_dict
 from tmax_jax.tasks.runner import RunnerConfig
+from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train.config import BatchInputs, LossConfig, TrainConfig
 
 SFT_INPUTS = BatchInputs(source="SFT data (tokens and loss masks only)")
@@ -83,22 +84,6 @@ class ModelSpec:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
   head_dtype: str = "float32"
-  seed: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskSource:
-  """Training / held-out tasks: a directory of TB1/TB2 tasks, or procedural families.
-
-  Procedural tasks: `num_train` seeds from `seed` and `num_eval` held-out seeds after them, round
-  robin over `families` (all families when empty) at `difficulty`.
-  """
-
-  directory: str = ""
-  families: tuple[str, ...] = ()
-  difficulty: int = 0
-  num_train: int = 64
-  num_eval: int = 16
   seed: int = 0
 
 

@@ -18,12 +18,12 @@ from tmax_jax import json_io
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.inference.client import RolloutClient
-from tmax_jax.loop import common
 from tmax_jax.loop.config import DemoConfig, RLConfig, SFTConfig
 from tmax_jax.loop.evaluate.report import mean_stderr
 from tmax_jax.loop.policy import start_serving
 from tmax_jax.loop.rl import run_rl
 from tmax_jax.loop.sft import run_sft, sft_records
+from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
     log.warning("removing the previous demo output %s", out)
     shutil.rmtree(out)
   tokenizer = load_tokenizer(cfg.episode.family)
-  _, eval_tasks = common.load_tasks(cfg.tasks)
+  _, eval_tasks = sources.load_split(cfg.tasks)
   sft_cfg, rl_cfg = _phase_configs(cfg, seed, out)
   t0 = time.perf_counter()
   sft = run_sft(sft_cfg, records=records)

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from tmax_jax import cli
 from tmax_jax.errors import ConfigError, UserError
-from tmax_jax.tasks import loader
+from tmax_jax.tasks import loader, sources
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = ("*.safetensors", "model.safetensors.index.json")
@@ -24,15 +24,15 @@ HF_WEIGHTS = ("*.safetensors", "model.safetensors.index.json")
 
 def check_inputs(cfg: Any, root: str = "config") -> None:
   """Checks every input the job config `cfg` (nested dataclasses or a ConfigDict) names:
-  `model.checkpoint` (an HF checkpoint directory), `tasks.directory` and `tasks_dir` (directories
-  of tasks that all parse), `trajectories` (a file), `address` (a server that accepts
+  `model.checkpoint` (an HF checkpoint directory), `tasks.source` and `tasks_dir` (task
+  sources; a directory's tasks all parse), `trajectories` (a file), `address` (a server that accepts
   connections)."""
   for path, name, value in _fields(cfg, root):
     if not isinstance(value, str) or not value:
       continue
     if name == "checkpoint" and path.endswith("model.checkpoint"):
       check_hf_checkpoint(path, value)
-    elif name in ("directory", "tasks_dir") and _is_task_field(path):
+    elif name in ("source", "tasks_dir") and _is_task_field(path):
       check_tasks_dir(path, value)
     elif name == "trajectories":
       if not pathlib.Path(value).is_file():
@@ -42,7 +42,7 @@ def check_inputs(cfg: Any, root: str = "config") -> None:
 
 
 def _is_task_field(path: str) -> bool:
-  return path.endswith("tasks.directory") or path.endswith("tasks_dir")
+  return path.endswith("tasks.source") or path.endswith("tasks_dir")
 
 
 def _fields(cfg: Any, path: str) -> Iterator[tuple[str, str, Any]]:
@@ -72,10 +72,13 @@ def check_hf_checkpoint(field: str, directory: str | os.PathLike) -> None:
     raise ConfigError(f"{field}={directory}: no *.safetensors weights next to its {HF_CONFIG}")
 
 
-def check_tasks_dir(field: str, directory: str | os.PathLike) -> None:
-  """Every task under `directory` is found and parses (tasks/loader.py rules)."""
+def check_tasks_dir(field: str, source: str | os.PathLike) -> None:
+  """A task source (tasks/sources.py) exists; every task of a task directory parses (a published
+  set or a parquet is checked when the job loads it)."""
   try:
-    for task_dir in loader.find_task_dirs(directory):
+    if sources.source_kind(source) != "directory":
+      return
+    for task_dir in loader.find_task_dirs(source):
       loader.load_task_dir(task_dir)
   except (UserError, FileNotFoundError) as e:
     raise UserError(f"{field}: {e}") from e

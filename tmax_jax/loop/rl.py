@@ -42,13 +42,14 @@ from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.errors import ConfigError
 from tmax_jax.inference.client import ClientConfig, RolloutClient, check_top_logprobs
-from tmax_jax.loop import common, replay, rollout_batch, task_stream
 from tmax_jax.loop import placement as placement_lib
+from tmax_jax.loop import replay, rollout_batch, task_stream
 from tmax_jax.loop.config import RLConfig, with_family
 from tmax_jax.loop.policy import load_policy
 from tmax_jax.loop.policy_server import PolicyServer, open_server
 from tmax_jax.loop.steps import StepDriver, export_hf
 from tmax_jax.models import registry
+from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import distributed
 from tmax_jax.train.step import Trainer
@@ -135,7 +136,7 @@ async def _open_server(job: _Job, version: int) -> PolicyServer:
 async def _rl_async(job: _Job) -> None:
   cfg, loop = job.cfg, asyncio.get_running_loop()
   tokenizer = load_tokenizer(cfg.episode.family)
-  train_tasks, _ = common.load_tasks(cfg.tasks)
+  train_tasks, _ = sources.load_split(cfg.tasks)
   version = job.steps.start  # the policy version the server holds
   server = await _open_server(job, version)
   step_lock = asyncio.Lock()  # a trainer step donates the state: no push reads it meanwhile

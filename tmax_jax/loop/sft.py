@@ -21,11 +21,12 @@ import jax
 import numpy as np
 
 from tmax_jax.agents import oracle_data
-from tmax_jax.loop import common, placement
+from tmax_jax.loop import placement
 from tmax_jax.loop.config import SFTConfig, with_family
 from tmax_jax.loop.policy import load_policy
 from tmax_jax.loop.steps import StepDriver, export_hf
 from tmax_jax.models import registry
+from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import distributed
@@ -53,7 +54,7 @@ def sft_records(cfg: SFTConfig, tokenizer) -> list[dict]:
   kept = pathlib.Path(cfg.output_dir) / RECORDS_FILE
   if kept.exists():
     return oracle_data.read_jsonl(kept)
-  train_tasks, _ = common.load_tasks(cfg.tasks)
+  train_tasks, _ = sources.load_split(cfg.tasks)
   records = oracle_data.oracle_records(train_tasks, tokenizer, cfg.episode, cfg.runner)
   failed = [r["task"] for r in records if r["reward"] < 1.0]
   if failed:

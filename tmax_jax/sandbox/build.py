@@ -135,10 +135,13 @@ def build_image(
   timeout_s: float = 1800.0,
   quiet: bool = True,
   seeds_into_workdir: bool = False,
+  seeds_default_dir: str = "/",
   finalize: bool = True,
 ) -> Image:
   """Builds (or finds cached) the image of `context`/Dockerfile. `extra_steps`: shell commands run
   as root after the Dockerfile (e.g. test-time dependency prefetch), logged as rewrites.
+  `seeds_into_workdir`: context/seeds/ is copied into the WORKDIR (into `seeds_default_dir` when the
+  Dockerfile leaves it at /: the task's sandbox starts there then, not in /).
   Raises DockerfileError (bad Dockerfile, naming the line) or SandboxError (a failed step)."""
   if os.geteuid() != 0:
     raise SandboxError(
@@ -154,7 +157,8 @@ def build_image(
   (layers.store() / "layers").mkdir(parents=True, exist_ok=True)
   layers.sweep_tmp()
   builder = _Builder(context, str(file), timeout_s, quiet)
-  builder.run(ins, extra_steps, seeds_into_workdir, finalize)
+  seeds = (seeds_default_dir or "/") if seeds_into_workdir else None
+  builder.run(ins, extra_steps, seeds, finalize)
   image = builder.image(time.monotonic() - start)
   json_io.write_text_atomic(image.path, [image.to_json()])  # tasks of one set build in threads
   return image
@@ -179,7 +183,11 @@ class _Builder:
     raise DockerfileError(self.file, line, problem)
 
   def run(
-    self, ins: list[dockerfile.Instruction], extra: tuple[str, ...], seeds: bool, finalize: bool
+    self,
+    ins: list[dockerfile.Instruction],
+    extra: tuple[str, ...],
+    seeds: str | None,
+    finalize: bool,
   ) -> None:
     global_args: dict = {}
     steps = tqdm.tqdm(ins, desc=f"build {self.context.name}", unit="step", disable=self.quiet)
@@ -205,7 +213,8 @@ class _Builder:
     if self.base is None:
       raise DockerfileError(self.file, 1, "no FROM instruction")
     if seeds and (self.context / "seeds").is_dir() and not self._copies_seeds(ins):
-      self._copy(dockerfile.Instruction(0, "COPY", f"seeds/ {self.state.workdir}/"), "COPY")
+      dest = self.state.workdir if self.state.workdir != "/" else seeds
+      self._copy(dockerfile.Instruction(0, "COPY", f"seeds/ {dest.rstrip('/')}/"), "COPY")
     for n, cmd in enumerate(extra):
       self.rewrites.append(f"added build step: {cmd}")
       self._run_shell(["/bin/sh", "-c", cmd], 0, f"extra step {n}", user="root")

@@ -4,17 +4,21 @@ environment builds, whose smoke test runs and whose oracle passes in a sandbox.
   python3 -m tmax_jax.tasks.generate_llm --base_url http://127.0.0.1:8000/v1 --model M \
       --n 100 --seed 0 --out tasks/   [--api_key_env OPENAI_API_KEY] [--backend bubblewrap]
 Writes kept tasks to <out>/<sample id>-<name>/, one line per sample to <out>/generation.jsonl and
-<out>/summary.json (kept/rejected counts, domain balance score exp(H)/N).
+<out>/summary.json (kept/rejected counts, domain balance score exp(H)/N). One task at a time; the
+resumable, parallel, calibrated version is `python3 -m tmax_jax.pipeline`.
+Exit status: 0 done, 2 the endpoint is unusable before any work (unreachable, wrong key or model),
+3 it became unusable during the run (the samples written so far are kept).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 
 from tmax_jax import cli
 from tmax_jax.tasks.generator.axes import sample_many
-from tmax_jax.tasks.generator.llm import ChatClient, ChatConfig
+from tmax_jax.tasks.generator.llm import ChatClient, ChatConfig, EndpointError
 from tmax_jax.tasks.generator.pipeline import GenerationConfig, generate_dataset
 from tmax_jax.tasks.runner import RunnerConfig
 
@@ -43,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     "--allow_failing_oracle", action="store_true", help="keep tasks whose oracle scores < 1"
   )
   args = p.parse_args(argv)
-  cli.check_reachable("--base_url", args.base_url)
   key = os.environ.get(args.api_key_env) if args.api_key_env else None
   client = ChatClient(ChatConfig(base_url=args.base_url, model=args.model, api_key=key))
   config = GenerationConfig(
@@ -51,9 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     require_oracle_pass=not args.allow_failing_oracle,
     runner=RunnerConfig(backend=args.backend),
   )
-  summary = generate_dataset(
-    sample_many(args.n, args.seed, start=args.start), client, args.out, config
-  )
+  try:
+    client.preflight()
+  except EndpointError as err:
+    print(f"generate_llm: {err}", file=sys.stderr)
+    return 2
+  try:
+    summary = generate_dataset(
+      sample_many(args.n, args.seed, start=args.start), client, args.out, config
+    )
+  except EndpointError as err:
+    print(f"generate_llm: stopped, the endpoint became unusable: {err}", file=sys.stderr)
+    return 3
   print(json.dumps(summary))
   return 0
 

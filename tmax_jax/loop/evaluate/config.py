@@ -21,7 +21,7 @@ class EvalConfig:
   (tokenizer, tool-call syntax, stop tokens; "" = the served model's); `worker` the episode
   threads (`worker.max_parallel_episodes` trials at a time) and the sampling settings."""
 
-  tasks_dir: str = ""
+  tasks_dir: str = ""  # a task source (tasks/sources.py): directory, published set or parquet
   output_dir: str = ""
   policy: str = "oracle"
   address: str = ""  # policy=server: host:port of a running server ("" = serve `model` here)

@@ -17,7 +17,7 @@ from tmax_jax.loop.evaluate import plots, report
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.loop.evaluate.trials import run_trials
 from tmax_jax.loop.policy import serve_policy
-from tmax_jax.tasks import loader
+from tmax_jax.tasks import sources
 from tmax_jax.tokenizers import load_tokenizer
 
 
@@ -56,7 +56,9 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   started, t0 = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
-  tasks = loader.load_tasks(cfg.tasks_dir, out / "converted", cfg.max_tasks)
+  tasks = sources.load_tasks(
+    cfg.tasks_dir, converted_dir=out / "converted", max_tasks=cfg.max_tasks
+  )
   if tokenizer is None:
     tokenizer = load_tokenizer(cfg.episode.family)
   server = _start_server(cfg) if cfg.policy == "server" and not cfg.address else None

@@ -153,7 +153,7 @@ CASES = [
   (
     "generate-llm-unreachable",
     "-m tmax_jax.tasks.generate_llm --base_url http://127.0.0.1:1/v1 --model m --out {empty}/g",
-    "endpoint unusable: http://127.0.0.1:1/v1/models",
+    "--base_url=http://127.0.0.1:1/v1: endpoint unusable",
   ),
 ]
 # {good}: a directory of one well-formed (procedural) task.

@@ -9,12 +9,12 @@ import dataclasses
 import pytest
 
 from tests.conftest import require_base_rootfs
+from tmax_jax.pipeline import templates
 from tmax_jax.tasks import runner, vocabulary
 from tmax_jax.tasks.format import write_task
 from tmax_jax.tasks.generator import fixtures, llm
 from tmax_jax.tasks.generator import pipeline as generator
 from tmax_jax.tasks.generator.axes import sample_axes
-from tmax_jax.pipeline import templates
 
 RUNNER = runner.RunnerConfig(memory_mb=2048)
 # fixture -> (command an agent runs, text its output must contain)

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from tmax_jax.pipeline import templates
 from tmax_jax.tasks import verifiers as V
 from tmax_jax.tasks.generator import llm
 from tmax_jax.tasks.generator.axes import sample_axes
-from tmax_jax.pipeline import templates
 from tmax_jax.tasks.verifiers import knobs
 
 

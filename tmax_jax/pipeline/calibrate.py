@@ -22,6 +22,7 @@ from typing import Callable
 
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig, episode_seed
+from tmax_jax.horizon.teacher import ChatTeacher
 from tmax_jax.loop.evaluate.trials import trial_record
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.stages import StageResult, done, endpoint_error, rejected
@@ -29,7 +30,6 @@ from tmax_jax.pipeline.state import Store
 from tmax_jax.tasks import difficulty, runner
 from tmax_jax.tasks.format import Task, load_task, write_task
 from tmax_jax.tasks.generator.llm import ChatClient, EndpointError
-from tmax_jax.horizon.teacher import ChatTeacher
 from tmax_jax.tasks.verifiers import knobs
 
 SPEC = "spec.json"

@@ -17,6 +17,7 @@ import os
 import sys
 
 from tmax_jax import cli
+from tmax_jax.errors import UserError
 from tmax_jax.tasks.generator.axes import sample_many
 from tmax_jax.tasks.generator.llm import ChatClient, ChatConfig, EndpointError
 from tmax_jax.tasks.generator.pipeline import GenerationConfig, generate_dataset
@@ -57,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
   try:
     client.preflight()
   except EndpointError as err:
-    print(f"generate_llm: {err}", file=sys.stderr)
-    return 2
+    raise UserError(f"--base_url={args.base_url}: {err}") from err
   try:
     summary = generate_dataset(
       sample_many(args.n, args.seed, start=args.start), client, args.out, config

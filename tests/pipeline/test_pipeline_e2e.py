@@ -16,10 +16,10 @@ import pytest
 from pipeline_helpers import argv, stage_records, states
 
 from tests.conftest import require_base_rootfs
-from tmax_jax.tasks import sources
-from tmax_jax.tasks.generator.axes import sample_axes
 from tmax_jax.pipeline import scripted, templates
 from tmax_jax.pipeline.state import outcome
+from tmax_jax.tasks import sources
+from tmax_jax.tasks.generator.axes import sample_axes
 
 N = 40
 STEPS = {  # index % 10 -> the writer's steps for that sample

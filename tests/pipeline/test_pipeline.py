@@ -1,22 +1,24 @@
-"""The task pipeline (tasks/pipeline) against a scripted OpenAI-compatible writer and reference
+"""The task pipeline (tmax_jax/pipeline) against a scripted OpenAI-compatible writer and reference
 policy served over real HTTP on loopback (aiohttp), real sandboxes and real image builds:
 unusable endpoints fail loudly, an endpoint dying mid-run stops the run and a resumed run redoes
 nothing that finished, every stage's rejections carry their reason, decontamination against a
 benchmark dir, and calibration moving a task out of "always solved" by its knob. The 40-task run
-killed with SIGKILL and resumed is tests/tasks/test_pipeline_e2e.py (slow)."""
+killed with SIGKILL and resumed is tests/pipeline/test_pipeline_e2e.py (slow)."""
 
 import json
 import socket
 
+import pytest
 from pipeline_helpers import argv, stage_records, states, taxonomy
 
 from tests.conftest import require_base_rootfs
-from tmax_jax.tasks import difficulty, generate_llm, sources
-from tmax_jax.tasks.format import load_task
-from tmax_jax.tasks.generator.axes import load_taxonomy, sample_axes
+from tmax_jax.errors import UserError
 from tmax_jax.pipeline import __main__ as cli
 from tmax_jax.pipeline import scripted, templates
 from tmax_jax.pipeline.state import Store
+from tmax_jax.tasks import difficulty, generate_llm, sources
+from tmax_jax.tasks.format import load_task
+from tmax_jax.tasks.generator.axes import load_taxonomy, sample_axes
 
 
 def _closed_port() -> int:
@@ -31,8 +33,8 @@ def test_unusable_endpoints_fail_loudly(tmp_path, capsys):
   assert "endpoint unusable" in capsys.readouterr().err
   assert not (tmp_path / "a").exists()  # nothing started
   gen = ["--base-url", dead, "--model", "m", "--n", "1", "--out", str(tmp_path / "g")]
-  assert generate_llm.main(gen) == 2
-  assert "endpoint unusable" in capsys.readouterr().err
+  with pytest.raises(UserError, match="endpoint unusable"):  # cli.run: `error: ...`, exit 2
+    generate_llm.main(gen)
   with scripted.ScriptedEndpoint(scripted.ScriptedWriter()) as ep:
     bad_model = argv(ep.base_url, tmp_path / "b", "--n", 2)
     bad_model[bad_model.index("--model") + 1] = "other"

@@ -85,15 +85,23 @@ def resolve(ref: str) -> Base:
   )
 
 
+def _recipe(name: str) -> tuple[pathlib.Path, str, Base]:
+  """(recipe file, its text, the base it is FROM)."""
+  recipe = recipes_dir() / name / "Dockerfile"
+  text = recipe.read_text()
+  found = re.search(r"^FROM\s+(\S+)", text, re.M)
+  if found is None:
+    raise ValueError(f"{recipe}: no FROM line")
+  return recipe, text, resolve(found.group(1))
+
+
 def _load(name: str) -> Base:
   """The recipe's suite, env and workdir, on top of those of the image it is FROM."""
   if name == "tmax-base":
     return Base("tmax-base", workdir="/")
   from tmax_jax.sandbox import dockerfile  # pylint: disable=import-outside-toplevel
 
-  recipe = recipes_dir() / name / "Dockerfile"
-  text = recipe.read_text()
-  parent = resolve(re.search(r"^FROM\s+(\S+)", text, re.M).group(1))
+  recipe, text, parent = _recipe(name)
   env = dict(parent.env)
   workdir = parent.workdir
   for i in dockerfile.instructions(text, str(recipe)):
@@ -139,8 +147,7 @@ def post_lines(base: Base) -> list[str]:
     ]
   from tmax_jax.sandbox import dockerfile  # pylint: disable=import-outside-toplevel
 
-  text = (recipes_dir() / base.name / "Dockerfile").read_text()
-  parent = resolve(re.search(r"^FROM\s+(\S+)", text, re.M).group(1))
+  _, text, parent = _recipe(base.name)
   return [*post_lines(parent), *(i.args for i in dockerfile.instructions(text) if i.cmd == "RUN")]
 
 
@@ -150,12 +157,11 @@ def recipe_files(base: Base) -> list[tuple[pathlib.Path, str]]:
     return []
   from tmax_jax.sandbox import dockerfile  # pylint: disable=import-outside-toplevel
 
-  text = (recipes_dir() / base.name / "Dockerfile").read_text()
-  parent = resolve(re.search(r"^FROM\s+(\S+)", text, re.M).group(1))
+  recipe, text, parent = _recipe(base.name)
   out = recipe_files(parent)
-  for i in dockerfile.instructions(text):
+  for i in dockerfile.instructions(text, str(recipe)):
     if i.cmd == "COPY":
-      srcs, dest = dockerfile.copy_args(i, {}, str(recipes_dir() / base.name / "Dockerfile"))
+      srcs, dest = dockerfile.copy_args(i, {}, str(recipe))
       out += [(recipes_dir() / src, dest) for src in srcs]
   return out
 
@@ -187,16 +193,23 @@ BASE_BUILD = Deviation(
 )
 
 
-@functools.cache
 def deviations() -> tuple[Deviation, ...]:
-  path = recipes_dir() / "deviations.toml"
+  """sandbox/bases/deviations.toml (of the current TMAX_SANDBOX_DIR)."""
+  return _read_deviations(recipes_dir() / "deviations.toml")
+
+
+@functools.cache
+def _read_deviations(path: pathlib.Path) -> tuple[Deviation, ...]:
   out = []
   for key, row in tomllib.loads(path.read_text()).items():
     missing = {"bases", "what", "failure", "match"} - set(row)
     if missing:
       raise ValueError(f"{path}: [{key}] lacks {sorted(missing)}")
     for pattern in row["match"]:
-      re.compile(pattern)  # a bad regex fails here, naming nothing else
+      try:
+        re.compile(pattern)
+      except re.error as err:
+        raise ValueError(f"{path}: [{key}] match {pattern!r} is not a regex: {err}") from None
     out.append(
       Deviation(key, tuple(row["bases"]), row["what"], row["failure"], tuple(row["match"]))
     )

@@ -153,7 +153,7 @@ def build_image(
   builder = _Builder(context, str(file), timeout_s, quiet)
   try:
     builder.run(ins, extra_steps, seeds_into_workdir, finalize)
-  except DockerfileError:
+  except bases.StandInBuildError:  # already attributed (the stand-in base itself did not build)
     raise
   except SandboxError as err:  # a failed step: name the stand-in's deviations that explain it
     raise bases.attribute_failure(err, builder.base_name) from None

@@ -41,7 +41,8 @@ def test_ubuntu_and_tbench_references_map_to_the_pip_compatible_stand_ins():
   assert (tb.name, tb.suite, tb.workdir) == ("tbench-python-3-13", "trixie", "/app")
   # a recipe FROM another mapped image carries its COPY sources into the Apptainer %files
   files = bases.recipe_files(bases.resolve("ghcr.io/laude-institute/t-bench/ubuntu-24-04"))
-  assert (bases.recipes_dir() / "compat", "/usr/local/lib/tmax/") in files
+  hook = bases.recipes_dir() / "compat" / "pip-compat.sh"
+  assert (hook, "/usr/local/lib/tmax/pip-compat.sh") in files
 
 
 def test_a_failure_a_deviation_explains_is_named_and_others_are_left_alone():

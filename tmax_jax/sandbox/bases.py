@@ -160,9 +160,18 @@ def recipe_files(base: Base) -> list[tuple[pathlib.Path, str]]:
   recipe, text, parent = _recipe(base.name)
   out = recipe_files(parent)
   for i in dockerfile.instructions(text, str(recipe)):
-    if i.cmd == "COPY":
-      srcs, dest = dockerfile.copy_args(i, {}, str(recipe))
-      out += [(recipes_dir() / src, dest) for src in srcs]
+    if i.cmd != "COPY":
+      continue
+    srcs, dest = dockerfile.copy_args(i, {}, str(recipe))
+    for src in map(recipes_dir().joinpath, srcs):
+      if src.is_dir():  # Docker copies a directory's contents; %files would nest the directory
+        out += [
+          (f, f"{dest.rstrip('/')}/{f.relative_to(src)}")
+          for f in sorted(src.rglob("*"))
+          if f.is_file()
+        ]
+      else:
+        out.append((src, dest))
   return out
 
 

@@ -76,6 +76,12 @@ class RunnerConfig:
   verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
 
 
+# RunResult.reason prefix of an environment that did not build (the error follows; a failure that
+# a known deviation of the stand-in base explains starts "[stand-in deviation: <ids>]", see
+# sandbox/bases.py attribute_failure).
+BUILD_FAILED = "build_failed"
+
+
 @dataclasses.dataclass(frozen=True)
 class RunResult:
   """reward in [0, 1]; rewards: the full reward.json (or {"reward": r}); reason "ok" or why 0."""
@@ -346,7 +352,9 @@ def run_trial(
       spec = pod_trial_spec(task, comp, config, logs) if comp else task_spec(task, config, logs)
       sb = (open_fn or (lambda s: _open(s, config)))(spec)
     except (SandboxError, DockerfileError, TaskFormatError) as err:  # a broken environment
-      return RunResult(0.0, {"reward": 0.0}, f"build_failed: {err}", logs, time.monotonic() - start)
+      return RunResult(
+        0.0, {"reward": 0.0}, f"{BUILD_FAILED}: {err}", logs, time.monotonic() - start
+      )
     if getattr(sb, "limit_warning", None):
       logs["environment.txt"] = logs.get("environment.txt", "") + f"warning: {sb.limit_warning}\n"
     with sb:

@@ -124,18 +124,23 @@ def _write_ready(path: str, payload: dict) -> None:
   json_io.write_text_atomic(path, [json.dumps(payload)])
 
 
+def start_from_config(config) -> server_lib.RolloutServer:
+  """The running server of a serving config (gRPC, and the OpenAI API when openai.port >= 0)."""
+  engine = engine_from_config(config)
+  sc = config.server
+  http = openai_api.OpenAIConfig(**config.openai if "openai" in config else {})
+  return server_lib.start_server(
+    engine, server_lib.ServerConfig(port=sc.port, host=sc.host, threads=sc.threads, openai=http)
+  )
+
+
 def serve_forever(config) -> None:
   """Starts the server, waits for SIGINT/SIGTERM, then shuts down cleanly (streams get
   UNAVAILABLE)."""
   # JetStream logs every decode step at INFO on the root logger; keep ours at INFO.
   logging.getLogger().setLevel(logging.WARNING)
   logging.getLogger("tmax_jax").setLevel(logging.INFO)
-  engine = engine_from_config(config)
-  sc = config.server
-  http = openai_api.OpenAIConfig(**config.openai if "openai" in config else {})
-  server = server_lib.start_server(
-    engine, server_lib.ServerConfig(port=sc.port, host=sc.host, threads=sc.threads, openai=http)
-  )
+  server = start_from_config(config)
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())

@@ -80,7 +80,7 @@ def lower_dirs(base: pathlib.Path, layers: list[str]) -> list[str]:
   return [*dirs, str(base)]
 
 
-def _mount_cmd(
+def mount_command(
   lowers: list[str], merged: str, upper: str | None = None, work: str | None = None
 ) -> str:
   opts = "lowerdir=" + ":".join(lowers)
@@ -103,7 +103,9 @@ def mount_image(
     work = upper.parent / f"{upper.name}.work"
     upper.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-  cmd = _mount_cmd(lower_dirs(base, layers), str(target), upper and str(upper), work and str(work))
+  cmd = mount_command(
+    lower_dirs(base, layers), str(target), upper and str(upper), work and str(work)
+  )
   res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=host.host_env())
   if res.returncode != 0:
     raise SandboxError(f"mounting the image layers at {target} failed: {res.stderr.strip()}")
@@ -133,7 +135,7 @@ def run_step(
   script = "\n".join(
     [
       "set -eu",
-      _mount_cmd(lower_dirs(base, layers), f"{tmp}/merged", f"{tmp}/diff", f"{tmp}/work"),
+      mount_command(lower_dirs(base, layers), f"{tmp}/merged", f"{tmp}/diff", f"{tmp}/work"),
       f"M={shlex.quote(str(tmp / 'merged'))}",
       f"S={shlex.quote(str(staging or ''))}",
       f"MIRROR={shlex.quote(str(mirror or ''))}",

@@ -23,6 +23,7 @@ import tempfile
 import time
 from typing import Callable, Mapping
 
+from tmax_jax.harbor import sandbox as harbor_sandbox
 from tmax_jax.sandbox import open_pod, open_sandbox, pod_unsupported
 from tmax_jax.sandbox.api import CommandResult, PodSpec, Sandbox, SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
@@ -64,7 +65,8 @@ class RewardFormatError(RewardError):
 class RunnerConfig:
   """How trials run. image None -> the task's own image, built from its Dockerfile (cached by
   layer hash; tasks/environment.built_spec); an image (rootfs dir / podman image) -> the
-  Dockerfile translated onto it (environment.environment_spec)."""
+  Dockerfile translated onto it (environment.environment_spec). backend: one of ours
+  (sandbox.BACKENDS, None = auto) or "harbor:<type>", a Harbor environment (harbor/sandbox.py)."""
 
   backend: str | None = None
   image: str | None = None
@@ -314,6 +316,22 @@ def pod_trial_spec(
   return pod
 
 
+def _start(task: Task, config: RunnerConfig, logs: dict, open_fn: Callable | None) -> Sandbox:
+  """The trial's started sandbox: a Harbor environment for backend "harbor:<type>", else ours
+  from the task's built image (a podman pod for a multi-service compose task)."""
+  if harbor_sandbox.is_harbor(config.backend):
+    names = compose_lib.service_names(task)
+    if len(names) > 1:
+      raise TaskUnsupportedError(
+        f"{task.path}: docker-compose with {len(names)} services ({', '.join(names)}): the "
+        f"{config.backend} backend starts one container per trial"
+      )
+    return harbor_sandbox.open_harbor(task, config, logs)
+  comp = trial_compose(task, config)
+  spec = pod_trial_spec(task, comp, config, logs) if comp else task_spec(task, config, logs)
+  return (open_fn or (lambda s: _open(s, config)))(spec)
+
+
 def _on_disk(task: Task, keep: list) -> Task:
   if task.path is not None:
     return task
@@ -341,9 +359,7 @@ def run_trial(
   logs: dict[str, str] = {}
   try:
     try:  # TaskUnsupportedError (a pod off podman, a compose feature pods lack) goes up
-      comp = trial_compose(task, config)
-      spec = pod_trial_spec(task, comp, config, logs) if comp else task_spec(task, config, logs)
-      sb = (open_fn or (lambda s: _open(s, config)))(spec)
+      sb = _start(task, config, logs, open_fn)
     except (SandboxError, DockerfileError, TaskFormatError) as err:  # a broken environment
       return RunResult(0.0, {"reward": 0.0}, f"build_failed: {err}", logs, time.monotonic() - start)
     if getattr(sb, "limit_warning", None):

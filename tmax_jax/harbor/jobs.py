@@ -16,9 +16,10 @@ import pathlib
 import subprocess
 from typing import Sequence
 
+from tmax_jax.harbor import sandbox as harbor_sandbox
 from tmax_jax.harbor import venv
 
-ENVIRONMENT = "tmax_jax.harbor.environment:TmaxEnvironment"
+ENVIRONMENT = harbor_sandbox.PLUGIN
 
 
 @dataclasses.dataclass(frozen=True)

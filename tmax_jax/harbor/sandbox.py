@@ -44,14 +44,24 @@ from tmax_jax.harbor import protocol, venv
 from tmax_jax.harbor import tasks as harbor_tasks
 from tmax_jax.sandbox import shell, status
 from tmax_jax.sandbox.api import CommandResult, Limits, Sandbox, SandboxError
+from tmax_jax.tasks import environment as envlib
 from tmax_jax.tasks.format import Task
 
 PREFIX = "harbor:"
-CTL = "/tmp/.tmax"  # the emulated shell's files inside the environment
+PLUGIN = "tmax_jax.harbor.environment:TmaxEnvironment"  # our sandboxes behind Harbor's API
+CTL = "/tmp/.tmax-harbor"  # the emulated shell's files (not /tmp/.tmax: our sandboxes own it)
 START_TIMEOUT_S = 1800.0  # provider start + image import; Harbor's own build timeout applies too
 INLINE_COMMAND_BYTES = 48 << 10  # larger commands are uploaded (Linux caps one argv string)
 REQUEST_GRACE_S = 60.0  # on top of a command's own timeout, for the bridge's round trip
 _ids = itertools.count()
+_PIDS = "ls /proc | grep -E '^[0-9]+$'"
+# reset(): SIGKILL every process but the baseline and this command's own chain of parents.
+KILL_STARTED = (
+  f'keep=" $(tr "\\n" " " < {CTL}/baseline) "; p=$$; while [ "$p" -gt 1 ]; do keep="$keep$p "; '
+  "p=$(awk '/^PPid:/{print $2}' /proc/$p/status); done; "
+  f'for q in $({_PIDS}); do case "$keep" in *" $q "*) ;; *) kill -KILL $q 2>/dev/null;; esac; '
+  "done; true"
+)
 
 
 def is_harbor(backend: str | None) -> bool:
@@ -149,7 +159,11 @@ class HarborSandbox(Sandbox):
     self.limit_warning = ""
     self.bridge = None
     try:
+      # Our image first where the environment starts it, so a build failure is reported as our
+      # runner reports it (the task's own Dockerfile path, DockerfileError / SandboxError).
       image = harbor_tasks.podman_image(task) if self.kind == "podman" else None
+      if self.kind == PLUGIN:
+        envlib.built_spec(task)
       view = harbor_tasks.harbor_view(task, self._tmp / "task", image)
       self.bridge = Bridge(self._tmp)
       self.info = self._start(view.path, allow_network)
@@ -197,7 +211,10 @@ class HarborSandbox(Sandbox):
   def _setup(self) -> None:
     script = self._tmp / "child.sh"
     script.write_text(shell.CHILD_SCRIPT)
-    self._call_exec(f"mkdir -p {CTL} && chmod 1777 {CTL}", 60)
+    # The environment's own processes (init, a sandbox anchor) survive reset(): their pids now.
+    self._call_exec(
+      f"mkdir -p {CTL} && chmod 1777 {CTL} && {_PIDS} | grep -vx $$ > {CTL}/baseline", 60
+    )
     self.bridge.call("upload_file", 120, source=str(script), target=f"{CTL}/child.sh")
 
   # ---------------------------------------------------------------------------------- commands
@@ -322,7 +339,7 @@ class HarborSandbox(Sandbox):
   def reset(self) -> None:
     """Kills every process the sandbox user started (files kept) and forgets the shell state."""
     with self._lock:
-      self._call_exec("kill -KILL -1 2>/dev/null; true", 60)
+      self._call_exec(KILL_STARTED, 60)
       self._state = ""
 
   def close(self) -> None:

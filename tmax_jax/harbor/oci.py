@@ -5,8 +5,10 @@ into podman's storage from an OCI image layout (`podman pull oci:<dir>:<tag>`): 
 layer of ours (the base rootfs is the first), so thirty task images share their base and common
 steps in podman's storage as they do in ours, and an import writes only the layers podman does not
 have. Overlay whiteouts become OCI ones (a 0/0 character device -> `.wh.<name>`, an opaque
-directory -> `.wh..wh..opq`). Layer blobs are uncompressed tars, cached under
-<cache>/harbor/oci by layer id (layers are immutable, so a layer's tar and digest never change).
+directory -> `.wh..wh..opq`). Layers are uncompressed tars; their digests are kept under
+<cache>/harbor/oci/layers by layer id (layers are immutable, so a digest never changes), the tars
+themselves only while an import needs them: podman reuses a layer it holds by digest, so a tar is
+written only for a layer podman lacks.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import stat
 import tarfile
 
 from tmax_jax import json_io
 from tmax_jax.sandbox import build, images, layers, podman
+from tmax_jax.sandbox.api import SandboxError
 
 LAYER_MEDIA = "application/vnd.oci.image.layer.v1.tar"
+_MISSING = re.compile(r"reading blob (sha256:[0-9a-f]{64})")
 OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 
 
@@ -72,12 +77,18 @@ def _write_layer(root: pathlib.Path, out, overlay: bool) -> None:
           tar.addfile(tar.gettarinfo(str(path), rel))
 
 
-def layer_blob(key: str, root: pathlib.Path, overlay: bool) -> dict:
-  """{digest, size} of the layer tar of `root`, written once into the layout (cached by key)."""
+def _blob_path(digest: str) -> pathlib.Path:
+  return layout_dir() / "blobs" / "sha256" / digest.split(":")[1]
+
+
+def layer_blob(key: str, root: pathlib.Path, overlay: bool, write: bool = False) -> dict:
+  """{digest, size} of the layer tar of `root` (cached by key). The tar is written into the
+  layout when it was never made, or when `write` and it is not there (it is dropped after each
+  import: podman reuses a layer it holds by digest without reading the tar)."""
   index = layout_dir() / "layers" / f"{key}.json"
   if index.is_file():
     entry = json.loads(index.read_text())
-    if (layout_dir() / "blobs" / "sha256" / entry["digest"].split(":")[1]).is_file():
+    if not write or _blob_path(entry["digest"]).is_file():
       return entry
   blobs = layout_dir() / "blobs" / "sha256"
   blobs.mkdir(parents=True, exist_ok=True)
@@ -121,37 +132,62 @@ def import_image(image: build.Image, name: str, env: dict[str, str], workdir: st
     fcntl.flock(lock, fcntl.LOCK_EX)
     if podman.image_exists(name):
       return name
-    base = pathlib.Path(image.base)
-    blobs = [layer_blob(f"base-{base.name}", base, overlay=False)]
-    for lid in image.layers:
-      diff = layers.layer_path(lid) / "diff"
-      if any(diff.iterdir()):
-        blobs.append(layer_blob(lid, diff, overlay=True))
-    config = _blob(
-      {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Env": [f"{k}={v}" for k, v in env.items()], "WorkingDir": workdir},
-        "rootfs": {"type": "layers", "diff_ids": [b["digest"] for b in blobs]},
-      }
-    )
-    manifest = _blob(
-      {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
-        "layers": [{"mediaType": LAYER_MEDIA, **b} for b in blobs],
-      }
-    )
-    tag = image.id
-    json_io.write_json_atomic(layout_dir() / "oci-layout", {"imageLayoutVersion": "1.0.0"})
-    _add_to_index(manifest, tag)
-    res = podman.run_podman(["pull", "-q", f"oci:{layout_dir()}:{tag}"], timeout=1800)
-    image_id = res.stdout.decode().split()[-1]
+    try:
+      image_id = _pull(image, env, workdir)
+    finally:
+      shutil.rmtree(layout_dir() / "blobs", ignore_errors=True)
     podman.run_podman(["tag", image_id, name])
     # The pull also names it after the layout's path; that name would move to every next import.
     podman.run_podman(["untag", image_id, f"localhost{layout_dir()}:latest"], check=False)
   return name
+
+
+def _layers(image: build.Image) -> list[tuple[str, pathlib.Path, bool]]:
+  """(cache key, root, is an overlay diff) of the image's OCI layers, bottom first."""
+  base = pathlib.Path(image.base)
+  out = [(f"base-{base.name}", base, False)]
+  for lid in image.layers:
+    diff = layers.layer_path(lid) / "diff"
+    if any(diff.iterdir()):
+      out.append((lid, diff, True))
+  return out
+
+
+def _pull(image: build.Image, env: dict[str, str], workdir: str) -> str:
+  """Writes the image's manifest and pulls it; -> its id. A layer podman does not hold is read
+  from its tar, which is written when podman asks for it (its digest names it)."""
+  parts = _layers(image)
+  blobs = [layer_blob(key, root, overlay) for key, root, overlay in parts]
+  config = _blob(
+    {
+      "architecture": "amd64",
+      "os": "linux",
+      "config": {"Env": [f"{k}={v}" for k, v in env.items()], "WorkingDir": workdir},
+      "rootfs": {"type": "layers", "diff_ids": [b["digest"] for b in blobs]},
+    }
+  )
+  manifest = _blob(
+    {
+      "schemaVersion": 2,
+      "mediaType": "application/vnd.oci.image.manifest.v1+json",
+      "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
+      "layers": [{"mediaType": LAYER_MEDIA, **b} for b in blobs],
+    }
+  )
+  json_io.write_json_atomic(layout_dir() / "oci-layout", {"imageLayoutVersion": "1.0.0"})
+  _add_to_index(manifest, image.id)
+  for _ in range(len(parts) + 1):
+    res = podman.run_podman(["pull", "-q", f"oci:{layout_dir()}:{image.id}"], check=False)
+    if res.returncode == 0:
+      return res.stdout.decode().split()[-1]
+    missing = _MISSING.search(res.stderr.decode(errors="replace"))
+    wanted = [p for p, b in zip(parts, blobs) if missing and b["digest"] == missing.group(1)]
+    if not wanted:
+      break
+    layer_blob(*wanted[0], write=True)
+  raise SandboxError(
+    f"podman pull of image {image.id} failed: {res.stderr.decode(errors='replace')[-1500:]}"
+  )
 
 
 def _add_to_index(manifest: dict, tag: str) -> None:
@@ -170,8 +206,3 @@ def _add_to_index(manifest: dict, tag: str) -> None:
     }
   )
   json_io.write_json_atomic(path, index)
-
-
-def clear_blobs() -> None:
-  """Removes the cached layer tars (podman keeps its own copy); the next import rewrites them."""
-  shutil.rmtree(layout_dir(), ignore_errors=True)

@@ -20,6 +20,7 @@ import dataclasses
 import pathlib
 import re
 import sys
+import tomllib
 
 import tqdm
 
@@ -42,6 +43,16 @@ def harbor_name(name: str) -> str:
   org, _, short = name.rpartition("/")
   short = re.sub(r"[^A-Za-z0-9._-]+", "-", short).strip(".-") or "task"
   return f"{re.sub(r'[^A-Za-z0-9._-]+', '-', org).strip('.-') or ORG}/{short}"
+
+
+def harbor_ready(task: fmt.Task) -> bool:
+  """Whether Harbor takes the task's task.toml as it is on disk (no [task] table, or an org/name
+  with author tables): TB2 tasks are; tasks our writer made are not."""
+  info = tomllib.loads((task.path / "task.toml").read_text()).get("task")
+  if info is None:
+    return True
+  authors = info.get("authors") or []
+  return "/" in str(info.get("name", "")) and all(isinstance(a, dict) for a in authors)
 
 
 @dataclasses.dataclass(frozen=True)

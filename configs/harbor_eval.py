@@ -3,7 +3,7 @@
 python3 launch/harbor_eval.py --serve=configs/serve_tiny.py --serve.model.checkpoint=DIR \
     --config=configs/harbor_eval.py --config.tasks=TASKS
 Harbor's own podman environment instead: --config.environment=podman --config.environment_kwargs=()
-(tasks prepared by `python3 -m tmax_jax.harbor.tasks TASKS --out DIR --podman`).
+(the tasks' images are pulled into podman and Harbor views written under jobs_dir).
 """
 
 from tmax_jax.config_dict import to_config_dict

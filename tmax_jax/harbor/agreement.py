@@ -51,13 +51,7 @@ def _harbor_outcome(outcome: jobs.Outcome) -> str:
 def harbor(tasks: pathlib.Path, out: pathlib.Path, agent: str, environment: str) -> dict[str, str]:
   """{task dir name: outcome} of a Harbor job of `agent` on `environment` ("plugin"/"podman")."""
   podman = environment == "podman"
-  found = loader.load_tasks(tasks)
-  result, source = {}, tasks
-  if podman or not all(harbor_tasks.harbor_ready(t) for t in found):
-    source = out / "views"
-    for key, view in harbor_tasks.prepare(tasks, source, podman_images=podman).items():
-      if isinstance(view, str):  # our builder failed: Harbor gets no task to run
-        result[key] = view
+  source, result = harbor_tasks.runnable(tasks, out / "views", podman_images=podman)
   if any(p.is_dir() and not p.name.startswith(".") for p in source.iterdir()):
     spec = jobs.JobSpec(
       tasks=str(source),

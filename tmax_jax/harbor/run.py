@@ -15,6 +15,7 @@ import logging
 import pathlib
 
 from tmax_jax.harbor import jobs
+from tmax_jax.harbor import tasks as harbor_tasks
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +51,21 @@ def run_harbor_eval(cfg: HarborEvalConfig, serve_config) -> pathlib.Path:
   """Serves `serve_config`'s model, runs the Harbor job against it, returns the job dir."""
   from tmax_jax.inference import launch_lib  # noqa: PLC0415  (jax: only when serving here)
 
+  name = cfg.job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
+  tasks, unbuilt = harbor_tasks.runnable(
+    pathlib.Path(cfg.tasks),
+    pathlib.Path(cfg.jobs_dir) / f"{name}.tasks",
+    podman_images=cfg.environment == "podman",
+  )
+  for task, why in unbuilt.items():
+    log.warning("%s: not run (%s)", task, why)
   with serve_config.unlocked():
     if serve_config.openai.port < 0:
       serve_config.openai.port = 0  # the API is the point here: a free port
   server = launch_lib.start_from_config(serve_config)
   try:
-    name = cfg.job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
     spec = jobs.JobSpec(
-      tasks=cfg.tasks,
+      tasks=str(tasks),
       agent=cfg.agent,
       environment=cfg.environment,
       model=f"openai/{server.openai.model_name}",

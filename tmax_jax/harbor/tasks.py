@@ -125,6 +125,18 @@ def prepare(
   return views
 
 
+def runnable(
+  source: pathlib.Path, out: pathlib.Path, *, podman_images: bool = False
+) -> tuple[pathlib.Path, dict[str, str]]:
+  """A task dir Harbor can run for `source`: source itself when Harbor takes every task as it is
+  (and no podman images are needed), else views under `out`; -> (dir, {task dir name: why it has
+  no view}) (a task whose image does not build)."""
+  if not podman_images and all(harbor_ready(t) for t in loader.load_tasks(source)):
+    return source, {}
+  views = prepare(source, out, podman_images=podman_images)
+  return out, {k: v for k, v in views.items() if isinstance(v, str)}
+
+
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("source", type=pathlib.Path, help="a task dir or a tree of task dirs")

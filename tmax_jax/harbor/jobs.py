@@ -10,10 +10,12 @@ as a Harbor job (export.py, run in the venv).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import pathlib
 import subprocess
+import sys
 from typing import Sequence
 
 from tmax_jax.harbor import sandbox as harbor_sandbox
@@ -135,3 +137,18 @@ def export_eval(
   if res.returncode != 0:
     raise RuntimeError(f"export of {results_json} failed: {(res.stdout + res.stderr)[-3000:]}")
   return pathlib.Path(res.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+  """`python3 -m tmax_jax.harbor.jobs RESULTS_JSON JOBS_DIR [--job-name N]`: export_eval."""
+  p = argparse.ArgumentParser(description="Our eval results.json as a Harbor job directory.")
+  p.add_argument("results", type=pathlib.Path)
+  p.add_argument("jobs_dir", type=pathlib.Path)
+  p.add_argument("--job-name", default="")
+  args = p.parse_args(argv)
+  print(export_eval(args.results, args.jobs_dir, args.job_name))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

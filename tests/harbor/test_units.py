@@ -75,3 +75,21 @@ def test_views_are_valid_harbor_tasks(tmp_path):
     harbor_tasks.INIT_COMPOSE
   )
   assert pathlib.Path(view.path / "solution" / "solve.sh").is_file()
+
+
+def test_venv_side_imports_no_ml_stack():
+  """The plugin, bridge and exporter run in the Harbor venv, where only Harbor and this package
+  (no dependencies) are installed: they must not import jax or numpy."""
+  require_harbor()
+  check = (
+    "import sys, tmax_jax.harbor.environment, tmax_jax.harbor.bridge, tmax_jax.harbor.export; "
+    "print(sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'numpy', 'torch', 'flax'}))"
+  )
+  res = subprocess.run(
+    [str(venv.bin_path("python")), "-c", check],
+    capture_output=True,
+    text=True,
+    env=venv.environ(),
+    check=True,
+  )
+  assert res.stdout.strip() == "[]"

@@ -40,5 +40,5 @@ def require_base_rootfs():
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   if not is_built(rootfs_path()):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox)")
   return rootfs_path()

@@ -222,7 +222,7 @@ FAST_HELP = [
   "launch/serve.py",
   "-m tmax_jax.tasks.procedural.cli",
   "-m tmax_jax.sandbox.build",
-  "-m tmax_jax.sandbox.images",
+  "-m tmax_jax.sandbox",
   "-m tmax_jax.tasks.generate_llm",
   "-m tmax_jax.tasks.generate_axes",
   "-m tmax_jax.tasks.difficulty",

@@ -5,6 +5,7 @@ exist only to break a circle)."""
 import pathlib
 import subprocess
 import sys
+import tomllib
 
 import grimp
 
@@ -58,6 +59,17 @@ def test_the_layers_contract_holds():
   )
   assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
   assert "Contracts: 1 kept, 0 broken." in out.stdout
+
+
+def test_every_top_level_module_is_in_a_layer():
+  """A module outside the layers would be outside the contract: every package and module of
+  tmax_jax is placed."""
+  config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+  layers = config["contracts"][0]["layers"]
+  placed = {m.strip() for layer in layers for m in layer.split("|")}
+  graph = grimp.build_graph("tmax_jax", cache_dir=None)
+  top = {m for m in graph.modules if m.count(".") == 1}
+  assert top - placed == set(), top - placed
 
 
 def test_no_module_imports_itself_back():

@@ -32,7 +32,6 @@ import urllib.parse
 from typing import Callable, NoReturn, Sequence
 
 from tmax_jax import errors, host_memory
-from tmax_jax.config_dict import load_config_file
 
 EXIT_USER_ERROR = 2
 DEBUG_FLAG = "--debug"
@@ -253,6 +252,10 @@ def _check_config_files(argv: Sequence[str]) -> None:
 def _unknown_override(argv: Sequence[str]) -> errors.ConfigError | None:
   """The first `--<flag>.a.b=...` override whose field the config file lacks, as a ConfigError
   naming its full dotted path (ml_collections' own error names only the last component)."""
+  # ml_collections only here: argparse tools import this module too, also in the Harbor venv,
+  # which has no ml_collections (tmax_jax/harbor/venv.py installs this package without deps).
+  from tmax_jax.config_dict import load_config_file  # noqa: PLC0415
+
   for name in _config_flags():
     value = _flag_value(argv, name)
     if not value or ":" in value:  # `file.py:arg` configs: get_config(arg), not reproduced here

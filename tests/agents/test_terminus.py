@@ -30,7 +30,7 @@ def _require_tmux_sandbox():
     pytest.skip(f"sandbox backends not available: {err}")
   root = rootfs_path()
   if not is_built(root):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox)")
   if not (root / "usr" / "bin" / "tmux").exists():
     pytest.skip(f"tmux is not in the base rootfs {root} (sandbox/packages.txt)")
   return root

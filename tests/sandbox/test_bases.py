@@ -189,7 +189,7 @@ def test_common_steps_pass_on_the_stand_in(name, tmp_path):
   (ctx / "Dockerfile").write_text(_common_steps(ref, pip, pins))
   (ctx / "tmaxold-0.1.tar.gz").write_bytes(_old_sdist())
   try:
-    bases.ensure_base(bases.resolve(ref), quiet=True)
+    build.ensure_base(bases.resolve(ref), quiet=True)
   except SandboxError as err:  # no network, no debootstrap: the stand-in cannot exist here
     pytest.skip(f"stand-in {name} cannot be built here: {str(err)[:300]}")
   image = build.build_image(ctx, timeout_s=1800.0)  # a failed step raises, naming its output

@@ -144,7 +144,7 @@ def _sandbox_or_skip():
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   if not is_built(rootfs_path()):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox)")
 
 
 def test_end_to_end_keep_and_build_reject(tmp_path):

@@ -34,19 +34,23 @@ def engine_from_config(cfg: ServeConfig) -> engine_lib.TmaxEngine:
   return engine_lib.TmaxEngine(served, engine_cfg, params_fn, mesh=mesh)
 
 
+def start_from_config(cfg: ServeConfig) -> server_lib.RolloutServer:
+  """The running server of `cfg` (gRPC, and the OpenAI API when openai.port >= 0)."""
+  return server_lib.start_server(
+    engine_from_config(cfg),
+    server_lib.ServerConfig(
+      port=cfg.serving.port, host=cfg.host, threads=cfg.threads, openai=cfg.openai
+    ),
+  )
+
+
 def serve_forever(cfg: ServeConfig) -> None:
   """Starts the server, waits for SIGINT/SIGTERM, then shuts down cleanly (streams get
   UNAVAILABLE)."""
   # JetStream logs every decode step at INFO on the root logger; keep ours at INFO.
   logging.getLogger().setLevel(logging.WARNING)
   logging.getLogger("tmax_jax").setLevel(logging.INFO)
-  engine = engine_from_config(cfg)
-  server = server_lib.start_server(
-    engine,
-    server_lib.ServerConfig(
-      port=cfg.serving.port, host=cfg.host, threads=cfg.threads, openai=cfg.openai
-    ),
-  )
+  server = start_from_config(cfg)
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())

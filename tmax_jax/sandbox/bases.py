@@ -19,7 +19,7 @@ import pathlib
 import re
 import tomllib
 
-from tmax_jax.sandbox import images
+from tmax_jax.sandbox import dockerfile, images
 from tmax_jax.sandbox.api import SandboxError
 
 NEAREST_WARNING = "FROM {ref} has no local equivalent; built on {name} ({why})"
@@ -99,8 +99,6 @@ def _load(name: str) -> Base:
   """The recipe's suite, env and workdir, on top of those of the image it is FROM."""
   if name == "tmax-base":
     return Base("tmax-base", workdir="/")
-  from tmax_jax.sandbox import dockerfile  # pylint: disable=import-outside-toplevel
-
   recipe, text, parent = _recipe(name)
   env = dict(parent.env)
   workdir = parent.workdir
@@ -110,22 +108,6 @@ def _load(name: str) -> Base:
     elif i.cmd == "WORKDIR":
       workdir = i.args.strip()
   return Base(name, suite=parent.suite, env=tuple(env.items()), workdir=workdir)
-
-
-def ensure_base(base: Base, *, quiet: bool = True) -> tuple[pathlib.Path, tuple[str, ...], str]:
-  """-> (rootfs dir, layer ids on top of it, an id naming both). Builds what is missing."""
-  if base.name == "tmax-base":
-    root = images.ensure_base_rootfs(quiet=quiet)
-    return root, (), f"tmax-base:{root.name}"
-  if base.name.startswith("debootstrap-"):
-    root = images.ensure_debootstrap(base.suite, quiet=quiet)
-    return root, (), f"{base.name}:{root.name}"
-  from tmax_jax.sandbox import build  # pylint: disable=import-outside-toplevel
-
-  image = build.build_image(
-    recipes_dir(), dockerfile_name=f"{base.name}/Dockerfile", quiet=quiet, finalize=False
-  )
-  return pathlib.Path(image.base), image.layers, f"{base.name}:{image.id}"
 
 
 def debian_mirror() -> str:
@@ -145,8 +127,6 @@ def post_lines(base: Base) -> list[str]:
       f"apt-get update -q && apt-get install -y -q --no-install-recommends {' '.join(pkgs)}",
       "useradd -m -u 1000 -s /bin/bash agent || true",
     ]
-  from tmax_jax.sandbox import dockerfile  # pylint: disable=import-outside-toplevel
-
   _, text, parent = _recipe(base.name)
   return [*post_lines(parent), *(i.args for i in dockerfile.instructions(text) if i.cmd == "RUN")]
 
@@ -155,8 +135,6 @@ def recipe_files(base: Base) -> list[tuple[pathlib.Path, str]]:
   """(host path, image path) of every COPY of the recipe and the recipes it is FROM."""
   if base.name == "tmax-base" or base.name.startswith("debootstrap-"):
     return []
-  from tmax_jax.sandbox import dockerfile  # pylint: disable=import-outside-toplevel
-
   recipe, text, parent = _recipe(base.name)
   out = recipe_files(parent)
   for i in dockerfile.instructions(text, str(recipe)):

@@ -39,7 +39,7 @@ import tqdm
 
 from tmax_jax import cli, json_io
 from tmax_jax.errors import UserError
-from tmax_jax.sandbox import bases, dockerfile, layers, mirror
+from tmax_jax.sandbox import bases, dockerfile, images, layers, mirror
 from tmax_jax.sandbox.api import SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
 
@@ -169,6 +169,22 @@ def build_image(
   return image
 
 
+def ensure_base(
+  base: bases.Base, *, quiet: bool = True
+) -> tuple[pathlib.Path, tuple[str, ...], str]:
+  """-> (rootfs dir, layer ids on top of it, an id naming both). Builds what is missing."""
+  if base.name == "tmax-base":
+    root = images.ensure_base_rootfs(quiet=quiet)
+    return root, (), f"tmax-base:{root.name}"
+  if base.name.startswith("debootstrap-"):
+    root = images.ensure_debootstrap(base.suite, quiet=quiet)
+    return root, (), f"{base.name}:{root.name}"
+  image = build_image(
+    bases.recipes_dir(), dockerfile_name=f"{base.name}/Dockerfile", quiet=quiet, finalize=False
+  )
+  return pathlib.Path(image.base), image.layers, f"{base.name}:{image.id}"
+
+
 class _Builder:
   """Runs the instructions of one Dockerfile; see build_image."""
 
@@ -239,7 +255,7 @@ class _Builder:
       self.warnings.append(f"line {i.line}: {base.warning}")
     self.base_name = base.name
     try:
-      self.base, base_layers, self.base_id = bases.ensure_base(base, quiet=self.quiet)
+      self.base, base_layers, self.base_id = ensure_base(base, quiet=self.quiet)
     except (SandboxError, DockerfileError) as err:
       raise bases.StandInBuildError(base.name, [bases.BASE_BUILD], err) from None
     self.layers = list(base_layers)

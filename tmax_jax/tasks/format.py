@@ -379,7 +379,11 @@ def config_to_dict(cfg: TaskConfig) -> dict[str, dict[str, Any]]:
 
 
 def dumps_task_config(cfg: TaskConfig) -> str:
-  doc = config_to_dict(cfg)
+  return dumps_toml(config_to_dict(cfg))
+
+
+def dumps_toml(doc: Mapping[str, Any]) -> str:
+  """A task.toml document (top-level keys, then one table per dict) as TOML text."""
   lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
   for sec, body in doc.items():
     if isinstance(body, dict) and body:

@@ -450,6 +450,8 @@ def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1)
   from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
 
   model_cfg = _model_config(job.model)
+  # memory does not depend on the lr schedule's horizon; an SFT job's depends on its data
+  job = dataclasses.replace(job, train=job.train.for_run(job.steps or 1))
   trainer_mesh, server_mesh = _meshes(job, jax.devices(), processes)
   shape = dict(trainer_mesh.shape)
   notes = [f"trainer mesh {shape}"]

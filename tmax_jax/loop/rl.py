@@ -278,7 +278,8 @@ def _setup(
   ckpt = dataclasses.replace(
     cfg.train.checkpoint, directory=cfg.train.checkpoint.directory or str(out / "ckpt")
   )
-  cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, checkpoint=ckpt))
+  train = dataclasses.replace(cfg.train.for_run(cfg.steps), checkpoint=ckpt)
+  cfg = dataclasses.replace(cfg, train=train)
   trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, place.trainer_mesh)
   return cfg, place, model_cfg, trainer, trainer.init_state(params)
 

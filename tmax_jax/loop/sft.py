@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import pathlib
 
 import jax
@@ -94,9 +93,8 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
   if not records:
     raise ValueError("SFT: no trajectories to train on")
   rows = cfg.train.global_batch
-  steps_per_epoch = math.ceil(len(records) / rows)
-  total = cfg.steps or cfg.train.epochs * steps_per_epoch
-  trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, mesh)
+  total = cfg.train.sft_steps(len(records), cfg.steps)
+  trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train.for_run(total), mesh)
   state, history = trainer.init_state(params), []
   with MetricsWriter(str(out / "metrics.jsonl"), str(out / "tb")) as writer:
     bar = tqdm.tqdm(total=total, desc="sft")

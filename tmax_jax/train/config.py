@@ -22,13 +22,18 @@ def _choice(field: str, value, allowed) -> None:
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
   """Optax AdamW + global-norm clipping; lr schedule with linear warmup (HF convention: lr 0 at
-  step 0). `warmup_ratio` (fraction of total_steps) is used when `warmup_steps` is 0."""
+  step 0). `warmup_ratio` (fraction of total_steps) is used when `warmup_steps` is 0.
+
+  `total_steps` is the schedule's horizon (decay end, warmup_ratio base). 0, the default, means the
+  job's own step count, which the job fills in (`TrainConfig.for_run`): SFT epochs x
+  ceil(N / global_batch) unless its `steps` is set (`TrainConfig.sft_steps`), RL its `steps`. A
+  value > 0 is kept as given (a horizon other than the run's, e.g. a run to be extended later)."""
 
   learning_rate: float = 1e-6
   schedule: str = "constant"
   warmup_steps: int = 0
   warmup_ratio: float = 0.0
-  total_steps: int = 500
+  total_steps: int = 0  # 0 = the job's step count
   end_lr_ratio: float = 0.0  # linear/cosine decay ends at learning_rate * end_lr_ratio
   weight_decay: float = 0.0
   decay_norms_and_biases: bool = False  # HF Trainer's default: no decay on biases / norm scales
@@ -39,14 +44,33 @@ class OptimizerConfig:
 
   def __post_init__(self):
     _choice("optimizer.schedule", self.schedule, SCHEDULES)
-    if self.total_steps <= 0:
-      raise ValueError(f"optimizer.total_steps={self.total_steps}; expected > 0")
+    if self.total_steps < 0:
+      raise ValueError(f"optimizer.total_steps={self.total_steps}; expected > 0, or 0 = the job's")
     if not 0.0 <= self.warmup_ratio < 1.0:
       raise ValueError(f"optimizer.warmup_ratio={self.warmup_ratio}; expected in [0, 1)")
 
   @property
+  def needs_horizon(self) -> bool:
+    """Whether the schedule depends on total_steps (a decay, or a warmup given as a ratio)."""
+    return self.schedule != "constant" or (not self.warmup_steps and self.warmup_ratio > 0)
+
+  @property
   def warmup(self) -> int:
-    return self.warmup_steps or int(round(self.warmup_ratio * self.total_steps))
+    if self.warmup_steps or not self.warmup_ratio:
+      return self.warmup_steps
+    return int(round(self.warmup_ratio * self.horizon))
+
+  @property
+  def horizon(self) -> int:
+    """total_steps; raises when it is still 0 (the job's) and the schedule depends on it."""
+    if self.total_steps == 0 and self.needs_horizon:
+      raise ValueError(
+        f"optimizer.total_steps=0 (the job's step count) was never filled in, and the "
+        f"{self.schedule!r} schedule with warmup_ratio={self.warmup_ratio} depends on it: "
+        "build the trainer from TrainConfig.for_run(<the job's steps>), or set "
+        "optimizer.total_steps"
+      )
+    return self.total_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,6 +252,18 @@ class TrainConfig:
 
   def replace(self, **changes) -> "TrainConfig":
     return dataclasses.replace(self, **changes)
+
+  def sft_steps(self, num_examples: int, steps: int = 0) -> int:
+    """Optimizer steps of an SFT job over `num_examples` trajectories: `steps` when > 0, else
+    epochs x ceil(num_examples / global_batch)."""
+    return steps or self.epochs * -(-num_examples // self.global_batch)
+
+  def for_run(self, total_steps: int) -> "TrainConfig":
+    """This config with the job's step count as the schedule's horizon, unless
+    optimizer.total_steps was set explicitly (> 0)."""
+    if self.optimizer.total_steps:
+      return self
+    return self.replace(optimizer=dataclasses.replace(self.optimizer, total_steps=total_steps))
 
   def check_data(self, produced: BatchInputs, seq_len: int, path: str = "train") -> None:
     """Config-time checks against a job's data path: every batch field the loss reads is produced,

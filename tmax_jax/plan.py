@@ -486,20 +486,14 @@ def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1)
   return Plan(trainer, server, place, device_memory_gb * GB, notes)
 
 
-def _job(config_dict):
-  from tmax_jax.config_dict import from_config_dict  # pylint: disable=import-outside-toplevel
-  from tmax_jax.loop.config import RLConfig, SFTConfig  # pylint: disable=import-outside-toplevel
-
-  cls = RLConfig if "rollout" in config_dict else SFTConfig
-  return from_config_dict(cls, config_dict)
-
-
 def main(argv) -> None:
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
 
   f = flags.FLAGS
-  job = _job(f.config)
+  from tmax_jax.loop.config import job_config  # pylint: disable=import-outside-toplevel
+
+  job = job_config(f.config)
   topology = job.topology
   devices = f.devices or topology.devices
   memory = f.device_memory_gb or topology.device_memory_gb

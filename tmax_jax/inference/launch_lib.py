@@ -36,6 +36,7 @@ from tmax_jax.models.config import (
   DtypePolicy,
   ModelConfig,
   UnsupportedConfigError,
+  from_hf_config,
 )
 
 log = logging.getLogger(__name__)
@@ -58,27 +59,35 @@ def checkpoint_overrides(mc) -> dict:
   return {k: v for k, v in dict(mc.overrides).items() if k not in defined}
 
 
-def model_from_config(mc, mesh=None, **cfg_overrides) -> tuple[ModelConfig, Any]:
-  """-> (ModelConfig, params_fn). With `mesh`, params load (or initialise) straight into their
-  shardings on it: each device reads only its own block of the checkpoint. `cfg_overrides`
-  replace ModelConfig fields (e.g. the serving mesh's logical_axis_rules)."""
+def model_config(mc, **cfg_overrides) -> ModelConfig:
+  """The ModelConfig a ModelSpec names (its checkpoint's config.json + the runtime overrides, or
+  its preset + overrides), without loading params."""
   dtypes = DtypePolicy(
     param_dtype=mc.param_dtype, compute_dtype=mc.compute_dtype, head_dtype=mc.head_dtype
   )
   if mc.checkpoint:
-    from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
-
     overrides = {**checkpoint_overrides(mc), **cfg_overrides}
-    cfg, params = hf_io.load_pretrained(mc.checkpoint, mesh=mesh, dtypes=dtypes, **overrides)
-    return cfg, lambda: params
+    return from_hf_config(mc.checkpoint, dtypes=dtypes, **overrides)
   if not mc.preset:
     raise ValueError("config.model: set `checkpoint` (an HF directory) or `preset`")
-  cfg = registry.preset(mc.preset, dtypes=dtypes, **{**dict(mc.overrides), **cfg_overrides})
+  return registry.preset(mc.preset, dtypes=dtypes, **{**dict(mc.overrides), **cfg_overrides})
+
+
+def model_from_config(mc, mesh=None, **cfg_overrides) -> tuple[ModelConfig, Any]:
+  """-> (ModelConfig, params_fn). With `mesh`, params load (or initialise) straight into their
+  shardings on it: each device reads only its own block of the checkpoint. `cfg_overrides`
+  replace ModelConfig fields (e.g. the serving mesh's logical_axis_rules)."""
+  cfg = model_config(mc, **cfg_overrides)
   shardings = None
   if mesh is not None:
     from tmax_jax import sharding  # pylint: disable=import-outside-toplevel
 
     shardings = sharding.param_shardings(cfg, mesh)
+  if mc.checkpoint:
+    from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
+
+    params = hf_io.load_params(mc.checkpoint, cfg, shardings)
+    return cfg, lambda: params
   return cfg, lambda: registry.init_params(cfg, jax.random.key(mc.seed), shardings)
 
 

@@ -9,6 +9,7 @@ from tmax_jax.agents.batching import rollout_inputs
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
+from tmax_jax.config_dict import from_config_dict
 from tmax_jax.models import registry
 from tmax_jax.train.config import BatchInputs, LossConfig, TrainConfig
 
@@ -256,3 +257,8 @@ class DemoConfig:
     self.sft_train.check_data(SFT_INPUTS, self.seq_len, "sft_train")
     self.rl_train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len, "rl_train")
     check_model_family(self.model, self.episode)
+
+
+def job_config(config_dict):
+  """A job's ConfigDict (configs/*.py) -> its RLConfig (it has `rollout`) or SFTConfig."""
+  return from_config_dict(RLConfig if "rollout" in config_dict else SFTConfig, config_dict)

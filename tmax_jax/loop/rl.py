@@ -47,7 +47,7 @@ from tmax_jax.loop.weight_sync import WeightSync, served_target
 from tmax_jax.models import registry
 from tmax_jax.tokenizers.builder import load_tokenizer, tokenizer_dir
 from tmax_jax.train import distributed
-from tmax_jax.train.checkpoint import Checkpointer
+from tmax_jax.train.checkpoint import Checkpointer, model_metadata
 from tmax_jax.train.metrics import MetricsWriter
 from tmax_jax.train.step import Trainer
 
@@ -274,9 +274,8 @@ def _setup(
     model_cfg, params = common.load_policy(cfg.model, cfg.episode.family, mesh=place.trainer_mesh)
   else:
     params = jax.device_put(params, sharding.param_shardings(model_cfg, place.trainer_mesh))
-  out = pathlib.Path(cfg.output_dir)
   ckpt = dataclasses.replace(
-    cfg.train.checkpoint, directory=cfg.train.checkpoint.directory or str(out / "ckpt")
+    cfg.train.checkpoint, directory=cfg.train.checkpoint.directory_for(cfg.output_dir)
   )
   train = dataclasses.replace(cfg.train.for_run(cfg.steps), checkpoint=ckpt)
   cfg = dataclasses.replace(cfg, train=train)
@@ -290,7 +289,7 @@ def run_rl(cfg: RLConfig, *, model_cfg=None, params=None) -> RLResult:
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   cfg, place, model_cfg, trainer, state = _setup(cfg, model_cfg, params)
-  checkpointer = Checkpointer(cfg.train.checkpoint)
+  checkpointer = Checkpointer(cfg.train.checkpoint, model_metadata(model_cfg, cfg.episode.family))
   start_step, position = 0, task_stream.Position()
   if checkpointer.latest_step() is not None:
     state, data, start_step = checkpointer.restore(state)

@@ -4,6 +4,7 @@ Presets at the bottom express the recipe's RL run and both SFT recipes of recipe
 """
 
 import dataclasses
+import os
 from typing import Any
 
 from tmax_jax import rl
@@ -213,11 +214,16 @@ class PackingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
-  """Orbax CheckpointManager: save every `save_every` steps (async), keep the last `keep_last`."""
+  """Orbax CheckpointManager: save every `save_every` steps (async), keep the last `keep_last`,
+  and also save, and keep for good, every step that is a multiple of `keep_every` (0 = none):
+  the checkpoints a user goes back to, e.g. before the collapse runs often show after ~300 steps
+  (recipe.md); `python3 -m tmax_jax.export --step S` writes the HF export of any kept step.
+  `directory` "" = <the job's output_dir>/ckpt."""
 
   directory: str = ""
   save_every: int = 50
   keep_last: int = 3
+  keep_every: int = 100
   async_save: bool = True
 
   def __post_init__(self):
@@ -225,6 +231,16 @@ class CheckpointConfig:
       raise ValueError(
         f"checkpoint.save_every={self.save_every}, keep_last={self.keep_last}; expected both > 0"
       )
+    if self.keep_every < 0:
+      raise ValueError(f"checkpoint.keep_every={self.keep_every}; expected >= 0 (0 = none)")
+
+  def directory_for(self, output_dir: str) -> str:
+    """Where the job's checkpoints live: `directory`, else <output_dir>/ckpt."""
+    return self.directory or os.path.join(output_dir, "ckpt")
+
+  def saves(self, step: int) -> bool:
+    """Whether `step` is checkpointed: a multiple of save_every or of keep_every."""
+    return step % self.save_every == 0 or bool(self.keep_every and step % self.keep_every == 0)
 
 
 @dataclasses.dataclass(frozen=True)

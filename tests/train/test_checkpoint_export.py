@@ -127,22 +127,19 @@ def test_export_cli_with_a_job_config(tmp_path):
       """
     )
   )
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  r = subprocess.run(
-    [sys.executable, "-m", "tmax_jax.export", "--step", "1", f"--config={config}"],
-    capture_output=True,
-    text=True,
-    env=env,
-    timeout=600,
-  )
+  r = _export_cli("--step", "1", f"--config={config}")
   assert r.returncode == 0, r.stderr[-3000:]
   assert "exported to" in r.stdout
   _assert_export_holds(run / "hf-step1", cfg, by_step[1])
-  r = subprocess.run(
-    [sys.executable, "-m", "tmax_jax.export", "--step", "1", f"--checkpoint_dir={run / 'ckpt'}"],
+  r = _export_cli("--step", "1", f"--checkpoint_dir={run / 'ckpt'}")
+  assert r.returncode != 0 and "--out" in r.stderr
+
+
+def _export_cli(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(
+    [sys.executable, "-m", "tmax_jax.export", *args],
     capture_output=True,
     text=True,
-    env=env,
+    env=dict(os.environ, JAX_PLATFORMS="cpu"),
     timeout=600,
   )
-  assert r.returncode != 0 and "--out" in r.stderr

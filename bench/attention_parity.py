@@ -17,7 +17,6 @@ code 1 on a failure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -26,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tmax_jax import sharding
+from tmax_jax import cli, sharding
 from tmax_jax.models import attention
 from tmax_jax.models.attention import blockwise, reference, ring
 
@@ -174,8 +173,8 @@ def run(tiny: bool, interpret: bool) -> list[dict]:
   return out
 
 
-def main() -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--tiny", action="store_true", help="small CPU shapes")
   parser.add_argument(
     "--interpret",
@@ -183,7 +182,7 @@ def main() -> int:
     help="also check splash through the Pallas interpreter (off TPU)",
   )
   parser.add_argument("--out", default=None, help="JSONL output path")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   out_path = pathlib.Path(
     args.out or os.path.join(os.environ.get("OUT", "."), "attention_parity.jsonl")
   )
@@ -202,4 +201,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

@@ -13,7 +13,6 @@ live context (4 x L x N x H x context).
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
@@ -23,7 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tmax_jax import hlo_cost  # noqa: E402
+from tmax_jax import (
+  cli,
+  hlo_cost,  # noqa: E402
+)
 from tmax_jax.models import registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
 from tmax_jax.models.qwen import presets  # noqa: E402
@@ -155,16 +157,18 @@ def _key(row: dict) -> str:
 
 
 def main(argv=None) -> list[dict]:
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--policies", default="none,full")
-  ap.add_argument("--batch", type=int, default=4)
-  ap.add_argument("--seq", type=int, default=4096)
+  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument(
+    "--policies", default="none,full", help="comma-separated remat policies to compile"
+  )
+  ap.add_argument("--batch", type=int, default=4, help="train-step batch")
+  ap.add_argument("--seq", type=int, default=4096, help="train-step sequence length")
   ap.add_argument("--chunk", type=int, default=1024, help="logprob chunk size")
-  ap.add_argument("--slots", type=int, default=64)
-  ap.add_argument("--max_len", type=int, default=4096)
+  ap.add_argument("--slots", type=int, default=64, help="decode slots")
+  ap.add_argument("--max_len", type=int, default=4096, help="decode max_len (KV cache length)")
   ap.add_argument("--decode_layers", default="scanned", help="scanned,unrolled: decode rows")
-  ap.add_argument("--tiny", action="store_true")
-  ap.add_argument("--out", default=None)
+  ap.add_argument("--tiny", action="store_true", help="tiny shapes (tests)")
+  ap.add_argument("--out", default=None, help="JSON output path")
   ap.add_argument("--write", default=None, help="record the ratios here (the guard test reads it)")
   args = ap.parse_args(argv)
   b, s = (2, 64) if args.tiny else (args.batch, args.seq)
@@ -197,4 +201,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

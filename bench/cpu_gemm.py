@@ -13,7 +13,6 @@ where a bench spends its time bounds what that bench's ratio can reach without a
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 
 import jax
@@ -21,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import report  # bench/report.py (the script's directory is on sys.path)
 import torch
+
+from tmax_jax import cli
 
 # M x K x N: serve_bench's decode step at B=64 (Qwen3 d=256, F=768, V=8192: q/o, MLP up, MLP down,
 # head), model_fwd_bwd's forward at B x T = 4 x 512 (d=512, F=1536, V=16384) and its MLP weight
@@ -77,12 +78,21 @@ def sides(m: int, k: int, n: int, weights: int, work_flops: float, seed: int = 0
 
 
 def main(argv=None) -> list[dict]:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--shapes", default=DEFAULT_SHAPES)
+  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument(
+    "--shapes", default=DEFAULT_SHAPES, help="comma-separated MxKxN matmul shapes"
+  )
   parser.add_argument("--weights", type=int, default=4, help="distinct weight matrices per call")
   parser.add_argument("--work_flops", type=float, default=2e9, help="FLOPs per timed call")
-  parser.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
-  parser.add_argument("--append", type=pathlib.Path, default=None)
+  parser.add_argument(
+    "--pairs", type=int, default=report.MIN_PAIRS, help="alternated ours/theirs pairs"
+  )
+  parser.add_argument(
+    "--append",
+    type=pathlib.Path,
+    default=None,
+    help="BENCHMARKS.md to append the row to (quiet machine only)",
+  )
   args = parser.parse_args(argv)
   results = []
   for text in args.shapes.split(","):
@@ -104,4 +114,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

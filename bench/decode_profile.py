@@ -16,7 +16,6 @@ Single-sided timings (report.time_it), for finding costs, not for BENCHMARKS row
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
@@ -36,23 +35,24 @@ import numpy as np  # noqa: E402
 import report  # noqa: E402
 import serve_bench  # noqa: E402
 
+from tmax_jax import cli
 from tmax_jax.inference import scheduler  # noqa: E402
 
 PHASES = ("_drain", "_admit", "_prefill_once", "_dispatch_decode", "_process")
 
 
 def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--batches", default="32,64")
-  p.add_argument("--prompt", type=int, default=16)
-  p.add_argument("--new", type=int, default=64)
-  p.add_argument("--repeats", type=int, default=3)
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--batches", default="32,64", help="comma-separated decode batch sizes")
+  p.add_argument("--prompt", type=int, default=16, help="prompt tokens per sequence")
+  p.add_argument("--new", type=int, default=64, help="new tokens per sequence")
+  p.add_argument("--repeats", type=int, default=3, help="timed runs per batch")
   p.add_argument("--profile", type=int, default=0, help="profiled decode-step runs (0 = none)")
-  p.add_argument("--top", type=int, default=15)
-  p.add_argument("--tiny", action="store_true")
+  p.add_argument("--top", type=int, default=15, help="profile rows to print")
+  p.add_argument("--tiny", action="store_true", help="tiny model and workload (tests)")
   p.add_argument("--unrolled", action="store_true", help="serve unrolled (decode.CoreShape)")
   p.add_argument("--decode_steps", type=int, default=4, help="EngineConfig.decode_steps")
-  p.add_argument("--json", default="")
+  p.add_argument("--json", default="", help="JSON output path")
   return p.parse_args(argv)
 
 
@@ -168,4 +168,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

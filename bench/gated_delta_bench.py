@@ -12,7 +12,6 @@ adds it to BENCHMARKS.md unless the machine was busy.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 
 import jax
@@ -23,6 +22,7 @@ import torch
 import transformers
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf_mod
 
+from tmax_jax import cli
 from tmax_jax.models import from_hf_config
 from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet
 
@@ -59,17 +59,26 @@ def torch_params_to_ours(module) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--hidden", type=int, default=512)
-  parser.add_argument("--k-heads", type=int, default=4)
-  parser.add_argument("--v-heads", type=int, default=8)
-  parser.add_argument("--head-dim", type=int, default=64)
-  parser.add_argument("--seq", type=int, default=1024)
-  parser.add_argument("--batch", type=int, default=2)
-  parser.add_argument("--chunk", type=int, default=64)
-  parser.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
+  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--hidden", type=int, default=512, help="model width")
+  parser.add_argument("--k_heads", type=int, default=4, help="key heads")
+  parser.add_argument("--v_heads", type=int, default=8, help="value heads")
+  parser.add_argument("--head_dim", type=int, default=64, help="head dimension")
+  parser.add_argument("--seq", type=int, default=1024, help="sequence length")
+  parser.add_argument("--batch", type=int, default=2, help="batch size")
+  parser.add_argument(
+    "--chunk", type=int, default=64, help="chunk length of the chunked delta rule"
+  )
+  parser.add_argument(
+    "--pairs", type=int, default=report.MIN_PAIRS, help="alternated ours/theirs pairs"
+  )
   parser.add_argument("--tiny", action="store_true", help="tiny shapes (tests)")
-  parser.add_argument("--append", type=pathlib.Path, default=None)
+  parser.add_argument(
+    "--append",
+    type=pathlib.Path,
+    default=None,
+    help="BENCHMARKS.md to append the row to (quiet machine only)",
+  )
   args = parser.parse_args(argv)
   if args.tiny:
     vars(args).update(hidden=64, k_heads=2, v_heads=4, head_dim=16, seq=64, batch=1, chunk=16)
@@ -132,4 +141,4 @@ HEADING = (
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

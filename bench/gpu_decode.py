@@ -9,7 +9,6 @@ Without an accelerator and without --tiny it prints why and exits 0. Prints one 
 writes it to --out (default bench/gpu_decode.json) atomically.
 """
 
-import argparse
 import json
 import pathlib
 import sys
@@ -21,7 +20,7 @@ from jax.sharding import Mesh
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
-from tmax_jax import json_io
+from tmax_jax import cli, json_io
 from tmax_jax.inference import decode, paged, sampling, scheduler
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
@@ -40,17 +39,21 @@ TINY = dict(
 
 
 def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--tiny", action="store_true", help="tiny shapes for a CPU smoke run")
-  p.add_argument("--batch", type=int, default=64)
-  p.add_argument("--prompt", type=int, default=512)
-  p.add_argument("--new", type=int, default=256)
-  p.add_argument("--page_size", type=int, default=64)
+  p.add_argument("--batch", type=int, default=64, help="decode batch (concurrent sequences)")
+  p.add_argument("--prompt", type=int, default=512, help="prompt tokens per sequence")
+  p.add_argument("--new", type=int, default=256, help="new tokens per sequence")
+  p.add_argument("--page_size", type=int, default=64, help="KV cache page size (tokens)")
   p.add_argument("--tensor", type=int, default=1, help="devices of the replica (tensor parallel)")
-  p.add_argument("--temperature", type=float, default=1.0)
+  p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
   p.add_argument("--unrolled", action="store_true", help="serve unrolled (decode.CoreShape)")
   p.add_argument("--decode_steps", type=int, default=4, help="decode steps per dispatched call")
-  p.add_argument("--out", default=str(pathlib.Path(__file__).with_name("gpu_decode.json")))
+  p.add_argument(
+    "--out",
+    default=str(pathlib.Path(__file__).with_name("gpu_decode.json")),
+    help="JSON output path",
+  )
   a = p.parse_args(argv)
   if a.tiny:
     a.batch, a.prompt, a.new, a.page_size = min(a.batch, 4), min(a.prompt, 32), min(a.new, 16), 8
@@ -170,4 +173,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

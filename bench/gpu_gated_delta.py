@@ -13,7 +13,6 @@ and a printed summary. --tiny runs a small config on CPU to check the script its
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -25,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import report  # bench/report.py (the script's directory is on sys.path)
 
+from tmax_jax import cli
 from tmax_jax.models.qwen3_5.config import Qwen3_5Config
 from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet
 
@@ -144,16 +144,29 @@ def torch_time(shape: dict, batch: int, seq: int, repeats: int) -> dict:
   return {"torch_device": device, "torch_fwd_bwd_median_s": report.time_it(step, repeats)[0]}
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--tiny", action="store_true", help="small shapes on CPU (script check)")
-  parser.add_argument("--seqs", type=int, nargs="+", default=None)
-  parser.add_argument("--chunks", type=int, nargs="+", default=[64])
-  parser.add_argument("--batch", type=int, default=1)
-  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument(
+    "--seqs",
+    type=int,
+    nargs="+",
+    default=None,
+    help="sequence lengths (default: the script's list)",
+  )
+  parser.add_argument(
+    "--chunks", type=int, nargs="+", default=[64], help="chunk lengths of the chunked delta rule"
+  )
+  parser.add_argument("--batch", type=int, default=1, help="batch size")
+  parser.add_argument("--repeats", type=int, default=5, help="timed runs per shape")
   parser.add_argument("--torch", action="store_true", help="also time transformers' torch layer")
-  parser.add_argument("--out", type=pathlib.Path, default=None)
-  args = parser.parse_args()
+  parser.add_argument(
+    "--out",
+    type=pathlib.Path,
+    default=None,
+    help="JSONL output path (default: $OUT/gated_delta_gpu.jsonl)",
+  )
+  args = parser.parse_args(argv)
   if args.tiny:
     jax.config.update("jax_platforms", "cpu")
   shape = SHAPES_TINY if args.tiny else SHAPES_9B
@@ -191,4 +204,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

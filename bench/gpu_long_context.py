@@ -16,7 +16,6 @@ tokens/s and MFU. One JSON line per result in --out (default $OUT/gpu_long_conte
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -30,6 +29,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import attention_parity  # noqa: E402
 import long_context  # noqa: E402
 
+from tmax_jax import cli
 from tmax_jax.models import qwen, qwen3_5, registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
@@ -71,16 +71,23 @@ def time_step(cfg: ModelConfig, seq: int, steps: int) -> dict:
   }
 
 
-def main() -> int:
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--tiny", action="store_true", help="small model and T on CPU")
-  ap.add_argument("--model", default="qwen3-1.7b")
-  ap.add_argument("--seq", type=int, default=65536)
-  ap.add_argument("--impls", nargs="+", default=["cudnn", "blockwise"])
-  ap.add_argument("--steps", type=int, default=3)
-  ap.add_argument("--skip_parity", action="store_true")
-  ap.add_argument("--out", default=None)
-  args = ap.parse_args()
+  ap.add_argument("--model", default="qwen3-1.7b", help="model preset")
+  ap.add_argument("--seq", type=int, default=65536, help="sequence length")
+  ap.add_argument(
+    "--impls",
+    nargs="+",
+    default=["cudnn", "blockwise"],
+    help="attention implementations to time (the reference is always added)",
+  )
+  ap.add_argument("--steps", type=int, default=3, help="timed train steps per implementation")
+  ap.add_argument(
+    "--skip_parity", action="store_true", help="skip the parity check against the reference"
+  )
+  ap.add_argument("--out", default=None, help="JSONL output path")
+  args = ap.parse_args(argv)
   out = pathlib.Path(args.out or os.path.join(os.environ.get("OUT", "."), "gpu_long_context.jsonl"))
   platform = jax.default_backend()
   results = []
@@ -118,4 +125,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

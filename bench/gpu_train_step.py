@@ -7,7 +7,6 @@ global-norm clipping). Reports tokens/s and MFU against the H200 anchor of machi
   python bench/gpu_train_step.py --tiny    # a tiny config on CPU, checks the script end to end
 """
 
-import argparse
 import json
 import pathlib
 import sys
@@ -18,6 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from tmax_jax import cli
 from tmax_jax.models import registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
 from tmax_jax.models.qwen import presets  # noqa: E402
@@ -137,16 +137,20 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--tiny", action="store_true")
-  ap.add_argument("--batch", type=int, default=4)
-  ap.add_argument("--seq", type=int, default=4096)
-  ap.add_argument("--micro_batches", type=int, default=1)
+  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--tiny", action="store_true", help="tiny model and shapes (CPU script check)")
+  ap.add_argument("--batch", type=int, default=4, help="batch size")
+  ap.add_argument("--seq", type=int, default=4096, help="sequence length")
+  ap.add_argument(
+    "--micro_batches", type=int, default=1, help="micro-batches per step (gradient accumulation)"
+  )
   ap.add_argument("--chunk", type=int, default=1024, help="logprob chunk along time")
-  ap.add_argument("--remat", default="full")
-  ap.add_argument("--steps", type=int, default=10)
-  ap.add_argument("--peak_tflops", type=float, default=790.0)
-  ap.add_argument("--out", default=None)
+  ap.add_argument("--remat", default="full", help="rematerialisation policy")
+  ap.add_argument("--steps", type=int, default=10, help="timed steps")
+  ap.add_argument(
+    "--peak_tflops", type=float, default=790.0, help="the device's peak TFLOP/s, for MFU"
+  )
+  ap.add_argument("--out", default=None, help="JSON output path")
   ap.add_argument("--trace_only", action="store_true", help="eval_shape the full-size step")
   args = ap.parse_args(argv)
   result = trace_only(args) if args.trace_only else run(args)
@@ -156,4 +160,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

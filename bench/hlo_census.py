@@ -14,7 +14,6 @@ busy machine; the top instructions name the op that produced them.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import json
@@ -29,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from tmax_jax import cli
 from tmax_jax import hlo_cost as H  # noqa: E402
 from tmax_jax.models import registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
@@ -290,15 +290,17 @@ def trace_seconds(run, rows: list[Row], runs: int) -> dict[str, float]:
 
 def main(argv=None) -> dict:
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--program", choices=("fwd_bwd", "train_step"), default="fwd_bwd")
-  ap.add_argument("--layers", type=int, default=4)
-  ap.add_argument("--hidden", type=int, default=512)
-  ap.add_argument("--vocab", type=int, default=16384)
-  ap.add_argument("--batch", type=int, default=4)
-  ap.add_argument("--seq", type=int, default=512)
+  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument(
+    "--program", choices=("fwd_bwd", "train_step"), default="fwd_bwd", help="the program to compile"
+  )
+  ap.add_argument("--layers", type=int, default=4, help="decoder layers")
+  ap.add_argument("--hidden", type=int, default=512, help="model width")
+  ap.add_argument("--vocab", type=int, default=16384, help="vocabulary size")
+  ap.add_argument("--batch", type=int, default=4, help="batch size")
+  ap.add_argument("--seq", type=int, default=512, help="sequence length")
   ap.add_argument("--chunk", type=int, default=256, help="logprob chunk size")
-  ap.add_argument("--remat", default="none")
+  ap.add_argument("--remat", default="none", help="rematerialisation policy")
   ap.add_argument("--unroll", action="store_true", help="unrolled layers (default: scanned)")
   ap.add_argument("--attention_impl", default=None, help="ModelConfig.attention_impl, if any")
   ap.add_argument("--dtype", default="float32", help="compute dtype")
@@ -308,9 +310,9 @@ def main(argv=None) -> dict:
     default=0,
     help="also run it N times under jax.profiler and attribute the time",
   )
-  ap.add_argument("--top", type=int, default=25)
+  ap.add_argument("--top", type=int, default=25, help="ops to list")
   ap.add_argument("--hlo", default=None, help="also write the optimised HLO text here")
-  ap.add_argument("--json", default=None)
+  ap.add_argument("--json", default=None, help="JSON output path")
   args = ap.parse_args(argv)
   if args.profile:  # read when the CPU backend starts, i.e. before the first compile
     os.environ["XLA_FLAGS"] = (
@@ -348,4 +350,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

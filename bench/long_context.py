@@ -17,7 +17,6 @@ runs). One JSON line per measurement in --out (default $OUT/long_context.jsonl, 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -35,7 +34,10 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import report  # noqa: E402  (bench/report.py)
 
-from tmax_jax import sharding  # noqa: E402
+from tmax_jax import (
+  cli,
+  sharding,  # noqa: E402
+)
 from tmax_jax.models import ModelConfig, registry  # noqa: E402
 from tmax_jax.models.qwen3_5 import Qwen3_5Config  # noqa: E402
 from tmax_jax.train import batch as batch_lib  # noqa: E402
@@ -138,7 +140,7 @@ def tokens_per_s(cfg: ModelConfig, t: int, repeats: int, mesh=None) -> float:
   """Median train-step throughput on one packed row (after a compile / warm-up step)."""
   tcfg = TrainConfig(logprob_chunk_size=min(512, t))
   trainer = step_lib.Trainer(registry.build_model(cfg), cfg, tcfg, mesh)
-  shardings = None if mesh is None else sharding.param_shardings(cfg, mesh)
+  shardings = None if mesh is None else registry.param_shardings(cfg, mesh)
   box = {"state": trainer.init_state(registry.init_params(cfg, jax.random.key(0), shardings))}
   batch = random_rows(cfg, 1, t)
 
@@ -199,20 +201,22 @@ def table(results: list[dict]) -> str:
   return "\n".join(lines)
 
 
-def main() -> None:
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> None:
+  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--tiny", action="store_true", help="small T (the test's smoke run)")
-  ap.add_argument("--seqs", type=int, nargs="+", default=list(SEQS))
+  ap.add_argument("--seqs", type=int, nargs="+", default=list(SEQS), help="sequence lengths")
   ap.add_argument("--memory_only", action="store_true", help="compile only, no timed steps")
-  ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--repeats", type=int, default=3, help="timed steps per length")
   ap.add_argument(
     "--max_run_gb",
     type=float,
     default=4.0,
     help="run the reference only where its fp32 scores of one layer fit this",
   )
-  ap.add_argument("--out", default=None)
-  args = ap.parse_args()
+  ap.add_argument(
+    "--out", default=None, help="JSONL output path (default: $OUT/long_context.jsonl)"
+  )
+  args = ap.parse_args(argv)
   out = pathlib.Path(args.out or os.path.join(os.environ.get("OUT", "."), "long_context.jsonl"))
   results = rows(args)
   with out.open("a") as f:
@@ -222,4 +226,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -13,7 +13,6 @@ malloc as torch users have it, or --theirs_malloc tuned); prints one markdown ro
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import tempfile
 
@@ -24,6 +23,7 @@ import report  # bench/report.py (the script's directory is on sys.path)
 import torch
 import transformers
 
+from tmax_jax import cli
 from tmax_jax.models import build_model, head_weight, hf_io
 from tmax_jax.models.logprobs import saves_logits, token_logprobs
 
@@ -101,15 +101,17 @@ TINY = dict(layers=2, hidden=64, seq=32, batch=2, vocab=256, chunk=16)
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--layers", type=int, default=4)
-  parser.add_argument("--hidden", type=int, default=512)
-  parser.add_argument("--seq", type=int, default=512)
-  parser.add_argument("--batch", type=int, default=4)
-  parser.add_argument("--vocab", type=int, default=16384)
-  parser.add_argument("--chunk", type=int, default=256)
-  parser.add_argument("--remat", default="none")
-  parser.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
+  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--layers", type=int, default=4, help="decoder layers")
+  parser.add_argument("--hidden", type=int, default=512, help="model width")
+  parser.add_argument("--seq", type=int, default=512, help="sequence length")
+  parser.add_argument("--batch", type=int, default=4, help="batch size")
+  parser.add_argument("--vocab", type=int, default=16384, help="vocabulary size")
+  parser.add_argument("--chunk", type=int, default=256, help="logprob chunk size")
+  parser.add_argument("--remat", default="none", help="rematerialisation policy")
+  parser.add_argument(
+    "--pairs", type=int, default=report.MIN_PAIRS, help="alternated ours/theirs pairs"
+  )
   parser.add_argument("--tiny", action="store_true", help="tiny shapes (tests)")
   parser.add_argument(
     "--theirs_malloc",
@@ -117,7 +119,12 @@ def main(argv=None) -> dict:
     default="default",
     help="glibc malloc of the torch process: as torch users have it, or tuned as ours",
   )
-  parser.add_argument("--append", type=pathlib.Path, default=None)
+  parser.add_argument(
+    "--append",
+    type=pathlib.Path,
+    default=None,
+    help="BENCHMARKS.md to append the row to (quiet machine only)",
+  )
   args = parser.parse_args(argv)
   if args.tiny:
     vars(args).update(TINY)
@@ -156,4 +163,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

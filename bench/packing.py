@@ -7,7 +7,6 @@ of both and the padding fraction of each batch form.
   python bench/packing.py --tiny    # a tiny config on CPU, checks the script end to end
 """
 
-import argparse
 import json
 import pathlib
 import sys
@@ -18,6 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from tmax_jax import cli
 from tmax_jax.models import registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
 from tmax_jax.train import batch as batch_lib  # noqa: E402
@@ -52,14 +52,16 @@ def episodes(n: int, seq_len: int, vocab: int, seed: int) -> list[batch_lib.Traj
 
 
 def main(argv=None) -> None:
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--episodes", type=int, default=32)
-  ap.add_argument("--seq", type=int, default=512)
+  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--episodes", type=int, default=32, help="episodes per batch")
+  ap.add_argument("--seq", type=int, default=512, help="longest episode (tokens)")
   ap.add_argument("--budget", type=int, default=2048, help="token slots per packed micro-batch")
-  ap.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
+  ap.add_argument(
+    "--pairs", type=int, default=report.MIN_PAIRS, help="alternated packed/padded pairs"
+  )
   ap.add_argument("--tiny", action="store_true", help="a tiny config (tests)")
   ap.add_argument("--record", default="", help="append the row to this BENCHMARKS.md")
-  ap.add_argument("--out", default=None)
+  ap.add_argument("--out", default=None, help="JSON output path")
   args = ap.parse_args(argv)
   cfg = ModelConfig(**(TINY if args.tiny else SMALL))
   n, s, budget = (16, 64, 256) if args.tiny else (args.episodes, args.seq, args.budget)
@@ -123,4 +125,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -170,11 +170,21 @@ class WorkerSide:
           os.environ[k] = v
     child.close()
     self.value = None
+    # Whether the worker still reads requests. After it reported an error it returns and exits:
+    # sending it the stop request then races its exit (BrokenPipeError once its end is closed,
+    # which is_alive() cannot rule out: the end closes before the process is reaped).
+    self._serving = True
     self._cpu = self._receive()[0]
 
   def _receive(self):
-    kind, *payload = self._conn.recv()
+    try:
+      kind, *payload = self._conn.recv()
+    except EOFError:
+      self._serving = False  # the worker died without a word (killed, crashed interpreter)
+      self.close()
+      raise RuntimeError(f"worker side {self.factory} exited without an answer") from None
     if kind == "error":
+      self._serving = False
       self.close()
       raise RuntimeError(f"worker side {self.factory} failed:\n{payload[0]}")
     return payload
@@ -189,11 +199,13 @@ class WorkerSide:
     return self._cpu
 
   def close(self) -> None:
-    if self._proc.is_alive():
+    if self._serving:
+      self._serving = False
       self._conn.send(None)
-      self._proc.join(timeout=30)
+    self._proc.join(timeout=30)
     if self._proc.is_alive():
       self._proc.kill()
+      self._proc.join()
     self._conn.close()
 
   def __enter__(self):
@@ -228,6 +240,7 @@ def _process_cpu_seconds() -> float:
 
 def _serve_side(conn, factory: str, args, kwargs) -> None:
   """WorkerSide's process: build the step, then time one step per request until None."""
+  host_memory.reuse_freed_memory()  # a fresh interpreter: as the env it was given says
   import importlib  # pylint: disable=import-outside-toplevel
   import traceback  # pylint: disable=import-outside-toplevel
 

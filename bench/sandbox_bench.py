@@ -11,7 +11,6 @@ backend.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402  (bench/report.py)
 from tqdm import tqdm  # noqa: E402
 
+from tmax_jax import cli
 from tmax_jax.sandbox import open_sandbox  # noqa: E402
 from tmax_jax.sandbox.api import EnvironmentSpec  # noqa: E402
 from tmax_jax.sandbox.images import ensure_base_rootfs  # noqa: E402
@@ -109,12 +109,14 @@ def row_text(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--backends", default="bubblewrap,podman")
-  parser.add_argument("--starts", type=int, default=5)
-  parser.add_argument("--commands", type=int, default=100)
-  parser.add_argument("--load", default="32x20")
-  parser.add_argument("--jsonl", default=None)
+  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument(
+    "--backends", default="bubblewrap,podman", help="comma-separated sandbox backends"
+  )
+  parser.add_argument("--starts", type=int, default=5, help="sandbox starts timed per backend")
+  parser.add_argument("--commands", type=int, default=100, help="commands timed per sandbox")
+  parser.add_argument("--load", default="32x20", help="concurrent load: SANDBOXESxCOMMANDS")
+  parser.add_argument("--jsonl", default=None, help="JSONL to append the results to")
   parser.add_argument("--append", default=None, help="BENCHMARKS.md to add the rows to")
   args = parser.parse_args(argv)
   n_sb, n_cmd = (int(x) for x in args.load.split("x"))
@@ -137,4 +139,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

@@ -20,7 +20,6 @@ all sides in one run, alternated (bench/report.compare, >= 5 pairs):
 Prints JSON and markdown rows; --record appends them (refused when the machine is busy).
 """
 
-import argparse
 import asyncio
 import json
 import pathlib
@@ -36,7 +35,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=wrong-import-position
 import report  # noqa: E402  (bench/report.py)
 
-from tmax_jax import json_io
+from tmax_jax import cli, json_io
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling, scheduler
@@ -70,8 +69,8 @@ HEADING = (
 
 
 def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--batches", default="8,32,64")
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--batches", default="8,32,64", help="comma-separated decode batch sizes")
   p.add_argument("--grpc_batches", default="8,32,64", help="gRPC end-to-end batches ('' = none)")
   p.add_argument("--layout_batches", default="", help="unrolled vs scanned serving ('' = none)")
   p.add_argument(
@@ -83,17 +82,19 @@ def _args(argv):
     default=engine_lib.EngineConfig.decode_steps,
     help="decode steps per dispatched program (every engine of the run)",
   )
-  p.add_argument("--prompt", type=int, default=16)
-  p.add_argument("--new", type=int, default=64)
+  p.add_argument("--prompt", type=int, default=16, help="prompt tokens per sequence")
+  p.add_argument("--new", type=int, default=64, help="new tokens per sequence")
   p.add_argument("--episodes", type=int, default=2, help="multi-turn episodes (0 = skip)")
-  p.add_argument("--turns", type=int, default=8)
-  p.add_argument("--observation", type=int, default=500)
-  p.add_argument("--turn_tokens", type=int, default=32)
+  p.add_argument("--turns", type=int, default=8, help="turns per multi-turn episode")
+  p.add_argument("--observation", type=int, default=500, help="observation tokens per turn")
+  p.add_argument("--turn_tokens", type=int, default=32, help="generated tokens per turn")
   p.add_argument("--max_len", type=int, default=8192, help="serving max_len (dense footprint)")
-  p.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
+  p.add_argument(
+    "--pairs", type=int, default=report.MIN_PAIRS, help="alternated pairs per comparison"
+  )
   p.add_argument("--tiny", action="store_true", help="tiny model and workload (CI smoke run)")
   p.add_argument("--record", default="", help="BENCHMARKS.md to append the rows to")
-  p.add_argument("--out", default="")
+  p.add_argument("--out", default="", help="JSON output path")
   a = p.parse_args(argv)
   if a.tiny:
     a.batches, a.grpc_batches, a.new, a.episodes, a.turns, a.observation, a.turn_tokens = (
@@ -398,4 +399,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -19,13 +19,13 @@ device of a replica, the pool it allocates and the pages its slots need in each 
   python3 bench/serving_memory.py --config configs/tmax_qwen3_5_9b.py
 """
 
-import argparse
 import json
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
+from tmax_jax import cli
 from tmax_jax.inference import decode, paged
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
@@ -34,14 +34,14 @@ GB = 1e9
 
 
 def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--config", default="", help="an RL config: its shipped serving placement")
-  p.add_argument("--preset", default="qwen3.5-9b")
-  p.add_argument("--episodes", type=int, default=256)
-  p.add_argument("--max_len", type=int, default=2048 + 65536)
-  p.add_argument("--turn_max", type=int, default=16384)
-  p.add_argument("--page_size", type=int, default=64)
-  p.add_argument("--tensor", default="1,2,4")
+  p.add_argument("--preset", default="qwen3.5-9b", help="model preset")
+  p.add_argument("--episodes", type=int, default=256, help="concurrent episodes")
+  p.add_argument("--max_len", type=int, default=2048 + 65536, help="serving max_len (tokens)")
+  p.add_argument("--turn_max", type=int, default=16384, help="largest turn (tokens)")
+  p.add_argument("--page_size", type=int, default=64, help="KV cache page size (tokens)")
+  p.add_argument("--tensor", default="1,2,4", help="comma-separated tensor-parallel sizes")
   p.add_argument(
     "--generating",
     type=float,
@@ -89,13 +89,13 @@ def shipped(a) -> dict:
   from tmax_jax.loop.config import RLConfig  # pylint: disable=import-outside-toplevel
 
   cfg = from_config_dict(RLConfig, load_config_file(a.config))
-  s = cfg.serving
-  a.preset, a.page_size, a.max_len = cfg.model.preset, s.page_size, s.max_len
+  s, e = cfg.serving, cfg.serving.engine
+  a.preset, a.page_size, a.max_len = cfg.model.preset, e.page_size, e.max_len
   a.turn_max = cfg.episode.turn_max_tokens
   kv_device, state_device = per_token_and_state(a.preset, s.tensor)
   hosts = cfg.topology.processes
-  slots = s.max_concurrent_decodes
-  pool_pages = s.num_pages or slots * paged.pages_for(s.max_len, s.page_size)
+  slots = e.max_concurrent_decodes
+  pool_pages = e.num_pages or slots * paged.pages_for(e.max_len, e.page_size)
   scenarios = kv_scenarios(slots, kv_device, a)
   contexts = [int(c) for c in a.contexts.split(",")]
   return dict(
@@ -107,9 +107,9 @@ def shipped(a) -> dict:
     tensor=s.tensor,
     slots_per_replica=slots,
     episodes=slots * s.replicas * hosts,
-    page_size=s.page_size,
+    page_size=e.page_size,
     pool_pages=pool_pages,
-    pool_kv_bytes_per_device=pool_pages * s.page_size * kv_device,
+    pool_kv_bytes_per_device=pool_pages * e.page_size * kv_device,
     state_bytes_per_device=slots * state_device * 2,  # slots + as many prefix-cache blocks
     kv_bytes_per_device=scenarios,
     pages_needed={c: pages_needed(slots, c, a) for c in contexts},
@@ -169,4 +169,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -5,6 +5,17 @@ no-op).
   python3 bench/task_images.py --tb1 ../shared/data/tb1-public-sample \
       --tb2 ../shared/data/tb2-public-envs --backends bubblewrap,podman --out runs/task_images
 
+Third-party TB2 environments the project never developed against (issue 36): `--tb2-git DIR` reads
+THIRD_PARTY_TB2 (below) from a git directory of zjysteven/terminal-bench-env (environments_harbor/,
+extracted with `git archive` into <out>/tb2-git; the repository carries no licence, so nothing of
+it is copied into this one), e.g. builds only, no trials:
+
+  python3 bench/task_images.py --tb2-git /path/to/terminal-bench-env/.git --backends "" \
+      --out runs/task_images_third_party
+
+A build record names the stand-in base's known deviations when one explains a failed build
+(sandbox/bases/deviations.toml), in "deviations".
+
 Resumable: results.jsonl in --out holds one record per (task, backend) and per build; a rerun skips
 what is there (--fresh starts over). A TB1 task is converted into <out>/converted/ first. The build
 columns: "build s" is the first build of the task in this run (layers already cached by earlier
@@ -15,17 +26,36 @@ run. Build times taken on the shared 2-core machine are indicative only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import time
 import traceback
 
 import tqdm
 
+from tmax_jax import cli
+
 _LANGS = ("python", "cpp", "go", "javascript", "rust", "java")
+# Ten environments_harbor/ tasks of zjysteven/terminal-bench-env (commit aaad6aef), none in the
+# development sample: three chosen for what they stress (kfp==1.8.22 is a setup.py sdist;
+# pydantic==2.5.0 has no cp313 wheel of pydantic-core; software-properties-common is not in
+# Debian trixie), seven drawn with random.Random(36) from those that install no torch,
+# tensorflow, jax, transformers, spark, chromium or CUDA (multi-GB downloads).
+THIRD_PARTY_TB2 = (
+  "kubeflow_pipeline_run_medium",
+  "opentelemetry_instrumentation_medium",
+  "ansible_gather_facts_timeout_medium",
+  "ansible_ssh_timeout_playbook_hard",
+  "bats_bash_testing_medium",
+  "bpf_performance_monitoring_medium",
+  "grafana_datasource_proxy_timeout_hard_1",
+  "ios_jailbreak_tweak_development_medium",
+  "weak_symbol_attribute_hard",
+  "wrk_http_benchmarking_medium",
+)
 
 
 def _language(name: str, task) -> str:
@@ -51,9 +81,26 @@ def _load(args, out: pathlib.Path):
   for d in sorted(pathlib.Path(args.tb2).iterdir()) if args.tb2 else []:
     if (d / "task.toml").is_file():
       tasks.append(("tb2", d.name, load_task(d)))
+  for name in THIRD_PARTY_TB2 if args.tb2_git else ():
+    tasks.append(("tb2-3p", name, load_task(_from_git(args.tb2_git, name, out))))
   if args.only:
     tasks = [t for t in tasks if any(o in t[1] for o in args.only.split(","))]
   return tasks
+
+
+def _from_git(git_dir: str, name: str, out: pathlib.Path) -> pathlib.Path:
+  """environments_harbor/<name> of the git directory `git_dir`, extracted under <out>/tb2-git."""
+  dest = out / "tb2-git"
+  task_dir = dest / "environments_harbor" / name
+  if not (task_dir / "task.toml").is_file():
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+      ["git", "--git-dir", git_dir, "archive", "HEAD", f"environments_harbor/{name}"],
+      capture_output=True,
+      check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+  return task_dir
 
 
 def _build_times(task) -> dict:
@@ -71,6 +118,7 @@ def _build_times(task) -> dict:
     "image": built.image.id,
     "same_image": again.image.id == built.image.id,
     "new_layers": sum(1 for s in built.image.steps if not s["cached"]),
+    "deviations": [],
     "warnings": list(built.image.warnings),
     "rewrites": list(built.image.rewrites),
   }
@@ -112,8 +160,8 @@ def table(records: list[dict], backends: list[str]) -> str:
       f"{b.get('build_s', '-')}",
       f"{b.get('cached_build_s', '-')}",
     ]
-    if b.get("error"):
-      cells[3] = "failed"
+    if b.get("error"):  # with the stand-in's known deviations that explain it, if any
+      cells[3] = "failed" + (f" ({', '.join(b['deviations'])})" if b.get("deviations") else "")
     for be in backends:
       for kind in ("oracle", "noop"):
         r = trials.get((task, kind, be))
@@ -144,17 +192,22 @@ def table(records: list[dict], backends: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--tb1", default=None, help="dir of TB1 task dirs (task.yaml)")
   parser.add_argument("--tb2", default=None, help="dir of TB2/Harbor task dirs (task.toml)")
-  parser.add_argument("--backends", default="bubblewrap,podman")
-  parser.add_argument("--out", default="runs/task_images")
+  parser.add_argument(
+    "--tb2_git", default=None, help="git dir of terminal-bench-env: its THIRD_PARTY_TB2 tasks"
+  )
+  parser.add_argument(
+    "--backends", default="bubblewrap,podman", help="comma-separated sandbox backends"
+  )
+  parser.add_argument("--out", default="runs/task_images", help="results directory")
   parser.add_argument("--only", default="", help="comma-separated substrings of task names")
   parser.add_argument("--cache", default=None, help="a separate (cold) cache dir")
   parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
   args = parser.parse_args(argv)
   if args.cache:
-    os.environ["TMAX_CACHE_DIR"] = args.cache
+    os.environ["TMAX_JAX_CACHE"] = args.cache
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   path = out / "results.jsonl"
@@ -188,6 +241,7 @@ def main(argv=None) -> int:
       rec.update(
         {
           "error": f"{type(err).__name__}: {err}"[:3000],
+          "deviations": list(getattr(err, "deviations", ())),
           "reward": 0.0,
           "reason": f"error: {type(err).__name__}: {str(err)[:300]}",
         }
@@ -202,4 +256,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

@@ -11,7 +11,6 @@ side in its own process (report.torch_side: glibc malloc as torch users have it,
     [--out r.json]
 """
 
-import argparse
 import json
 import pathlib
 import sys
@@ -20,6 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 
+from tmax_jax import cli
 from tmax_jax.models import registry  # noqa: E402
 from tmax_jax.models.config import ModelConfig  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
@@ -105,10 +105,12 @@ HEADING = (
 
 
 def main(argv=None) -> dict:
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
-  ap.add_argument("--batch", type=int, default=4)
-  ap.add_argument("--seq", type=int, default=256)
+  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument(
+    "--pairs", type=int, default=report.MIN_PAIRS, help="alternated ours/theirs pairs"
+  )
+  ap.add_argument("--batch", type=int, default=4, help="batch size")
+  ap.add_argument("--seq", type=int, default=256, help="sequence length")
   ap.add_argument("--tiny", action="store_true", help="a tiny config (tests)")
   ap.add_argument(
     "--theirs_malloc",
@@ -116,8 +118,13 @@ def main(argv=None) -> dict:
     default="default",
     help="glibc malloc of the torch process: as torch users have it, or tuned as ours",
   )
-  ap.add_argument("--append", type=pathlib.Path, default=None)
-  ap.add_argument("--out", default=None)
+  ap.add_argument(
+    "--append",
+    type=pathlib.Path,
+    default=None,
+    help="BENCHMARKS.md to append the row to (quiet machine only)",
+  )
+  ap.add_argument("--out", default=None, help="JSON output path")
   args = ap.parse_args(argv)
   shape = TINY if args.tiny else SMALL
   cfg = ModelConfig(**shape)
@@ -153,4 +160,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -7,7 +7,6 @@ push, wire GB/s and the served model's parameter bytes.
   python3 bench/weight_push.py [--preset qwen3-0.6b] [--tiny] [--pairs 5] [--out r.json]
 """
 
-import argparse
 import asyncio
 import json
 import pathlib
@@ -19,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 from bench import report
-from tmax_jax import json_io
+from tmax_jax import cli, json_io
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
@@ -42,11 +41,11 @@ HEADING = (
 
 
 def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--preset", default="qwen3-0.6b")
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--preset", default="qwen3-0.6b", help="model preset")
   p.add_argument("--tiny", action="store_true", help="tiny shapes (CI smoke run)")
-  p.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
-  p.add_argument("--out", default="")
+  p.add_argument("--pairs", type=int, default=report.MIN_PAIRS, help="alternated pairs")
+  p.add_argument("--out", default="", help="JSON output path")
   p.add_argument("--record", default="", help="BENCHMARKS.md to append the row to (quiet box)")
   return p.parse_args(argv)
 
@@ -111,4 +110,4 @@ async def _client(address: str) -> client_lib.RolloutClient:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -8,7 +8,6 @@ Default model: Qwen3-0.6B-shaped (596M params, fp32 trainer, bf16 server). --tin
 (what tests/train/test_bench.py runs). The ratio is grpc / device (> 1: the device path faster).
 """
 
-import argparse
 import asyncio
 import json
 import os
@@ -26,10 +25,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bench import report
-from tmax_jax import json_io, sharding
+from tmax_jax import cli, json_io, sharding
 from tmax_jax.inference.client import RolloutClient
-from tmax_jax.loop import common
-from tmax_jax.loop.config import ServingConfig
+from tmax_jax.inference.engine import EngineConfig
+from tmax_jax.loop import policy
 from tmax_jax.loop.weight_sync import WeightSync, served_target
 from tmax_jax.models import registry
 
@@ -52,11 +51,13 @@ HEADING = (
 
 
 def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tiny", action="store_true")
-  p.add_argument("--pairs", type=int, default=report.MIN_PAIRS)
-  p.add_argument("--out", default="")
-  p.add_argument("--record", default="")
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--tiny", action="store_true", help="tiny model (tests)")
+  p.add_argument("--pairs", type=int, default=report.MIN_PAIRS, help="alternated pairs")
+  p.add_argument("--out", default="", help="JSON output path")
+  p.add_argument(
+    "--record", default="", help="BENCHMARKS.md to append the row to (quiet machine only)"
+  )
   return p.parse_args(argv)
 
 
@@ -67,12 +68,12 @@ def main(argv=None) -> dict:
   cfg = registry.preset("qwen3-0.6b", **(TINY if args.tiny else {}))
   devices = jax.devices()
   trainer_mesh = sharding.make_mesh(fsdp=2, tensor=2, devices=devices[:4])
-  params = registry.init_params(cfg, jax.random.key(0), sharding.param_shardings(cfg, trainer_mesh))
+  params = registry.init_params(cfg, jax.random.key(0), registry.param_shardings(cfg, trainer_mesh))
   served_cfg = cfg.with_dtypes(param_dtype="bfloat16", compute_dtype="bfloat16")
   server_mesh = Mesh(np.asarray(devices[4:]).reshape(1, 4), ("replica", "tensor"))
   sync = WeightSync(trainer_mesh, served_target(served_cfg, server_mesh))
-  serving = ServingConfig(max_concurrent_decodes=1, max_len=64, max_prefill_length=32)
-  server = common.start_serving(served_cfg, sync(params), serving, mesh=server_mesh)
+  engine = EngineConfig(max_concurrent_decodes=1, max_len=64, max_prefill_length=32)
+  server = policy.start_serving(served_cfg, sync(params), engine, mesh=server_mesh)
   loop = asyncio.new_event_loop()
 
   async def connect():  # the gRPC channel binds to the loop it is created on
@@ -116,4 +117,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -9,7 +9,9 @@ from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
-from tmax_jax.loop.config import DemoConfig, ModelSpec, ServingConfig, TaskSource
+from tmax_jax.inference.engine import EngineConfig
+from tmax_jax.loop.config import DemoConfig, ModelSpec, ServingConfig
+from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
 
 TINY = dict(
@@ -39,7 +41,6 @@ def get_config():
     model=ModelSpec(preset="qwen3-0.6b", overrides=TINY),
     tasks=TaskSource(families=("line_tool",), difficulty=0, num_train=64, num_eval=16),
     episode=EpisodeConfig(
-      family="qwen3",
       max_tool_calls=2,
       max_turns=2,
       turn_max_tokens=40,
@@ -75,7 +76,9 @@ def get_config():
     rl_steps=RL_STEPS,
     rollout=rollout,
     worker=WorkerConfig(max_parallel_episodes=8, temperature=TEMPERATURE),
-    serving=ServingConfig(max_concurrent_decodes=16, max_len=512, max_prefill_length=512),
+    serving=ServingConfig(
+      engine=EngineConfig(max_concurrent_decodes=16, max_len=512, max_prefill_length=512)
+    ),
     seq_len=512,
     eval_samples=4,
     seeds=(0,),

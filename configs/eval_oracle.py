@@ -1,10 +1,12 @@
 """Reference evaluation: each task's own solution scripted through the harness (expect pass@1 = 1).
 
 python3 launch/eval.py --config=configs/eval_oracle.py --config.tasks_dir=/tasks \
-    --config.output_dir=runs/eval_oracle [--config.harness=terminus]
+    --config.output_dir=runs/eval_oracle [--config.episode.harness=terminus]
 A do-nothing baseline (expect 0): --config.policy=noop
 """
 
+from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.loop.evaluate import EvalConfig
 from tmax_jax.tasks.runner import RunnerConfig
@@ -16,9 +18,9 @@ def get_config():
       tasks_dir="",
       output_dir="runs/eval_oracle",
       policy="oracle",
-      harness="bash_tool",
+      episode=EpisodeConfig(harness="bash_tool", family="qwen3"),
       runs_per_task=1,
-      parallelism=2,
+      worker=WorkerConfig(max_parallel_episodes=2),
       runner=RunnerConfig(backend="", image="", memory_mb=4096),
     )
   )

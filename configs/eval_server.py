@@ -5,13 +5,17 @@ python3 launch/eval.py --config=configs/eval_server.py --config.tasks_dir=/tasks
     --config.output_dir=runs/eval
 python3 launch/eval.py --config=configs/eval_server.py --config.address='' \
     --config.model.checkpoint=/ckpt/hf --config.tasks_dir=/tasks --config.output_dir=runs/eval
-Recipe evaluation settings: k = 4 runs per task, temperature 1.0, the RL episode limits.
+Recipe evaluation settings: k = 4 runs per task, temperature 1.0, the RL episode limits, tests
+under max(task, 600 s). With a running server set episode.family to its tokenizer family.
 """
 
 from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
+from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.loop.config import ModelSpec, ServingConfig
 from tmax_jax.loop.evaluate import EvalConfig
+from tmax_jax.recipes import MAX_PROMPT
 from tmax_jax.tasks.runner import RunnerConfig
 
 
@@ -22,13 +26,13 @@ def get_config():
       output_dir="runs/eval",
       policy="server",
       address="127.0.0.1:9000",
-      harness="bash_tool",
       runs_per_task=4,
-      parallelism=8,
-      temperature=1.0,
+      worker=WorkerConfig(max_parallel_episodes=8, temperature=1.0),
       model=ModelSpec(checkpoint="", preset=""),
-      serving=ServingConfig(max_concurrent_decodes=8, max_len=65536, max_prefill_length=32768),
-      episode=EpisodeConfig(family="qwen3"),
-      runner=RunnerConfig(backend="", image="", memory_mb=4096),
+      serving=ServingConfig(
+        engine=EngineConfig(max_concurrent_decodes=8, max_len=65536, max_prefill_length=32768)
+      ),
+      episode=EpisodeConfig(harness="bash_tool", family="qwen3", max_prompt_tokens=MAX_PROMPT),
+      runner=RunnerConfig(backend="", image="", memory_mb=4096, min_verifier_timeout_s=600.0),
     )
   )

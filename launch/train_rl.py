@@ -3,13 +3,10 @@
 python3 launch/train_rl.py --config=configs/tmax_qwen3_5_9b.py --config.model.checkpoint=/ckpt
 """
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from tmax_jax.config_dict import from_config_dict
-from tmax_jax.loop.config import RLConfig
-from tmax_jax.loop.rl import run_rl
-from tmax_jax.train.distributed import initialize
+from tmax_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "RL config (configs/*.py)", lock_config=True
@@ -19,11 +16,19 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.INFO)
+  # Imported here, not at the top: --help and flag errors answer without loading JAX.
+  from tmax_jax.config_dict import from_config_dict
+  from tmax_jax.loop.config import RLConfig
+  from tmax_jax.loop.preflight import check_inputs
+  from tmax_jax.loop.rl import run_rl
+  from tmax_jax.train.distributed import initialize
+
+  cfg = from_config_dict(RLConfig, _CONFIG.value)
+  check_inputs(cfg)
   initialize()  # multi-host from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
-  result = run_rl(from_config_dict(RLConfig, _CONFIG.value))
+  result = run_rl(cfg)
   print(f"RL done: {result.steps_done} steps; HF export at {result.export_dir}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_absl(main, verbosity=logging.INFO)

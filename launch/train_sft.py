@@ -3,13 +3,10 @@
 python3 launch/train_sft.py --config=configs/sft_tmax_qwen3_8b.py --config.trajectories=data.jsonl
 """
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from tmax_jax.config_dict import from_config_dict
-from tmax_jax.loop.config import SFTConfig
-from tmax_jax.loop.sft import run_sft
-from tmax_jax.train.distributed import initialize
+from tmax_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "SFT config (configs/sft_*.py)", lock_config=True
@@ -19,14 +16,20 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.INFO)
+  # Imported here, not at the top: --help and flag errors answer without loading JAX.
+  from tmax_jax.config_dict import from_config_dict
+  from tmax_jax.loop.config import SFTConfig
+  from tmax_jax.loop.preflight import check_inputs
+  from tmax_jax.loop.sft import run_sft
+  from tmax_jax.train.distributed import initialize
+
+  cfg = from_config_dict(SFTConfig, _CONFIG.value)
+  check_inputs(cfg)
   initialize()  # multi-host from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
-  result = run_sft(from_config_dict(SFTConfig, _CONFIG.value))
-  print(
-    f"SFT done: {len(result.metrics)} steps, final loss {result.metrics[-1]['loss']:.4f}; "
-    f"export: {result.export_dir or '(none)'}"
-  )
+  result = run_sft(cfg)
+  loss = f", final loss {result.metrics[-1]['loss']:.4f}" if result.metrics else ""
+  print(f"SFT done: {len(result.metrics)} steps run{loss}; HF export at {result.export_dir}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_absl(main, verbosity=logging.INFO)

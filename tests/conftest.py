@@ -22,6 +22,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
   [_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _ROOT]
 )
 
+# The tests are an entry point: the malloc setting the launchers apply (host_memory), before any
+# test module runs an XLA program.
+from tmax_jax import host_memory  # noqa: E402
+
+host_memory.reuse_freed_memory()
+
 
 def require_base_rootfs():
   """Skips the calling test (with the reason) unless sandboxes can start from the built base
@@ -34,5 +40,5 @@ def require_base_rootfs():
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   if not is_built(rootfs_path()):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox)")
   return rootfs_path()

@@ -138,6 +138,30 @@ def test_worker_side_reports_the_failure_of_its_step():
       side()
 
 
+def failing_step_that_lingers(linger_s: float):
+  """A WorkerSide factory (run in the worker): its step raises, and the worker then closes its
+  end of the pipe and stays alive `linger_s` more seconds, which widens to a certain hit the
+  window in which the worker's end is closed but its process not yet reaped."""
+  import atexit  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+
+  def linger():
+    os.closerange(3, 4096)
+    time.sleep(linger_s)
+
+  atexit.register(linger)
+  return lambda: 1 / 0
+
+
+def test_worker_side_failure_races_no_stop_request_into_the_closed_pipe():
+  # The flake of issue 34: the parent sent its stop request after the worker had reported its
+  # error and closed its end (BrokenPipeError). A worker that reported an error reads nothing more.
+  with report.WorkerSide(f"{__name__}:failing_step_that_lingers", 1.0) as side:
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+      side()
+    assert not side._proc.is_alive()  # pylint: disable=protected-access
+
+
 def test_torch_side_leaves_malloc_as_torch_users_have_it():
   import os  # pylint: disable=import-outside-toplevel
 

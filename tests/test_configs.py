@@ -1,34 +1,33 @@
-"""Every file in configs/ builds; job configs convert to their typed dataclasses; the large models
-they name are validated with jax.eval_shape (no allocation)."""
+"""Every file in configs/ loads, validates and round-trips as its typed job config; each config
+fact has one definition (temperatures, the derived family, the loss by name); the large models
+the recipes name are validated with jax.eval_shape (no allocation)."""
 
 import pathlib
 
+import jax
 import pytest
 
+from tmax_jax import recipes
+from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import from_config_dict, load_config_file, to_config_dict
-from tmax_jax.loop.config import DemoConfig, RLConfig, SFTConfig
+from tmax_jax.loop import jobs, policy
+from tmax_jax.loop.config import DemoConfig, ModelSpec, RLConfig, SFTConfig
+from tmax_jax.models import hf_io, registry
+from tmax_jax.rl.losses import DPPOHyper, GRPOHyper
+from tmax_jax.train.config import LossConfig, PackingConfig, TrainConfig
 
 CONFIG_DIR = pathlib.Path(__file__).parents[1] / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.py"))
 
 
-def _job_class(cd):
-  if "seeds" in cd:
-    return DemoConfig
-  if "rollout" in cd:
-    return RLConfig
-  if "trajectories" in cd:
-    return SFTConfig
-  return None
-
-
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
-def test_config_builds(path):
+def test_config_loads_validates_and_round_trips(path):
   cd = load_config_file(path)
-  cls = _job_class(cd)
-  if cls is not None:
-    cfg = from_config_dict(cls, cd)
-    assert to_config_dict(cfg).to_dict() == cd.to_dict()  # lossless round trip
+  name, cls, launcher = jobs.job_of(cd)
+  cfg = from_config_dict(cls, cd)
+  assert isinstance(cfg, cls) and (CONFIG_DIR.parent / launcher).exists()
+  assert to_config_dict(cfg).to_dict() == cd.to_dict()  # lossless round trip
 
 
 def test_unknown_field_is_named():
@@ -41,33 +40,29 @@ def test_unknown_field_is_named():
 
 def test_recipe_config_is_table_13():
   cfg = from_config_dict(RLConfig, load_config_file(CONFIG_DIR / "tmax_qwen3_5_9b.py"))
-  assert (cfg.rollout.prompts_per_batch, cfg.rollout.group_size, cfg.rollout.async_steps) == (
-    8,
-    32,
-    4,
-  )
-  assert cfg.rollout.zero_std_filter and cfg.rollout.active_sampling
+  rollout = cfg.rollout
+  assert (rollout.prompts_per_batch, rollout.group_size, rollout.async_steps) == (8, 32, 4)
+  assert rollout.zero_std_filter and rollout.active_sampling
   assert cfg.train.optimizer.learning_rate == 1e-6 and cfg.train.optimizer.schedule == "constant"
   assert cfg.train.optimizer.max_grad_norm == 1.0 and cfg.steps == 500
   assert cfg.train.loss.policy_loss == "dppo" and cfg.train.loss.hyper.divergence == "tv"
   assert cfg.train.loss.hyper.delta == 0.1 and cfg.train.loss.kl_beta == 0.0
+  assert cfg.train.loss.advantage == "centered"
   assert cfg.worker.temperature == 1.0 and cfg.train.temperature == 1.0
   assert cfg.model.head_dtype == "float32" and cfg.model.compute_dtype == "bfloat16"
   assert cfg.episode.max_tool_calls == 64 and cfg.episode.turn_max_tokens == 16384
   assert cfg.episode.max_response_tokens == 65536 and cfg.seq_len == 2048 + 65536
-  assert cfg.episode.family == "qwen3_5"
+  assert cfg.episode.max_prompt_tokens == 2048 and cfg.episode.command_timeout_s == 120.0
+  assert cfg.runner.memory_mb == 4096 and cfg.runner.min_verifier_timeout_s == 600.0
+  assert cfg.episode.family == "qwen3_5"  # derived from the preset, not set by the recipe
   qwen3 = from_config_dict(RLConfig, load_config_file(CONFIG_DIR / "tmax_qwen3_8b.py"))
   assert qwen3.episode.max_response_tokens == 32768 and qwen3.episode.family == "qwen3"
 
 
 @pytest.mark.parametrize("name", ["tmax_qwen3_5_9b", "tmax_qwen3_8b", "tmax_qwen3_6_27b"])
 def test_large_models_eval_shape(name):
-  from tmax_jax.inference import launch_lib
-  from tmax_jax.models import registry
-
   cfg = from_config_dict(RLConfig, load_config_file(CONFIG_DIR / f"{name}.py"))
-  model_cfg, _ = launch_lib.model_from_config(cfg.model)
-  n = registry.count_params(registry.abstract_params(model_cfg))
+  n = registry.count_params(registry.abstract_params(policy.model_config(cfg.model)))
   expected = {
     "tmax_qwen3_5_9b": (8e9, 10.5e9),
     "tmax_qwen3_8b": (8.0e9, 8.4e9),
@@ -76,14 +71,49 @@ def test_large_models_eval_shape(name):
   assert expected[0] < n < expected[1], n
 
 
+def test_loss_is_switchable_by_name_on_a_recipe_config():
+  """--config.train.loss.policy_loss=grpo on the DPPO recipe gives GRPO with its recipe defaults
+  (PPO clip 0.2 / 0.272), and GRPO's own settings are overridable the same way."""
+  cd = load_config_file(CONFIG_DIR / "tmax_qwen3_5_9b.py")
+  cd.train.loss.policy_loss = "grpo"
+  cfg = from_config_dict(RLConfig, cd)
+  assert cfg.train.loss.hyper == GRPOHyper(clip_low=0.2, clip_high=0.272)
+  cd.train.loss.hypers.grpo.clip_high = 0.3
+  assert from_config_dict(RLConfig, cd).train.loss.hyper.clip_high == 0.3
+  ablation = from_config_dict(RLConfig, load_config_file(CONFIG_DIR / "tmax_qwen3_5_9b_grpo.py"))
+  same = to_config_dict(recipes.tmax_qwen3_5_9b()).to_dict()
+  other = to_config_dict(ablation).to_dict()
+  assert other["train"]["loss"].pop("policy_loss") == "grpo"
+  assert same["train"]["loss"].pop("policy_loss") == "dppo"
+  assert other.pop("output_dir") != same.pop("output_dir")
+  assert other == same  # nothing else differs from the DPPO run
+
+
+def test_loss_and_advantage_names_are_checked_at_config_time():
+  with pytest.raises(ValueError, match=r"loss\.advantage='median'; expected one of"):
+    LossConfig(advantage="median")
+  with pytest.raises(ValueError, match=r"loss\.hypers: \['sft'\] are not losses with"):
+    LossConfig(hypers={"sft": {}})
+  with pytest.raises(ValueError, match=r"loss\.hypers\.dppo: unknown field\(s\) \['divergense'\]"):
+    LossConfig(hypers={"dppo": {"divergense": "kl"}})
+  assert LossConfig(hypers={"dppo": {"divergence": "kl"}}).hyper == DPPOHyper(divergence="kl")
+  assert LossConfig(policy_loss="sft").hyper is None
+
+
+def test_trainer_and_sampler_temperatures_must_agree():
+  """DPPO's ratio compares the trainer's logprobs with the server's: one distribution."""
+  hot = WorkerConfig(temperature=0.7)
+  with pytest.raises(ValueError, match=r"train\.temperature=1\.0 != worker\.temperature=0\.7"):
+    RLConfig(worker=hot)
+  with pytest.raises(ValueError, match=r"train\.temperature=1\.0 != worker\.temperature=0\.7"):
+    DemoConfig(worker=hot)
+  assert RLConfig(worker=hot, train=TrainConfig(temperature=0.7)).worker.temperature == 0.7
+
+
 def test_loss_inputs_nothing_produces_fail_at_config_time():
   """A loss that reads a batch field its job's data path does not fill is refused when the job
   config is built (by a config file or from a ConfigDict), naming the field to change."""
-  from tmax_jax.agents.worker import WorkerConfig
-  from tmax_jax.rl.losses import DPPOHyper
-  from tmax_jax.train.config import LossConfig, TrainConfig
-
-  topk = TrainConfig(loss=LossConfig(hyper=DPPOHyper(divergence="topk_tv", top_k=5)))
+  topk = TrainConfig(loss=LossConfig(hypers={"dppo": DPPOHyper(divergence="topk_tv", top_k=5)}))
   with pytest.raises(
     ValueError,
     match=r"train\.loss\.policy_loss='dppo' .*needs batch field "
@@ -92,7 +122,7 @@ def test_loss_inputs_nothing_produces_fail_at_config_time():
     RLConfig(train=topk)
   with pytest.raises(
     ValueError,
-    match=r"train\.loss\.hyper\.top_k=5: .* needs 5 behaviour "
+    match=r"train\.loss\.hypers\.dppo\.top_k=5: .* needs 5 behaviour "
     r"logprobs per token, but .*worker\.top_logprobs=3\) returns 3",
   ):
     RLConfig(train=topk, worker=WorkerConfig(top_logprobs=3))
@@ -100,9 +130,7 @@ def test_loss_inputs_nothing_produces_fail_at_config_time():
   with pytest.raises(ValueError, match=r"train\.loss\.kl_beta=0\.1 needs batch field 'ref_logp'"):
     RLConfig(train=TrainConfig(loss=LossConfig(kl_beta=0.1)))
   with pytest.raises(
-    ValueError,
-    match=r"train\.loss\.policy_loss='dppo'.*'behaviour_logp', which "
-    r"SFT data",
+    ValueError, match=r"train\.loss\.policy_loss='dppo'.*'behaviour_logp', which SFT data"
   ):
     SFTConfig(train=TrainConfig())
   with pytest.raises(ValueError, match=r"rl_train\.loss\.kl_beta"):
@@ -112,7 +140,7 @@ def test_loss_inputs_nothing_produces_fail_at_config_time():
   with pytest.raises(ValueError, match=r"train\.loss\.kl_beta"):
     from_config_dict(RLConfig, cd)
   cd.train.loss.kl_beta = 0.0
-  cd.train.loss.hyper.divergence = "topk_kl"
+  cd.train.loss.hypers.dppo.divergence = "topk_kl"
   with pytest.raises(ValueError, match=r"'topk_ids'"):
     from_config_dict(RLConfig, cd)
   cd.worker.top_logprobs = 20
@@ -120,40 +148,26 @@ def test_loss_inputs_nothing_produces_fail_at_config_time():
 
 
 def test_packing_buckets_are_checked_at_config_time():
-  from tmax_jax.train.config import PackingConfig, TrainConfig
-
   short = TrainConfig(packing=PackingConfig(tokens_per_micro_batch=4096, row_lengths=(1024, 2048)))
   with pytest.raises(
-    ValueError,
-    match=r"row_lengths=\(1024, 2048\): the longest row must hold "
-    r"seq_len=8192",
+    ValueError, match=r"row_lengths=\(1024, 2048\): the longest row must hold seq_len=8192"
   ):
     RLConfig(train=short)
   assert RLConfig(train=short, seq_len=2048).train.packing.enabled
 
 
-def test_episode_family_must_be_the_models():
-  """One name for the tokenizer/tool-call/stop-token family: a preset's model_type fixes it."""
-  from tmax_jax.agents.episode import EpisodeConfig
-  from tmax_jax.loop.config import ModelSpec, preset_family
-
-  assert preset_family("qwen3.5-9b") == "qwen3_5" and preset_family("qwen3-8b") == "qwen3"
+def test_episode_family_follows_the_model():
+  """One name for the tokenizer/tool-call/stop-token family: derived from the preset's model_type
+  when unset, checked when set."""
   qwen3_5 = ModelSpec(preset="qwen3.5-9b")
+  assert RLConfig(model=qwen3_5).episode.family == "qwen3_5"
+  assert SFTConfig(model=ModelSpec(preset="qwen3-8b")).episode.family == "qwen3"
   with pytest.raises(ValueError, match=r"episode.family='qwen3'.*set episode.family='qwen3_5'"):
     RLConfig(model=qwen3_5, episode=EpisodeConfig(family="qwen3"))
-  with pytest.raises(ValueError, match=r"episode.family='qwen3'.*'qwen3_5'"):
-    SFTConfig(model=qwen3_5)
   RLConfig(model=qwen3_5, episode=EpisodeConfig(family="qwen3_5"))  # agrees: no error
 
 
-def test_checkpoint_family_is_checked_on_load(tmp_path):
-  """A checkpoint's model_type is only known on load: a Qwen3 checkpoint with Qwen3.5 episodes."""
-  import jax
-
-  from tmax_jax.loop import common
-  from tmax_jax.loop.config import ModelSpec
-  from tmax_jax.models import hf_io, registry
-
+def _tiny_checkpoint(path):
   cfg = registry.preset(
     "qwen3-0.6b",
     vocab_size=128,
@@ -164,19 +178,29 @@ def test_checkpoint_family_is_checked_on_load(tmp_path):
     num_key_value_heads=1,
     head_dim=8,
   )
-  hf_io.save_pretrained(tmp_path / "ckpt", registry.init_params(cfg, jax.random.key(0)), cfg)
+  hf_io.save_pretrained(path, registry.init_params(cfg, jax.random.key(0)), cfg)
+  return str(path)
+
+
+def test_checkpoint_family_is_derived_and_checked(tmp_path):
+  """A checkpoint's model_type (its config.json) fixes the family: derived at config time when the
+  directory is here, else on load; a disagreeing family fails either way."""
+  ckpt = _tiny_checkpoint(tmp_path / "ckpt")
+  assert RLConfig(model=ModelSpec(checkpoint=ckpt)).episode.family == "qwen3"
   with pytest.raises(ValueError, match=r"model_type 'qwen3'.*set episode.family='qwen3'"):
-    common.load_policy(ModelSpec(checkpoint=str(tmp_path / "ckpt")), "qwen3_5")
-  model_cfg, _ = common.load_policy(ModelSpec(checkpoint=str(tmp_path / "ckpt")), "qwen3")
-  assert model_cfg.model_type == "qwen3"
+    RLConfig(model=ModelSpec(checkpoint=ckpt), episode=EpisodeConfig(family="qwen3_5"))
+  missing = RLConfig(model=ModelSpec(checkpoint=str(tmp_path / "elsewhere")))
+  assert missing.episode.family == ""  # not known until the job loads it
+  with pytest.raises(ValueError, match=r"model_type 'qwen3'.*set episode.family='qwen3'"):
+    policy.load_policy(ModelSpec(checkpoint=ckpt), EpisodeConfig(family="qwen3_5"))
+  model_cfg, _, episode = policy.load_policy(ModelSpec(checkpoint=ckpt), EpisodeConfig())
+  assert model_cfg.model_type == "qwen3" and episode.family == "qwen3"
 
 
 def test_standalone_server_stops_on_the_family_tokens():
-  """launch/serve.py without engine.stop_token_ids stops where the model family's turns end."""
-  from tmax_jax.inference import launch_lib
-  from tmax_jax.models import registry
-  from tmax_jax.tokenizers import stop_token_ids
-
+  """launch/serve.py without serving.engine.stop_token_ids stops where the family's turns end."""
   qwen3_5 = registry.preset("qwen3.5-9b")
-  assert launch_lib.default_stop_token_ids(qwen3_5) == stop_token_ids("qwen3_5") != ()
-  assert launch_lib.default_stop_token_ids(registry.preset("qwen3-8b")) == stop_token_ids("qwen3")
+  spec = registry.tokenizer_spec
+  assert policy.default_stop_token_ids(qwen3_5) == spec("qwen3_5").stop_token_ids() != ()
+  qwen3 = registry.preset("qwen3-8b")
+  assert policy.default_stop_token_ids(qwen3) == spec("qwen3").stop_token_ids()

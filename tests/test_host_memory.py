@@ -1,5 +1,6 @@
-"""tmax_jax.host_memory: importing tmax_jax tunes glibc malloc so XLA:CPU's per-execution temp
-buffer is reused, not mmap'd afresh (page faults counted in real subprocesses)."""
+"""tmax_jax.host_memory: an entry point that calls reuse_freed_memory() gets glibc malloc tuned so
+XLA:CPU's per-execution temp buffer is reused, not mmap'd afresh (page faults counted in real
+subprocesses); importing tmax_jax (every module of it) changes no process-wide setting."""
 
 import json
 import os
@@ -19,8 +20,9 @@ pytestmark = pytest.mark.skipif(
 # on an XLA worker thread at every call; -> the median minor page faults of a call after warm-up.
 PROGRAM = """
 import json, resource
-import tmax_jax, jax, jax.numpy as jnp
 from tmax_jax import host_memory
+applied = host_memory.reuse_freed_memory()  # what the launchers' main() do first
+import jax, jax.numpy as jnp
 f = jax.jit(lambda x: jnp.sum(jnp.cumsum(x * 2.0, axis=0) * jnp.cumsum(x, axis=1)))
 x = jnp.ones((4096, 4096), jnp.float32)
 for _ in range(5):
@@ -31,7 +33,7 @@ for _ in range(11):
   f(x).block_until_ready()
   faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 median = sorted(faults)[5]  # not the mean: the tuned heap may still grow once, late
-print(json.dumps({"applied": host_memory.reuse_freed_memory(), "faults": median}))
+print(json.dumps({"applied": applied, "faults": median}))
 """
 
 
@@ -46,7 +48,7 @@ def _run(malloc_env: str | None) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_import_reuses_the_temp_buffer_instead_of_faulting_it_in_each_call():
+def test_entry_point_reuses_the_temp_buffer_instead_of_faulting_it_in_each_call():
   tuned, default = _run(None), _run("default")
   assert tuned["applied"] and not default["applied"]
   pages = 2 * 4096 * 4096 * 4 // 4096  # the temp buffer's pages: faulted in again per call
@@ -71,3 +73,39 @@ def test_applies_where_programs_run_on_xla_cpu(monkeypatch):
   monkeypatch.setenv(host_memory.ENV, "jemalloc")
   with pytest.raises(ValueError, match="TMAX_JAX_HOST_MALLOC='jemalloc'"):
     host_memory._apply()  # pylint: disable=protected-access
+
+
+# Imports every module of the package, then reports what a library import must leave alone.
+IMPORT_ALL = """
+import json, logging, os, pkgutil, importlib, signal, sys, threading, warnings
+before = dict(
+  env=dict(os.environ), root=logging.getLogger().level, handlers=len(logging.getLogger().handlers),
+  signals={s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)},
+  recursion=sys.getrecursionlimit(), threads=threading.active_count(), cwd=os.getcwd(),
+)
+import tmax_jax
+names = [m.name for m in pkgutil.walk_packages(tmax_jax.__path__, "tmax_jax.")]
+for name in names:
+  importlib.import_module(name)
+from tmax_jax import host_memory
+after = dict(
+  env=dict(os.environ), root=logging.getLogger().level, handlers=len(logging.getLogger().handlers),
+  signals={s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)},
+  recursion=sys.getrecursionlimit(), threads=threading.active_count(), cwd=os.getcwd(),
+)
+changed = sorted(k for k in before if before[k] != after[k])
+print(json.dumps({"modules": len(names), "changed": changed, "malloc": host_memory._applied}))
+"""
+
+
+def test_importing_tmax_jax_changes_no_process_wide_setting():
+  """A library import must not retune malloc, set signal handlers, change the root logger, the
+  environment, the working directory or start threads: those are an entry point's choices."""
+  env = {k: v for k, v in os.environ.items() if k != host_memory.ENV}
+  out = subprocess.run(
+    [sys.executable, "-c", IMPORT_ALL], env=env, capture_output=True, text=True, timeout=600
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  report = json.loads(out.stdout.strip().splitlines()[-1])
+  assert report["modules"] > 100, report
+  assert report["changed"] == [] and report["malloc"] is None, report

@@ -17,6 +17,7 @@ import pytest
 from jax.sharding import Mesh
 
 from tmax_jax import plan, sharding
+from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.loop.config import SFT_TRAIN, MeshConfig, ModelSpec, ServingConfig, SFTConfig
 from tmax_jax.models import registry
 from tmax_jax.models.config import CONTEXT_PARALLEL_RULES, ModelConfig
@@ -120,7 +121,7 @@ def test_checkpoint_keeps_its_architecture_and_takes_the_runtime_overrides(tmp_p
   """model.overrides on a checkpoint: the kernel / remat / rules apply (the recipe configs set
   them), a shape field the checkpoint defines does not (serve_tiny's tiny shapes)."""
   from tests.inference import inference_helpers  # pylint: disable=import-outside-toplevel
-  from tmax_jax.inference import launch_lib  # pylint: disable=import-outside-toplevel
+  from tmax_jax.loop import policy  # pylint: disable=import-outside-toplevel
 
   # config.json only (hidden 64): the plan reads no weights
   inference_helpers.hf_config("qwen3").save_pretrained(tmp_path)
@@ -128,11 +129,11 @@ def test_checkpoint_keeps_its_architecture_and_takes_the_runtime_overrides(tmp_p
     checkpoint=str(tmp_path),
     overrides={"hidden_size": 8, "remat_policy": "full", "attention_impl": "blockwise"},
   )
-  assert launch_lib.checkpoint_overrides(spec) == {
+  assert policy.checkpoint_overrides(spec) == {
     "remat_policy": "full",
     "attention_impl": "blockwise",
   }
-  cfg = plan._model_config(spec)  # pylint: disable=protected-access
+  cfg = policy.model_config(spec)
   assert (cfg.hidden_size, cfg.remat_policy, cfg.attention_impl) == (64, "full", "blockwise")
 
 
@@ -164,10 +165,12 @@ def test_hybrid_models_are_cut_by_whole_periods():
 def test_server_cache_is_the_engines_page_pool():
   mesh = Mesh(np.asarray(jax.devices()[:2]).reshape(1, 2), ("replica", "tensor"))
   kv_per_token = CFG.num_hidden_layers * 2 * CFG.num_key_value_heads * CFG.head_dim * 4 / 2
-  serving = ServingConfig(max_concurrent_decodes=4, max_len=64, max_prefill_length=64)
+  serving = ServingConfig(
+    engine=EngineConfig(max_concurrent_decodes=4, max_len=64, max_prefill_length=64)
+  )
   got = plan.server_cache_bytes(CFG, serving, mesh)
   assert got == 4 * 64 * kv_per_token  # num_pages 0: every slot at max_len
-  fewer = dataclasses.replace(serving, num_pages=5)  # 5 pages of 16 tokens
+  fewer = dataclasses.replace(serving, engine=dataclasses.replace(serving.engine, num_pages=5))
   assert plan.server_cache_bytes(CFG, fewer, mesh) == 5 * 16 * kv_per_token
   server = plan.server_memory(CFG, serving, mesh)
   assert server["head"] == CFG.hidden_size * CFG.vocab_size * 4 / 2

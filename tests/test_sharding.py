@@ -7,7 +7,14 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from tmax_jax import sharding
-from tmax_jax.models import ModelConfig, build_model, full_logits, head_weight, init_params
+from tmax_jax.models import (
+  ModelConfig,
+  build_model,
+  full_logits,
+  head_weight,
+  init_params,
+  registry,
+)
 
 CFG = ModelConfig(
   vocab_size=256,
@@ -36,7 +43,7 @@ def mesh():
 
 
 def test_sharded_forward_matches_single_device(mesh):
-  shardings = sharding.param_shardings(CFG, mesh)
+  shardings = registry.param_shardings(CFG, mesh)
   params = init_params(CFG, jax.random.key(1), shardings)
   # Intended shardings: embed dim over fsdp, heads / mlp / vocab over tensor, layers unsharded.
   layer = params["model"]["layers"]

@@ -1,7 +1,8 @@
-"""tmax_jax: the TMAX terminal-agent RL recipe as one JAX stack."""
+"""tmax_jax: the TMAX terminal-agent RL recipe as one JAX stack.
 
-from tmax_jax import host_memory
+Importing the package (or any module of it) changes no process-wide setting; entry points that
+run XLA:CPU programs (launch/*.py, bench/*.py, the tests) call host_memory.reuse_freed_memory()
+first.
+"""
 
 __version__ = "0.1.0"
-
-host_memory.reuse_freed_memory()  # before XLA:CPU's first allocation (host_memory docstring)

@@ -17,6 +17,8 @@ from typing import Any
 
 import ml_collections
 
+from tmax_jax.errors import ConfigError, UserError
+
 
 def load_config_file(path: str | os.PathLike) -> ml_collections.ConfigDict:
   """`get_config()` of a launch config file (configs/*.py), as absl's --config flag loads it, for
@@ -65,12 +67,18 @@ def _coerce(path: str, hint: Any, value: Any) -> Any:
 
 
 def from_config_dict(cls: type, cd: Any, path: str = "config") -> Any:
-  """ConfigDict (or dict) -> an instance of dataclass `cls`; unknown keys raise naming the path."""
+  """ConfigDict (or dict) -> an instance of dataclass `cls`. Unknown keys and values its
+  validation rejects raise ConfigError naming the dotted path."""
   data = cd.to_dict() if isinstance(cd, ml_collections.ConfigDict) else dict(cd)
   hints = typing.get_type_hints(cls)
   names = {f.name for f in dataclasses.fields(cls)}
   unknown = sorted(set(data) - names)
   if unknown:
-    raise ValueError(f"{path}: unknown field(s) {unknown}; {cls.__name__} has {sorted(names)}")
+    raise ConfigError(f"{path}: unknown field(s) {unknown}; {cls.__name__} has {sorted(names)}")
   kwargs = {k: _coerce(f"{path}.{k}", hints[k], v) for k, v in data.items()}
-  return cls(**kwargs)
+  try:
+    return cls(**kwargs)
+  except UserError:
+    raise  # a nested config's error, already with its path
+  except (ValueError, TypeError) as e:  # the dataclass's own validation (__post_init__)
+    raise ConfigError(f"{path}: {e}") from e

@@ -15,18 +15,20 @@ the params (fp32: 4 bytes per parameter).
 
 from __future__ import annotations
 
-import logging
 import pathlib
 from typing import Callable
 
-from tmax_jax.inference import launch_lib
-from tmax_jax.loop.config import job_config
+from absl import flags
+from ml_collections import config_flags
+
+from tmax_jax import cli, errors
+from tmax_jax.loop import jobs, policy
+from tmax_jax.loop.config import RLConfig, SFTConfig, with_family
+from tmax_jax.loop.steps import checkpoint_config
 from tmax_jax.models import hf_io
 from tmax_jax.models.config import ModelConfig
 from tmax_jax.tokenizers.builder import tokenizer_dir
 from tmax_jax.train import checkpoint as ckpt_lib
-
-log = logging.getLogger(__name__)
 
 
 def export_step(
@@ -45,7 +47,7 @@ def export_step(
   elif fallback is not None:
     model_cfg, tokenizer_family = fallback()
   else:
-    raise ValueError(
+    raise errors.UserError(
       f"{checkpoint_dir} holds no model metadata (written before checkpoints recorded it); "
       "pass --config=<the job's config> to take the model from it"
     )
@@ -56,36 +58,41 @@ def export_step(
 def export_job_step(config_dict, step: int, out: str = "", overwrite: bool = False) -> pathlib.Path:
   """export_step for the job a configs/*.py describes: its checkpoint directory, its model as the
   fallback, out default <output_dir>/hf-step<step>."""
-  job = job_config(config_dict)
-  directory = job.train.checkpoint.directory_for(job.output_dir)
+  job = jobs.job_config(config_dict)
+  if not isinstance(job, (RLConfig, SFTConfig)):
+    raise errors.ConfigError(
+      f"--config: checkpoints are written by RL and SFT jobs, not by a {type(job).__name__}"
+    )
+
+  def from_job() -> tuple[ModelConfig, str]:
+    model_cfg = policy.model_config(job.model)
+    return model_cfg, with_family(job.episode, model_cfg.model_type).family
+
   return export_step(
-    directory,
+    checkpoint_config(job.train.checkpoint, job.output_dir).directory,
     step,
     out or str(pathlib.Path(job.output_dir) / f"hf-step{step}"),
-    fallback=lambda: (launch_lib.model_config(job.model), job.episode.family),
+    fallback=from_job,
     overwrite=overwrite,
   )
 
 
 def main(argv) -> None:
   del argv
-  from absl import flags  # pylint: disable=import-outside-toplevel
-
   f = flags.FLAGS
   if (f.config is None) == (not f.checkpoint_dir):
-    raise SystemExit("give exactly one of --config=<job config> and --checkpoint_dir=<dir>")
+    raise errors.UserError("give exactly one of --config=<job config> and --checkpoint_dir=<dir>")
   if f.config is not None:
     out = export_job_step(f.config, f.step, f.out, f.overwrite)
   else:
     if not f.out:
-      raise SystemExit("--checkpoint_dir needs --out=<export directory>")
+      raise errors.UserError("--checkpoint_dir needs --out=<export directory>")
     out = export_step(f.checkpoint_dir, f.step, f.out, overwrite=f.overwrite)
   print(f"step {f.step} exported to {out}")
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=ungrouped-imports
-  from absl import flags as absl_flags
+  from absl import flags as absl_flags  # pylint: disable=ungrouped-imports
   from ml_collections import config_flags
 
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
@@ -96,4 +103,4 @@ if __name__ == "__main__":
   )
   absl_flags.DEFINE_bool("overwrite", False, "replace an existing export directory")
   absl_flags.mark_flags_as_required(["step"])
-  app.run(main)
+  cli.run_absl(main)

@@ -8,14 +8,17 @@ faults and ~55 ms of kernel time per train step on 2 cores, ~12% of its wall tim
 "Host memory"). With one arena, no mmap'd chunks and a high trim threshold, the freed buffer stays
 in the heap and the next execution reuses it, with no page faults.
 
-`reuse_freed_memory()` applies that once per process (tmax_jax/__init__ calls it at import). It
+`reuse_freed_memory()` applies that once per process; entry points call it first thing (the
+launchers' main(), the bench scripts, the tests' conftest), never an import of the library. It
 must run before XLA's worker threads make their first allocation (threads keep the arena they
 started with), i.e. before the first jax computation. The cost: memory freed by the process is
 kept for reuse instead of returned to the OS (peak RSS stays allocated), and every thread shares
 one malloc arena, which makes XLA's multi-threaded compiles ~1.35x slower (BUILD_NOTES). So it
 applies where programs run on XLA:CPU: not when an accelerator plugin (jax_plugins/*, libtpu) is
 installed, unless JAX_PLATFORMS=cpu. TMAX_JAX_HOST_MALLOC=default never applies it, =reuse always
-does (on glibc; a no-op elsewhere); set it to default for compile-bound work.
+does (on glibc; a no-op elsewhere); set it to default for compile-bound work. (An environment
+variable, not a config field: it must be decided per process before anything allocates, including
+in the bench's worker processes.)
 """
 
 from __future__ import annotations

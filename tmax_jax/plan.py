@@ -36,8 +36,31 @@ import functools
 import json
 import os
 import sys
-import time
 from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+from absl import flags
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from ml_collections import config_flags
+
+from tmax_jax import cli, sharding
+from tmax_jax.config_dict import load_config_file
+from tmax_jax.errors import UserError
+from tmax_jax.inference import decode
+from tmax_jax.loop import jobs, placement, policy
+from tmax_jax.loop.config import RLConfig, SFTConfig
+from tmax_jax.loop.weight_sync import served_target
+from tmax_jax.models import decoder, registry
+from tmax_jax.models.config import ModelConfig
+from tmax_jax.train import batch as batch_lib
+from tmax_jax.train import optimizer as opt_lib
+from tmax_jax.train import state as state_lib
+from tmax_jax.train import step as step_lib
+from tmax_jax.train.config import TrainConfig
 
 GB = 1e9
 
@@ -46,14 +69,12 @@ def _device_count(argv: list[str]) -> int:
   """--devices=N, else the config's topology.devices (an override on the command line or the
   config file's own; 0 = neither names it)."""
   values = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
-  if int(values.get("devices", 0)):
+  if values.get("devices", "").isdigit() and int(values["devices"]):
     return int(values["devices"])
-  if "config.topology.devices" in values:
+  if values.get("config.topology.devices", "").isdigit():
     return int(values["config.topology.devices"])
-  if "config" not in values:
-    return 0
-  from tmax_jax.config_dict import load_config_file  # pylint: disable=import-outside-toplevel
-
+  if not os.path.isfile(values.get("config", "")):
+    return 0  # absl's parse reports a missing --config or a malformed --devices
   topology = load_config_file(values["config"]).get("topology")
   return int(topology.devices) if topology is not None else 0
 
@@ -66,27 +87,6 @@ def _force_fake_devices(argv: list[str]) -> None:
     flag = f"--xla_force_host_platform_device_count={n}"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-
-if __name__ == "__main__":
-  _force_fake_devices(sys.argv)
-
-# pylint: disable=wrong-import-position
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
-
-from tmax_jax import sharding
-from tmax_jax.inference import decode
-from tmax_jax.models import registry
-from tmax_jax.models.config import ModelConfig
-from tmax_jax.train import batch as batch_lib
-from tmax_jax.train import optimizer as opt_lib
-from tmax_jax.train import state as state_lib
-from tmax_jax.train import step as step_lib
-from tmax_jax.train.config import TrainConfig
 
 
 @dataclasses.dataclass
@@ -146,15 +146,12 @@ def layer_period(cfg: ModelConfig) -> int:
   fam = cfg.family_config
   if fam is None or not getattr(fam, "layer_types", None):
     return 1
-  # pylint: disable-next=import-outside-toplevel
-  from tmax_jax.models.decoder import layer_period as period
-
-  return period(tuple(fam.layer_types))
+  return decoder.layer_period(tuple(fam.layer_types))
 
 
 def abstract_state(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh):
   """The TrainState as ShapeDtypeStructs with the trainer's shardings (nothing allocated)."""
-  param_shardings = sharding.param_shardings(model_cfg, mesh)
+  param_shardings = registry.param_shardings(model_cfg, mesh)
   params = _with(registry.abstract_params(model_cfg), param_shardings)
   optimizer = opt_lib.make_optimizer(train_cfg.optimizer)
   replicated = NamedSharding(mesh, P())
@@ -213,17 +210,12 @@ def compiled_step_memory(
 
 
 def _compiled(lowered, what: str):
-  """The compiled program's memory analysis; one progress line per compile on stderr (a recipe
+  """The compiled program's memory analysis; one progress bar per compile on stderr (a recipe
   model's compile takes a minute or more on CPU)."""
-  start = time.perf_counter()
-  print(f"plan: compiling {what} ...", file=sys.stderr, flush=True)
-  mem = lowered.compile().memory_analysis()
-  print(
-    f"plan: {what}: temp {mem.temp_size_in_bytes / GB:.2f} GB "
-    f"({time.perf_counter() - start:.0f} s)",
-    file=sys.stderr,
-    flush=True,
-  )
+  with tqdm.tqdm(total=1, desc=f"plan: compile {what}", unit="compile") as bar:
+    mem = lowered.compile().memory_analysis()
+    bar.set_postfix_str(f"temp {mem.temp_size_in_bytes / GB:.2f} GB", refresh=False)
+    bar.update(1)
   return mem
 
 
@@ -353,9 +345,7 @@ def server_cache_bytes(served_cfg: ModelConfig, serving, mesh: Mesh) -> float:
   """Decode memory of one replica, per device: the engine's own paged pool (K/V pages of every
   attention layer, split over tensor when the KV heads divide) and recurrent-state blocks, as
   decode.PagedCore lays them out for `serving` (slots, max_len, page_size, num_pages)."""
-  from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
-
-  engine_cfg = common.engine_config(serving)
+  engine_cfg = serving.engine
   replica = Mesh(np.asarray(mesh.devices).reshape(-1)[: mesh.shape["tensor"]], (decode.TENSOR,))
   core = decode.PagedCore(
     served_cfg, engine_cfg.core_shape(decode.is_stateful(served_cfg)), replica
@@ -366,8 +356,6 @@ def server_cache_bytes(served_cfg: ModelConfig, serving, mesh: Mesh) -> float:
 
 
 def server_memory(served_cfg: ModelConfig, serving, mesh: Mesh) -> dict[str, float]:
-  from tmax_jax.loop.weight_sync import served_target  # pylint: disable=import-outside-toplevel
-
   replica = Mesh(np.asarray(mesh.devices)[:1], mesh.axis_names)
   # the engine's prepared head [D, V] in the head dtype (decode.PagedCore.prepare), counted as
   # split over the replica's tensor devices
@@ -386,25 +374,9 @@ def server_memory(served_cfg: ModelConfig, serving, mesh: Mesh) -> dict[str, flo
   return out
 
 
-def _model_config(spec) -> ModelConfig:
-  from tmax_jax.inference import launch_lib  # pylint: disable=import-outside-toplevel
-
-  # pylint: disable-next=import-outside-toplevel
-  from tmax_jax.models.config import DtypePolicy, from_hf_config
-
-  if spec.checkpoint:  # the config only: no weights are read
-    dtypes = DtypePolicy(
-      param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype, head_dtype=spec.head_dtype
-    )
-    return from_hf_config(spec.checkpoint, dtypes=dtypes, **launch_lib.checkpoint_overrides(spec))
-  return launch_lib.model_from_config(spec)[0]
-
-
 def _meshes(job, devices: list, processes: int):
   """(trainer mesh, one serving replica's mesh or None) of `job` on `devices` split into
   `processes` equal hosts, as loop/placement.py lays them out."""
-  from tmax_jax.loop import placement  # pylint: disable=import-outside-toplevel
-
   if len(devices) % processes:
     raise ValueError(f"--devices={len(devices)} does not split into --processes={processes}")
   per = len(devices) // processes
@@ -447,9 +419,7 @@ def _packed_bucket(job, model_cfg: ModelConfig, mesh: Mesh, bucket: int) -> tupl
 def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1) -> Plan:
   """The plan of an RLConfig / SFTConfig on every visible device (fake CPU devices here). A
   packed job (train.packing) is planned at its packed step's worst bucket (`_packed_bucket`)."""
-  from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
-
-  model_cfg = _model_config(job.model)
+  model_cfg = policy.model_config(job.model)
   # memory does not depend on the lr schedule's horizon; an SFT job's depends on its data
   job = dataclasses.replace(job, train=job.train.for_run(job.steps or 1))
   trainer_mesh, server_mesh = _meshes(job, jax.devices(), processes)
@@ -476,36 +446,39 @@ def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1)
   )
   server, place = {}, "trainer only"
   if server_mesh is not None:
-    server = server_memory(common.served_config(model_cfg, job.serving), job.serving, server_mesh)
+    server = server_memory(policy.served_config(model_cfg, job.serving), job.serving, server_mesh)
     place = job.serving.placement
     notes.append(
-      f"server mesh {dict(server_mesh.shape)}, {job.serving.max_concurrent_decodes} "
-      f"slots x {job.serving.max_len} tokens per replica"
+      f"server mesh {dict(server_mesh.shape)}, {job.serving.engine.max_concurrent_decodes} "
+      f"slots x {job.serving.engine.max_len} tokens per replica"
     )
   # a trainer-only job is judged like a disaggregated one (each side on its own devices)
   return Plan(trainer, server, place, device_memory_gb * GB, notes)
 
 
+def _job(config_dict):
+  job = jobs.job_config(config_dict)
+  if not isinstance(job, (RLConfig, SFTConfig)):
+    raise ValueError(f"the memory plan is of RL and SFT jobs, not of a {type(job).__name__}")
+  return job
+
+
 def main(argv) -> None:
   del argv
-  from absl import flags  # pylint: disable=import-outside-toplevel
-
   f = flags.FLAGS
-  from tmax_jax.loop.config import job_config  # pylint: disable=import-outside-toplevel
-
-  job = job_config(f.config)
+  job = _job(f.config)
   topology = job.topology
   devices = f.devices or topology.devices
   memory = f.device_memory_gb or topology.device_memory_gb
   processes = f.processes or topology.processes
   if not devices or not memory:
-    raise SystemExit(
+    raise UserError(
       "--devices / --device_memory_gb not given and the config's topology names none "
       f"(topology.devices={topology.devices}, topology.device_memory_gb="
       f"{topology.device_memory_gb})"
     )
   if jax.device_count() != devices:
-    raise SystemExit(
+    raise UserError(
       f"--devices={devices} but jax sees {jax.device_count()} devices (run as "
       "python3 -m tmax_jax.plan so the fake devices are set up first)"
     )
@@ -531,21 +504,19 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=ungrouped-imports
-  from absl import flags as absl_flags
-  from ml_collections import config_flags
-
+  with cli.user_errors_exit(cli.wants_debug(sys.argv[1:])):  # reads the config file first
+    _force_fake_devices(sys.argv)  # before jax initialises its backends (at the first device use)
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
-  absl_flags.DEFINE_integer(
+  flags.DEFINE_integer(
     "devices", 0, "devices of the topology (fake CPU devices here); 0 = config's topology"
   )
-  absl_flags.DEFINE_float(
+  flags.DEFINE_float(
     "device_memory_gb", 0.0, "memory of one device, GB (1e9 bytes); 0 = config's topology"
   )
-  absl_flags.DEFINE_integer("processes", 0, "hosts the devices are split over; 0 = topology's")
-  absl_flags.DEFINE_integer(
+  flags.DEFINE_integer("processes", 0, "hosts the devices are split over; 0 = topology's")
+  flags.DEFINE_integer(
     "bucket", -1, "packed jobs: plan this bucket of train.packing (-1 = the worst one)"
   )
-  absl_flags.DEFINE_bool("json", False, "print JSON instead of the table")
-  absl_flags.mark_flags_as_required(["config"])
-  app.run(main)
+  flags.DEFINE_bool("json", False, "print JSON instead of the table")
+  flags.mark_flags_as_required(["config"])
+  cli.run_absl(main)

@@ -53,14 +53,6 @@ def logical_to_sharding(logical_specs: Any, mesh: Mesh, rules) -> Any:
   return nn.logical_to_mesh_sharding(logical_specs, mesh, list(rules))
 
 
-def param_shardings(cfg, mesh: Mesh) -> Any:
-  """NamedSharding tree matching the params of `cfg` (from the logical names on each param)."""
-  from tmax_jax.models import registry  # models import nothing from here at module level
-
-  specs = nn.get_partition_spec(registry.abstract_params(cfg, boxed=True))
-  return logical_to_sharding(specs, mesh, cfg.logical_axis_rules)
-
-
 def activation_sharding(mesh: Mesh, rules, axes: tuple[str | None, ...]) -> NamedSharding:
   """E.g. activation_sharding(mesh, cfg.logical_axis_rules, ("batch", "length")) for inputs."""
   return logical_to_sharding(PartitionSpec(*axes), mesh, rules)

@@ -3,9 +3,9 @@
 # the other workers through the TPU metadata (TMAX_AUTO_DISTRIBUTED=1 asks it to).
 #
 #   launch/tpu/train_rl.sh my-v5p-32 us-east5-a configs/tmax_qwen3_5_9b.py \
-#       --config.model.checkpoint=gs-fuse-mount/Qwen3.5-9B --config.tasks.directory=/data/tmax15k
+#       --config.model.checkpoint=gs-fuse-mount/Qwen3.5-9B --config.tasks.source=/data/tmax15k
 #
-# The repository (and a built sandbox base rootfs: python3 -m tmax_jax.sandbox.images) must be at
+# The repository (and a built sandbox base rootfs: python3 -m tmax_jax.sandbox) must be at
 # the same path on every worker; the output dir on a shared filesystem (GCS FUSE / Filestore).
 set -euo pipefail
 TPU=${1:?usage: launch/tpu/train_rl.sh TPU_NAME ZONE CONFIG [--config.field=value ...]}

@@ -9,10 +9,12 @@ import sys
 
 import pytest
 
-from tmax_jax.agents import formats, harnesses, scripted, shell, terminus, worker
+from tmax_jax import formats
+from tmax_jax.agents import harnesses, scripted, shell, terminus, worker
 from tmax_jax.agents.episode import EpisodeConfig, EpisodeResult, stop_token_ids
+from tmax_jax.models import registry
 from tmax_jax.tasks.runner import RunnerConfig, RunResult
-from tmax_jax.tokenizers import get_spec, load_tokenizer
+from tmax_jax.tokenizers import load_tokenizer
 
 AGENTS = pathlib.Path(worker.__file__).parent
 REPO = AGENTS.parents[1]
@@ -134,7 +136,7 @@ def test_zero_reward_statuses_override_the_verifier():
 
 
 def test_stop_ids_are_the_familys_and_the_worker_checks_the_tokenizer(tok):
-  assert stop_token_ids(EpisodeConfig()) == get_spec("qwen3").stop_token_ids()
+  assert stop_token_ids(EpisodeConfig()) == registry.tokenizer_spec("qwen3").stop_token_ids()
   assert tok.convert_tokens_to_ids(tok.eos_token) == stop_token_ids(EpisodeConfig())[0]
   policy = scripted.ScriptedProvider(tok, EpisodeConfig(), "noop")
   with pytest.raises(ValueError, match="tokenizer and the episode's model family disagree"):

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from tmax_jax.agents import formats
+from tmax_jax import formats
 from tmax_jax.agents.episode import EpisodeResult
 from tmax_jax.agents.rollout import (
   GroupFailed,

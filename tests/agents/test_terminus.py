@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from tmax_jax.agents import formats, scripted
+from tmax_jax import formats
+from tmax_jax.agents import scripted
 from tmax_jax.agents import terminus as T
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.tokenizers import load_tokenizer
@@ -29,7 +30,7 @@ def _require_tmux_sandbox():
     pytest.skip(f"sandbox backends not available: {err}")
   root = rootfs_path()
   if not is_built(root):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox)")
   if not (root / "usr" / "bin" / "tmux").exists():
     pytest.skip(f"tmux is not in the base rootfs {root} (sandbox/packages.txt)")
   return root

@@ -10,7 +10,6 @@ successor). It runs through the real engine, server and sampler like any checkpo
 import jax
 import numpy as np
 
-from tmax_jax import tokenizers
 from tmax_jax.inference import updates
 from tmax_jax.models import registry
 from tmax_jax.models.config import DtypePolicy
@@ -21,7 +20,7 @@ LOGIT = 10.0  # per unit of the normalised one-hot: successor logit = sqrt(D) * 
 
 
 def model_config():
-  spec = tokenizers.get_spec(FAMILY)
+  spec = registry.tokenizer_spec(FAMILY)
   vocab = -(-spec.vocab_size // 64) * 64
   return registry.preset(
     "qwen3-0.6b",
@@ -44,7 +43,7 @@ def scripted_params(base, tokenizer, reply: str):
     [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
   )
   after = tokenizer.encode(start, add_special_tokens=False)[-1]
-  stop = tokenizers.get_spec(FAMILY).stop_token_ids()[0]
+  stop = registry.tokenizer_spec(FAMILY).stop_token_ids()[0]
   chain = [after] + tokenizer.encode(reply, add_special_tokens=False) + [stop]
   states = chain[:-1]
   assert len(set(states)) == len(states) <= D, f"reply tokens must be distinct: {states}"

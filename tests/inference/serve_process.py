@@ -24,7 +24,7 @@ def start(
     sys.executable,
     str(ROOT / "launch/serve.py"),
     f"--config={ROOT / config}",
-    f"--config.server.port={port}",
+    f"--config.serving.port={port}",
     f"--config.ready_file={ready}",
     *overrides,
   ]

@@ -48,7 +48,7 @@ USER = [{"role": "user", "content": "Weather for the next 3 days?"}]
 def live():
   cfg = scripted_model.model_config()
   tok = tokenizers.load_tokenizer(scripted_model.FAMILY)
-  spec = tokenizers.get_spec(scripted_model.FAMILY)
+  spec = registry.tokenizer_spec(scripted_model.FAMILY)
   params = jax.tree.map(np.asarray, registry.init_params(cfg, jax.random.key(0)))
   engine = engine_lib.TmaxEngine(
     cfg,
@@ -99,8 +99,10 @@ def test_models_and_errors_in_openai_shape(live):
   with pytest.raises(openai.BadRequestError, match=r"temperature: must be in \[0, 2\]") as err:
     c.chat.completions.create(model=MODEL, messages=USER, temperature=3)
   assert err.value.body["param"] == "temperature"
-  with pytest.raises(openai.BadRequestError, match="exceeds max_len=1024"):
+  with pytest.raises(openai.BadRequestError, match="maximum context length is 1024 tokens") as err:
     c.chat.completions.create(model=MODEL, messages=USER, max_tokens=2000)
+  assert err.value.body["code"] == "context_length_exceeded"  # OpenAI's code; clients map it
+  assert err.value.body["param"] == "messages"
   with pytest.raises(openai.BadRequestError, match="presence_penalty: not supported"):
     c.chat.completions.create(model=MODEL, messages=USER, presence_penalty=0.5)
   with pytest.raises(openai.BadRequestError, match=r"messages\[0\].role"):

@@ -16,7 +16,11 @@ from tmax_jax.inference.server import free_port
 
 def _start(port: int, ready: pathlib.Path, log: pathlib.Path) -> subprocess.Popen:
   return serve_process.start(
-    port, ready, log, "--config.engine.max_len=4096", "--config.engine.max_concurrent_decodes=2"
+    port,
+    ready,
+    log,
+    "--config.serving.engine.max_len=4096",
+    "--config.serving.engine.max_concurrent_decodes=2",
   )
 
 

@@ -9,7 +9,9 @@ import numpy as np
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
-from tmax_jax.loop.config import MeshConfig, ModelSpec, RLConfig, ServingConfig, TaskSource
+from tmax_jax.inference.engine import EngineConfig
+from tmax_jax.loop.config import MeshConfig, ModelSpec, RLConfig, ServingConfig
+from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train.config import CheckpointConfig, LossConfig, OptimizerConfig, TrainConfig
 
 TINY = dict(
@@ -54,7 +56,9 @@ def tiny_rl_config(out, steps: int, **changes) -> RLConfig:
       global_batch=4,
       logprob_chunk_size=128,
     ),
-    serving=ServingConfig(max_concurrent_decodes=4, max_len=384, max_prefill_length=384),
+    serving=ServingConfig(
+      engine=EngineConfig(max_concurrent_decodes=4, max_len=384, max_prefill_length=384)
+    ),
     mesh=MeshConfig(num_devices=1),
     steps=steps,
     seq_len=384,

@@ -2,6 +2,7 @@
 pass@1 = 1, doing nothing 0), the documented results schema, the PNG plot, TB1 input, and the
 aggregation maths. Live tests skip (with the reason) when no sandbox backend/rootfs is available."""
 
+import dataclasses
 import json
 import math
 import pathlib
@@ -13,6 +14,9 @@ import pytest
 
 from tests.conftest import require_base_rootfs
 from tmax_jax.agents import harnesses
+from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents.worker import WorkerConfig
+from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.loop import evaluate as E
 from tmax_jax.tasks import loader
 from tmax_jax.tasks.procedural import registry
@@ -69,8 +73,14 @@ def proc_tasks(tmp_path_factory):
   return root
 
 
-def _cfg(tasks_dir, out, **kw):
+def _cfg(tasks_dir, out, harness="bash_tool", parallelism=2, request_timeout_s=600.0, **kw):
+  """An EvalConfig; the harness goes into `episode`, the threads and timeout into `worker`."""
   kw.setdefault("runner", RunnerConfig(memory_mb=2048))
+  episode = kw.get("episode", EpisodeConfig(family="qwen3"))
+  kw["episode"] = dataclasses.replace(episode, harness=harness)
+  kw["worker"] = WorkerConfig(
+    max_parallel_episodes=parallelism, request_timeout_s=request_timeout_s
+  )
   return E.EvalConfig(tasks_dir=str(tasks_dir), output_dir=str(out), **kw)
 
 
@@ -193,14 +203,15 @@ def test_cli(proc_tasks, tmp_path):
     f"--config.tasks_dir={proc_tasks / 'fix_permissions'}",
     f"--config.output_dir={out}",
     "--config.runs_per_task=2",
-    "--config.harness=mini_swe",
+    "--config.episode.harness=mini_swe",
   ]
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "pass@1 = 1.0000 +- 0.0000 (1 tasks x 2 runs)" in proc.stdout
   assert "system_administration" in proc.stdout
   results = json.loads((out / "results.json").read_text())
-  assert results["config"]["harness"] == "mini_swe" and results["aggregate"]["pass@k"] == {"2": 1.0}
+  assert results["config"]["episode"]["harness"] == "mini_swe"
+  assert results["aggregate"]["pass@k"] == {"2": 1.0}
 
 
 def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
@@ -278,7 +289,7 @@ def test_find_task_dirs_and_errors(tmp_path, proc_tasks):
   "kw,match",
   [
     (dict(policy="human"), "policy='human'"),
-    (dict(harness="swe"), "harness='swe'"),
+    (dict(episode=EpisodeConfig(harness="swe")), "episode.harness='swe'"),
     (dict(runs_per_task=0), "runs_per_task=0"),
     (dict(policy="server"), "needs `address`"),
   ],
@@ -299,7 +310,7 @@ def test_config_files_build(path):
   from tmax_jax.config_dict import from_config_dict, load_config_file
 
   cfg = from_config_dict(E.EvalConfig, load_config_file(path))
-  assert cfg.policy in E.POLICIES and cfg.harness in harnesses.names()
+  assert cfg.policy in E.POLICIES and cfg.episode.harness in harnesses.names()
 
 
 def _rec(task, cat, run, reward, **kw):
@@ -395,7 +406,9 @@ def test_served_model_policy(tmp_path, tok):
     harness="bash_tool",
     model=model,
     serving=ServingConfig(
-      max_concurrent_decodes=2, max_len=1024, max_prefill_length=1024, replicas=2, tensor=2
+      replicas=2,
+      tensor=2,
+      engine=EngineConfig(max_concurrent_decodes=2, max_len=1024, max_prefill_length=1024),
     ),
     episode=EpisodeConfig(max_turns=2, turn_max_tokens=8),
     runs_per_task=2,

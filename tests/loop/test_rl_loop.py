@@ -18,11 +18,13 @@ from tests.loop.rl_helpers import assert_same_training, tiny_rl_config
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.export import export_step
-from tmax_jax.loop import common
+from tmax_jax.loop import policy
 from tmax_jax.loop.config import MeshConfig, RLConfig
 from tmax_jax.loop.rl import run_rl
 from tmax_jax.models import hf_io, registry
 from tmax_jax.models import logprobs as logprobs_lib
+from tmax_jax.tasks import sources
+from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib
 
@@ -119,15 +121,15 @@ def test_rl_disaggregated_equals_a_single_device_replay(tmp_path):
 def test_trajectory_logprobs_match_the_trainer(tmp_path):
   """The DPPO invariant on a real multi-turn episode: the trainer's chunked logprobs of the
   generated tokens equal the server's behaviour logprobs; observation tokens have no loss. The
-  server is the eval jobs' one (common.serve_policy) on a 4-device mesh: 2 replicas x tensor 2,
+  server is the eval jobs' one (policy.serve_policy) on a 4-device mesh: 2 replicas x tensor 2,
   the policy loaded straight into its shardings."""
   require_base_rootfs()
   cfg = _config(tmp_path, steps=1)
   tokenizer = load_tokenizer("qwen3")
-  model_cfg, params = common.load_policy(cfg.model, cfg.episode.family)
-  tasks, _ = common.load_tasks(cfg.tasks)
+  model_cfg, params, _ = policy.load_policy(cfg.model, cfg.episode)
+  tasks, _ = sources.load_split(cfg.tasks)
   serving = dataclasses.replace(cfg.serving, replicas=2, tensor=2)
-  server = common.serve_policy(cfg.model, cfg.episode.family, serving, stop_token_ids(cfg.episode))
+  server = policy.serve_policy(cfg.model, serving, stop_token_ids(cfg.episode))
   served = server.engine.load_params()[1].get()[0]["params"]
   q = served["model"]["layers"]["self_attn"]["q_proj"]["kernel"]  # [L, D, N, H], replica 1
   assert {d.id for d in q.sharding.device_set} == {2, 3}
@@ -138,7 +140,7 @@ def test_trajectory_logprobs_match_the_trainer(tmp_path):
 
     async with RolloutClient(server.address) as client:
       worker = EpisodeWorker.served(
-        client, tokenizer, cfg.episode, common.runner_config("", 2048), cfg.worker
+        client, tokenizer, cfg.episode, RunnerConfig(memory_mb=2048), cfg.worker
       )
       try:
         return await worker(tasks[0], 0, 0)

@@ -43,7 +43,7 @@ def no_host_round_trip():
 
 
 def _trainer_params(mesh):
-  return registry.init_params(CFG, jax.random.key(0), sharding.param_shardings(CFG, mesh))
+  return registry.init_params(CFG, jax.random.key(0), registry.param_shardings(CFG, mesh))
 
 
 @pytest.mark.parametrize("layout", ["disaggregated", "colocated"])

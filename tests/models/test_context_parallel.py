@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tmax_jax import sharding
-from tmax_jax.models import build_model, gated_delta, head_weight, init_params
+from tmax_jax.models import build_model, gated_delta, head_weight, init_params, registry
 from tmax_jax.models.attention import ring
 from tmax_jax.models.logprobs import full_logits
 from tmax_jax.train.config import TrainConfig
@@ -113,7 +113,7 @@ def train_step(cfg, mesh, batch):
   from tmax_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
 
   trainer = step_lib.Trainer(build_model(cfg), cfg, TrainConfig(logprob_chunk_size=32), mesh)
-  params = init_params(cfg, jax.random.key(0), sharding.param_shardings(cfg, mesh))
+  params = init_params(cfg, jax.random.key(0), registry.param_shardings(cfg, mesh))
   state = trainer.init_state(params)
   state, metrics = trainer.step(state, batch)
   return jax.device_get(state.params), metrics

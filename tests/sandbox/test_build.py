@@ -228,7 +228,7 @@ def test_concurrent_builds_of_similar_contexts_keep_their_own_files(tmp_path):
 
 
 def test_prune_keeps_layers_of_recent_images(tmp_path, monkeypatch):
-  monkeypatch.setenv("TMAX_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("TMAX_JAX_CACHE", str(tmp_path))
   root = build.layers.store()
   for lid in ("a1", "b2", "c3"):
     (root / "layers" / lid / "diff").mkdir(parents=True)

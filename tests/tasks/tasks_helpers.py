@@ -49,14 +49,24 @@ class ChatServer:
     outer = self
 
     class Handler(http.server.BaseHTTPRequestHandler):
+      def do_GET(self):  # /v1/models: lists nothing, so any model name is accepted
+        data = json.dumps({"object": "list", "data": []}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
       def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         outer.requests.append(
           {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
         )
         content = outer.replies.pop(0) if outer.replies else "out of replies"
-        if isinstance(content, int):  # an HTTP error status
+        if isinstance(content, int):  # an HTTP error status; the client retries 429/5xx at once
           self.send_response(content)
+          self.send_header("retry-after-ms", "1")
+          self.send_header("Content-Length", "0")
           self.end_headers()
           return
         data = json.dumps(

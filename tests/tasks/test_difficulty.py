@@ -31,9 +31,9 @@ def test_pass_at_k_large_and_errors():
 
 def test_per_task_from_jsonl(tmp_path):
   rows = (
-    [{"task_id": "a", "reward": r} for r in (1, 0, 0, 1, 0, 0, 0, 0)]
-    + [{"task_id": "b", "reward": r} for r in (0.0,) * 8]
-    + [{"task_id": "c", "reward": 0.9}]
+    [{"task": "a", "reward": r} for r in (1, 0, 0, 1, 0, 0, 0, 0)]
+    + [{"task": "b", "reward": r} for r in (0.0,) * 8]
+    + [{"task": "c", "reward": 0.9}]
   )
   p = tmp_path / "r.jsonl"
   p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -44,7 +44,7 @@ def test_per_task_from_jsonl(tmp_path):
   assert "pass@8" not in table["c"] and table["c"]["pass@1"] == 0.0  # 0.9 < threshold 1
   assert D.per_task_pass_at_k(D.load_rollouts(p), pass_threshold=0.5)["c"]["pass@1"] == 1.0
   assert D.mean_pass_at_k(table, 1) == pytest.approx((0.25 + 0 + 0) / 3)
-  p.write_text('{"task_id": "a"}\n')
+  p.write_text('{"task": "a"}\n')
   with pytest.raises(ValueError, match=r"r.jsonl:1: expected"):
     D.load_rollouts(p)
 
@@ -55,9 +55,9 @@ def test_soft_filter():
   )
   assert res.kept == ("easy", "hard") and res.dropped == ("impossible", "partial")
   rollouts = [
-    {"task_id": "x", "reward": 0},
-    {"task_id": "y", "reward": 1},
-    {"task_id": "x", "reward": 0},
+    {"task": "x", "reward": 0},
+    {"task": "y", "reward": 1},
+    {"task": "x", "reward": 0},
   ]
   assert D.soft_filter(rollouts).dropped == ("x",)
 
@@ -122,7 +122,7 @@ def test_cli(tmp_path, capsys):
   p = tmp_path / "r.jsonl"
   p.write_text(
     "".join(
-      json.dumps({"task_id": t, "reward": r}) + "\n"
+      json.dumps({"task": t, "reward": r}) + "\n"
       for t, r in [("a", 1), ("a", 0), ("b", 0), ("b", 0)]
     )
   )

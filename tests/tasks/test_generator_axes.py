@@ -176,3 +176,16 @@ def test_balance_score():
   skew = ["a"] * 90 + ["b"] * 10
   assert 0.5 < A.balance_score(skew) < 0.85
   assert A.balance_score([]) == 0.0
+
+
+def test_cli_replaces_an_existing_output_only_with_overwrite(tmp_path):
+  from tmax_jax.tasks import generate_axes  # pylint: disable=import-outside-toplevel
+
+  out = tmp_path / "axes.jsonl"
+  out.write_text("keep\n")
+  args = ["--n", "3", "--out", str(out), "--no_progress"]
+  with pytest.raises(FileExistsError, match="--overwrite"):
+    generate_axes.main(args)
+  assert out.read_text() == "keep\n"
+  assert generate_axes.main([*args, "--overwrite"]) == 0
+  assert len(out.read_text().splitlines()) == 3

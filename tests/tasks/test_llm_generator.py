@@ -18,7 +18,9 @@ GOOD = (DATA / "llm_task_reply.json").read_text()
 
 
 def _sample():
-  return dataclasses.replace(sample_axes(0, 0), verifier="exact_text", domain="data_querying")
+  return dataclasses.replace(
+    sample_axes(0, 0), verifier="exact_text", domain="data_querying", fixture="text_only"
+  )
 
 
 def test_prompt_mentions_every_axis():
@@ -115,13 +117,24 @@ def test_reject_after_max_attempts_writes_nothing(tmp_path):
   assert rec["status"] == "rejected" and rec["sample_id"] == _sample().id
 
 
-def test_http_errors_count_as_attempts():
-  with ChatServer([500, GOOD]) as srv:
+def test_http_errors_retry_in_the_client_or_count_as_attempts():
+  # 5xx / 429: the client retries with backoff (here at once: retry-after-ms 1); one attempt
+  with ChatServer([500, 429, GOOD]) as srv:
+    _, _, attempts = pipeline.ask_for_task(srv.client(), _sample(), max_attempts=2)
+  assert attempts == 1 and len(srv.requests) == 3
+  # a 400 is this request's fault: it counts as an attempt and the next one succeeds
+  with ChatServer([400, GOOD]) as srv:
     _, _, attempts = pipeline.ask_for_task(srv.client(), _sample(), max_attempts=2)
   assert attempts == 2
-  with ChatServer([500, 503]) as srv:
-    with pytest.raises(llm.ChatError, match="HTTP 503"):
-      pipeline.ask_for_task(srv.client(), _sample(), max_attempts=2)
+  # still failing after the client's retries: the endpoint's fault, raised at once, no attempt
+  with ChatServer([503] * 10) as srv:
+    with pytest.raises(llm.EndpointError, match="HTTP 503") as err:
+      pipeline.ask_for_task(srv.client(), _sample(), max_attempts=3)
+  assert not err.value.fatal and len(srv.requests) == 1 + srv.client().config.max_retries
+  with ChatServer([401]) as srv:
+    with pytest.raises(llm.EndpointError, match="HTTP 401") as err:
+      pipeline.ask_for_task(srv.client(), _sample(), max_attempts=3)
+  assert err.value.fatal and len(srv.requests) == 1
 
 
 def _sandbox_or_skip():
@@ -131,7 +144,7 @@ def _sandbox_or_skip():
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   if not is_built(rootfs_path()):
-    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox.images)")
+    pytest.skip("base rootfs not built (python3 -m tmax_jax.sandbox)")
 
 
 def test_end_to_end_keep_and_build_reject(tmp_path):
@@ -189,7 +202,11 @@ def test_generate_llm_cli(tmp_path, capsys):
   _sandbox_or_skip()
   from tmax_jax.tasks import generate_llm
 
-  start = next(i for i in range(100) if sample_axes(7, i).verifier == "exact_text")
+  start = next(
+    i
+    for i in range(200)
+    if (sample_axes(7, i).verifier, sample_axes(7, i).fixture) == ("exact_text", "text_only")
+  )
   with ChatServer([GOOD]) as srv:
     url = srv.client().config.base_url
     assert (

@@ -5,11 +5,10 @@ import textwrap
 
 import pytest
 
-from tmax_jax.loop import common
-from tmax_jax.loop.config import TaskSource
-from tmax_jax.tasks import loader
+from tmax_jax.tasks import loader, sources
 from tmax_jax.tasks.format import write_task
 from tmax_jax.tasks.procedural import registry
+from tmax_jax.tasks.sources import TaskSource
 
 
 def _tb1(d):
@@ -69,6 +68,6 @@ def test_errors_name_the_directory(tmp_path):
 
 
 def test_rl_and_sft_task_source_uses_the_loader(tree):
-  train, held_out = common.load_tasks(TaskSource(directory=str(tree), num_eval=1))
+  train, held_out = sources.load_split(TaskSource(source=str(tree), num_eval=1))
   assert [t.name for t in train] == ["csv_aggregate-d0-s0", "jq_inventory-d0-s0"]
   assert len(held_out) == 1 and held_out[0].path is None  # the TB1 task, converted

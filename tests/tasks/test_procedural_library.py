@@ -137,3 +137,17 @@ def test_cli_directory_output_and_refuses_to_overwrite(tmp_path):
   with pytest.raises(FileExistsError):
     cli.main(["--n", "1", "--seed", "1", "--out", str(out), "--families", "dedupe_files"])
   assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp dirs left behind"
+
+
+def test_cli_replaces_an_existing_output_only_with_overwrite(tmp_path):
+  out, parquet = tmp_path / "tasks", tmp_path / "t.parquet"
+  for target in (out, parquet):
+    args = ["--n", "2", "--seed", "1", "--out", str(target), "--families", "dedupe_files"]
+    assert cli.main(args) == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(FileExistsError, match="--overwrite"):
+      cli.main(["--n", "3", *args[2:]])  # refused before any task is generated
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert cli.main(["--n", "3", *args[2:], "--overwrite"]) == 0
+  assert len(list(out.iterdir())) == 3 and pq.read_table(parquet).num_rows == 3
+  assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp dirs left behind"

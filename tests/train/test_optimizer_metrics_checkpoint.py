@@ -39,7 +39,9 @@ def test_schedules_follow_their_formulas():
 
 
 def test_recipe_presets():
-  rl = config_lib.rl_recipe()
+  from tmax_jax import recipes  # pylint: disable=import-outside-toplevel
+
+  rl = recipes.rl("qwen3.5-9b").train
   assert (rl.optimizer.learning_rate, rl.optimizer.schedule, rl.optimizer.max_grad_norm) == (
     1e-6,
     "constant",
@@ -47,7 +49,7 @@ def test_recipe_presets():
   )
   assert (rl.loss.policy_loss, rl.loss.hyper.divergence, rl.loss.kl_beta) == ("dppo", "tv", 0.0)
   assert rl.loss.hyper.threshold == 0.1
-  sft = config_lib.sft_tmax_qwen3_8b()
+  sft = recipes.sft_train_tmax()
   # the warmup is 3% / 5% of the job's step count (tests/train/test_schedule_horizon.py)
   assert (sft.optimizer.schedule, sft.optimizer.warmup_ratio, sft.optimizer.total_steps) == (
     "linear",
@@ -55,7 +57,7 @@ def test_recipe_presets():
     0,
   )
   assert (sft.epochs, sft.global_batch, sft.loss.policy_loss) == (2, 128, "sft")
-  th = config_lib.sft_terminal_horizon()
+  th = recipes.sft_train_terminal_horizon()
   assert (th.optimizer.schedule, th.optimizer.weight_decay, th.optimizer.warmup_ratio) == (
     "cosine",
     0.1,
@@ -173,13 +175,14 @@ def test_loss_config_validates_against_the_registry():
     r"'token'\]",
   ):
     config_lib.LossConfig(aggregation="mean")
-  with pytest.raises(ValueError, match="policy loss 'grpo' expects a GRPOHyper"):
-    config_lib.LossConfig(policy_loss="grpo", hyper=DPPOHyper())
-  with pytest.raises(ValueError, match="policy loss 'sft' takes no hyperparameters"):
-    config_lib.LossConfig(policy_loss="sft", hyper=GRPOHyper())
-  with pytest.raises(ValueError, match=r"loss.hyper: unknown field\(s\) \['divergense'\]"):
-    config_lib.LossConfig(hyper={"divergense": "kl"})
-  assert config_lib.LossConfig(hyper={"divergence": "kl"}).hyper == DPPOHyper(divergence="kl")
+  with pytest.raises(ValueError, match=r"loss.hypers.grpo=DPPOHyper.*: expected a GRPOHyper"):
+    config_lib.LossConfig(policy_loss="grpo", hypers={"grpo": DPPOHyper()})
+  with pytest.raises(ValueError, match=r"loss.hypers: \['sft'\] are not losses with"):
+    config_lib.LossConfig(policy_loss="sft", hypers={"sft": GRPOHyper()})
+  with pytest.raises(ValueError, match=r"loss.hypers.dppo: unknown field\(s\) \['divergense'\]"):
+    config_lib.LossConfig(hypers={"dppo": {"divergense": "kl"}})
+  kl = config_lib.LossConfig(hypers={"dppo": {"divergence": "kl"}})
+  assert kl.hyper == DPPOHyper(divergence="kl")
   assert config_lib.LossConfig(policy_loss="grpo").hyper == GRPOHyper()
   assert config_lib.LossConfig(policy_loss="sft").batch_fields() == ()
   assert config_lib.LossConfig(kl_beta=0.5).batch_fields() == (
@@ -203,7 +206,7 @@ def test_loss_config_validates_against_the_registry():
       terms = rl.get("policy_loss", "sft")(x)
       return rl.PolicyTerms(loss=hyper.scale * terms.loss, kept=terms.kept)
 
-  cfg = config_lib.LossConfig(policy_loss=name, hyper={"scale": 2.0})
+  cfg = config_lib.LossConfig(policy_loss=name, hypers={name: {"scale": 2.0}})
   assert cfg.hyper == ScaledHyper(2.0) and cfg.batch_fields() == ("advantages",)
   cfg.check_inputs(config_lib.BatchInputs(fields=("advantages",)))
   with pytest.raises(ValueError, match="needs batch field 'advantages', which my data"):

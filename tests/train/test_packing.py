@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from tests.train.conftest import random_trajectories
-from tmax_jax.agents import batching
 from tmax_jax.agents.episode import EpisodeResult
-from tmax_jax.agents.formats import TokenTrajectory
 from tmax_jax.agents.rollout import Group
+from tmax_jax.formats import TokenTrajectory
+from tmax_jax.loop import rollout_batch
 from tmax_jax.models import logprobs as logprobs_lib
 from tmax_jax.models import registry
 from tmax_jax.rl.losses import DPPOHyper
@@ -193,7 +193,7 @@ def test_topk_fields_from_episodes_through_a_topk_tv_step(tiny):
     )
     for g in range(2)
   ]
-  trajs = batching.to_trajectories(groups)
+  trajs = rollout_batch.to_trajectories(groups)
   assert all(len(t.topk_ids[5]) == k + 2 and t.topk_ids[0] == [] for t in trajs)
   # the batch: highest K first, aligned with the predicted token, zeros off the loss tokens
   one = batch_lib.pack(
@@ -224,7 +224,7 @@ def test_topk_fields_from_episodes_through_a_topk_tv_step(tiny):
       model,
       mcfg,
       _cfg(
-        loss=LossConfig(hyper=DPPOHyper(divergence=div, delta=0.01, top_k=k)),
+        loss=LossConfig(hypers={"dppo": DPPOHyper(divergence=div, delta=0.01, top_k=k)}),
         packing=PackingConfig(64, (32,)),
       ),
     )

@@ -8,9 +8,10 @@ import pathlib
 import numpy as np
 import pytest
 
-from tmax_jax.config_dict import from_config_dict
+from tmax_jax import recipes
+from tmax_jax.loop import jobs
 from tmax_jax.loop.config import MeshConfig, ModelSpec, RLConfig, SFTConfig
-from tmax_jax.loop.sft import run_sft
+from tmax_jax.loop.sft import run_sft, total_steps
 from tmax_jax.train import config as config_lib
 from tmax_jax.train import optimizer as opt_lib
 
@@ -36,7 +37,9 @@ def _shipped(name: str, cls):
   spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return from_config_dict(cls, module.get_config())
+  job = jobs.job_config(module.get_config())
+  assert isinstance(job, cls)
+  return job
 
 
 def _linear_last(lr, warm, total):
@@ -56,7 +59,7 @@ def _cosine_last(lr, warm, total):
 )
 def test_sft_recipe_lr_at_first_warmup_end_and_last_step(name, n, steps, warmup, last):
   cfg = _shipped(name, SFTConfig)
-  total = cfg.train.sft_steps(n, cfg.steps)
+  total = total_steps(cfg, n)
   assert total == steps
   opt = cfg.train.for_run(total).optimizer
   assert opt.warmup == warmup == round(opt.warmup_ratio * steps)
@@ -68,16 +71,16 @@ def test_sft_recipe_lr_at_first_warmup_end_and_last_step(name, n, steps, warmup,
   assert _lr(opt, steps) == 0.0  # ... and ends with it
 
 
-def test_sft_steps_override_and_explicit_horizon():
-  train = config_lib.sft_terminal_horizon()
-  assert train.sft_steps(HORIZON_SFT_N, steps=7) == 7
+def test_explicit_horizon_is_kept():
+  train = recipes.sft_train_terminal_horizon()
+  assert train.for_run(23).optimizer.total_steps == 23
   pinned = train.replace(optimizer=train.optimizer.__class__(schedule="cosine", total_steps=50))
   assert pinned.for_run(23).optimizer.total_steps == 50  # set explicitly: kept
 
 
 def test_unfilled_horizon_is_an_error_naming_the_field():
   with pytest.raises(ValueError, match="optimizer.total_steps=0"):
-    opt_lib.make_schedule(config_lib.sft_terminal_horizon().optimizer)
+    opt_lib.make_schedule(recipes.sft_train_terminal_horizon().optimizer)
   opt_lib.make_schedule(config_lib.OptimizerConfig())  # constant, no ratio: no horizon needed
 
 
@@ -110,7 +113,9 @@ def test_run_sft_logs_the_lr_of_its_own_horizon(tmp_path):
     {"tokens": rng.integers(0, 256, 12).tolist(), "loss_mask": [0.0] * 4 + [1.0] * 8}
     for _ in range(40)
   ]
-  train = config_lib.sft_terminal_horizon(global_batch=4, epochs=2, logprob_chunk_size=16)
+  train = recipes.sft_train_terminal_horizon().replace(
+    global_batch=4, epochs=2, logprob_chunk_size=16
+  )
   cfg = SFTConfig(
     model=ModelSpec(preset="qwen3-0.6b", overrides=TINY, seed=0),
     train=train,

@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent("""
   mesh4 = sharding.make_mesh(data=2, fsdp=2)
   for name, mesh, tcfg in (("single", None, cfg), ("sharded", mesh4, cfg),
                            ("packed_single", None, packed_cfg), ("packed_sharded", mesh4, packed_cfg)):
-    shard = None if mesh is None else sharding.param_shardings(mcfg, mesh)
+    shard = None if mesh is None else registry.param_shardings(mcfg, mesh)
     params = registry.init_params(mcfg, jax.random.key(1), shard)
     trainer = step_lib.Trainer(model, mcfg, tcfg, mesh)
     state = trainer.init_state(params)

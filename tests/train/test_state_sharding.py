@@ -29,7 +29,7 @@ def test_optimizer_state_takes_the_params_shardings(weight_decay):
   if jax.device_count() != 8:
     pytest.skip("needs the 8 fake CPU devices of tests/conftest.py")
   mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
-  shardings = sharding.param_shardings(CFG, mesh)
+  shardings = registry.param_shardings(CFG, mesh)
   params = registry.init_params(CFG, jax.random.key(0), shardings)
   cfg = TrainConfig(optimizer=OptimizerConfig(weight_decay=weight_decay))
   state = Trainer(registry.build_model(CFG), CFG, cfg, mesh).init_state(params)

@@ -44,7 +44,9 @@ def _close(a, b, tol):
   [
     LossConfig(),
     LossConfig(policy_loss="grpo", aggregation="sequence"),
-    pytest.param(LossConfig(hyper=DPPOHyper(divergence="kl"), kl_beta=0.1), marks=pytest.mark.slow),
+    pytest.param(
+      LossConfig(hypers={"dppo": DPPOHyper(divergence="kl")}, kl_beta=0.1), marks=pytest.mark.slow
+    ),
   ],
 )
 def test_four_micro_batches_equal_one_batch(tiny, loss):
@@ -185,7 +187,7 @@ def test_topk_logprobs_and_topk_step(tiny):
     ),
   )
   _, rows = _one_step(
-    tiny, _cfg(loss=LossConfig(hyper=DPPOHyper(divergence="topk_tv", top_k=k))), topk
+    tiny, _cfg(loss=LossConfig(hypers={"dppo": DPPOHyper(divergence="topk_tv", top_k=k)})), topk
   )
   assert np.isfinite(rows[0]["loss"]) and 0.0 <= rows[0]["kept_frac"] <= 1.0
 

@@ -13,8 +13,8 @@ import dataclasses
 import time
 from typing import Callable, Protocol, Sequence
 
-from tmax_jax.agents import formats
-from tmax_jax.tokenizers.specs import get_spec
+from tmax_jax import formats
+from tmax_jax.models import registry
 
 
 class Completion(Protocol):
@@ -38,7 +38,12 @@ class EpisodeConfig:
   """
 
   harness: str = "bash_tool"
-  family: str = "qwen3"  # tool-call syntax and stop tokens: qwen3 -> Hermes JSON, qwen3_5 -> XML
+  # Tokenizer family: tool-call syntax and stop tokens (qwen3 -> Hermes JSON, qwen3_5 -> XML).
+  # "" = the policy's (a job derives it from its model: loop/config.with_family).
+  family: str = ""
+  # The recipe's prompt cap (2048): a task whose first prompt is longer is skipped and reported
+  # (PromptTooLongError), never truncated. 0 = no cap.
+  max_prompt_tokens: int = 0
   max_tool_calls: int = 64
   max_turns: int = 128  # format errors count as turns but not as tool calls
   turn_max_tokens: int = 16384
@@ -48,6 +53,8 @@ class EpisodeConfig:
   enable_thinking: bool | None = None  # None: the template's default
 
   def __post_init__(self):
+    if not self.family:
+      return
     try:
       formats.tool_call_format(self.family)  # a registered tokenizer with a known syntax
     except ValueError as e:
@@ -85,12 +92,28 @@ def template_kwargs(cfg: EpisodeConfig) -> dict:
 def stop_token_ids(cfg: EpisodeConfig) -> tuple[int, ...]:
   """The ids that end a reply (end of turn, end of text) for the episode's model family: the one
   definition that every episode path and the servers they start use."""
-  return get_spec(cfg.family).stop_token_ids()
+  return registry.tokenizer_spec(cfg.family).stop_token_ids()
 
 
-def new_trajectory(tokenizer, prompt_ids: Sequence[int]) -> formats.TokenTrajectory:
+class PromptTooLongError(ValueError):
+  """A task's first prompt exceeds EpisodeConfig.max_prompt_tokens. The episode does not run and
+  its group is dropped and counted (`groups_dropped_prompt_too_long`), never scored."""
+
+  kind = "prompt_too_long"
+  retryable = False  # the same task gives the same prompt: a rerun cannot succeed
+
+
+def new_trajectory(
+  tokenizer, prompt_ids: Sequence[int], cfg: EpisodeConfig | None = None
+) -> formats.TokenTrajectory:
   """A trajectory holding the first prompt; a turn cut by its token limit is closed with the
-  tokenizer's end-of-turn token (formats/tokens.py relies on the same token)."""
+  tokenizer's end-of-turn token (formats/tokens.py relies on the same token). Raises
+  PromptTooLongError when the prompt exceeds `cfg.max_prompt_tokens`."""
+  if cfg is not None and 0 < cfg.max_prompt_tokens < len(prompt_ids):
+    raise PromptTooLongError(
+      f"the task's first prompt has {len(prompt_ids)} tokens, more than "
+      f"episode.max_prompt_tokens={cfg.max_prompt_tokens}: skipped (not truncated)"
+    )
   traj = formats.TokenTrajectory(eos_id=tokenizer.convert_tokens_to_ids(tokenizer.eos_token))
   traj.add_prompt(prompt_ids)
   return traj

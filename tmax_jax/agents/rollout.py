@@ -9,9 +9,11 @@ exactly `prompts_per_batch` usable groups:
   dropped as stale;
 - a group in which an episode failed for an infrastructure reason (server unreachable) is dropped
   and counted (`groups_dropped_error`; `groups_dropped_server` when the inference server was lost
-  or restarted under it); sandbox crashes and OOM are reward 0, as the recipe says. Ordered
+  or restarted under it; `groups_dropped_<kind>` for a failure that names its kind, e.g.
+  prompt_too_long); sandbox crashes and OOM are reward 0, as the recipe says. Ordered
   (deterministic) batches rerun such a group in its place instead (`groups_retried_error`), up to
-  `group_retries` times, then raise GroupFailed: a dropped group would change the batch.
+  `group_retries` times, then raise GroupFailed: a dropped group would change the batch (a failure
+  that is not `retryable`, such as a prompt over the cap, is dropped there too: it is reproducible).
 Every drop is counted in `stats`; nothing is dropped silently.
 """
 
@@ -60,6 +62,8 @@ class Group:
   episodes: list[EpisodeResult]
   error: str = ""
   server_lost: bool = False  # an episode failed because the inference server went away
+  error_kind: str = ""  # the failure's `kind` (e.g. prompt_too_long), "" for other errors
+  retryable: bool = True  # False: the same group fails the same way again (rerunning is futile)
 
   @property
   def rewards(self) -> np.ndarray:
@@ -129,6 +133,8 @@ class GroupScheduler:
         [r for r in results if not isinstance(r, BaseException)],
         error=f"{type(errors[0]).__name__}: {errors[0]}",
         server_lost=any(isinstance(e, ServerUnavailableError) for e in errors),
+        error_kind=getattr(errors[0], "kind", ""),
+        retryable=all(getattr(e, "retryable", True) for e in errors),
       )
     return Group(task, index, list(results))
 
@@ -180,6 +186,8 @@ class GroupScheduler:
     if group.error:
       c["groups_dropped_error"] += 1
       c["groups_dropped_server"] += int(group.server_lost)
+      if group.error_kind:
+        c[f"groups_dropped_{group.error_kind}"] += 1
       return False
     if group.min_version >= 0 and group.min_version < trainer_version - self.cfg.async_steps:
       c["groups_dropped_stale"] += 1
@@ -241,7 +249,7 @@ class GroupScheduler:
         if group is None:  # the producer is done; reruns may still be under way
           exhausted = True
           continue
-        if group.error:
+        if group.error and group.retryable:
           self._rerun(group, tries, reruns)
           continue
         arrived[group.index] = group

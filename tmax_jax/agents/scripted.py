@@ -16,7 +16,7 @@ from typing import Sequence
 
 from tmax_jax.agents import harnesses
 from tmax_jax.agents.episode import EpisodeConfig
-from tmax_jax.agents.formats.tokens import encode
+from tmax_jax.formats.tokens import encode
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from tmax_jax.agents import formats
+from tmax_jax import formats
 from tmax_jax.agents.episode import (
   EpisodeConfig,
   EpisodeResult,
@@ -80,7 +80,7 @@ class ShellHarness:
   ) -> EpisodeResult:
     """Runs the loop until submit or a limit. `generate(token_ids, max_tokens)` returns a
     Completion (token ids incl. the stop token, logprobs, versions)."""
-    traj = new_trajectory(tokenizer, self.initial_prompt_ids(tokenizer, instruction, cfg))
+    traj = new_trajectory(tokenizer, self.initial_prompt_ids(tokenizer, instruction, cfg), cfg)
     res, started = EpisodeResult(traj), time.monotonic()
     while (budget := next_budget(res, cfg, started)) > 0:
       out = generate(traj.tokens, budget)

@@ -29,7 +29,7 @@ import shlex
 import time
 from typing import Sequence
 
-from tmax_jax.agents import formats
+from tmax_jax import formats
 from tmax_jax.agents.episode import (
   EpisodeConfig,
   EpisodeResult,
@@ -265,7 +265,8 @@ def run_terminus_episode(
   max_tool_calls | max_turns | max_response_tokens | wall_time | oom | sandbox_crash.
   """
   pane = TmuxPane(sandbox, pane_cfg)
-  traj = new_trajectory(tokenizer, initial_prompt_ids(tokenizer, instruction, pane.start(), cfg))
+  prompt = initial_prompt_ids(tokenizer, instruction, pane.start(), cfg)
+  traj = new_trajectory(tokenizer, prompt, cfg)
   res, started, pending = EpisodeResult(traj), time.monotonic(), False
   kw = template_kwargs(cfg)
   try:

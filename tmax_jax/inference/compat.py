@@ -8,13 +8,25 @@ JetStream 0.2.2 (the newest release; upstream is archived) needs three fixes to 
      handler, which floods every caller with per-step logs. We restore the previous root level and
      drop that handler right after the import.
   3. `server_lib._HOST` is "[::]" (all interfaces). We bind loopback unless told otherwise.
+  4. `jetstream.engine.token_utils` (imported by engine_api and the orchestrator) imports
+     `seqio.vocabularies`, which imports TensorFlow and tensorflow_datasets: 4-5 s of every start,
+     TF's banners and CUDA probe on CPU hosts, TF's absl flags in `--helpfull`. JetStream uses two
+     names from it: `Vocabulary` (annotations, and the base of its mock engine's TestVocab) and
+     `SentencePieceVocabulary` (only in `load_vocab` for a SentencePiece model file; never on our
+     paths). While token_utils is imported, stand-ins for `seqio` and `seqio.vocabularies` sit in
+     sys.modules; they are removed right after, so a later `import seqio` gets the real package.
+     The SentencePiece stand-in imports the real seqio when called. Skipped when seqio is already
+     imported (the caller's real one is used).
 Every fix is idempotent; `apply()` is called by every module of tmax_jax.inference that touches
-JetStream, before importing the orchestrator.
+JetStream, before importing anything of JetStream's engine or core.
 """
 
+import abc
 import contextlib
 import logging
+import sys
 import threading
+import types
 
 import jax
 
@@ -27,6 +39,44 @@ def _alias_tree_map() -> None:
   if not hasattr(jax, "tree_map"):
     # Why: 0.2.2 calls jax.tree_map(delete_leaf, prefix) after every insert.
     jax.tree_map = jax.tree.map
+
+
+class SeqioVocabularyStandIn(metaclass=abc.ABCMeta):
+  """`seqio.vocabularies.Vocabulary` as JetStream 0.2.2 uses it (fix 4): a type in annotations and
+  the base class of `mock_utils.TestVocab`, which defines every member it calls."""
+
+
+def sentencepiece_vocabulary(*args, **kwargs):
+  """`seqio.vocabularies.SentencePieceVocabulary(...)` (fix 4), imported when first called."""
+  # Lazy on purpose: seqio imports TensorFlow, needed only for SentencePiece model files.
+  from seqio.vocabularies import (  # pylint: disable=import-outside-toplevel
+    SentencePieceVocabulary,
+  )
+
+  return SentencePieceVocabulary(*args, **kwargs)
+
+
+def _seqio_stand_ins() -> dict[str, types.ModuleType]:
+  package, vocabularies = types.ModuleType("seqio"), types.ModuleType("seqio.vocabularies")
+  package.__path__ = []  # a package, so `seqio.vocabularies` resolves through sys.modules
+  package.vocabularies = vocabularies
+  vocabularies.Vocabulary = SeqioVocabularyStandIn
+  vocabularies.SentencePieceVocabulary = sentencepiece_vocabulary
+  return {"seqio": package, "seqio.vocabularies": vocabularies}
+
+
+def _import_token_utils_without_seqio() -> None:
+  if "seqio" in sys.modules or "jetstream.engine.token_utils" in sys.modules:
+    return
+  stand_ins = _seqio_stand_ins()
+  sys.modules.update(stand_ins)
+  try:
+    # pylint: disable-next=import-outside-toplevel,unused-import
+    from jetstream.engine import token_utils  # noqa: F401 (imported while the stand-ins sit)
+  finally:
+    for name, module in stand_ins.items():
+      if sys.modules.get(name) is module:
+        del sys.modules[name]
 
 
 def _import_orchestrator_quietly() -> None:
@@ -42,12 +92,13 @@ def _import_orchestrator_quietly() -> None:
 
 
 def apply() -> None:
-  """Applies fixes 1 and 2 once per process (thread-safe)."""
+  """Applies fixes 1, 2 and 4 once per process (thread-safe)."""
   global _APPLIED
   with _LOCK:
     if _APPLIED:
       return
     _alias_tree_map()
+    _import_token_utils_without_seqio()
     _import_orchestrator_quietly()
     _APPLIED = True
 

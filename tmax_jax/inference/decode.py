@@ -124,7 +124,7 @@ def serving_config(model_cfg: ModelConfig) -> ModelConfig:
 
 def param_shardings(model_cfg: ModelConfig, mesh: Mesh):
   """NamedShardings of the served params on a serving mesh (only its "tensor" axis splits)."""
-  return sharding.param_shardings(serving_config(model_cfg), mesh)
+  return registry.param_shardings(serving_config(model_cfg), mesh)
 
 
 def _is_dense_kv(tree) -> bool:

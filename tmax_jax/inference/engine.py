@@ -26,6 +26,12 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
+
+from tmax_jax.inference import compat
+
+compat.apply()
+
+# pylint: disable=wrong-import-position
 from jetstream.engine import engine_api, tokenizer_api, tokenizer_pb2
 
 from tmax_jax.inference import decode, paged, sampling, scheduler, updates

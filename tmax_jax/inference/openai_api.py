@@ -40,7 +40,7 @@ class OpenAIConfig:
   host: str = compat.LOOPBACK
   model_name: str = ""  # the id /v1/models lists and requests must name; "" = the model_type
   tokenizer: str = ""  # a registered tokenizer family or an HF tokenizer dir; "" = the model's
-  tool_call_format: str = ""  # "" = the registered tokenizer spec's (agents/formats/tool_calls.py)
+  tool_call_format: str = ""  # "" = the registered tokenizer spec's (formats/tool_calls.py)
   max_body_mb: int = 64
 
   @property
@@ -107,6 +107,10 @@ class OpenAIServer:
     engine = rollout_server.engine
     self.model_name = cfg.model_name or engine.model_cfg.model_type
     self._max_len = engine.cfg.max_len
+    self._max_prefill = engine.cfg.max_prefill_length
+    # A chat or completion ends at the tokenizer's end of turn whatever the engine's default stop
+    # ids are (a served checkpoint may have none configured), as OpenAI-compatible servers do.
+    self._stop_ids = (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
     self._max_topk = getattr(engine.cfg, "max_topk", 0)
     self._created = int(time.time())
     self._runner: web.AppRunner | None = None
@@ -215,13 +219,34 @@ class OpenAIServer:
 
     return await asyncio.get_running_loop().run_in_executor(None, run)
 
+  def _check_context(self, req: openai_chat.GenRequest) -> None:
+    """A prompt (+ max_tokens) the model cannot hold is OpenAI's context_length_exceeded, in its
+    words, which clients (litellm, the openai package) map to their context-window errors."""
+    n, total = len(req.prompt_ids), len(req.prompt_ids) + req.max_tokens
+    if total <= self._max_len and n <= self._max_prefill:
+      return
+    over = "" if n <= self._max_prefill else f"; prompts hold at most {self._max_prefill} tokens"
+    raise APIError(
+      400,
+      f"This model's maximum context length is {self._max_len} tokens. However, you requested "
+      f"{total} tokens ({n} in the messages, {req.max_tokens} in the completion){over}. Please "
+      "reduce the length of the messages or completion.",
+      param="messages",
+      code="context_length_exceeded",
+    )
+
   def _open(self, req: openai_chat.GenRequest) -> list:
+    self._check_context(req)
     channels = []
     try:
       for i in range(req.n):
         channels.append(
           self._server.submit(
-            req.prompt_ids, req.max_tokens, req.sampling_params(i), top_logprobs=req.top_logprobs
+            req.prompt_ids,
+            req.max_tokens,
+            req.sampling_params(i),
+            stop_ids=self._stop_ids,
+            top_logprobs=req.top_logprobs,
           )
         )
     except ValueError as e:

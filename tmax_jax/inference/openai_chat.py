@@ -10,7 +10,7 @@ Outputs: a `Choice` consumes one request's `RLStep`s: an incremental detokenizer
 ends inside a UTF-8 character waits for the next), `stop` strings (the text is cut before the
 first match and the request ends), and for chat the reply split of the Qwen templates: reasoning
 up to `</think>` (`reasoning_content`, as vLLM returns it), content, and `<tool_call>` blocks parsed
-with the family's tool-call format (agents/formats/tool_calls.py) into `tool_calls`. While
+with the family's tool-call format (formats/tool_calls.py) into `tool_calls`. While
 streaming, text that might still turn out to be a stop string, a `</think>` or a tool call is held
 back until it is decided, so the deltas always add up to the final message.
 """
@@ -22,8 +22,8 @@ import json
 import secrets
 from typing import Any, Mapping, Sequence
 
-from tmax_jax.agents.formats import tool_calls as tool_calls_lib
-from tmax_jax.agents.formats.common import THINK_CLOSE, THINK_OPEN, FormatError
+from tmax_jax.formats import tool_calls as tool_calls_lib
+from tmax_jax.formats.common import THINK_CLOSE, THINK_OPEN, FormatError
 from tmax_jax.inference import sampling
 
 TOOL_OPEN = "<tool_call>"

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import grpc
 
+from tmax_jax.errors import UserError
 from tmax_jax.inference import compat
 
 compat.apply()
@@ -268,6 +269,7 @@ class RolloutServer(server_lib.JetStreamServer):
   def start_openai(self, cfg: openai_api.OpenAIConfig) -> openai_api.OpenAIServer:
     """Serves the OpenAI HTTP API on this server's event loop, engine and driver."""
     tok, fmt = openai_api.load_tokenizer(cfg, self.engine.model_cfg.model_type)
+    check_vocabulary(len(tok), self.engine.model_cfg.vocab_size)
     self.openai = openai_api.OpenAIServer(cfg, self, tok, fmt)
     asyncio.run_coroutine_threadsafe(self.openai.start(), self._loop).result()
     return self.openai
@@ -283,6 +285,18 @@ class RolloutServer(server_lib.JetStreamServer):
     device in `engine.param_shardings()` are swapped in without a host round trip."""
     updates.check_tree(params, self.engine.served_params())
     self.engine.swap(params, version)
+
+
+def check_vocabulary(tokenizer_size: int, vocab_size: int) -> None:
+  """The OpenAI API tokenizes chats with the model family's tokenizer: a model whose vocabulary
+  is smaller (e.g. a tiny random model with vocab_size=256) would reject every request's template
+  tokens, so the server refuses to start instead."""
+  if tokenizer_size > vocab_size:
+    raise UserError(
+      f"the OpenAI API needs a model that covers its tokenizer's {tokenizer_size} ids, but the "
+      f"model's vocab_size is {vocab_size}: serve a checkpoint (model.checkpoint) or a preset\n"
+      "without a smaller vocab_size override, or leave openai.port unset (gRPC only)"
+    )
 
 
 def start_server(

@@ -1,16 +1,21 @@
-"""Typed configs of the top-level jobs (RL, SFT, demo); each default is defined once, here or in the
-component config it nests. `configs/*.py` files start from these and override fields."""
+"""Typed configs of the top-level jobs (RL, SFT, demo, serve); each default is defined once, here or
+in the component config it nests. tmax_jax/recipes.py builds the recipe's runs from them and
+`configs/*.py` files select one and override fields."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from tmax_jax.agents.batching import rollout_inputs
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
-from tmax_jax.config_dict import from_config_dict
+from tmax_jax.inference.engine import EngineConfig
+from tmax_jax.inference.openai_api import OpenAIConfig
+from tmax_jax.loop.rollout_batch import rollout_inputs
 from tmax_jax.models import registry
+from tmax_jax.models.config import load_hf_dict
+from tmax_jax.tasks.runner import RunnerConfig
+from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train.config import BatchInputs, LossConfig, TrainConfig
 
 SFT_INPUTS = BatchInputs(source="SFT data (tokens and loss masks only)")
@@ -24,19 +29,49 @@ def check_family(model_type: str, family: str, where: str = "") -> None:
     raise ValueError(
       f"{where}episode.family={family!r}, but the model (model_type "
       f"{model_type!r}) uses the {expected!r} tokenizer family; set "
-      f"{where}episode.family={expected!r}"
+      f"{where}episode.family={expected!r} (or leave it empty: it follows the model)"
     )
 
 
-def preset_family(preset: str) -> str:
-  """The tokenizer family (EpisodeConfig.family) of a model preset, from its model_type."""
-  return registry.tokenizer_for(registry.preset(preset).model_type).family
+def with_family(episode: EpisodeConfig, model_type: str | None, where: str = "") -> EpisodeConfig:
+  """`episode` with its family (tokenizer, tool-call syntax, stop tokens) derived from the model's
+  `model_type` when empty, checked against it when set; unchanged when the model is not known."""
+  if model_type is None:
+    return episode
+  if not episode.family:
+    return dataclasses.replace(episode, family=registry.tokenizer_for(model_type).family)
+  check_family(model_type, episode.family, where)
+  return episode
 
 
-def check_model_family(model: ModelSpec, episode: EpisodeConfig, where: str = "") -> None:
-  """Config time: a preset's model_type names its family (a checkpoint's is checked on load)."""
-  if model.preset and not model.checkpoint:
-    check_family(registry.preset(model.preset, **model.overrides).model_type, episode.family, where)
+def spec_model_type(model: ModelSpec) -> str | None:
+  """The model_type a ModelSpec names, when known without loading weights: a preset's, or the
+  config.json of a checkpoint directory that exists here; None otherwise (derived at load)."""
+  if model.checkpoint:
+    try:
+      return load_hf_dict(model.checkpoint).get("model_type")
+    except (OSError, ValueError):
+      return None
+  if model.preset:
+    return registry.preset(model.preset, **model.overrides).model_type
+  return None
+
+
+def _derive_family(cfg, where: str = "") -> None:
+  """Config time: a frozen job config's `episode.family` follows its `model` (with_family)."""
+  episode = with_family(cfg.episode, spec_model_type(cfg.model), where)
+  object.__setattr__(cfg, "episode", episode)
+
+
+def check_temperature(train: TrainConfig, worker: WorkerConfig, where: str = "") -> None:
+  """DPPO's ratio compares the trainer's logprobs with the sampler's: both must be of the same
+  distribution, so the trainer's temperature is the sampler's."""
+  if train.temperature != worker.temperature:
+    raise ValueError(
+      f"{where}train.temperature={train.temperature} != {where}worker.temperature="
+      f"{worker.temperature}: the trainer's logprobs must be of the distribution the server "
+      "samples from; set both to the same value"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,22 +84,6 @@ class ModelSpec:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
   head_dtype: str = "float32"
-  seed: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskSource:
-  """Training / held-out tasks: a directory of TB1/TB2 tasks, or procedural families.
-
-  Procedural tasks: `num_train` seeds from `seed` and `num_eval` held-out seeds after them, round
-  robin over `families` (all families when empty) at `difficulty`.
-  """
-
-  directory: str = ""
-  families: tuple[str, ...] = ()
-  difficulty: int = 0
-  num_train: int = 64
-  num_eval: int = 16
   seed: int = 0
 
 
@@ -124,21 +143,18 @@ class ServingConfig:
   """The JetStream server the rollouts talk to over gRPC: in-process (loopback), or a separately
   launched one (`address`, e.g. launch/serve.py) that the loop pushes its weights to.
 
+  `engine` is each replica's serving shape (inference.engine.EngineConfig); a job fills in what it
+  derives itself: the stop ids (the episode family's), `max_topk` (worker.top_logprobs), and for
+  RLConfig.deterministic runs no prefix cache and batch-invariant steps.
+
   Where an in-process server runs: placement "colocated" shares the trainer's devices (each
   process serves on its own local devices, the first replicas x tensor of them; its params are a
   resharded copy of the trainer's); "disaggregated" gives the last `devices` local devices of every
   process to the server (replicas x tensor of them), the others train. The serving mesh is
   ("replica", "tensor"): data-parallel replicas, each tensor parallel over `tensor` devices.
-  `param_dtype` "" = the policy's."""
+  `param_dtype` "" = the policy's (the LM head is served in fp32 whatever it is)."""
 
-  max_concurrent_decodes: int = 8
-  max_len: int = 2048
-  max_prefill_length: int = 1024
-  page_size: int = 16  # KV page size of the engine's paged pool (EngineConfig.page_size)
-  num_pages: int = 0  # pages per replica (0 = every slot at max_len: the dense footprint)
-  prefix_cache: bool = True  # off in RLConfig.deterministic runs (see loop/rl.py)
-  batch_invariant: bool = False  # on in deterministic runs (inference.scheduler.SchedulerConfig)
-  decode_steps: int = 4  # decode steps per dispatched program (EngineConfig.decode_steps)
+  engine: EngineConfig = EngineConfig()
   port: int = 0  # 0 = a free port
   address: str = ""  # "host:port" of an external server ("" = start one in-process)
   # Retries per request (<= 2 s apart, within worker.request_timeout_s): a restarting external
@@ -168,10 +184,49 @@ class ServingConfig:
         f"serving.replicas={self.replicas}, serving.tensor={self.tensor}; expected both >= 1"
       )
 
+  def engine_for(self, stop_token_ids=(), max_topk: int = 0, deterministic: bool = False):
+    """The EngineConfig an in-process server runs with: `engine` plus what the job derives."""
+    engine = dataclasses.replace(
+      self.engine,
+      stop_token_ids=tuple(stop_token_ids) or self.engine.stop_token_ids,
+      max_topk=max(max_topk, self.engine.max_topk),
+    )
+    if deterministic:  # a prefix served from the cache differs from a recomputed one in the last
+      # bit, a restarted server starts with an empty cache, and a request's numbers must not
+      # depend on which others share its prefill and decode steps
+      engine = dataclasses.replace(engine, prefix_cache=False, batch_invariant=True)
+    return engine
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+  """A standalone server (launch/serve.py): the policy, its serving shape (`serving.engine`,
+  `serving.replicas` x `serving.tensor` on this host's first devices, `serving.param_dtype`,
+  `serving.port`), where gRPC listens, the OpenAI-compatible HTTP API and the default sampling of
+  JetStream Decode calls. `serving.engine.stop_token_ids` () = the model family's."""
+
+  model: ModelSpec = ModelSpec()
+  serving: ServingConfig = ServingConfig(port=9000)
+  host: str = "127.0.0.1"  # '[::]' / '0.0.0.0' opt into every interface
+  threads: int = 0  # gRPC worker threads; 0 = max(64, slots)
+  temperature: float = (
+    0.0  # default sampling of JetStream Decode calls (Rollout requests set theirs)
+  )
+  openai: OpenAIConfig = OpenAIConfig()  # port -1 = no HTTP API
+  ready_file: str = ""  # JSON {"address", "pid", ...} written atomically once serving
+
+  def __post_init__(self):
+    if self.serving.address or self.serving.placement != "colocated":
+      raise ValueError(
+        "serve: serving.address and serving.placement are the RL job's (where its rollouts go); "
+        "a standalone server serves on this host's first serving.replicas x serving.tensor devices"
+      )
+
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-  """The RL run: recipe defaults come from the nested configs (recipe.md Table 13)."""
+  """The RL run: recipe defaults come from the nested configs (recipe.md Table 13; the recipe's
+  runs are in tmax_jax/recipes.py). `episode.family` "" follows the model."""
 
   model: ModelSpec = ModelSpec()
   tasks: TaskSource = TaskSource()
@@ -180,13 +235,11 @@ class RLConfig:
   worker: WorkerConfig = WorkerConfig()
   train: TrainConfig = TrainConfig()
   serving: ServingConfig = ServingConfig()
+  runner: RunnerConfig = RunnerConfig()  # the episodes' sandboxes (backend, memory, verifier)
   mesh: MeshConfig = MeshConfig()  # the trainer's mesh (over the devices the placement leaves it)
   topology: TopologyConfig = TopologyConfig()  # what the config is sized for (the memory plan)
-  advantage: str = "centered"
   steps: int = 500
   seq_len: int = 8192
-  sandbox_backend: str = ""  # "" = auto
-  sandbox_memory_mb: int = 4096
   output_dir: str = "runs/rl"
   export_dir: str = ""  # HF export at the end ("" = <output_dir>/hf)
   # Deterministic mode (needs rollout.async_steps = 0): batches take groups in prompt order and
@@ -204,29 +257,31 @@ class RLConfig:
     if self.record_dir and self.replay_dir:
       raise ValueError("record_dir and replay_dir are both set; a replay records nothing")
     self.train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len)
-    check_model_family(self.model, self.episode)
+    check_temperature(self.train, self.worker)
+    _derive_family(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-  """SFT on trajectories: a JSONL of token trajectories, or oracle trajectories of tasks."""
+  """SFT on trajectories: a JSONL of token trajectories, or oracle trajectories of tasks.
+  `steps` 0 = train.epochs x ceil(trajectories / train.global_batch)."""
 
   model: ModelSpec = ModelSpec()
   tasks: TaskSource = TaskSource()
   trajectories: str = ""  # JSONL of {"tokens": [...], "loss_mask": [...]}; "" = oracle runs
   episode: EpisodeConfig = EpisodeConfig()
   train: TrainConfig = SFT_TRAIN
+  runner: RunnerConfig = RunnerConfig()  # the oracle runs' sandboxes
   mesh: MeshConfig = MeshConfig()
   topology: TopologyConfig = TopologyConfig()  # what the config is sized for (the memory plan)
-  steps: int = 0  # 0 = epochs x batches
+  steps: int = 0
   seq_len: int = 8192
-  sandbox_backend: str = ""
   output_dir: str = "runs/sft"
-  export_dir: str = ""
+  export_dir: str = ""  # HF export at the end ("" = <output_dir>/hf)
 
   def __post_init__(self):
     self.train.check_data(SFT_INPUTS, self.seq_len)
-    check_model_family(self.model, self.episode)
+    _derive_family(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,18 +302,14 @@ class DemoConfig:
   rollout: RolloutConfig = RolloutConfig()
   worker: WorkerConfig = WorkerConfig()
   serving: ServingConfig = ServingConfig()
+  runner: RunnerConfig = RunnerConfig()
   seq_len: int = 1024
   eval_samples: int = 4  # sampled episodes per held-out task (temperature = worker.temperature)
   seeds: tuple[int, ...] = (0,)
-  sandbox_backend: str = ""
   output_dir: str = "runs/demo"
 
   def __post_init__(self):
     self.sft_train.check_data(SFT_INPUTS, self.seq_len, "sft_train")
     self.rl_train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len, "rl_train")
-    check_model_family(self.model, self.episode)
-
-
-def job_config(config_dict):
-  """A job's ConfigDict (configs/*.py) -> its RLConfig (it has `rollout`) or SFTConfig."""
-  return from_config_dict(RLConfig if "rollout" in config_dict else SFTConfig, config_dict)
+    check_temperature(self.rl_train, self.worker)
+    _derive_family(self)

@@ -18,11 +18,12 @@ from tmax_jax import json_io
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.inference.client import RolloutClient
-from tmax_jax.loop import common
 from tmax_jax.loop.config import DemoConfig, RLConfig, SFTConfig
 from tmax_jax.loop.evaluate.report import mean_stderr
+from tmax_jax.loop.policy import start_serving
 from tmax_jax.loop.rl import run_rl
 from tmax_jax.loop.sft import run_sft, sft_records
+from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -30,13 +31,12 @@ log = logging.getLogger(__name__)
 
 async def _sample_rewards(server_address: str, tasks, tokenizer, cfg: DemoConfig, seed: int):
   """[num_tasks, eval_samples] rewards of sampled episodes on `tasks`."""
-  runner_cfg = common.runner_config(cfg.sandbox_backend, 4096)
   async with RolloutClient(server_address) as client:
     worker = EpisodeWorker.served(
       client,
       tokenizer,
       cfg.episode,
-      runner_cfg,
+      cfg.runner,
       dataclasses.replace(cfg.worker, seed=seed + 10_000),
     )
     try:
@@ -49,7 +49,8 @@ async def _sample_rewards(server_address: str, tasks, tokenizer, cfg: DemoConfig
 
 def held_out_rewards(model_cfg, params, tasks, tokenizer, cfg: DemoConfig, seed: int) -> np.ndarray:
   """Serves `params`, samples `eval_samples` episodes per held-out task, stops the server."""
-  server = common.start_serving(model_cfg, params, cfg.serving, stop_token_ids(cfg.episode))
+  engine = cfg.serving.engine_for(stop_token_ids(cfg.episode), cfg.worker.top_logprobs)
+  server = start_serving(model_cfg, params, engine, cfg.serving.port)
   try:
     return asyncio.run(_sample_rewards(server.address, tasks, tokenizer, cfg, seed))
   finally:
@@ -71,7 +72,7 @@ def _phase_configs(cfg: DemoConfig, seed: int, out: pathlib.Path) -> tuple[SFTCo
     train=dataclasses.replace(cfg.sft_train, seed=seed),
     steps=cfg.sft_steps,
     seq_len=cfg.seq_len,
-    sandbox_backend=cfg.sandbox_backend,
+    runner=cfg.runner,
     output_dir=str(out / "sft"),
   )
   rl = RLConfig(
@@ -84,7 +85,7 @@ def _phase_configs(cfg: DemoConfig, seed: int, out: pathlib.Path) -> tuple[SFTCo
     serving=cfg.serving,
     steps=cfg.rl_steps,
     seq_len=cfg.seq_len,
-    sandbox_backend=cfg.sandbox_backend,
+    runner=cfg.runner,
     output_dir=str(out / "rl"),
   )
   return sft, rl
@@ -97,7 +98,7 @@ def run_seed(cfg: DemoConfig, seed: int, records=None) -> dict:
     log.warning("removing the previous demo output %s", out)
     shutil.rmtree(out)
   tokenizer = load_tokenizer(cfg.episode.family)
-  _, eval_tasks = common.load_tasks(cfg.tasks)
+  _, eval_tasks = sources.load_split(cfg.tasks)
   sft_cfg, rl_cfg = _phase_configs(cfg, seed, out)
   t0 = time.perf_counter()
   sft = run_sft(sft_cfg, records=records)

@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from tmax_jax import sharding
+from tmax_jax.errors import ConfigError
 from tmax_jax.loop.config import MeshConfig, ServingConfig
 
 SERVING_AXES = ("replica", "tensor")  # the engine's mesh: data-parallel replicas x tensor
@@ -46,7 +47,7 @@ def build_mesh(cfg: MeshConfig, devices: list, field: str, where: str) -> Mesh:
   """`cfg` over `devices` (its first `num_devices` when set); errors name `field` and `where`."""
   if cfg.num_devices:
     if cfg.num_devices > len(devices):
-      raise ValueError(
+      raise ConfigError(
         f"{field}.num_devices={cfg.num_devices}, but {where} has only {len(devices)} device(s)"
       )
     devices = devices[: cfg.num_devices]
@@ -54,7 +55,7 @@ def build_mesh(cfg: MeshConfig, devices: list, field: str, where: str) -> Mesh:
     return sharding.make_mesh(devices=devices, **cfg.sizes())
   except ValueError as err:
     sizes = " x ".join(f"{k}={v}" for k, v in cfg.sizes().items())
-    raise ValueError(
+    raise ConfigError(
       f"{field} ({sizes}) does not fit {where}: {len(devices)} device(s) ({err})"
     ) from err
 
@@ -64,7 +65,7 @@ def _check_process_split(mesh: Mesh, field: str) -> None:
   n = jax.process_count()
   rows = mesh.shape["data"] * mesh.shape["fsdp"]
   if n > 1 and rows % n:
-    raise ValueError(
+    raise ConfigError(
       f"{field}: data x fsdp = {rows} must be a multiple of the {n} processes "
       "(each process feeds its own rows of the global batch)"
     )
@@ -76,7 +77,7 @@ def check_batch(
   """Every micro-batch must split evenly over the batch axes (data x fsdp) of the trainer mesh."""
   split = mesh.shape["data"] * mesh.shape["fsdp"]
   if rows % micro_batches or (rows // micro_batches) % split:
-    raise ValueError(
+    raise ConfigError(
       f"{rows_field} = {rows} rows in train.micro_batches={micro_batches} "
       f"micro-batches do not split over {mesh_field}.data x {mesh_field}.fsdp = "
       f"{split} devices (each micro-batch needs a multiple of {split} rows)"
@@ -101,7 +102,7 @@ def serving_only(serving: ServingConfig, serving_field: str = "serving") -> Mesh
   local = _ordered(jax.local_devices())
   n = serving.replicas * serving.tensor
   if n > len(local):
-    raise ValueError(
+    raise ConfigError(
       f"{serving_field}.replicas x {serving_field}.tensor = {n} device(s), but "
       f"this process has {len(local)}"
     )
@@ -122,7 +123,7 @@ def resolve(
     train_devices = _ordered(jax.devices())
     where = f"placement 'colocated' ({n_proc} process(es) x {len(local)} device(s))"
     if n_serve > len(local):
-      raise ValueError(
+      raise ConfigError(
         f"{serving_field}.replicas x {serving_field}.tensor = {n_serve} device(s), "
         f"but each process has {len(local)} ({where})"
       )
@@ -130,12 +131,12 @@ def resolve(
   else:
     n = serving.devices
     if n >= len(local):
-      raise ValueError(
+      raise ConfigError(
         f"{serving_field}.devices={n} leaves no training device: each process has "
         f"{len(local)} local device(s) (placement 'disaggregated')"
       )
     if n_serve != n:
-      raise ValueError(
+      raise ConfigError(
         f"{serving_field}.replicas x {serving_field}.tensor = {n_serve} must equal "
         f"{serving_field}.devices={n} (placement 'disaggregated')"
       )

@@ -14,12 +14,17 @@ Checkpoints (Orbax, written by every process) hold the train state and the exact
 count. Process 0 writes metrics and the HF export. `deterministic` orders the batches so that a
 resumed run reproduces the uninterrupted one; `record_dir` / `replay_dir` store and replay batches.
 
-With `serving.address` the server is a separately launched one (launch/serve.py; one process): the
-loop pushes its weights there through UpdateWeights at the start and after every step. If that
-server dies and comes back, requests it cut are lost (their groups are dropped and counted as
-`rollout/groups_dropped_server`), the client pushes the current policy to the new instance once
-(`on_restart`, never while a step holds the state) and rollouts go on; `server_restarts` counts
-them.
+The server is a loop/policy_server.PolicyServer: in-process (above), or with `serving.address` a
+separately launched one (launch/serve.py; one process) that the loop pushes its weights to through
+UpdateWeights at the start and after every step. If that server dies and comes back, requests it
+cut are lost (their groups are dropped and counted as `rollout/groups_dropped_server`), the client
+resyncs the new instance once with the current policy (`on_restart`, never while a step holds the
+state) and rollouts go on; `server_restarts` counts them. Progress, metrics, checkpoints, resume
+and the HF export are the shared step driver's (loop/steps.py).
+
+Concurrency domains: the asyncio loop (rollout scheduling, gRPC), executor threads (the trainer
+step, weight pushes), the EpisodeWorker's thread pool (blocking sandbox I/O) and JetStream's own
+threads (in-process server).
 """
 
 from __future__ import annotations
@@ -27,28 +32,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import pathlib
 import time
 
 import jax
 import numpy as np
-import tqdm
 
-from tmax_jax import sharding
-from tmax_jax.agents import batching
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups
 from tmax_jax.agents.worker import EpisodeWorker
+from tmax_jax.errors import ConfigError
 from tmax_jax.inference.client import ClientConfig, RolloutClient, check_top_logprobs
-from tmax_jax.loop import common, replay, task_stream
 from tmax_jax.loop import placement as placement_lib
-from tmax_jax.loop.config import RLConfig
-from tmax_jax.loop.weight_sync import WeightSync, served_target
+from tmax_jax.loop import replay, rollout_batch, task_stream
+from tmax_jax.loop.config import RLConfig, with_family
+from tmax_jax.loop.policy import load_policy
+from tmax_jax.loop.policy_server import PolicyServer, open_server
+from tmax_jax.loop.steps import StepDriver, export_hf
 from tmax_jax.models import registry
-from tmax_jax.tokenizers.builder import load_tokenizer, tokenizer_dir
+from tmax_jax.tasks import sources
+from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import distributed
-from tmax_jax.train.checkpoint import Checkpointer, model_metadata
-from tmax_jax.train.metrics import MetricsWriter
+from tmax_jax.train.checkpoint import model_metadata
 from tmax_jax.train.step import Trainer
 
 log = logging.getLogger(__name__)
@@ -65,24 +69,22 @@ class RLResult:
 
 @dataclasses.dataclass
 class _Job:
-  """What every step needs: config, placement, trainer, state, position, outputs."""
+  """What every step needs: config, placement, trainer, state, data position, step driver."""
 
   cfg: RLConfig
   place: placement_lib.Placement
   model_cfg: object
   trainer: Trainer
   state: object
-  checkpointer: Checkpointer
   position: task_stream.Position
-  writer: MetricsWriter
-  history: list = dataclasses.field(default_factory=list)
+  steps: StepDriver
 
 
 def _local_rollout(cfg: RLConfig):
   """This process's share of each batch: prompts_per_batch / processes groups."""
   n = jax.process_count()
   if cfg.rollout.prompts_per_batch % n:
-    raise ValueError(
+    raise ConfigError(
       f"rollout.prompts_per_batch={cfg.rollout.prompts_per_batch} must be a "
       f"multiple of the {n} processes (each runs its share of the groups)"
     )
@@ -101,18 +103,16 @@ def _train(job: _Job, step: int, local, extra: dict) -> dict:
 
 
 def _finish_step(job: _Job, step: int, m: dict, consumed: list[int]) -> None:
-  """Data position over all processes, metrics (process 0), checkpoint (every process)."""
+  """Data position over all processes, then the driver's metrics and checkpoint."""
   every = distributed.allgather_json(sorted(consumed))
   job.position = job.position.merged(i for part in every for i in part)
   m["data/consumed"] = float(job.position.count)
-  job.writer.write(step + 1, m)
-  job.history.append({"step": step + 1, **m})
-  job.checkpointer.save(step + 1, job.state, job.position.to_json())
+  job.steps.end_step(step, job.state, m, job.position.to_json())
 
 
 def _rollout_metrics(groups, stats: dict, version: int, rollout_s: float) -> dict:
   """This step's rollout metrics over every process (means of means; counters summed)."""
-  every = distributed.allgather_json({"m": batching.rollout_metrics(groups), "stats": stats})
+  every = distributed.allgather_json({"m": rollout_batch.rollout_metrics(groups), "stats": stats})
   out = {}
   for key in sorted({k for e in every for k in e["m"]}):
     out[key] = float(np.mean([e["m"][key] for e in every if key in e["m"]]))
@@ -121,68 +121,36 @@ def _rollout_metrics(groups, stats: dict, version: int, rollout_s: float) -> dic
   return {**out, "rollout_wait_s": rollout_s, "policy_version": version}
 
 
-async def _start_server(job: _Job):
-  """-> (in-process server on this process's serving mesh, its WeightSync), or (None, None) when
-  the rollouts go to an external server (`serving.address`). The server starts on the current
-  policy (a copy: the trainer donates the state's buffers), as version 0."""
+async def _open_server(job: _Job, version: int) -> PolicyServer:
+  """The policy server, serving the current policy as `version` (a copy for an in-process one:
+  the trainer donates the state's buffers)."""
   cfg = job.cfg
-  if cfg.serving.address:
-    return None, None
-  served_cfg = common.served_config(job.model_cfg, cfg.serving)
-  serving = cfg.serving
-  if cfg.deterministic:  # a prefix served from the cache differs from a recomputed one in the
-    # last bit, a restarted server starts with an empty cache, and a request's numbers must not
-    # depend on which others share its prefill and decode steps
-    serving = dataclasses.replace(serving, prefix_cache=False, batch_invariant=True)
-  sync = WeightSync(job.place.trainer_mesh, served_target(served_cfg, job.place.server_mesh))
-  served = await asyncio.get_running_loop().run_in_executor(None, sync, job.state.params)
-  server = common.start_serving(
-    served_cfg,
-    served,
-    serving,
-    stop_token_ids(cfg.episode),
-    cfg.worker.top_logprobs,
-    mesh=job.place.server_mesh,
+  engine = cfg.serving.engine_for(
+    stop_token_ids(cfg.episode), cfg.worker.top_logprobs, cfg.deterministic
   )
-  return server, sync
+  client_cfg = ClientConfig(max_attempts=cfg.serving.max_attempts, backoff_max_s=2.0)
+  return await open_server(
+    job.model_cfg, job.state.params, version, cfg.serving, engine, job.place, client_cfg
+  )
 
 
-async def _rl_async(job: _Job, start_step: int) -> None:
+async def _rl_async(job: _Job) -> None:
   cfg, loop = job.cfg, asyncio.get_running_loop()
   tokenizer = load_tokenizer(cfg.episode.family)
-  train_tasks, _ = common.load_tasks(cfg.tasks)
-  server, sync = await _start_server(job)
-  version = start_step  # the policy version the server holds
-  steps = asyncio.Lock()  # a trainer step donates the state: no push reads it meanwhile
-
-  async def push(v: int) -> None:  # the current policy to the server, as version v
-    if sync is None:
-      await client.update_weights(job.state.params, version=v)
-    else:
-      served = await loop.run_in_executor(None, sync, job.state.params)
-      await loop.run_in_executor(None, server.driver.update_weights, served, v)
+  train_tasks, _ = sources.load_split(cfg.tasks)
+  version = job.steps.start  # the policy version the server holds
+  server = await _open_server(job, version)
+  step_lock = asyncio.Lock()  # a trainer step donates the state: no push reads it meanwhile
 
   async def resync() -> None:  # a restarted external server boots on other weights
-    async with steps:
-      await client.update_weights(job.state.params, version=version)
+    async with step_lock:
+      await server.resync(job.state.params, version)
 
   client_cfg = ClientConfig(max_attempts=cfg.serving.max_attempts, backoff_max_s=2.0)
-  async with RolloutClient(
-    cfg.serving.address or server.address, client_cfg, on_restart=resync
-  ) as client:
+  async with RolloutClient(server.address, client_cfg, on_restart=resync) as client:
     status = await client.wait_until_ready(timeout_s=cfg.worker.request_timeout_s)
     check_top_logprobs(status, cfg.worker.top_logprobs, client.address)
-    if sync is None:
-      await client.update_weights(job.state.params, version=start_step)
-    elif start_step:  # the server started on the restored policy as version 0: tag it
-      await push(start_step)
-    worker = EpisodeWorker.served(
-      client,
-      tokenizer,
-      cfg.episode,
-      common.runner_config(cfg.sandbox_backend, cfg.sandbox_memory_mb),
-      cfg.worker,
-    )
+    worker = EpisodeWorker.served(client, tokenizer, cfg.episode, cfg.runner, cfg.worker)
     stream = task_stream.stream(
       train_tasks, cfg.tasks.seed, job.position, jax.process_index(), jax.process_count()
     )
@@ -190,14 +158,7 @@ async def _rl_async(job: _Job, start_step: int) -> None:
     sched = GroupScheduler(stream, worker, rollout, indexed=True, ordered=cfg.deterministic)
     rows = rollout.prompts_per_batch * rollout.group_size  # fixed: the step compiles once
     try:
-      for step in tqdm.trange(
-        start_step,
-        cfg.steps,
-        desc="rl",
-        initial=start_step,
-        total=cfg.steps,
-        disable=jax.process_index() != 0,
-      ):
+      for step in job.steps:
         t0 = time.perf_counter()
         try:
           groups = await sched.next_batch(trainer_version=version)
@@ -210,48 +171,38 @@ async def _rl_async(job: _Job, start_step: int) -> None:
         ready = all(distributed.allgather_json(bool(groups)))
         local = None
         if ready:
-          trajs = batching.to_trajectories(groups, cfg.advantage)
+          trajs = rollout_batch.to_trajectories(groups, cfg.train.loss.advantage)
           local = job.trainer.make_batch(trajs, cfg.seq_len, num_rows=rows, pack_rows=False)
-        async with steps:
+        async with step_lock:
           m = await loop.run_in_executor(None, _train, job, step, local, extra)
           if ready:
             version = step + 1
-            await push(version)
+            await server.push(job.state.params, version)
             m["policy_version"] = version
         m["server_restarts"] = float(client.restarts)
         _finish_step(job, step, m, consumed)
     finally:
       await sched.close()
       await worker.aclose()
-      if server is not None:
-        server.stop()
+      await server.stop()
 
 
-def _replay(job: _Job, start_step: int) -> None:
-  """Trains on the recorded batches of steps start_step+1..steps (no server, no rollouts)."""
-  for step in tqdm.trange(
-    start_step,
-    job.cfg.steps,
-    desc="rl replay",
-    initial=start_step,
-    total=job.cfg.steps,
-    disable=jax.process_index() != 0,
-  ):
+def _replay(job: _Job) -> None:
+  """Trains on the recorded batches of the remaining steps (no server, no rollouts)."""
+  for step in job.steps:
     batch = replay.load(job.cfg.replay_dir, step + 1)
     local = None if batch is None else distributed.local_rows(batch)
     _finish_step(job, step, _train(job, step, local, {}), [])
 
 
-def _setup(
-  cfg: RLConfig, model_cfg, params
-) -> tuple[RLConfig, placement_lib.Placement, object, Trainer, object]:
+def _check_layout(cfg: RLConfig) -> placement_lib.Placement:
   if cfg.serving.address and jax.process_count() > 1:
-    raise ValueError(
+    raise ConfigError(
       f"serving.address={cfg.serving.address!r} with {jax.process_count()} "
       "processes: a multi-process run serves in process (one replica per process)"
     )
   if cfg.train.packing.enabled and jax.process_count() > 1:
-    raise ValueError(
+    raise ConfigError(
       "train.packing with several processes: each process packs its own rows "
       "into its own number of micro-batches, and the step is a collective; use "
       "fixed rows (train.packing.tokens_per_micro_batch=0) in multi-process runs"
@@ -270,50 +221,35 @@ def _setup(
     placement_lib.describe(place.server_mesh),
     place.placement,
   )
-  if params is None:
-    model_cfg, params = common.load_policy(cfg.model, cfg.episode.family, mesh=place.trainer_mesh)
-  else:
-    params = jax.device_put(params, sharding.param_shardings(model_cfg, place.trainer_mesh))
-  ckpt = dataclasses.replace(
-    cfg.train.checkpoint, directory=cfg.train.checkpoint.directory_for(cfg.output_dir)
-  )
-  train = dataclasses.replace(cfg.train.for_run(cfg.steps), checkpoint=ckpt)
-  cfg = dataclasses.replace(cfg, train=train)
-  trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, place.trainer_mesh)
-  return cfg, place, model_cfg, trainer, trainer.init_state(params)
+  return place
 
 
 def run_rl(cfg: RLConfig, *, model_cfg=None, params=None) -> RLResult:
   """Runs (or resumes) the RL job described by `cfg` from `params` (default: cfg.model); returns
   the final params and metrics. Every process of a multi-process run calls this."""
-  out = pathlib.Path(cfg.output_dir)
-  out.mkdir(parents=True, exist_ok=True)
-  cfg, place, model_cfg, trainer, state = _setup(cfg, model_cfg, params)
-  checkpointer = Checkpointer(cfg.train.checkpoint, model_metadata(model_cfg, cfg.episode.family))
-  start_step, position = 0, task_stream.Position()
-  if checkpointer.latest_step() is not None:
-    state, data, start_step = checkpointer.restore(state)
-    position = task_stream.Position.from_json(data)
-    log.info("resumed from step %d (%d prompts consumed)", start_step, position.count)
-  with MetricsWriter(str(out / "metrics.jsonl"), str(out / "tb")) as writer:
-    job = _Job(cfg, place, model_cfg, trainer, state, checkpointer, position, writer)
-    if start_step >= cfg.steps:
-      log.info("the checkpoint is at step %d of %d: nothing to run", start_step, cfg.steps)
-    elif cfg.replay_dir:
-      _replay(job, start_step)
-    else:
-      asyncio.run(_rl_async(job, start_step))
-  if checkpointer.latest_step() != cfg.steps:
-    checkpointer.save(cfg.steps, job.state, job.position.to_json(), force=True)
-  checkpointer.close()
-  export = cfg.export_dir or str(out / "hf")
-  from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
-
-  hf_io.save_pretrained(
-    export,
-    job.state.params,
-    model_cfg,
-    tokenizer_dir=tokenizer_dir(cfg.episode.family),
-    overwrite=True,
+  place = _check_layout(cfg)
+  if params is None:
+    model_cfg, params, episode = load_policy(cfg.model, cfg.episode, mesh=place.trainer_mesh)
+    cfg = dataclasses.replace(cfg, episode=episode)
+  else:
+    params = jax.device_put(params, registry.param_shardings(model_cfg, place.trainer_mesh))
+    cfg = dataclasses.replace(cfg, episode=with_family(cfg.episode, model_cfg.model_type))
+  cfg = dataclasses.replace(cfg, train=cfg.train.for_run(cfg.steps))
+  trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, place.trainer_mesh)
+  state = trainer.init_state(params)
+  meta = model_metadata(model_cfg, cfg.episode.family)
+  with StepDriver.open(cfg.output_dir, cfg.train.checkpoint, cfg.steps, "rl", meta) as steps:
+    state, data = steps.resume(state)
+    position = task_stream.Position.from_json(data) if data else task_stream.Position()
+    job = _Job(cfg, place, model_cfg, trainer, state, position, steps)
+    if steps.start < cfg.steps:
+      if cfg.replay_dir:
+        _replay(job)
+      else:
+        asyncio.run(_rl_async(job))
+    steps.finish(job.state, job.position.to_json())
+    history = steps.history
+  export = export_hf(
+    cfg.export_dir or f"{cfg.output_dir}/hf", job.state.params, model_cfg, cfg.episode.family
   )
-  return RLResult(cfg.steps, job.state.params, model_cfg, export, job.history)
+  return RLResult(cfg.steps, job.state.params, model_cfg, export, history)

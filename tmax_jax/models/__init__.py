@@ -5,13 +5,13 @@ from tmax_jax.models.config import (
   ModelConfig,
   RopeScaling,
   UnsupportedConfigError,
-  from_hf_config,
 )
 from tmax_jax.models.logprobs import full_logits, token_logprobs
 from tmax_jax.models.registry import (
   abstract_params,
   build_model,
   count_params,
+  from_hf_config,
   head_weight,
   init_params,
   preset,

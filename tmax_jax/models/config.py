@@ -2,8 +2,8 @@
 
 `ModelConfig` is shared by every family. Family-specific extras (e.g. Qwen3.5's linear-attention
 settings) go into `family_config`, a frozen dataclass owned by the family package; the family's
-registered `parse_hf` hook fills it from the HF config. `from_hf_config` reads flat or nested
-(`text_config`) HF configs, in the legacy (`rope_theta` + `rope_scaling`) or transformers>=5
+registered `parse_hf` hook fills it from the HF config. `registry.from_hf_config` reads flat or
+nested (`text_config`) HF configs, in the legacy (`rope_theta` + `rope_scaling`) or transformers>=5
 (`rope_parameters`) spelling, and raises `UnsupportedConfigError` naming any value we do not
 support.
 """
@@ -16,6 +16,8 @@ import pathlib
 from typing import Any
 
 import jax.numpy as jnp
+
+from tmax_jax.errors import UserError
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "yarn")
 SUPPORTED_ACTIVATIONS = ("silu",)
@@ -47,7 +49,7 @@ CONTEXT_PARALLEL_RULES: tuple[tuple[str, Any], ...] = tuple(
 )
 
 
-class UnsupportedConfigError(ValueError):
+class UnsupportedConfigError(UserError):
   """A config field holds a value this implementation does not support (the message names both)."""
 
 
@@ -245,19 +247,6 @@ def common_fields_from_hf(hf: dict) -> dict:
   if "max_position_embeddings" in hf:
     fields["max_position_embeddings"] = hf["max_position_embeddings"]
   return fields
-
-
-def from_hf_config(dict_or_path: dict | str | pathlib.Path, **overrides) -> ModelConfig:
-  """HF config (dict, config.json or checkpoint dir; flat or nested) -> ModelConfig.
-
-  The family registered for `model_type` validates its own fields (see registry.Family.parse_hf).
-  `overrides` replace fields afterwards (e.g. dtypes=..., remat_policy=...).
-  """
-  from tmax_jax.models import registry  # the registry imports this module
-
-  hf = load_hf_dict(dict_or_path)
-  family = registry.family_for(hf.get("model_type"))
-  return ModelConfig(**{**family.parse_hf(hf), **overrides})
 
 
 def rope_to_hf(cfg: ModelConfig) -> dict:

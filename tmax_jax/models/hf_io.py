@@ -24,9 +24,12 @@ from typing import Any, Iterator
 import jax
 import ml_dtypes
 import numpy as np
+import tqdm
+from jax.experimental import multihost_utils
 
+from tmax_jax.errors import UserError
 from tmax_jax.models import registry
-from tmax_jax.models.config import ModelConfig, from_hf_config
+from tmax_jax.models.config import ModelConfig
 
 _ST_DTYPES = {
   "F64": np.dtype(np.float64),
@@ -45,7 +48,7 @@ _PREFIX_ALIASES = (("model.language_model.", "model."),)
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
   """A checkpoint is missing a tensor, has a mis-shaped one, or is unreadable (the message says
   which key, in which file, and what was expected)."""
 
@@ -294,7 +297,7 @@ def _leaf_array(
 
 def load_params(ckpt_dir: str | pathlib.Path, cfg: ModelConfig, shardings: Any = None) -> Any:
   """Read `ckpt_dir` into the param tree of `cfg` (param dtype), placed in `shardings` (a tree of
-  jax.sharding.Sharding matching the params, e.g. sharding.param_shardings) or the default device.
+  jax.sharding.Sharding matching the params, e.g. registry.param_shardings) or the default device.
   Raises CheckpointError naming the key for a missing or mis-shaped tensor."""
   refs = index_checkpoint(ckpt_dir)
   abstract = registry.abstract_params(cfg)
@@ -307,7 +310,8 @@ def load_params(ckpt_dir: str | pathlib.Path, cfg: ModelConfig, shardings: Any =
   for entry in entries:
     _check_entry(entry, refs, _get(abstract, entry.path).shape)
   params: dict = {}
-  for entry in entries:
+  bar = tqdm.tqdm(entries, desc="load checkpoint", unit="tensor", disable=jax.process_index() > 0)
+  for entry in bar:
     sharding = None if shardings is None else _get(shardings, entry.path)
     _set(params, entry.path, _leaf_array(entry, refs, _get(abstract, entry.path), sharding))
   return params
@@ -318,12 +322,10 @@ def load_pretrained(
 ) -> tuple[ModelConfig, Any]:
   """config.json + safetensors -> (ModelConfig, params), sharded over `mesh` by the config's
   logical-axis rules when given. `overrides` replace config fields (dtypes=..., scan_layers=...)."""
-  cfg = from_hf_config(ckpt_dir, **overrides)
+  cfg = registry.from_hf_config(ckpt_dir, **overrides)
   shardings = None
   if mesh is not None:
-    from tmax_jax import sharding as sharding_lib  # sharding imports models
-
-    shardings = sharding_lib.param_shardings(cfg, mesh)
+    shardings = registry.param_shardings(cfg, mesh)
   return cfg, load_params(ckpt_dir, cfg, shardings)
 
 
@@ -334,8 +336,6 @@ _SKIP_TOKENIZER_FILES = ("config.json", "generation_config.json", SAFETENSORS_IN
 
 def _host(x: jax.Array) -> np.ndarray:
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
-    from jax.experimental import multihost_utils
-
     x = multihost_utils.process_allgather(x, tiled=True)
   return np.asarray(jax.device_get(x))
 
@@ -398,7 +398,10 @@ def _write_weights(
   pending: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
   want = {n: len(keys) for n, keys in zip(names, groups)}
   total = 0
-  for key, arr in hf_tensors(params, cfg, dtype):
+  tensors = tqdm.tqdm(
+    hf_tensors(params, cfg, dtype), total=len(file_of), desc="export checkpoint", unit="tensor"
+  )
+  for key, arr in tensors:
     name = file_of[key]
     pending[name][key] = arr
     total += arr.nbytes

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import pathlib
 import pkgutil
 from typing import Any, Callable, Mapping
 
@@ -19,9 +20,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tmax_jax import sharding
 from tmax_jax.models import decoder
-from tmax_jax.models.config import ModelConfig, UnsupportedConfigError
-from tmax_jax.tokenizers.specs import TokenizerSpec
+from tmax_jax.models.config import ModelConfig, UnsupportedConfigError, load_hf_dict
+from tmax_jax.models.tokenizer_spec import TokenizerSpec
 
 _MODELS_PACKAGE = "tmax_jax.models"
 
@@ -144,6 +146,17 @@ def preset(name: str, **overrides) -> ModelConfig:
   raise ValueError(f"unknown preset {name!r}; known: {known}")
 
 
+def from_hf_config(dict_or_path: dict | str | pathlib.Path, **overrides) -> ModelConfig:
+  """HF config (dict, config.json or checkpoint dir; flat or nested) -> ModelConfig.
+
+  The family registered for `model_type` validates its own fields (see registry.Family.parse_hf).
+  `overrides` replace fields afterwards (e.g. dtypes=..., remat_policy=...).
+  """
+  hf = load_hf_dict(dict_or_path)
+  family = family_for(hf.get("model_type"))
+  return ModelConfig(**{**family.parse_hf(hf), **overrides})
+
+
 def tokenizer_for(model_type: str | None) -> TokenizerSpec:
   """The tokenizer spec of `model_type` (its family's); UnsupportedConfigError if it has none."""
   family = family_for(model_type)
@@ -191,7 +204,7 @@ def abstract_params(cfg: ModelConfig, boxed: bool = False) -> Any:
 
 def init_params(cfg: ModelConfig, rng: jax.Array, shardings: Any = None) -> Any:
   """Random params (the family's init), created directly in `shardings` when given (see
-  sharding.param_shardings)."""
+  param_shardings)."""
   model = build_model(cfg)
 
   def init(r):
@@ -202,3 +215,9 @@ def init_params(cfg: ModelConfig, rng: jax.Array, shardings: Any = None) -> Any:
 
 def count_params(tree: Any) -> int:
   return sum(int(x.size) for x in jax.tree.leaves(tree))
+
+
+def param_shardings(cfg: ModelConfig, mesh) -> Any:
+  """NamedSharding tree matching the params of `cfg` (from the logical names on each param)."""
+  specs = nn.get_partition_spec(abstract_params(cfg, boxed=True))
+  return sharding.logical_to_sharding(specs, mesh, cfg.logical_axis_rules)

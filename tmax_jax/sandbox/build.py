@@ -35,8 +35,11 @@ import tarfile
 import time
 import uuid
 
-from tmax_jax import json_io
-from tmax_jax.sandbox import bases, dockerfile, layers, mirror
+import tqdm
+
+from tmax_jax import cli, json_io
+from tmax_jax.errors import UserError
+from tmax_jax.sandbox import bases, dockerfile, images, layers, mirror
 from tmax_jax.sandbox.api import SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
 
@@ -132,10 +135,13 @@ def build_image(
   timeout_s: float = 1800.0,
   quiet: bool = True,
   seeds_into_workdir: bool = False,
+  seeds_default_dir: str = "/",
   finalize: bool = True,
 ) -> Image:
   """Builds (or finds cached) the image of `context`/Dockerfile. `extra_steps`: shell commands run
   as root after the Dockerfile (e.g. test-time dependency prefetch), logged as rewrites.
+  `seeds_into_workdir`: context/seeds/ is copied into the WORKDIR (into `seeds_default_dir` when the
+  Dockerfile leaves it at /: the task's sandbox starts there then, not in /).
   Raises DockerfileError (bad Dockerfile, naming the line) or SandboxError (a failed step)."""
   if os.geteuid() != 0:
     raise SandboxError(
@@ -151,10 +157,32 @@ def build_image(
   (layers.store() / "layers").mkdir(parents=True, exist_ok=True)
   layers.sweep_tmp()
   builder = _Builder(context, str(file), timeout_s, quiet)
-  builder.run(ins, extra_steps, seeds_into_workdir, finalize)
+  seeds = (seeds_default_dir or "/") if seeds_into_workdir else None
+  try:
+    builder.run(ins, extra_steps, seeds, finalize)
+  except bases.StandInBuildError:  # already attributed (the stand-in base itself did not build)
+    raise
+  except SandboxError as err:  # a failed step: name the stand-in's deviations that explain it
+    raise bases.attribute_failure(err, builder.base_name) from None
   image = builder.image(time.monotonic() - start)
   json_io.write_text_atomic(image.path, [image.to_json()])  # tasks of one set build in threads
   return image
+
+
+def ensure_base(
+  base: bases.Base, *, quiet: bool = True
+) -> tuple[pathlib.Path, tuple[str, ...], str]:
+  """-> (rootfs dir, layer ids on top of it, an id naming both). Builds what is missing."""
+  if base.name == "tmax-base":
+    root = images.ensure_base_rootfs(quiet=quiet)
+    return root, (), f"tmax-base:{root.name}"
+  if base.name.startswith("debootstrap-"):
+    root = images.ensure_debootstrap(base.suite, quiet=quiet)
+    return root, (), f"{base.name}:{root.name}"
+  image = build_image(
+    bases.recipes_dir(), dockerfile_name=f"{base.name}/Dockerfile", quiet=quiet, finalize=False
+  )
+  return pathlib.Path(image.base), image.layers, f"{base.name}:{image.id}"
 
 
 class _Builder:
@@ -165,6 +193,7 @@ class _Builder:
     self.state = _State(env={}, args={})
     self.base: pathlib.Path | None = None
     self.base_id = ""
+    self.base_name = ""
     self.from_ref = ""
     self.layers: list[str] = []
     self.warnings: list[str] = []
@@ -176,10 +205,15 @@ class _Builder:
     raise DockerfileError(self.file, line, problem)
 
   def run(
-    self, ins: list[dockerfile.Instruction], extra: tuple[str, ...], seeds: bool, finalize: bool
+    self,
+    ins: list[dockerfile.Instruction],
+    extra: tuple[str, ...],
+    seeds: str | None,
+    finalize: bool,
   ) -> None:
     global_args: dict = {}
-    for i in ins:
+    steps = tqdm.tqdm(ins, desc=f"build {self.context.name}", unit="step", disable=self.quiet)
+    for i in steps:
       if i.cmd == "FROM":
         if self.base is not None:
           self.fail(i.line, "multi-stage builds (a second FROM) are not supported")
@@ -201,7 +235,8 @@ class _Builder:
     if self.base is None:
       raise DockerfileError(self.file, 1, "no FROM instruction")
     if seeds and (self.context / "seeds").is_dir() and not self._copies_seeds(ins):
-      self._copy(dockerfile.Instruction(0, "COPY", f"seeds/ {self.state.workdir}/"), "COPY")
+      dest = self.state.workdir if self.state.workdir != "/" else seeds
+      self._copy(dockerfile.Instruction(0, "COPY", f"seeds/ {dest.rstrip('/')}/"), "COPY")
     for n, cmd in enumerate(extra):
       self.rewrites.append(f"added build step: {cmd}")
       self._run_shell(["/bin/sh", "-c", cmd], 0, f"extra step {n}", user="root")
@@ -218,7 +253,11 @@ class _Builder:
     base = bases.resolve(self.from_ref)
     if base.warning:
       self.warnings.append(f"line {i.line}: {base.warning}")
-    self.base, base_layers, self.base_id = bases.ensure_base(base, quiet=self.quiet)
+    self.base_name = base.name
+    try:
+      self.base, base_layers, self.base_id = ensure_base(base, quiet=self.quiet)
+    except (SandboxError, DockerfileError) as err:
+      raise bases.StandInBuildError(base.name, [bases.BASE_BUILD], err) from None
     self.layers = list(base_layers)
     self.state.env.setdefault("PATH", DEFAULT_PATH)  # `ENV PATH=/x:$PATH` extends Docker's default
     self.state.env.update(dict(base.env))
@@ -360,8 +399,8 @@ class _Builder:
     cached = layers.layer_done(layer_id)
     seconds = 0.0
     if not cached:
-      if not self.quiet:
-        print(f"[build] {where}", file=sys.stderr, flush=True)
+      if not self.quiet:  # through tqdm: the line goes above the build's progress bar
+        tqdm.tqdm.write(f"[build] {where}", file=sys.stderr)
       log_path = layers.store() / "logs" / f"{layer_id}.log"
       log_path.parent.mkdir(parents=True, exist_ok=True)
       with open(log_path, "w") as log:
@@ -589,6 +628,7 @@ def apptainer_def(context: pathlib.Path, dockerfile_name: str = "Dockerfile") ->
         files.append(f"  {shlex.quote(str(context / src))} {shlex.quote(target)}")
   if base is None:
     raise DockerfileError(str(file), 1, "no FROM instruction")
+  files[:0] = [f"  {shlex.quote(str(s))} {shlex.quote(d)}" for s, d in bases.recipe_files(base)]
   lines = [
     "# Generated by tmax_jax.sandbox.build from " + str(file),
     "Bootstrap: debootstrap",
@@ -630,27 +670,33 @@ def prune(max_age_days: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-  import argparse  # pylint: disable=import-outside-toplevel
-
-  parser = argparse.ArgumentParser(description="Build a task image from a Dockerfile context.")
+  parser = cli.ArgumentParser(description="Build a task image from a Dockerfile context.")
   parser.add_argument("context", nargs="?", help="directory holding the Dockerfile")
   parser.add_argument("--apptainer", action="store_true", help="print the Apptainer definition")
   parser.add_argument(
-    "--prune-days",
+    "--prune_days",
     type=float,
     default=None,
     help="delete images unused for this many days and unreferenced layers",
   )
   args = parser.parse_args(argv)
+  if args.context is None and args.prune_days is None:
+    parser.print_usage(sys.stderr)
+    parser.error("nothing to do: give a CONTEXT directory (with a Dockerfile) or --prune_days N")
   if args.prune_days is not None:
     print(f"removed {len(prune(args.prune_days))} images/layers")
-  if args.context and args.apptainer:
-    print(apptainer_def(pathlib.Path(args.context)))
-  elif args.context:
-    image = build_image(args.context, quiet=False)
-    print(image.path)
+  if args.context is None:
+    return 0
+  context = pathlib.Path(args.context)
+  if not (context / "Dockerfile").is_file():
+    what = "no such directory" if not context.is_dir() else "no Dockerfile in it"
+    raise UserError(f"{context}: {what} (expected a task's environment/ directory)")
+  if args.apptainer:
+    print(apptainer_def(context))
+  else:
+    print(build_image(context, quiet=False).path)
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

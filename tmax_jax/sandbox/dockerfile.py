@@ -13,6 +13,8 @@ import json
 import re
 import shlex
 
+from tmax_jax.errors import UserError
+
 RUNTIME_ONLY = frozenset(
   {
     "CMD",
@@ -32,7 +34,7 @@ _VAR = re.compile(
 )
 
 
-class DockerfileError(ValueError):
+class DockerfileError(UserError):
   """A Dockerfile the builder cannot build: `file`, `line` and what was expected."""
 
   def __init__(self, file: str, line: int, problem: str):

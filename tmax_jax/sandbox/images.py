@@ -6,12 +6,11 @@
 so editing either rebuilds it; the build goes into a temp dir that is renamed into place only when
 it succeeded.
 
-CLI (run once by .ci/run before the tests):  python3 -m tmax_jax.sandbox.images [--force]
+CLI (run once by .ci/install before the tests):  python3 -m tmax_jax.sandbox [--force]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -24,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from tmax_jax import cache
 from tmax_jax.sandbox.api import SandboxError
 
 # The rootfs is a function of these two (base.def installs the same packages.txt for Apptainer).
@@ -39,15 +39,8 @@ def sandbox_dir() -> pathlib.Path:
 
 
 def cache_dir() -> pathlib.Path:
-  """Root of tmax_jax's caches: TMAX_CACHE_DIR, else ~/.cache/tmax_jax, else (as root, whose home is
-  private) /var/cache/tmax_jax: the sandboxes run as unprivileged host uids that must traverse
-  it."""
-  env = os.environ.get("TMAX_CACHE_DIR")
-  if env:
-    return pathlib.Path(env)
-  if os.geteuid() == 0:
-    return pathlib.Path("/var/cache/tmax_jax")
-  return pathlib.Path.home() / ".cache" / "tmax_jax"
+  """Where images, layers and the podman store live: tmax_jax's cache root (tmax_jax/cache.py)."""
+  return cache.root()
 
 
 def read_packages(path: pathlib.Path | None = None) -> list[str]:
@@ -226,41 +219,3 @@ def prune_rootfs(keep: pathlib.Path) -> list[pathlib.Path]:
       shutil.rmtree(path, ignore_errors=True)
       removed.append(path)
   return removed
-
-
-def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description="Build (once) and print the base task rootfs path.")
-  parser.add_argument("--force", action="store_true", help="rebuild even when the cache has it")
-  parser.add_argument(
-    "--mirror", default=None, help="Debian mirror (default: the one apt uses here)"
-  )
-  parser.add_argument(
-    "--podman", action="store_true", help="also import the rootfs as a podman image"
-  )
-  parser.add_argument(
-    "--prune", action="store_true", help="delete rootfs builds of older definitions"
-  )
-  parser.add_argument(
-    "--harness",
-    action="store_true",
-    help="also fetch the harness layer's files (uv, pytest wheels) for task images",
-  )
-  args = parser.parse_args(argv)
-  path = ensure_base_rootfs(force=args.force, mirror=args.mirror)
-  print(path)
-  if args.prune:
-    for old in prune_rootfs(keep=path):
-      print(f"removed {old}", file=sys.stderr)
-  if args.podman:
-    from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
-
-    print(podman.ensure_podman_image(path))
-  if args.harness:
-    from tmax_jax.sandbox import mirror  # pylint: disable=import-outside-toplevel
-
-    print(mirror.harness_dir())
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

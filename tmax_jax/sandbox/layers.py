@@ -23,7 +23,7 @@ import subprocess
 import time
 import uuid
 
-from tmax_jax.sandbox import host
+from tmax_jax.sandbox import host, images
 from tmax_jax.sandbox.api import SandboxError
 
 # Bind targets a RUN step needs that must not end up in the layer when it created them.
@@ -49,8 +49,6 @@ def host_ca_bundle() -> str | None:
 
 
 def store() -> pathlib.Path:
-  from tmax_jax.sandbox import images  # pylint: disable=import-outside-toplevel
-
   return images.cache_dir() / "build"
 
 
@@ -80,7 +78,7 @@ def lower_dirs(base: pathlib.Path, layers: list[str]) -> list[str]:
   return [*dirs, str(base)]
 
 
-def _mount_cmd(
+def mount_command(
   lowers: list[str], merged: str, upper: str | None = None, work: str | None = None
 ) -> str:
   opts = "lowerdir=" + ":".join(lowers)
@@ -103,7 +101,9 @@ def mount_image(
     work = upper.parent / f"{upper.name}.work"
     upper.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-  cmd = _mount_cmd(lower_dirs(base, layers), str(target), upper and str(upper), work and str(work))
+  cmd = mount_command(
+    lower_dirs(base, layers), str(target), upper and str(upper), work and str(work)
+  )
   res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=host.host_env())
   if res.returncode != 0:
     raise SandboxError(f"mounting the image layers at {target} failed: {res.stderr.strip()}")
@@ -133,7 +133,7 @@ def run_step(
   script = "\n".join(
     [
       "set -eu",
-      _mount_cmd(lower_dirs(base, layers), f"{tmp}/merged", f"{tmp}/diff", f"{tmp}/work"),
+      mount_command(lower_dirs(base, layers), f"{tmp}/merged", f"{tmp}/diff", f"{tmp}/work"),
       f"M={shlex.quote(str(tmp / 'merged'))}",
       f"S={shlex.quote(str(staging or ''))}",
       f"MIRROR={shlex.quote(str(mirror or ''))}",

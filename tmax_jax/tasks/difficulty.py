@@ -1,7 +1,10 @@
 """Difficulty tools: per-task pass@k from rollouts, the soft filter, 13-gram decontamination.
 
-Rollouts come from any policy as records {"task_id": str, "reward": float} (a JSONL file or an
-iterable); a rollout passes when reward >= pass_threshold (1.0: the recipe's binary reward).
+Rollouts are the evaluation runner's trial records (loop/evaluate: {"task": str, "reward": float,
+...}), read from its trials.jsonl or results.json ("trials"), or any iterable of such records; the
+task pipeline's calibration writes the same records. A rollout passes when reward >=
+pass_threshold (1.0: the recipe's binary reward). Trials with status "unsupported" (the sandbox
+backend cannot run the task) are left out, as in the evaluation report.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 import yaml
 
-from tmax_jax import json_io
+from tmax_jax import cli, json_io
 
 NGRAM = 13
 _WORD = re.compile(r"[a-z0-9]+")
@@ -40,28 +43,45 @@ def pass_at_k(n: int, c: int, k: int) -> float:
   return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
+def _trial_records(path: str | os.PathLike) -> list[tuple[str, object]]:
+  """(location, record) of a results.json ("trials") or a JSONL of records."""
+  path = pathlib.Path(path)
+  if path.suffix == ".json":
+    try:
+      doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+      raise ValueError(f"{path}: not a readable JSON file ({err})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("trials"), list):
+      raise ValueError(f"{path}: expected a results.json with a 'trials' list")
+    return [(f"{path}:trials[{i}]", rec) for i, rec in enumerate(doc["trials"])]
+  return [(f"{path}:{no}", rec) for no, rec in json_io.read_objects(path)]
+
+
 def load_rollouts(path: str | os.PathLike) -> list[dict]:
-  """Reads a rollouts JSONL file; each line needs task_id (str) and reward (number)."""
+  """Trial records {task: str, reward: number, ...} from a trials JSONL or a results.json;
+  unsupported trials are dropped."""
   out = []
-  for no, rec in json_io.read_objects(path):
+  for where, rec in _trial_records(path):
     reward = rec.get("reward") if isinstance(rec, dict) else None
     if (
       not isinstance(rec, dict)
-      or not isinstance(rec.get("task_id"), str)
+      or not isinstance(rec.get("task"), str)
       or isinstance(reward, bool)
       or not isinstance(reward, (int, float))
     ):
       raise ValueError(
-        f"{path}:{no}: expected {{task_id: str, reward: number}}, got {json.dumps(rec)[:200]}"
+        f"{where}: expected a trial record {{task: str, reward: number}} (the evaluation "
+        f"runner's schema), got {json.dumps(rec)[:200]}"
       )
-    out.append(rec)
+    if rec.get("status") != "unsupported":
+      out.append(rec)
   return out
 
 
 def group_rewards(rollouts: Iterable[Mapping]) -> dict[str, list[float]]:
   groups: dict[str, list[float]] = defaultdict(list)
   for r in rollouts:
-    groups[r["task_id"]].append(float(r["reward"]))
+    groups[r["task"]].append(float(r["reward"]))
   return dict(groups)
 
 
@@ -70,7 +90,7 @@ def per_task_pass_at_k(
   ks: Sequence[int] = (1, 8),
   pass_threshold: float = 1.0,
 ) -> dict[str, dict[str, float]]:
-  """{task_id: {"n", "c", "pass@k" for each k <= n}}."""
+  """{task: {"n", "c", "pass@k" for each k <= n}}."""
   groups = rollouts if isinstance(rollouts, Mapping) else group_rewards(rollouts)
   out = {}
   for tid, rewards in groups.items():
@@ -206,11 +226,11 @@ def decontaminate(
 
 def main(argv: Sequence[str] | None = None) -> int:
   """CLI: pass@k + soft filter from a rollouts JSONL, and/or decontamination of task dirs."""
-  import argparse  # pylint: disable=import-outside-toplevel
-
-  p = argparse.ArgumentParser(description="pass@k, soft filter and 13-gram decontamination")
-  p.add_argument("--rollouts", help="JSONL of {task_id, reward}")
-  p.add_argument("--k", type=int, nargs="+", default=[1, 8])
+  p = cli.ArgumentParser(description="pass@k, soft filter and 13-gram decontamination")
+  p.add_argument(
+    "--rollouts", help="trial records {task, reward}: an eval trials.jsonl or results.json"
+  )
+  p.add_argument("--k", type=int, nargs="+", default=[1, 8], help="the k of pass@k to report")
   p.add_argument("--tasks", help="a directory of task directories to decontaminate")
   p.add_argument("--benchmark", help="the benchmark task directory to decontaminate against")
   args = p.parse_args(argv)
@@ -233,4 +253,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

@@ -251,6 +251,7 @@ def built_spec(
     context or env_dir,
     dockerfile_name=dockerfile,
     seeds_into_workdir=True,
+    seeds_default_dir=cfg.workdir or DEFAULT_WORKDIR,
     timeout_s=max(cfg.build_timeout_sec, 600.0),
     quiet=quiet,
     extra_steps=prefetch_steps(task),

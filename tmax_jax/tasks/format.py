@@ -23,6 +23,8 @@ import tempfile
 import tomllib
 from typing import Any, Mapping
 
+from tmax_jax.errors import UserError
+
 INSTRUCTION_FILE = "instruction.md"
 CONFIG_FILE = "task.toml"
 SECTIONS = ("environment", "tests", "solution")
@@ -30,7 +32,7 @@ TEST_SCRIPT = "tests/test.sh"
 SOLVE_SCRIPT = "solution/solve.sh"
 
 
-class TaskFormatError(ValueError):
+class TaskFormatError(UserError):
   """A task directory or task.toml is malformed; the message names the file and the field."""
 
   def __init__(self, file: str | os.PathLike, field: str, problem: str):
@@ -377,7 +379,11 @@ def config_to_dict(cfg: TaskConfig) -> dict[str, dict[str, Any]]:
 
 
 def dumps_task_config(cfg: TaskConfig) -> str:
-  doc = config_to_dict(cfg)
+  return dumps_toml(config_to_dict(cfg))
+
+
+def dumps_toml(doc: Mapping[str, Any]) -> str:
+  """A task.toml document (top-level keys, then one table per dict) as TOML text."""
   lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
   for sec, body in doc.items():
     if isinstance(body, dict) and body:

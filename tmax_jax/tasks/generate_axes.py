@@ -6,16 +6,15 @@ Prints one JSON summary line: n, seed, seconds, domain balance score exp(H)/N, m
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
-import sys
 import tempfile
 import time
 
 from tqdm import tqdm
 
+from tmax_jax import cli
 from tmax_jax.tasks.generator.axes import (
   balance_score,
   default_taxonomy,
@@ -68,19 +67,22 @@ def write_samples(
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--n", type=int, default=10000)
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--out", required=True)
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--n", type=int, default=10000, help="number of axis samples")
+  p.add_argument("--seed", type=int, default=0, help="sampling seed (sample i of a seed is fixed)")
+  p.add_argument("--out", required=True, help="JSONL to write (one sample per line)")
+  p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
   p.add_argument("--taxonomy", default=None, help="a taxonomy.json other than the shipped one")
-  p.add_argument("--no-progress", action="store_true")
+  p.add_argument("--no_progress", action="store_true", help="no progress bar")
   args = p.parse_args(argv)
   if args.n < 0:
     p.error("--n must be >= 0")
+  if pathlib.Path(args.out).exists() and not args.overwrite:
+    raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
   summary = write_samples(args.n, args.seed, args.out, args.taxonomy, progress=not args.no_progress)
   print(json.dumps(summary))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

@@ -1,7 +1,7 @@
 """The one task-directory loader: Terminal-Bench 2 / Harbor tasks as they are, TB1 tasks converted.
 
-Used by every job that reads tasks from disk (RL and SFT through loop/common.py, the evaluation
-runner, decontamination in difficulty.py). Rules:
+Every job reads task directories through it (via tasks/sources.py, which also reads published
+pipeline sets and task parquets). Rules:
 - a task directory holds `task.toml` (TB2/Harbor, loaded with tasks/format.load_task) or
   `task.yaml` (Terminal-Bench 1, converted with tasks/tb1.convert_tb1); task.toml wins when both
   exist;

@@ -14,6 +14,7 @@ podman it raises TaskUnsupportedError (reported, never a zero).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 import pathlib
@@ -64,15 +65,23 @@ class RewardFormatError(RewardError):
 class RunnerConfig:
   """How trials run. image None -> the task's own image, built from its Dockerfile (cached by
   layer hash; tasks/environment.built_spec); an image (rootfs dir / podman image) -> the
-  Dockerfile translated onto it (environment.environment_spec)."""
+  Dockerfile translated onto it (environment.environment_spec). backend: one of ours
+  (sandbox.BACKENDS, None = auto) or "harbor:<type>", a Harbor environment (harbor/sandbox.py)."""
 
-  backend: str | None = None
+  backend: str | None = None  # None or "" = auto (tmax_jax.sandbox.resolve_backend)
   image: str | None = None
   memory_mb: int | None = 4096
   enforce_limits: bool = True  # False: run without per-sandbox cgroups (a warning per trial)
-  min_verifier_timeout_s: float = 0.0  # the RL recipe uses max(task value, 600)
+  # The recipe runs tests under max(task value, 600 s); 0 = exactly the task's verifier.timeout_sec.
+  min_verifier_timeout_s: float = 600.0
   allow_network: bool = False
   verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
+
+
+# RunResult.reason prefix of an environment that did not build (the error follows; a failure that
+# a known deviation of the stand-in base explains starts "[stand-in deviation: <ids>]", see
+# sandbox/bases.py attribute_failure).
+BUILD_FAILED = "build_failed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,6 +323,42 @@ def pod_trial_spec(
   return pod
 
 
+# Trial sandboxes another provider starts: backend "<plugin>:<kind>" (e.g. "harbor:podman") opens
+# through module TRIAL_PLUGINS[plugin], imported by name on first use (as model families are), whose
+# `open_trial_sandbox(task, config, logs)` returns a started Sandbox. The provider sits above this
+# module (it builds on the task runtime), so the runner names it instead of importing it.
+TRIAL_PLUGINS = {"harbor": "tmax_jax.harbor.sandbox"}
+
+
+def trial_plugin(backend: str | None):
+  """The plugin module of a "<plugin>:<kind>" backend, None for our own backends."""
+  plugin, sep, _ = (backend or "").partition(":")
+  if not sep:
+    return None
+  if plugin not in TRIAL_PLUGINS:
+    raise SandboxError(
+      f"backend {backend!r}: unknown provider {plugin!r}; expected one of {sorted(TRIAL_PLUGINS)}"
+    )
+  return importlib.import_module(TRIAL_PLUGINS[plugin])
+
+
+def _start(task: Task, config: RunnerConfig, logs: dict, open_fn: Callable | None) -> Sandbox:
+  """The trial's started sandbox: a provider's (backend "<plugin>:<kind>"), else ours from the
+  task's built image (a podman pod for a multi-service compose task)."""
+  plugin = trial_plugin(config.backend)
+  if plugin is not None:
+    names = compose_lib.service_names(task)
+    if len(names) > 1:
+      raise TaskUnsupportedError(
+        f"{task.path}: docker-compose with {len(names)} services ({', '.join(names)}): the "
+        f"{config.backend} backend starts one container per trial"
+      )
+    return plugin.open_trial_sandbox(task, config, logs)
+  comp = trial_compose(task, config)
+  spec = pod_trial_spec(task, comp, config, logs) if comp else task_spec(task, config, logs)
+  return (open_fn or (lambda s: _open(s, config)))(spec)
+
+
 def _on_disk(task: Task, keep: list) -> Task:
   if task.path is not None:
     return task
@@ -341,11 +386,11 @@ def run_trial(
   logs: dict[str, str] = {}
   try:
     try:  # TaskUnsupportedError (a pod off podman, a compose feature pods lack) goes up
-      comp = trial_compose(task, config)
-      spec = pod_trial_spec(task, comp, config, logs) if comp else task_spec(task, config, logs)
-      sb = (open_fn or (lambda s: _open(s, config)))(spec)
+      sb = _start(task, config, logs, open_fn)
     except (SandboxError, DockerfileError, TaskFormatError) as err:  # a broken environment
-      return RunResult(0.0, {"reward": 0.0}, f"build_failed: {err}", logs, time.monotonic() - start)
+      return RunResult(
+        0.0, {"reward": 0.0}, f"{BUILD_FAILED}: {err}", logs, time.monotonic() - start
+      )
     if getattr(sb, "limit_warning", None):
       logs["environment.txt"] = logs.get("environment.txt", "") + f"warning: {sb.limit_warning}\n"
     with sb:

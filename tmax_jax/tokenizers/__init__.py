@@ -9,16 +9,12 @@ from tmax_jax.tokenizers.builder import (
   tokenizer_dir,
   write_tokenizer_dir,
 )
-from tmax_jax.tokenizers.specs import TokenizerSpec, get_spec, stop_token_ids
 
 __all__ = [
   "CONFIG_FILES",
-  "TokenizerSpec",
   "cache_root",
   "copy_tokenizer_files",
-  "get_spec",
   "load_tokenizer",
-  "stop_token_ids",
   "tokenizer_dir",
   "write_tokenizer_dir",
 ]

@@ -15,7 +15,9 @@ import pathlib
 import shutil
 import tempfile
 
-from tmax_jax.tokenizers.specs import TokenizerSpec, get_spec
+from tmax_jax import cache
+from tmax_jax.models import registry
+from tmax_jax.models.tokenizer_spec import TokenizerSpec
 
 BUILDER_VERSION = 1
 CONFIG_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -124,7 +126,7 @@ def write_tokenizer_dir(family: str, out, overwrite: bool = False) -> pathlib.Pa
   Raises FileExistsError if `out` exists and `overwrite` is False. The files are written into a
   temporary sibling directory that is renamed to `out` only when complete.
   """
-  spec = get_spec(family)
+  spec = registry.tokenizer_spec(family)
   out = pathlib.Path(out).expanduser().resolve()
   if out.exists() and not overwrite:
     raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it")
@@ -147,9 +149,8 @@ def write_tokenizer_dir(family: str, out, overwrite: bool = False) -> pathlib.Pa
 
 
 def cache_root() -> pathlib.Path:
-  """`$TMAX_JAX_CACHE/tokenizers`, default `~/.cache/tmax_jax/tokenizers`."""
-  base = os.environ.get("TMAX_JAX_CACHE") or os.path.join("~", ".cache", "tmax_jax")
-  return pathlib.Path(base).expanduser() / "tokenizers"
+  """<tmax_jax's cache root>/tokenizers (tmax_jax/cache.py)."""
+  return cache.root() / "tokenizers"
 
 
 def _is_current(path: pathlib.Path, spec: TokenizerSpec) -> bool:
@@ -163,7 +164,7 @@ def _is_current(path: pathlib.Path, spec: TokenizerSpec) -> bool:
 
 def tokenizer_dir(family: str) -> pathlib.Path:
   """Directory of the cached build of `family`, (re)built when missing or stale."""
-  spec = get_spec(family)
+  spec = registry.tokenizer_spec(family)
   path = cache_root() / spec.family
   if _is_current(path, spec):
     return path

@@ -16,13 +16,22 @@ from typing import Any, Optional
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
-from orbax.checkpoint.checkpoint_managers import preservation_policy as keep
 
-from tmax_jax.models import registry
-from tmax_jax.models.config import ModelConfig, from_hf_config
-from tmax_jax.train import state as state_lib
-from tmax_jax.train.config import CheckpointConfig
+# orbax logs through absl while it is imported, and absl's log() calls logging.basicConfig() when
+# the root logger has no handler: a process-wide change that importing this library must not make
+# (tests/test_host_memory.py). The handler it adds is taken off again.
+_ROOT_HANDLERS = list(logging.getLogger().handlers)
+import orbax.checkpoint as ocp  # noqa: E402
+from orbax.checkpoint.checkpoint_managers import preservation_policy as keep  # noqa: E402
+
+for _handler in logging.getLogger().handlers[len(_ROOT_HANDLERS) :]:
+  logging.getLogger().removeHandler(_handler)
+
+from tmax_jax import errors  # noqa: E402
+from tmax_jax.models import registry  # noqa: E402
+from tmax_jax.models.config import ModelConfig  # noqa: E402
+from tmax_jax.train import state as state_lib  # noqa: E402
+from tmax_jax.train.config import CheckpointConfig  # noqa: E402
 
 log = logging.getLogger(__name__)
 ITEMS = ("state", "data")
@@ -44,7 +53,7 @@ def model_metadata(model_cfg: ModelConfig, tokenizer_family: str = "") -> dict:
 
 def model_from_metadata(meta: dict) -> ModelConfig:
   """The ModelConfig (fp32, the checkpoint's param layout) `model_metadata` describes."""
-  return from_hf_config(meta["hf_config"], scan_layers=meta["scan_layers"])
+  return registry.from_hf_config(meta["hf_config"], scan_layers=meta["scan_layers"])
 
 
 class Checkpointer:
@@ -146,7 +155,9 @@ def read_params(directory: str, step: int) -> tuple[Any, dict]:
   try:
     kept = sorted(manager.all_steps())
     if step not in kept:
-      raise ValueError(f"step {step} is not a kept checkpoint in {directory}; kept steps: {kept}")
+      raise errors.UserError(
+        f"step {step} is not a kept checkpoint in {directory}; kept steps: {kept}"
+      )
     saved = manager.item_metadata(step)["state"].tree["params"]
     target = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), saved)}
     restore = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)

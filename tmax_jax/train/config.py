@@ -1,10 +1,7 @@
 """Typed, frozen configs of the trainer; every default is defined once, here (or in rl.losses).
-
-Presets at the bottom express the recipe's RL run and both SFT recipes of recipe.md.
-"""
+The recipes of recipe.md are in tmax_jax/recipes.py."""
 
 import dataclasses
-import os
 from typing import Any
 
 from tmax_jax import rl
@@ -27,7 +24,7 @@ class OptimizerConfig:
 
   `total_steps` is the schedule's horizon (decay end, warmup_ratio base). 0, the default, means the
   job's own step count, which the job fills in (`TrainConfig.for_run`): SFT epochs x
-  ceil(N / global_batch) unless its `steps` is set (`TrainConfig.sft_steps`), RL its `steps`. A
+  ceil(N / global_batch) unless its `steps` is set (loop/sft.total_steps), RL its `steps`. A
   value > 0 is kept as given (a horizon other than the run's, e.g. a run to be extended later)."""
 
   learning_rate: float = 1e-6
@@ -87,40 +84,52 @@ class BatchInputs:
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-  """Policy loss by registry name, its hyperparameters, the optional k3 KL penalty to a reference
-  policy and the aggregation (also a registry name).
+  """Policy loss by registry name, the hyperparameters of every registered loss, the optional k3
+  KL penalty to a reference policy, the aggregation and the advantage estimator (registry names).
 
-  `hyper` is an instance of the hyperparameter dataclass the loss registered (rl.losses.DPPOHyper
-  for "dppo", ...); None -> its defaults; a dict (from a ConfigDict) is converted. A loss that
-  registered none takes `hyper=None`.
+  `hypers` maps a loss name to its hyperparameter dataclass (rl.losses.DPPOHyper for "dppo", ...);
+  every registered loss that takes hyperparameters gets an entry (its defaults when absent), so
+  `--config.train.loss.policy_loss=grpo` switches losses with GRPO's own settings, overridable as
+  `--config.train.loss.hypers.grpo.clip_high=0.3`. A dict value (from a ConfigDict) is converted.
+  `hyper` is the selected loss's entry (None for a loss without hyperparameters).
   """
 
   policy_loss: str = "dppo"
-  hyper: Any = None
+  hypers: dict = dataclasses.field(default_factory=dict)
   kl_beta: float = 0.0  # > 0 adds kl_beta * k3 KL(pi || ref) per token: needs `ref_logp`
   aggregation: str = "token"
+  advantage: str = "centered"  # group advantage estimator (rl.advantages; recipe: centered)
 
   def __post_init__(self):
     _choice("loss.policy_loss", self.policy_loss, rl.names("policy_loss"))
     _choice("loss.aggregation", self.aggregation, rl.names("aggregation"))
+    _choice("loss.advantage", self.advantage, rl.names("advantage"))
     if self.kl_beta < 0:
       raise ValueError(f"loss.kl_beta={self.kl_beta}; expected >= 0")
-    cls = rl.entry("policy_loss", self.policy_loss).hyper
-    hyper = self.hyper
-    if cls is None and hyper not in (None, {}):
+    with_hyper = {n: rl.entry("policy_loss", n).hyper for n in rl.names("policy_loss")}
+    with_hyper = {n: cls for n, cls in with_hyper.items() if cls is not None}
+    unknown = sorted(set(self.hypers) - set(with_hyper))
+    if unknown:
       raise ValueError(
-        f"loss.hyper={hyper!r}: policy loss {self.policy_loss!r} takes no hyperparameters"
+        f"loss.hypers: {unknown} are not losses with hyperparameters; expected keys among "
+        f"{sorted(with_hyper)}"
       )
-    if cls is not None:
-      if hyper is None:
-        hyper = cls()
-      elif isinstance(hyper, dict):
-        hyper = from_config_dict(cls, hyper, "loss.hyper")
-      elif not isinstance(hyper, cls):
-        raise ValueError(
-          f"loss.hyper={hyper!r}: policy loss {self.policy_loss!r} expects a {cls.__name__}"
-        )
-    object.__setattr__(self, "hyper", None if cls is None else hyper)
+    hypers = {}
+    for name, cls in sorted(with_hyper.items()):
+      value = self.hypers.get(name)
+      if value is None:
+        value = cls()
+      elif isinstance(value, dict):
+        value = from_config_dict(cls, value, f"loss.hypers.{name}")
+      elif not isinstance(value, cls):
+        raise ValueError(f"loss.hypers.{name}={value!r}: expected a {cls.__name__}")
+      hypers[name] = value
+    object.__setattr__(self, "hypers", hypers)
+
+  @property
+  def hyper(self) -> Any:
+    """The selected policy loss's hyperparameters (None when it takes none)."""
+    return self.hypers.get(self.policy_loss)
 
   def batch_fields(self) -> tuple[str, ...]:
     """The TrainBatch fields the loss reads (as its registration declares) plus `ref_logp` when
@@ -146,12 +155,14 @@ class LossConfig:
           f"set {path}.kl_beta=0"
         )
       raise ValueError(
-        f"{path}.policy_loss={self.policy_loss!r} with {path}.hyper={self.hyper} "
+        f"{path}.policy_loss={self.policy_loss!r} with {path}.hypers.{self.policy_loss}="
+        f"{self.hyper} "
         f"needs batch field {field!r}, which {produced.source} does not produce"
       )
     if self.top_k > produced.top_k:
       raise ValueError(
-        f"{path}.hyper.top_k={self.top_k}: the {self.hyper.divergence!r} divergence "
+        f"{path}.hypers.{self.policy_loss}.top_k={self.top_k}: the {self.hyper.divergence!r} "
+        "divergence "
         f"needs {self.top_k} behaviour logprobs per token, but {produced.source} "
         f"returns {produced.top_k}"
       )
@@ -218,7 +229,7 @@ class CheckpointConfig:
   and also save, and keep for good, every step that is a multiple of `keep_every` (0 = none):
   the checkpoints a user goes back to, e.g. before the collapse runs often show after ~300 steps
   (recipe.md); `python3 -m tmax_jax.export --step S` writes the HF export of any kept step.
-  `directory` "" = <the job's output_dir>/ckpt."""
+  `directory` "" = <the job's output_dir>/ckpt (loop/steps.checkpoint_config)."""
 
   directory: str = ""
   save_every: int = 50
@@ -233,10 +244,6 @@ class CheckpointConfig:
       )
     if self.keep_every < 0:
       raise ValueError(f"checkpoint.keep_every={self.keep_every}; expected >= 0 (0 = none)")
-
-  def directory_for(self, output_dir: str) -> str:
-    """Where the job's checkpoints live: `directory`, else <output_dir>/ckpt."""
-    return self.directory or os.path.join(output_dir, "ckpt")
 
   def saves(self, step: int) -> bool:
     """Whether `step` is checkpointed: a multiple of save_every or of keep_every."""
@@ -269,11 +276,6 @@ class TrainConfig:
   def replace(self, **changes) -> "TrainConfig":
     return dataclasses.replace(self, **changes)
 
-  def sft_steps(self, num_examples: int, steps: int = 0) -> int:
-    """Optimizer steps of an SFT job over `num_examples` trajectories: `steps` when > 0, else
-    epochs x ceil(num_examples / global_batch)."""
-    return steps or self.epochs * -(-num_examples // self.global_batch)
-
   def for_run(self, total_steps: int) -> "TrainConfig":
     """This config with the job's step count as the schedule's horizon, unless
     optimizer.total_steps was set explicitly (> 0)."""
@@ -287,23 +289,3 @@ class TrainConfig:
     self.loss.check_inputs(produced, f"{path}.loss")
     if self.packing.enabled:
       self.packing.buckets(seq_len)
-
-
-def rl_recipe(**overrides) -> TrainConfig:
-  """Paper Table 13: DPPO binary TV (delta 0.1), AdamW lr 1e-6 constant, grad norm 1.0, 500 steps,
-  8 prompts x 32 samples per step, token-level aggregation, KL beta 0."""
-  return TrainConfig(**overrides)
-
-
-def sft_tmax_qwen3_8b(**overrides) -> TrainConfig:
-  """TMAX SFT (Qwen3-8B): lr 2e-5 linear, warmup 3%, wd 0, 2 epochs, global batch 128."""
-  opt = OptimizerConfig(learning_rate=2e-5, schedule="linear", warmup_ratio=0.03, weight_decay=0.0)
-  return TrainConfig(
-    optimizer=opt, loss=LossConfig(policy_loss="sft"), global_batch=128, epochs=2, **overrides
-  )
-
-
-def sft_terminal_horizon(**overrides) -> TrainConfig:
-  """TerminalHorizon SFT (Qwen3.5-27B): AdamW lr 1e-5, wd 0.1, cosine, 5% warmup."""
-  opt = OptimizerConfig(learning_rate=1e-5, schedule="cosine", warmup_ratio=0.05, weight_decay=0.1)
-  return TrainConfig(optimizer=opt, loss=LossConfig(policy_loss="sft"), **overrides)

@@ -154,7 +154,7 @@ def test_sharded_forward_matches_single_device():
     pytest.skip("needs 8 devices: run under tests/conftest.py (XLA_FLAGS host device count)")
   cfg = _tiny_cfg()
   mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
-  shardings = sharding.param_shardings(cfg, mesh)
+  shardings = registry.param_shardings(cfg, mesh)
   params = init_params(cfg, jax.random.key(1), shardings)
   lin = params["model"]["layers"]["layer_0"]["linear_attn"]
   assert lin["in_proj_z"]["kernel"].sharding.spec == P(None, "fsdp", "tensor")

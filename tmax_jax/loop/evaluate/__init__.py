@@ -41,9 +41,12 @@ results.json schema (schema_version 1):
               reward_reason (the runner's reason: "ok", verifier_timeout, build_failed: ...,
               or the episode status that zeroed it), status (episode status: submitted |
               max_tool_calls | max_turns | max_response_tokens | wall_time | oom | sandbox_crash |
-              no_episode | error | unsupported), turns, tool_calls, format_errors,
-              response_tokens, duration_s, error (null, or the exception text for status
-              "error" / "unsupported")
+              no_episode | build_failed | error | unsupported), turns, tool_calls,
+              format_errors, response_tokens, duration_s, error (null, or the exception text for
+              status "error" / "unsupported"), deviations (for build_failed: the ids of the
+              stand-in base's known deviations that can explain the failure, from
+              sandbox/bases/deviations.toml, "base-build" when the stand-in itself did not
+              build; [] when none matched: then the task's own build step failed)
 """
 
 from tmax_jax.loop.evaluate.config import POLICIES, EvalConfig

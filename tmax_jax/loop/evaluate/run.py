@@ -11,34 +11,32 @@ from tmax_jax import json_io
 from tmax_jax.agents import scripted
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
+from tmax_jax.errors import ConfigError
+from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop.evaluate import plots, report
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.loop.evaluate.trials import run_trials
-from tmax_jax.tasks import loader
+from tmax_jax.loop.policy import serve_policy
+from tmax_jax.tasks import sources
+from tmax_jax.tokenizers import load_tokenizer
 
 
 def _start_server(cfg: EvalConfig):
   """Serves cfg.model (a checkpoint, or a preset at random init) in process on 127.0.0.1."""
-  from tmax_jax.loop import common  # pylint: disable=import-outside-toplevel
-
-  return common.serve_policy(
-    cfg.model, cfg.episode.family, cfg.serving, stop_token_ids(cfg.episode)
-  )
+  return serve_policy(cfg.model, cfg.serving, stop_token_ids(cfg.episode), cfg.worker.top_logprobs)
 
 
 async def _records(cfg: EvalConfig, tasks, tokenizer, address: str, jsonl: pathlib.Path):
   """The trial records of the configured policy (a client on this loop for policy=server)."""
   if cfg.policy == "server":
-    from tmax_jax.inference.client import RolloutClient  # pylint: disable=import-outside-toplevel
-
     async with RolloutClient(address) as client:
-      worker = EpisodeWorker.served(client, tokenizer, cfg.episode, cfg.runner, cfg.worker_config())
+      worker = EpisodeWorker.served(client, tokenizer, cfg.episode, cfg.runner, cfg.worker)
       try:
         return await run_trials(tasks, worker, cfg, jsonl)
       finally:
         await worker.aclose()
   policy = scripted.ScriptedProvider(tokenizer, cfg.episode, cfg.policy, cfg.terminus_wait_s)
-  worker = EpisodeWorker(policy, tokenizer, cfg.episode, cfg.runner, cfg.worker_config())
+  worker = EpisodeWorker(policy, tokenizer, cfg.episode, cfg.runner, cfg.worker)
   try:
     return await run_trials(tasks, worker, cfg, jsonl)
   finally:
@@ -52,16 +50,16 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
   tokenizer: defaults to load_tokenizer(cfg.episode.family).
   """
   if not cfg.tasks_dir or not cfg.output_dir:
-    raise ValueError(
+    raise ConfigError(
       f"EvalConfig.tasks_dir={cfg.tasks_dir!r} and output_dir={cfg.output_dir!r}: both must be set"
     )
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   started, t0 = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
-  tasks = loader.load_tasks(cfg.tasks_dir, out / "converted", cfg.max_tasks)
+  tasks = sources.load_tasks(
+    cfg.tasks_dir, converted_dir=out / "converted", max_tasks=cfg.max_tasks
+  )
   if tokenizer is None:
-    from tmax_jax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
-
     tokenizer = load_tokenizer(cfg.episode.family)
   server = _start_server(cfg) if cfg.policy == "server" and not cfg.address else None
   try:
@@ -85,7 +83,7 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
     plots.plot_categories(
       summary,
       out / "pass_at_1.png",
-      f"{cfg.policy} / {cfg.harness}: pass@1 by category (k={cfg.runs_per_task})",
+      f"{cfg.policy} / {cfg.episode.harness}: pass@1 by category (k={cfg.runs_per_task})",
     )
   json_io.write_json_atomic(out / "results.json", results)
   return results

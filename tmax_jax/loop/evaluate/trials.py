@@ -9,8 +9,9 @@ from typing import Sequence
 
 from tmax_jax.agents.worker import EpisodeWorker, Trial
 from tmax_jax.loop.evaluate.config import EvalConfig
+from tmax_jax.sandbox import bases
 from tmax_jax.tasks.format import Task
-from tmax_jax.tasks.runner import TaskUnsupportedError
+from tmax_jax.tasks.runner import BUILD_FAILED, TaskUnsupportedError
 
 UNCATEGORIZED = "uncategorized"
 
@@ -36,8 +37,12 @@ def trial_record(task: Task, run: int, trial: Trial, pass_threshold: float) -> d
     "response_tokens": 0,
     "duration_s": round(trial.duration_s, 3),
     "error": None,
+    "deviations": [],
   }
   ep = trial.episode
+  if ep is None and trial.reason.startswith(BUILD_FAILED):
+    # the environment did not build; a known deviation of the stand-in base may be why
+    rec.update(status=BUILD_FAILED, deviations=list(bases.deviation_ids(trial.reason)))
   if trial.error is not None:
     # a task the sandboxes cannot run (e.g. multi-service compose) is reported, not scored
     status = "unsupported" if isinstance(trial.error, TaskUnsupportedError) else "error"

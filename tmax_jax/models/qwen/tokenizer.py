@@ -10,7 +10,7 @@ the template, so their model types have no tokenizer here.
 
 import pathlib
 
-from tmax_jax.tokenizers.specs import TokenizerSpec
+from tmax_jax.models.tokenizer_spec import TokenizerSpec
 
 # Qwen2/2.5/3: one digit per pre-token, letters only in words.
 QWEN2_PATTERN = (

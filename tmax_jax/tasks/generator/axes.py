@@ -17,6 +17,7 @@ import random
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
+from tmax_jax.errors import UserError
 from tmax_jax.tasks import vocabulary
 
 TAXONOMY_FILE = pathlib.Path(__file__).with_name("taxonomy.json")
@@ -41,7 +42,7 @@ VOCABULARY_AXES = {
 }
 
 
-class TaxonomyError(ValueError):
+class TaxonomyError(UserError):
   """taxonomy.json does not follow the recipe's cardinalities; names the file and field."""
 
 

@@ -1,8 +1,10 @@
-"""Task writing by an LLM through any OpenAI-compatible chat endpoint (standard library HTTP only).
+"""Task writing by an LLM through any OpenAI-compatible chat endpoint.
 
-`ChatClient` POSTs {base_url}/chat/completions. `render_prompt` fills prompts/{system,user}.txt from
-an AxisSample. `parse_task_reply` is strict: the reply must be exactly one JSON object (bare or in
-one ```json fence) with exactly the documented keys and types, and its verifier kind must be the
+`ChatClient` calls {base_url}/chat/completions through the `openai` package, which retries 408,
+409, 429, 5xx, timeouts and connection errors with exponential backoff and jitter and honours the
+server's Retry-After (see BUILD_NOTES "tasks"). `render_prompt` fills prompts/{system,user}.txt
+from an AxisSample. `parse_task_reply` is strict: the reply must be exactly one JSON object (bare or
+in one ```json fence) with exactly the documented keys and types, and its verifier kind must be the
 sampled one; anything else raises ReplyError, whose message is fed back to the model on retry.
 """
 
@@ -13,14 +15,16 @@ import json
 import pathlib
 import re
 import string
-import urllib.error
-import urllib.request
 from typing import Any, Mapping, Sequence
+
+import openai
 
 from tmax_jax.tasks import verifiers as V
 from tmax_jax.tasks import vocabulary
 from tmax_jax.tasks.format import AgentConfig, Task, TaskConfig, TaskInfo, VerifierConfig
+from tmax_jax.tasks.generator import fixtures
 from tmax_jax.tasks.generator.axes import AxisSample
+from tmax_jax.tasks.verifiers import knobs
 
 PROMPTS = pathlib.Path(__file__).with_name("prompts")
 WORKDIR = "/workspace"
@@ -33,6 +37,7 @@ REQUIRED = {
   "verifier": dict,
   "smoke_test": str,
 }
+ENVIRONMENT_KEYS = ("seeds", "files", "dockerfile")
 DIFFICULTIES = ("easy", "medium", "hard")
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
 
@@ -42,7 +47,17 @@ class ReplyError(ValueError):
 
 
 class ChatError(RuntimeError):
-  """The endpoint could not be reached or answered with an error."""
+  """One request failed (e.g. HTTP 400, a reply without content): counts as a failed attempt."""
+
+
+class EndpointError(ChatError):
+  """The endpoint cannot serve requests: unreachable, or still rate limited / failing after the
+  client's retries (`fatal` False: a run may wait and resume), or refusing us (wrong key, URL or
+  model: `fatal` True)."""
+
+  def __init__(self, message: str, fatal: bool = False):
+    super().__init__(message)
+    self.fatal = fatal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,51 +67,94 @@ class ChatConfig:
   api_key: str | None = None
   temperature: float = 0.7
   max_tokens: int = 8192
-  timeout_s: float = 300.0
+  timeout_s: float = 300.0  # per request attempt
+  max_retries: int = 5  # on 408/409/429/5xx/timeouts/connection errors, with backoff
+
+
+_FATAL = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
+_EXHAUSTED = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
+
+
+def _chat_error(url: str, err: Exception) -> ChatError:
+  """An openai exception as ChatError (this request) or EndpointError (the endpoint)."""
+  status = getattr(err, "status_code", None)
+  what = f"HTTP {status}: {str(err)[:300]}" if status else f"{type(err).__name__}: {err}"
+  if isinstance(err, _FATAL):
+    return EndpointError(f"{url}: {what}", fatal=True)
+  if isinstance(err, _EXHAUSTED) or (status is not None and status >= 500):
+    return EndpointError(f"{url}: {what} (after the client's retries)")
+  return ChatError(f"{url}: {what}")
 
 
 class ChatClient:
-  """Minimal OpenAI-compatible chat client (urllib)."""
+  """OpenAI-compatible chat client (thread-safe: one connection pool shared by the threads)."""
 
   def __init__(self, config: ChatConfig):
     self.config = config
+    self.url = config.base_url.rstrip("/") + "/chat/completions"
+    self._client = openai.OpenAI(
+      base_url=config.base_url,
+      api_key=config.api_key or "none",  # local endpoints take any key; the package needs one
+      timeout=config.timeout_s,
+      max_retries=config.max_retries,
+    )
 
-  def complete(self, messages: Sequence[Mapping[str, str]], max_tokens: int | None = None) -> str:
-    """The reply text; `max_tokens` caps this call below the configured limit."""
+  def complete(
+    self,
+    messages: Sequence[Mapping[str, str]],
+    max_tokens: int | None = None,
+    seed: int | None = None,
+  ) -> str:
+    """The reply text; `max_tokens` caps this call below the configured limit; `seed` asks the
+    endpoint for reproducible sampling (OpenAI's best-effort `seed`)."""
     c = self.config
     limit = c.max_tokens if max_tokens is None else min(c.max_tokens, max_tokens)
-    body = json.dumps(
-      {
-        "model": c.model,
-        "messages": list(messages),
-        "temperature": c.temperature,
-        "max_tokens": limit,
-      }
-    ).encode()
-    headers = {"Content-Type": "application/json"}
-    if c.api_key:
-      headers["Authorization"] = f"Bearer {c.api_key}"
-    req = urllib.request.Request(
-      c.base_url.rstrip("/") + "/chat/completions", data=body, headers=headers
-    )
+    extra = {} if seed is None else {"seed": seed}
     try:
-      with urllib.request.urlopen(req, timeout=c.timeout_s) as resp:
-        data = json.loads(resp.read().decode())
-    except urllib.error.HTTPError as err:
-      raise ChatError(f"{req.full_url}: HTTP {err.code}: {err.read()[:300]!r}") from None
-    except (urllib.error.URLError, OSError, json.JSONDecodeError) as err:
-      raise ChatError(f"{req.full_url}: {err}") from None
-    try:
-      content = data["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-      raise ChatError(
-        f"{req.full_url}: no choices[0].message.content in {str(data)[:300]}"
-      ) from None
-    if not isinstance(content, str):
-      raise ChatError(
-        f"{req.full_url}: message content is {type(content).__name__}, expected a string"
+      resp = self._client.chat.completions.create(
+        model=c.model,
+        messages=list(messages),
+        temperature=c.temperature,
+        max_tokens=limit,
+        **extra,
       )
+    except openai.OpenAIError as err:
+      raise _chat_error(self.url, err) from None
+    except ValueError as err:  # a 200 whose body is not JSON
+      raise ChatError(f"{self.url}: malformed response body: {err}") from None
+    try:
+      content = resp.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+      raise ChatError(f"{self.url}: no choices[0].message.content in {str(resp)[:300]}") from None
+    if not isinstance(content, str):
+      raise ChatError(f"{self.url}: message content is {type(content).__name__}, expected a string")
     return content
+
+  def preflight(self) -> list[str]:
+    """Checks that the endpoint answers and serves `model` before any work starts -> the model
+    ids it lists. Raises EndpointError (fatal) naming what is wrong."""
+    c = self.config
+    try:
+      try:
+        ids = [m.id for m in self._client.with_options(max_retries=1).models.list()]
+      except openai.APIStatusError as err:
+        if err.status_code not in (404, 405, 501):
+          raise
+        # an endpoint without /models: one tiny completion instead
+        self.complete([{"role": "user", "content": "Reply with OK."}], max_tokens=1)
+        return []
+    except openai.OpenAIError as err:
+      raise EndpointError(
+        f"endpoint unusable: {_chat_error(c.base_url.rstrip('/') + '/models', err)}", fatal=True
+      ) from None
+    except ChatError as err:
+      raise EndpointError(f"endpoint unusable: {err}", fatal=True) from None
+    if ids and c.model not in ids:
+      raise EndpointError(
+        f"{c.base_url}: model {c.model!r} is not served (the endpoint lists {ids[:20]})",
+        fatal=True,
+      )
+    return ids
 
 
 def render_prompt(sample: AxisSample) -> list[dict[str, str]]:
@@ -107,7 +165,10 @@ def render_prompt(sample: AxisSample) -> list[dict[str, str]]:
     "workdir": WORKDIR,
     "complexity_hint": vocabulary.TASK_COMPLEXITY.get(sample.task_complexity, ""),
     "fixture_hint": vocabulary.FIXTURES.get(sample.fixture, ""),
+    "placeholders": ", ".join(f"{{{{{n}}}}}" for n in knobs.PLACEHOLDERS[sample.verifier])
+    or "none for this verifier kind",
   }
+  values["fixture_recipe"] = string.Template(fixtures.RECIPES[sample.fixture]).substitute(values)
   system = string.Template((PROMPTS / "system.txt").read_text()).substitute(values)
   user = string.Template((PROMPTS / "user.txt").read_text()).substitute(values)
   return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -162,6 +223,38 @@ def _verifier_tests(v: Mapping[str, Any], sample: AxisSample) -> dict[str, bytes
     raise ReplyError(f"verifier.params: {err}") from None
 
 
+def _environment(env: Mapping[str, Any]) -> dict[str, bytes]:
+  """The reply's environment -> environment/ files: seeds/ (copied into the workdir), build-context
+  files (scripts the Dockerfile runs, docker-compose.yaml) and the Dockerfile."""
+  extra = sorted(set(env) - set(ENVIRONMENT_KEYS))
+  if extra:
+    raise ReplyError(f"environment: unexpected keys {extra}; expected {list(ENVIRONMENT_KEYS)}")
+  files = {
+    f"seeds/{k}": v.encode()
+    for k, v in check_str_map(env.get("seeds", {}), "environment.seeds").items()
+  }
+  for k, v in check_str_map(env.get("files", {}), "environment.files").items():
+    if k == "Dockerfile" or k.split("/")[0] == "seeds":
+      raise ReplyError(f"environment.files.{k}: the Dockerfile and seeds/ have their own keys")
+    files[k] = v.encode()
+  if "dockerfile" in env:
+    if not isinstance(env["dockerfile"], str):
+      raise ReplyError("environment.dockerfile: expected a string")
+    files["Dockerfile"] = env["dockerfile"].encode()
+  return files
+
+
+def _tests_and_instruction(obj: Mapping[str, Any], sample: AxisSample) -> tuple[dict, str]:
+  """The verifier's tests/ files and the instruction with its {{placeholders}} filled in."""
+  tests = _verifier_tests(obj["verifier"], sample)
+  try:
+    knobs.check_placeholders(obj["instruction"], sample.verifier)
+  except ValueError as err:
+    raise ReplyError(f"instruction: {err}") from None
+  spec = json.loads(tests["spec.json"])
+  return tests, knobs.render(obj["instruction"], spec)
+
+
 def parse_task_reply(reply: str, sample: AxisSample) -> tuple[Task, str]:
   """A model reply -> (Task, smoke test command). Raises ReplyError naming the field."""
   obj = extract_json(reply)
@@ -178,27 +271,18 @@ def parse_task_reply(reply: str, sample: AxisSample) -> tuple[Task, str]:
     raise ReplyError(f"name: expected a kebab-case slug, got {obj['name']!r}")
   if obj["difficulty"] not in DIFFICULTIES:
     raise ReplyError(f"difficulty: expected one of {DIFFICULTIES}, got {obj['difficulty']!r}")
-  env = obj["environment"]
-  if set(env) - {"seeds", "dockerfile"}:
-    raise ReplyError(f"environment: unexpected keys {sorted(set(env) - {'seeds', 'dockerfile'})}")
-  environment = {
-    f"seeds/{k}": v.encode()
-    for k, v in check_str_map(env.get("seeds", {}), "environment.seeds").items()
-  }
-  if "dockerfile" in env:
-    if not isinstance(env["dockerfile"], str):
-      raise ReplyError("environment.dockerfile: expected a string")
-    environment["Dockerfile"] = env["dockerfile"].encode()
+  environment = _environment(obj["environment"])
   timeouts = obj.get("timeouts", {})
   if not isinstance(timeouts, dict) or any(
     k not in ("agent_sec", "verifier_sec") or not isinstance(v, (int, float)) or v <= 0
     for k, v in timeouts.items()
   ):
     raise ReplyError("timeouts: expected {agent_sec: number, verifier_sec: number}")
-  tests = _verifier_tests(obj["verifier"], sample)
+  tests, instruction = _tests_and_instruction(obj, sample)
   meta = {
     **{k: v for k, v in sample.to_json().items() if k not in ("seed", "index")},
     "difficulty": obj["difficulty"],
+    "category": sample.domain,  # the eval runner's per-category table
     "generator": "tmax-llm",
   }
   config = TaskConfig(
@@ -209,7 +293,7 @@ def parse_task_reply(reply: str, sample: AxisSample) -> tuple[Task, str]:
   )
   solve = obj["solution"] if obj["solution"].startswith("#!") else "#!/bin/bash\n" + obj["solution"]
   task = Task(
-    instruction=obj["instruction"],
+    instruction=instruction,
     config=config,
     environment=environment,
     tests=tests,

@@ -19,12 +19,15 @@ from typing import Callable, Iterable, TypeVar
 from tqdm import tqdm
 
 from tmax_jax.sandbox.api import Sandbox
+from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import runner
-from tmax_jax.tasks.format import TaskFormatError, write_task
+from tmax_jax.tasks.format import Task, TaskFormatError, write_task
+from tmax_jax.tasks.generator import fixtures
 from tmax_jax.tasks.generator.axes import AxisSample, balance_score
 from tmax_jax.tasks.generator.llm import (
   ChatClient,
   ChatError,
+  EndpointError,
   ReplyError,
   parse_task_reply,
   render_prompt,
@@ -67,11 +70,14 @@ def ask_until_parsed(
 ) -> tuple[T, int]:
   """Calls the model until `parse(reply)` succeeds -> (parsed, attempts). A ReplyError is fed back
   to the model as the next user turn; raises the last ReplyError (or ChatError) after
-  `max_attempts`."""
+  `max_attempts`. An EndpointError (the client already retried with backoff) is raised at once:
+  it says nothing about this task."""
   last: Exception | None = None
   for attempt in range(1, max_attempts + 1):
     try:
       reply = client.complete(messages)
+    except EndpointError:
+      raise
     except ChatError as err:
       last = err
       continue
@@ -95,8 +101,25 @@ def ask_for_task(client: ChatClient, sample: AxisSample, max_attempts: int):
   return task, smoke, attempts
 
 
-def _smoke(command: str, timeout_s: float):
+class FixtureError(SmokeTestError):
+  """The sampled fixture is not in the freshly built environment."""
+
+
+def fixture_problem(task: Task, fixture: str | None) -> str | None:
+  """The static part of the fixture check: a multi_service_compose task must define services."""
+  if fixture == "multi_service_compose" and len(compose_lib.service_names(task)) < 2:
+    return (
+      "fixture multi_service_compose: expected environment/docker-compose.yaml with at least "
+      "two services"
+    )
+  return None
+
+
+def _smoke(command: str, timeout_s: float, fixture: str | None = None, workdir: str = ""):
   def run(sb: Sandbox) -> None:
+    probe = fixtures.probe_command(fixture, workdir) if fixture else None
+    if probe is not None and sb.run(probe, timeout_s=timeout_s).exit_code != 0:
+      raise FixtureError(fixtures.probe_failure(fixture, workdir))
     res = sb.run(command, timeout_s=timeout_s)
     if res.exit_code != 0:
       raise SmokeTestError(
@@ -106,18 +129,27 @@ def _smoke(command: str, timeout_s: float):
   return run
 
 
-def build_and_check(task, smoke: str, config: GenerationConfig) -> tuple[str | None, float | None]:
-  """Smoke test + oracle + verifier in a sandbox -> (rejection reason or None, oracle reward)."""
+def build_and_check(
+  task, smoke: str, config: GenerationConfig, fixture: str | None = None
+) -> tuple[str | None, float | None]:
+  """Fixture check + smoke test + oracle + verifier in a sandbox -> (rejection reason or None,
+  oracle reward). `fixture`: the sampled fixture kind to look for (None: no check)."""
+  problem = fixture_problem(task, fixture)
+  if problem:
+    return problem, None
+  workdir = task.config.environment.workdir or runner.envlib.DEFAULT_WORKDIR
   try:
     res = runner.run_trial(
       task,
       None,
       config.runner,
       solution=dict(task.solution),
-      before=_smoke(smoke, config.smoke_timeout_s),
+      before=_smoke(smoke, config.smoke_timeout_s, fixture, workdir),
     )
   except SmokeTestError as err:
     return str(err), None
+  except runner.TaskUnsupportedError as err:
+    return f"unsupported here: {err}", None
   except runner.RewardError as err:
     return f"smoke test: {err}", None
   if res.reason != "ok":
@@ -147,6 +179,8 @@ def generate_task(
 
   try:
     task, smoke, attempts = ask_for_task(client, sample, config.max_attempts)
+  except EndpointError:
+    raise  # not this sample's fault: the caller stops the run
   except (ReplyError, ChatError) as err:
     return done("rejected", f"{type(err).__name__}: {err}", config.max_attempts)
   staging = pathlib.Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
@@ -155,7 +189,7 @@ def generate_task(
       written = write_task(task, staging / "task")
     except TaskFormatError as err:
       return done("rejected", f"task: {err}", attempts)
-    reason, reward = build_and_check(written, smoke, config)
+    reason, reward = build_and_check(written, smoke, config, sample.fixture)
     if reason is not None:
       return done("rejected", reason, attempts, reward=reward)
     final = out / f"{sample.id}-{task.config.task.name}"

@@ -6,7 +6,7 @@ of its whole lineage (root .. parent), so its new requirement depends on what th
 the photos imported, the backups written, the functions implemented. Each generation's spec holds
 only that generation's delta (new seeds, build-time setup run after the parent's oracle, its own
 oracle from the parent's final state, its own check and a plausible wrong solution); the horizon
-layer (tasks/horizon/compose.py) stacks them into a task. A parent's checks must stay true after
+layer (horizon/compose.py) stacks them into a task. A parent's checks must stay true after
 every descendant's oracle (the goal still holds), so extensions only change the environment in
 ways the ancestors' checks allow (documented per family).
 

@@ -12,7 +12,6 @@ index, name, family, level, seed, sha256 of the tarball) lands next to the outpu
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gzip
 import hashlib
@@ -22,11 +21,11 @@ import multiprocessing
 import os
 import pathlib
 import shutil
-import sys
 import tarfile
 import tempfile
 import time
 
+from tmax_jax import cli
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.procedural import core, registry
 
@@ -105,11 +104,15 @@ def generate(
   families: list[str] | None = None,
   workers: int = 1,
   progress: bool = True,
+  overwrite: bool = False,
 ) -> dict:
-  """Writes the tasks; returns {"n", "seconds", "out", "manifest"}. out "*.parquet" -> parquet."""
+  """Writes the tasks; returns {"n", "seconds", "out", "manifest"}. out "*.parquet" -> parquet.
+  An existing `out` raises FileExistsError before any work, unless `overwrite`."""
   from tqdm import tqdm  # pylint: disable=import-outside-toplevel
 
   out = pathlib.Path(out)
+  if out.exists() and not overwrite:
+    raise FileExistsError(f"{out} exists; pass --overwrite (overwrite=True) to replace it")
   plans = plan(n, seed, families)
   as_parquet = out.suffix == ".parquet"
   out.parent.mkdir(parents=True, exist_ok=True)
@@ -138,8 +141,8 @@ def generate(
       os.replace(tmp / "data.parquet", out)
     else:
       (tmp / "tasks").mkdir(exist_ok=True)
-      if out.exists():
-        raise FileExistsError(f"{out}: output directory already exists")
+      if out.exists():  # overwrite: the old directory goes with the temp dir
+        os.replace(out, tmp / "replaced")
       os.replace(tmp / "tasks", out)
     os.replace(manifest_tmp, manifest)
   finally:
@@ -158,10 +161,11 @@ def _write_parquet(path: pathlib.Path, paths: list[str], blobs: list[bytes]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--n", type=int, help="number of tasks")
-  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--seed", type=int, default=0, help="seed of the first task (task i: seed + i)")
   ap.add_argument("--out", help="a directory, or a file ending in .parquet")
+  ap.add_argument("--overwrite", action="store_true", help="replace an existing --out")
   ap.add_argument("--families", default="", help="comma-separated family names (default: all)")
   ap.add_argument("--workers", type=int, default=1, help="generator processes")
   ap.add_argument("--list", action="store_true", help="print the families and exit")
@@ -173,10 +177,12 @@ def main(argv: list[str] | None = None) -> int:
   if args.n is None or not args.out:
     ap.error("--n and --out are required (unless --list)")
   fams = [f for f in args.families.split(",") if f] or None
-  res = generate(args.out, args.n, args.seed, families=fams, workers=args.workers)
+  res = generate(
+    args.out, args.n, args.seed, families=fams, workers=args.workers, overwrite=args.overwrite
+  )
   print(json.dumps(res))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tmax_jax.errors import UserError
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.procedural import (
   chain_backup,
@@ -62,18 +63,26 @@ FAMILIES: dict[str, core.Family] = _collect()
 CHAINS: dict[str, ChainFamily] = {m.CHAIN.name: m.CHAIN for m in _CHAIN_MODULES}
 
 
+class UnknownNameError(UserError, KeyError):
+  """An unknown family or chain name: a KeyError to lookups, a user error to the CLIs."""
+
+  __str__ = UserError.__str__  # KeyError's would quote the whole message
+
+
 def get_family(name: str) -> core.Family:
   try:
     return FAMILIES[name]
   except KeyError:
-    raise KeyError(f"unknown procedural family {name!r}; known: {sorted(FAMILIES)}") from None
+    raise UnknownNameError(
+      f"unknown procedural family {name!r}; known: {sorted(FAMILIES)}"
+    ) from None
 
 
 def get_chain(name: str) -> ChainFamily:
   try:
     return CHAINS[name]
   except KeyError:
-    raise KeyError(f"unknown extension chain {name!r}; known: {sorted(CHAINS)}") from None
+    raise UnknownNameError(f"unknown extension chain {name!r}; known: {sorted(CHAINS)}") from None
 
 
 def build_spec(name: str, seed: int, difficulty: int) -> core.TaskSpec:

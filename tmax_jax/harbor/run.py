@@ -1,0 +1,87 @@
+"""Our model under Harbor's harness in one command (launch/harbor_eval.py).
+
+Serves the model of a serving config (configs/serve_*.py: a checkpoint, or a preset at random init)
+with the OpenAI-compatible API on a free loopback port, runs `harbor run` with a Harbor agent
+(terminus-2 by default) pointed at it (`--model openai/<served name> --base-url .../v1`), stops the
+server and prints the job's mean reward. Harbor's own trial results land in <jobs_dir>/<job_name>.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import pathlib
+
+from tmax_jax.harbor import jobs
+from tmax_jax.harbor import tasks as harbor_tasks
+from tmax_jax.loop import serve
+from tmax_jax.loop.config import ServeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class HarborEvalConfig:
+  """What Harbor runs against the served model (the serving side is the serve config)."""
+
+  tasks: str = ""  # a task dir or a dataset dir of Harbor tasks (harbor/tasks.py writes views)
+  agent: str = "terminus-2"
+  environment: str = jobs.ENVIRONMENT  # or a Harbor type: podman, docker, daytona, modal, ...
+  environment_kwargs: tuple[str, ...] = ("backend=bubblewrap",)
+  agent_kwargs: tuple[str, ...] = ()  # e.g. ("max_turns=50", "temperature=1.0")
+  jobs_dir: str = "runs/harbor"
+  job_name: str = ""  # "" = the start time
+  n_concurrent: int = 2
+  n_attempts: int = 1
+  timeout_s: float = 24 * 3600.0
+
+  def __post_init__(self):
+    if not self.tasks:
+      raise ValueError("HarborEvalConfig.tasks: name a task dir or a dataset dir of tasks")
+
+
+def mean_reward(job_dir: pathlib.Path) -> tuple[float, int, int]:
+  """(mean reward with errors as 0, trials, errored trials) of a Harbor job."""
+  found = [o for trials in jobs.outcomes(job_dir).values() for o in trials]
+  total = sum(o.reward or 0.0 for o in found)
+  return total / max(1, len(found)), len(found), sum(o.reward is None for o in found)
+
+
+def run_harbor_eval(cfg: HarborEvalConfig, serve_config: ServeConfig) -> pathlib.Path:
+  """Serves `serve_config`'s model, runs the Harbor job against it, returns the job dir."""
+  name = cfg.job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
+  tasks, unbuilt = harbor_tasks.runnable(
+    pathlib.Path(cfg.tasks),
+    pathlib.Path(cfg.jobs_dir) / f"{name}.tasks",
+    podman_images=cfg.environment == "podman",
+  )
+  for task, why in unbuilt.items():
+    log.warning("%s: not run (%s)", task, why)
+  if serve_config.openai.port < 0:  # the API is the point here: a free port
+    openai = dataclasses.replace(serve_config.openai, port=0)
+    serve_config = dataclasses.replace(serve_config, openai=openai)
+  server = serve.start_from_config(serve_config)
+  try:
+    spec = jobs.JobSpec(
+      tasks=str(tasks),
+      agent=cfg.agent,
+      environment=cfg.environment,
+      model=f"openai/{server.openai.model_name}",
+      base_url=server.openai.base_url,
+      agent_kwargs=cfg.agent_kwargs,
+      environment_kwargs=cfg.environment_kwargs,
+      n_concurrent=cfg.n_concurrent,
+      n_attempts=cfg.n_attempts,
+    )
+    log.info("harbor %s", " ".join(spec.args(pathlib.Path(cfg.jobs_dir), name)))
+    # litellm's OpenAI client wants a key even for a local server
+    job_dir = jobs.run_job(
+      spec, cfg.jobs_dir, name, timeout_s=cfg.timeout_s, env={"OPENAI_API_KEY": "unused"}
+    )
+  finally:
+    server.stop()
+  mean, n, errors = mean_reward(job_dir)
+  print(json.dumps({"job_dir": str(job_dir), "mean_reward": mean, "trials": n, "errors": errors}))
+  return job_dir

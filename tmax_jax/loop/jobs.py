@@ -1,0 +1,36 @@
+"""Which typed job config a launch config file (`configs/*.py`) describes, told by its sections,
+so tools that take any config (the memory plan, `tmax_jax.config show`, the rehearsal) build the
+right dataclass without being told."""
+
+from __future__ import annotations
+
+import ml_collections
+
+from tmax_jax.config_dict import from_config_dict
+from tmax_jax.loop.config import DemoConfig, RLConfig, ServeConfig, SFTConfig
+from tmax_jax.loop.evaluate import EvalConfig
+
+# (job, its config class, its launcher, a top-level field only that class has)
+JOBS = (
+  ("demo", DemoConfig, "launch/demo.py", "seeds"),
+  ("rl", RLConfig, "launch/train_rl.py", "rollout"),
+  ("sft", SFTConfig, "launch/train_sft.py", "trajectories"),
+  ("eval", EvalConfig, "launch/eval.py", "runs_per_task"),
+  ("serve", ServeConfig, "launch/serve.py", "ready_file"),
+)
+
+
+def job_of(cd: ml_collections.ConfigDict) -> tuple[str, type, str]:
+  """-> (job name, config class, launcher) of a config file's ConfigDict."""
+  for name, cls, launcher, marker in JOBS:
+    if marker in cd:
+      return name, cls, launcher
+  raise ValueError(
+    f"a config with top-level fields {sorted(cd)} is none of the jobs "
+    f"{[name for name, *_ in JOBS]} (each is told by one of {[j[3] for j in JOBS]})"
+  )
+
+
+def job_config(cd: ml_collections.ConfigDict):
+  """The typed, validated job config of a config file's ConfigDict."""
+  return from_config_dict(job_of(cd)[1], cd)

@@ -14,12 +14,15 @@ inverse in models/gated_delta.unit_lower_inverse is no longer needed for CPU run
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tmax_jax import cli  # noqa: E402
 
 CHILD = """
 import jax, jax.numpy as jnp, numpy as np
@@ -57,17 +60,17 @@ def trial(args) -> dict:
   }
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--devices", type=int, default=2, help="fake CPU devices (= pool threads)")
   parser.add_argument("--mesh", type=int, default=2, help="devices the solves run on")
   parser.add_argument("--solves", type=int, default=16, help="independent solves per device")
-  parser.add_argument("--trials", type=int, default=3)
-  parser.add_argument("--timeout", type=float, default=60.0)
-  args = parser.parse_args()
+  parser.add_argument("--trials", type=int, default=3, help="runs, each in its own process")
+  parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a run is hung")
+  args = parser.parse_args(argv)
   for _ in range(args.trials):
     print(json.dumps(trial(args)), flush=True)
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -21,7 +21,6 @@ One JSON line per (family, side) and a markdown table on stdout; not timed (any 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -36,7 +35,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
-from tmax_jax import sharding  # noqa: E402
+from tmax_jax import cli, sharding  # noqa: E402
 from tmax_jax.inference import engine as engine_lib  # noqa: E402
 from tmax_jax.inference import sampling  # noqa: E402
 from tmax_jax.inference import server as server_lib  # noqa: E402
@@ -205,13 +204,15 @@ def table(results: list[dict]) -> str:
   return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--compute", default="bfloat16", choices=("bfloat16", "float32"))
+def main(argv: list[str]) -> None:
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument(
+    "--compute", default="bfloat16", choices=("bfloat16", "float32"), help="compute dtype"
+  )
   p.add_argument("--bf16_body", action="store_true", help="round the body weights to bf16 values")
-  p.add_argument("--prompts", type=int, default=16)
-  p.add_argument("--tokens", type=int, default=32)
-  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--prompts", type=int, default=16, help="prompts per family")
+  p.add_argument("--tokens", type=int, default=32, help="sampled tokens per prompt")
+  p.add_argument("--seed", type=int, default=0, help="params, prompts and sampling seed")
   p.add_argument("--tiny", action="store_true", help="2 prompts x 8 tokens (checks the script)")
   args = p.parse_args(argv)
   n, tokens = (2, 8) if args.tiny else (args.prompts, args.tokens)
@@ -219,4 +220,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -243,6 +243,7 @@ HEAVY_HELP = sorted(
   [f"bench/{p.name}" for p in (ROOT / "bench").glob("*.py") if p.name != "report.py"]
   + [
     "-m tmax_jax.plan",
+    "-m tmax_jax.export",
     "-m tmax_jax.tokenizers.build",
     "-m tmax_jax.horizon.build",
     "-m tmax_jax.horizon.collect",

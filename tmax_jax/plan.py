@@ -420,6 +420,8 @@ def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1)
   """The plan of an RLConfig / SFTConfig on every visible device (fake CPU devices here). A
   packed job (train.packing) is planned at its packed step's worst bucket (`_packed_bucket`)."""
   model_cfg = policy.model_config(job.model)
+  # memory does not depend on the lr schedule's horizon; an SFT job's depends on its data
+  job = dataclasses.replace(job, train=job.train.for_run(job.steps or 1))
   trainer_mesh, server_mesh = _meshes(job, jax.devices(), processes)
   shape = dict(trainer_mesh.shape)
   notes = [f"trainer mesh {shape}"]

@@ -1,7 +1,8 @@
 """The RL loop end to end on CPU: real sandboxes, real procedural tasks, the real JetStream server
-over gRPC, DPPO steps, weight pushes, Orbax checkpoints with resume, and an HF export that
-transformers loads and that gives our logits. Also: re-running the model on a finished trajectory
-reproduces the server's logprobs, and observation tokens carry no loss weight."""
+over gRPC, DPPO steps, weight pushes, Orbax checkpoints with resume, an HF export that
+transformers loads and that gives our logits, and the HF export of an earlier kept step. Also:
+re-running the model on a finished trajectory reproduces the server's logprobs, and observation
+tokens carry no loss weight."""
 
 import asyncio
 import dataclasses
@@ -16,11 +17,12 @@ from tests.conftest import require_base_rootfs
 from tests.loop.rl_helpers import assert_same_training, tiny_rl_config
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
+from tmax_jax.export import export_step
 from tmax_jax.loop import policy
 from tmax_jax.loop.config import MeshConfig, RLConfig
 from tmax_jax.loop.rl import run_rl
+from tmax_jax.models import hf_io, registry
 from tmax_jax.models import logprobs as logprobs_lib
-from tmax_jax.models import registry
 from tmax_jax.tasks import sources
 from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tokenizers.builder import load_tokenizer
@@ -65,6 +67,12 @@ def test_rl_steps_checkpoint_resume_export(tmp_path):
   # consumed before the restart was drawn again (in-flight ones were: tests/loop/test_task_stream)
   consumed = lines[2]["rollout/groups_generated"]
   assert consumed >= 2 and lines[2]["data/consumed"] == lines[1]["data/consumed"] + consumed
+
+  # a kept step other than the last exports to HF from the run's checkpoints alone
+  step_two = export_step(str(tmp_path / "run" / "ckpt"), 2, str(tmp_path / "hf-step2"))
+  _, exported = hf_io.load_pretrained(step_two)
+  for a, b in zip(jax.tree.leaves(exported), jax.tree.leaves(after_two)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
   # the export loads in transformers and computes our logits
   hf = transformers.AutoModelForCausalLM.from_pretrained(

@@ -69,9 +69,24 @@ def test_bf16_compute_tracks_fp32(reference):
 
 
 def test_bf16_params():
-  cfg = CFG.with_dtypes(param_dtype="bfloat16", compute_dtype="bfloat16")
+  cfg = CFG.with_dtypes(param_dtype="bfloat16", compute_dtype="bfloat16", head_dtype="bfloat16")
   params = registry.abstract_params(cfg)
   assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_bf16_params_keep_an_fp32_head_weight(tied):
+  """With an fp32 head the head's weight is stored in fp32 (DtypePolicy.head_weight), so a bf16
+  server computes its head from the trainer's fp32 weight: lm_head, or the embedding when tied."""
+  cfg = CFG.replace(tie_word_embeddings=tied).with_dtypes(param_dtype="bfloat16")
+  flat = {
+    jax.tree_util.keystr(p): x.dtype
+    for p, x in jax.tree_util.tree_leaves_with_path(registry.abstract_params(cfg))
+  }
+  head = "embed_tokens" if tied else "lm_head"
+  assert {k for k, d in flat.items() if d == jnp.float32} == {k for k in flat if head in k}
+  params = registry.init_params(cfg, jax.random.key(0))
+  assert registry.head_weight(params, cfg).dtype == jnp.float32
 
 
 def test_config_validation():

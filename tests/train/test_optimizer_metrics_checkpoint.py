@@ -50,7 +50,12 @@ def test_recipe_presets():
   assert (rl.loss.policy_loss, rl.loss.hyper.divergence, rl.loss.kl_beta) == ("dppo", "tv", 0.0)
   assert rl.loss.hyper.threshold == 0.1
   sft = recipes.sft_train_tmax()
-  assert sft.optimizer.warmup_ratio == 0.03 and sft.optimizer.schedule == "linear"
+  # the warmup is 3% / 5% of the job's step count (tests/train/test_schedule_horizon.py)
+  assert (sft.optimizer.schedule, sft.optimizer.warmup_ratio, sft.optimizer.total_steps) == (
+    "linear",
+    0.03,
+    0,
+  )
   assert (sft.epochs, sft.global_batch, sft.loss.policy_loss) == (2, 128, "sft")
   th = recipes.sft_train_terminal_horizon()
   assert (th.optimizer.schedule, th.optimizer.weight_decay, th.optimizer.warmup_ratio) == (
@@ -58,6 +63,7 @@ def test_recipe_presets():
     0.1,
     0.05,
   )
+  assert th.optimizer.total_steps == 0
 
 
 def test_config_errors_name_the_field():

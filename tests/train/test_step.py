@@ -91,14 +91,11 @@ def test_packed_rows_equal_unpacked_rows(tiny, aggregation):
   _close(gp, gu, 1e-5)
 
 
-def test_loss_matches_direct_numpy_dppo(tiny):
-  """metrics["loss"] equals the recipe's token-level DPPO loss computed per trajectory by hand."""
+def _numpy_logp(tiny, trajs):
+  """Per trajectory: (log pi of each next token by a direct fp64 computation, its behaviour
+  logp, the loss mask) over tokens 1..n-1."""
   model, mcfg, params = tiny
-  trajs = random_trajectories(2, 6, 10)
-  batch = batch_lib.pack(trajs, 20)
-  _, rows = _one_step(tiny, _cfg(), batch)
-  total, count = 0.0, 0.0
-  unpacked = batch_lib.pack(trajs, 10, pack_rows=False)
+  unpacked = batch_lib.pack(trajs, max(len(t.tokens) for t in trajs), pack_rows=False)
   hidden, _ = jax.jit(model.apply)(
     {"params": params},
     jnp.asarray(unpacked.tokens),
@@ -108,18 +105,46 @@ def test_loss_matches_direct_numpy_dppo(tiny):
   all_logits = np.asarray(
     logprobs_lib.full_logits(hidden, registry.head_weight(params, mcfg)), np.float64
   )
+  out = []
   for i, tr in enumerate(trajs):
     logits = all_logits[i]
     logp_all = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     logp = logp_all[np.arange(len(tr.tokens) - 1), np.asarray(tr.tokens)[1:]]
-    blp = np.asarray(tr.behaviour_logp)[1:]
-    mask = np.asarray(tr.loss_mask)[1:] > 0
+    out.append((logp, np.asarray(tr.behaviour_logp)[1:], np.asarray(tr.loss_mask)[1:] > 0))
+  return out
+
+
+def test_loss_matches_direct_numpy_dppo(tiny):
+  """metrics["loss"] equals the recipe's token-level DPPO loss computed per trajectory by hand,
+  and the mismatch metrics the mean |log pi - log mu| and k3 KL(mu || pi) over loss tokens."""
+  trajs = random_trajectories(2, 6, 10)
+  batch = batch_lib.pack(trajs, 20)
+  _, rows = _one_step(tiny, _cfg(), batch)
+  total, count, abs_d, k3 = 0.0, 0.0, 0.0, 0.0
+  for tr, (logp, blp, mask) in zip(trajs, _numpy_logp(tiny, trajs)):
     r = np.exp(logp - blp)
     a = tr.advantage
     drop = (np.abs(np.exp(logp) - np.exp(blp)) > 0.1) & (((a > 0) & (r > 1)) | ((a < 0) & (r < 1)))
     total += np.sum(np.where(mask & ~drop, -a * r, 0.0))
     count += mask.sum()
+    abs_d += np.sum(np.abs(logp - blp)[mask])
+    k3 += np.sum((r - 1 - np.log(r))[mask])
   np.testing.assert_allclose(rows[0]["loss"], total / count, rtol=1e-5)
+  np.testing.assert_allclose(rows[0]["mismatch_abs_logp"], abs_d / count, rtol=1e-5)
+  np.testing.assert_allclose(rows[0]["mismatch_kl_k3"], k3 / count, rtol=1e-4)
+  assert rows[0]["mismatch_kl_k3"] > 0.01  # random behaviour logprobs: far from the policy
+
+
+def test_mismatch_is_zero_when_behaviour_is_the_policy(tiny):
+  """Behaviour logprobs equal to the trainer's own: both mismatch metrics vanish; SFT (no
+  behaviour logprobs) logs none."""
+  trajs = random_trajectories(4, 4, 10)
+  for tr, (logp, _, _) in zip(trajs, _numpy_logp(tiny, trajs)):
+    tr.behaviour_logp[1:] = logp
+  _, rows = _one_step(tiny, _cfg(), batch_lib.pack(trajs, 20))
+  assert rows[0]["mismatch_abs_logp"] < 1e-5 and abs(rows[0]["mismatch_kl_k3"]) < 1e-9
+  _, sft = _one_step(tiny, _cfg(loss=LossConfig(policy_loss="sft")), batch_lib.pack(trajs, 20))
+  assert "mismatch_kl_k3" not in sft[0] and "mismatch_abs_logp" not in sft[0]
 
 
 def test_sft_step_is_token_mean_cross_entropy(tiny):

@@ -52,6 +52,7 @@ from tmax_jax.models import registry
 from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import distributed
+from tmax_jax.train.checkpoint import model_metadata
 from tmax_jax.train.step import Trainer
 
 log = logging.getLogger(__name__)
@@ -233,9 +234,11 @@ def run_rl(cfg: RLConfig, *, model_cfg=None, params=None) -> RLResult:
   else:
     params = jax.device_put(params, registry.param_shardings(model_cfg, place.trainer_mesh))
     cfg = dataclasses.replace(cfg, episode=with_family(cfg.episode, model_cfg.model_type))
+  cfg = dataclasses.replace(cfg, train=cfg.train.for_run(cfg.steps))
   trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, place.trainer_mesh)
   state = trainer.init_state(params)
-  with StepDriver.open(cfg.output_dir, cfg.train.checkpoint, cfg.steps, "rl") as steps:
+  meta = model_metadata(model_cfg, cfg.episode.family)
+  with StepDriver.open(cfg.output_dir, cfg.train.checkpoint, cfg.steps, "rl", meta) as steps:
     state, data = steps.resume(state)
     position = task_stream.Position.from_json(data) if data else task_stream.Position()
     job = _Job(cfg, place, model_cfg, trainer, state, position, steps)

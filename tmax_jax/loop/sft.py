@@ -30,6 +30,7 @@ from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import distributed
+from tmax_jax.train.checkpoint import model_metadata
 from tmax_jax.train.step import Trainer
 
 log = logging.getLogger(__name__)
@@ -120,9 +121,10 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
   if not records:
     raise ValueError("SFT: no trajectories to train on")
   total = total_steps(cfg, len(records))
-  trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, mesh)
+  trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train.for_run(total), mesh)
   state = trainer.init_state(params)
-  with StepDriver.open(cfg.output_dir, cfg.train.checkpoint, total, "sft") as steps:
+  meta = model_metadata(model_cfg, episode.family)
+  with StepDriver.open(cfg.output_dir, cfg.train.checkpoint, total, "sft", meta) as steps:
     state, data = steps.resume(state)
     data = data or {"epoch": 0, "batch": 0}
     batches = _batches_from(records, cfg, trainer, data)

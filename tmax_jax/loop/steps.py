@@ -51,10 +51,14 @@ class StepDriver:
   _bar: object = None
 
   @classmethod
-  def open(cls, out_dir: str, ckpt: CheckpointConfig, total: int, desc: str) -> StepDriver:
+  def open(
+    cls, out_dir: str, ckpt: CheckpointConfig, total: int, desc: str, metadata: dict | None = None
+  ) -> StepDriver:
+    """`metadata`: the checkpoint directory's (train.checkpoint.model_metadata: what the HF export
+    of a kept step needs, tmax_jax.export)."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    checkpointer = Checkpointer(checkpoint_config(ckpt, out_dir))
+    checkpointer = Checkpointer(checkpoint_config(ckpt, out_dir), metadata)
     writer = MetricsWriter(str(out / "metrics.jsonl"), str(out / "tb"))
     return cls(checkpointer, writer, total, desc)
 

@@ -70,9 +70,9 @@ class RopeScaling:
 
 @dataclasses.dataclass(frozen=True)
 class DtypePolicy:
-  """Weights are stored in `param_dtype`, computed in `compute_dtype`; the LM head (hidden state and
-  head weight both) is cast to `head_dtype` before its matmul. Norm statistics and softmax are
-  fp32."""
+  """Weights are stored in `param_dtype` (the head's weight in `head_weight`), computed in
+  `compute_dtype`; the LM head (hidden state and head weight both) is cast to `head_dtype` before
+  its matmul. Norm statistics and softmax are fp32."""
 
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
@@ -89,6 +89,13 @@ class DtypePolicy:
   @property
   def head(self) -> jnp.dtype:
     return jnp.dtype(self.head_dtype)
+
+  @property
+  def head_weight(self) -> jnp.dtype:
+    """What the head's weight is stored in (lm_head/kernel, or the embedding when tied): the wider
+    of param and head dtype. A bf16-param server with an fp32 head then holds the trainer's fp32
+    head weight, not a bf16-rounded copy cast back up (recipe.md: fp32 head on both sides)."""
+    return jnp.promote_types(self.param, self.head)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -187,7 +187,7 @@ class DecoderStack(nn.Module):
       cfg.vocab_size,
       cfg.hidden_size,
       dtype=compute,
-      param_dtype=cfg.dtypes.param,
+      param_dtype=cfg.dtypes.head_weight if cfg.tie_word_embeddings else cfg.dtypes.param,
       embedding_init=layers.param_init(layers.WEIGHT_INIT, ("vocab", "embed")),
       name="embed_tokens",
     )
@@ -265,7 +265,7 @@ class LMHead(nn.Module):
       "kernel",
       layers.param_init(layers.WEIGHT_INIT, ("embed", "vocab")),
       (cfg.hidden_size, cfg.vocab_size),
-      cfg.dtypes.param,
+      cfg.dtypes.head_weight,
     )
 
 

@@ -20,13 +20,18 @@ def _choice(field: str, value, allowed) -> None:
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
   """Optax AdamW + global-norm clipping; lr schedule with linear warmup (HF convention: lr 0 at
-  step 0). `warmup_ratio` (fraction of total_steps) is used when `warmup_steps` is 0."""
+  step 0). `warmup_ratio` (fraction of total_steps) is used when `warmup_steps` is 0.
+
+  `total_steps` is the schedule's horizon (decay end, warmup_ratio base). 0, the default, means the
+  job's own step count, which the job fills in (`TrainConfig.for_run`): SFT epochs x
+  ceil(N / global_batch) unless its `steps` is set (loop/sft.total_steps), RL its `steps`. A
+  value > 0 is kept as given (a horizon other than the run's, e.g. a run to be extended later)."""
 
   learning_rate: float = 1e-6
   schedule: str = "constant"
   warmup_steps: int = 0
   warmup_ratio: float = 0.0
-  total_steps: int = 500
+  total_steps: int = 0  # 0 = the job's step count
   end_lr_ratio: float = 0.0  # linear/cosine decay ends at learning_rate * end_lr_ratio
   weight_decay: float = 0.0
   decay_norms_and_biases: bool = False  # HF Trainer's default: no decay on biases / norm scales
@@ -37,14 +42,33 @@ class OptimizerConfig:
 
   def __post_init__(self):
     _choice("optimizer.schedule", self.schedule, SCHEDULES)
-    if self.total_steps <= 0:
-      raise ValueError(f"optimizer.total_steps={self.total_steps}; expected > 0")
+    if self.total_steps < 0:
+      raise ValueError(f"optimizer.total_steps={self.total_steps}; expected > 0, or 0 = the job's")
     if not 0.0 <= self.warmup_ratio < 1.0:
       raise ValueError(f"optimizer.warmup_ratio={self.warmup_ratio}; expected in [0, 1)")
 
   @property
+  def needs_horizon(self) -> bool:
+    """Whether the schedule depends on total_steps (a decay, or a warmup given as a ratio)."""
+    return self.schedule != "constant" or (not self.warmup_steps and self.warmup_ratio > 0)
+
+  @property
   def warmup(self) -> int:
-    return self.warmup_steps or int(round(self.warmup_ratio * self.total_steps))
+    if self.warmup_steps or not self.warmup_ratio:
+      return self.warmup_steps
+    return int(round(self.warmup_ratio * self.horizon))
+
+  @property
+  def horizon(self) -> int:
+    """total_steps; raises when it is still 0 (the job's) and the schedule depends on it."""
+    if self.total_steps == 0 and self.needs_horizon:
+      raise ValueError(
+        f"optimizer.total_steps=0 (the job's step count) was never filled in, and the "
+        f"{self.schedule!r} schedule with warmup_ratio={self.warmup_ratio} depends on it: "
+        "build the trainer from TrainConfig.for_run(<the job's steps>), or set "
+        "optimizer.total_steps"
+      )
+    return self.total_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,11 +225,16 @@ class PackingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
-  """Orbax CheckpointManager: save every `save_every` steps (async), keep the last `keep_last`."""
+  """Orbax CheckpointManager: save every `save_every` steps (async), keep the last `keep_last`,
+  and also save, and keep for good, every step that is a multiple of `keep_every` (0 = none):
+  the checkpoints a user goes back to, e.g. before the collapse runs often show after ~300 steps
+  (recipe.md); `python3 -m tmax_jax.export --step S` writes the HF export of any kept step.
+  `directory` "" = <the job's output_dir>/ckpt (loop/steps.checkpoint_config)."""
 
   directory: str = ""
   save_every: int = 50
   keep_last: int = 3
+  keep_every: int = 100
   async_save: bool = True
 
   def __post_init__(self):
@@ -213,6 +242,12 @@ class CheckpointConfig:
       raise ValueError(
         f"checkpoint.save_every={self.save_every}, keep_last={self.keep_last}; expected both > 0"
       )
+    if self.keep_every < 0:
+      raise ValueError(f"checkpoint.keep_every={self.keep_every}; expected >= 0 (0 = none)")
+
+  def saves(self, step: int) -> bool:
+    """Whether `step` is checkpointed: a multiple of save_every or of keep_every."""
+    return step % self.save_every == 0 or bool(self.keep_every and step % self.keep_every == 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +275,13 @@ class TrainConfig:
 
   def replace(self, **changes) -> "TrainConfig":
     return dataclasses.replace(self, **changes)
+
+  def for_run(self, total_steps: int) -> "TrainConfig":
+    """This config with the job's step count as the schedule's horizon, unless
+    optimizer.total_steps was set explicitly (> 0)."""
+    if self.optimizer.total_steps:
+      return self
+    return self.replace(optimizer=dataclasses.replace(self.optimizer, total_steps=total_steps))
 
   def check_data(self, produced: BatchInputs, seq_len: int, path: str = "train") -> None:
     """Config-time checks against a job's data path: every batch field the loss reads is produced,

@@ -11,9 +11,10 @@ NO_DECAY_LEAVES = ("bias", "scale")  # param leaf names excluded from weight dec
 
 def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
   """step -> lr. Warmup lr * s / W for s < W (HF: lr 0 at step 0), then constant, or a linear /
-  cosine decay from lr to lr * end_lr_ratio over the remaining total_steps - W steps."""
+  cosine decay from lr to lr * end_lr_ratio over the remaining total_steps - W steps. Raises when
+  the schedule depends on total_steps and the job never filled it in (OptimizerConfig.horizon)."""
   lr, warm, end = cfg.learning_rate, cfg.warmup, cfg.end_lr_ratio
-  decay_steps = max(cfg.total_steps - warm, 1)
+  decay_steps = max(cfg.horizon - warm, 1)
 
   def schedule(step):
     s = jnp.asarray(step, jnp.float32)

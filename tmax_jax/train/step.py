@@ -86,6 +86,7 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
   hyper = cfg.loss.hyper
   aggregate = rl.get("aggregation", cfg.loss.aggregation)
   reads_topk = "topk_ids" in cfg.loss.batch_fields()
+  reads_behaviour = "behaviour_logp" in cfg.loss.batch_fields()
   head_dtype = model_cfg.dtypes.head
 
   def loss_fn(params, mb):
@@ -141,9 +142,23 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
       "kl": jnp.sum(rl_losses.binary_kl(lp, blp) * on),
       **counts,
     }
+    if reads_behaviour:
+      stats.update(mismatch_stats(lp, blp, mask))
     return loss, stats
 
   return loss_fn
+
+
+def mismatch_stats(logp: jax.Array, behaviour_logp: jax.Array, mask: jax.Array) -> dict:
+  """Trainer-vs-behaviour mismatch sums over the loss (response) tokens: |log pi - log mu| and
+  the k3 estimate of KL(mu || pi), r - 1 - log r with r = pi / mu (the tokens were sampled from
+  mu, so E_mu[r - 1] = 0 and the estimate is unbiased and >= 0; rl_losses.k3_kl with mu in the
+  policy's place). The recipe's stability indicator: the fp32 head on both sides keeps it small."""
+  on = (mask > 0).astype(jnp.float32)
+  return {
+    "abs_dlogp": jnp.sum(jnp.abs(logp - behaviour_logp) * on),
+    "mismatch_k3": jnp.sum(rl_losses.k3_kl(behaviour_logp, logp, mask)),
+  }
 
 
 def _value_and_grad(loss_fn: Callable, params: Any, mb: dict):
@@ -244,6 +259,9 @@ def make_apply_fn(cfg: TrainConfig, optimizer: optax.GradientTransformation) -> 
       "entropy": stats["entropy"] / denom,
       "skip_reason": reason,
     }
+    if "mismatch_k3" in stats:  # losses that read behaviour logprobs (RL)
+      metrics["mismatch_abs_logp"] = stats["abs_dlogp"] / denom
+      metrics["mismatch_kl_k3"] = stats["mismatch_k3"] / denom
     return new_state, metrics
 
   return apply_fn

@@ -37,6 +37,7 @@ class EpisodeConfig:
   episode runner is built (harnesses.get), which sits above this module.
   """
 
+  # the agent loop: bash_tool | mini_swe | terminus (agents/harnesses.py)
   harness: str = "bash_tool"
   # Tokenizer family: tool-call syntax and stop tokens (qwen3 -> Hermes JSON, qwen3_5 -> XML).
   # "" = the policy's (a job derives it from its model: loop/config.with_family).
@@ -44,12 +45,13 @@ class EpisodeConfig:
   # The recipe's prompt cap (2048): a task whose first prompt is longer is skipped and reported
   # (PromptTooLongError), never truncated. 0 = no cap.
   max_prompt_tokens: int = 0
-  max_tool_calls: int = 64
+  max_tool_calls: int = 64  # tool calls before the episode ends (recipe: 64)
   max_turns: int = 128  # format errors count as turns but not as tool calls
-  turn_max_tokens: int = 16384
+  turn_max_tokens: int = 16384  # generated tokens per turn (recipe: 16384)
+  # generated + observation tokens after the first prompt (recipe: 65536)
   max_response_tokens: int = 65536
-  command_timeout_s: float = 120.0
-  wall_time_s: float = 3600.0
+  command_timeout_s: float = 120.0  # per command (recipe: 120 s)
+  wall_time_s: float = 3600.0  # the episode's wall-clock budget
   enable_thinking: bool | None = None  # None: the template's default
 
   def __post_init__(self):

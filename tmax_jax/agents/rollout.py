@@ -35,11 +35,11 @@ RunEpisodeFn = Callable[[object, int, int], Awaitable[EpisodeResult]]  # (task, 
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
-  group_size: int = 32
-  prompts_per_batch: int = 8
-  async_steps: int = 4
-  zero_std_filter: bool = True
-  active_sampling: bool = True
+  group_size: int = 32  # episodes per prompt (recipe: 32)
+  prompts_per_batch: int = 8  # groups per optimizer step (recipe: 8)
+  async_steps: int = 4  # how many steps rollouts may run ahead of the trainer (recipe: 4)
+  zero_std_filter: bool = True  # drop groups whose rewards are all equal
+  active_sampling: bool = True  # pull more prompts until the batch is full of usable groups
   max_groups_ahead: int = 16  # groups in flight or waiting beyond the batch being assembled
   max_attempts_per_batch: int = 64  # groups pulled for one batch before giving up
   # ordered (deterministic) batches rerun a group whose episode failed this many times, then stop:

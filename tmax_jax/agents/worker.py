@@ -34,12 +34,12 @@ ZERO_REWARD_STATUSES = ("oom", "sandbox_crash")
 class WorkerConfig:
   """Episode threads and the sampling settings of served policies (recipe: T = 1, no top-p/k)."""
 
-  max_parallel_episodes: int = 8
-  temperature: float = 1.0
-  top_p: float = 1.0
-  top_k: int = 0
-  seed: int = 0
-  request_timeout_s: float = 600.0
+  max_parallel_episodes: int = 8  # episodes running at once (threads)
+  temperature: float = 1.0  # sampling temperature (must equal train.temperature in RL)
+  top_p: float = 1.0  # nucleus sampling (1 = off)
+  top_k: int = 0  # top-k sampling (0 = off)
+  seed: int = 0  # base of the per-episode sampling seeds
+  request_timeout_s: float = 600.0  # per model request
   top_logprobs: int = 0  # K > 0: each generated token also carries the server's top-K logprobs
 
 

@@ -47,25 +47,26 @@ class EngineConfig:
 
   num_pages 0 = enough pages for every slot at max_len (the dense footprint); fewer pages serve
   the same slots when sequences are shorter on average (requests wait for pages, never fail).
+  # recurrent-state snapshots the prefix cache holds (-1 = slots)
   prefix_state_blocks: recurrent-state snapshots the prefix cache may hold (stateful families
   only); -1 = max_concurrent_decodes. max_topk: the most top-K logprobs a request may ask for.
   """
 
-  max_concurrent_decodes: int = 8
-  max_len: int = 1024
-  max_prefill_length: int = 512
-  page_size: int = 16
-  num_pages: int = 0
-  prefill_chunk: int = 256
-  prefill_batch: int = 8
-  prefix_cache: bool = True
+  max_concurrent_decodes: int = 8  # slots: sequences decoded at once per replica
+  max_len: int = 1024  # prompt + generated tokens per slot
+  max_prefill_length: int = 512  # longest prompt one prefill takes
+  page_size: int = 16  # tokens per KV page
+  num_pages: int = 0  # KV pages per replica (0 = every slot at max_len)
+  prefill_chunk: int = 256  # tokens per prefill chunk
+  prefill_batch: int = 8  # prompts prefilled together
+  prefix_cache: bool = True  # reuse the KV of shared prompt prefixes
   batch_invariant: bool = False  # SchedulerConfig.batch_invariant
-  prefix_state_blocks: int = -1
-  max_topk: int = 0
+  prefix_state_blocks: int = -1  # recurrent-state snapshots the prefix cache holds (-1 = slots)
+  max_topk: int = 0  # the most top-K logprobs a request may ask for
   unrolled_layers: bool = False  # decode.CoreShape.unrolled: unscanned, one pool per layer
   decode_steps: int = 4  # SchedulerConfig.decode_steps: decode steps per dispatched program
   max_stop_ids: int = 8  # decode.CoreShape.max_stop: stop ids per request (with the engine's)
-  stop_token_ids: tuple[int, ...] = ()
+  stop_token_ids: tuple[int, ...] = ()  # ids that end a generation (the job fills the family's)
   default_sampling: sampling.SamplingParams = sampling.SamplingParams(temperature=0.0)
   tokenizer_path: str = ""  # HF tokenizer dir for JetStream text requests; "" = token ids only
 

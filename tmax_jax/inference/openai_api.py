@@ -36,12 +36,12 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 class OpenAIConfig:
   """The HTTP API. port -1 = off, 0 = a free port."""
 
-  port: int = -1
-  host: str = compat.LOOPBACK
+  port: int = -1  # -1 = no HTTP API, 0 = a free port
+  host: str = compat.LOOPBACK  # where the HTTP API listens
   model_name: str = ""  # the id /v1/models lists and requests must name; "" = the model_type
   tokenizer: str = ""  # a registered tokenizer family or an HF tokenizer dir; "" = the model's
   tool_call_format: str = ""  # "" = the registered tokenizer spec's (formats/tool_calls.py)
-  max_body_mb: int = 64
+  max_body_mb: int = 64  # largest request body accepted
 
   @property
   def enabled(self) -> bool:

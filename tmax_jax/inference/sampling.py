@@ -24,10 +24,10 @@ GREEDY_TEMPERATURE = 0.0
 class SamplingParams:
   """Per-request sampling settings. temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
 
-  temperature: float = 1.0
-  top_p: float = 1.0
-  top_k: int = 0
-  seed: int = 0
+  temperature: float = 1.0  # 0 = greedy
+  top_p: float = 1.0  # nucleus sampling (1 = off)
+  top_k: int = 0  # top-k sampling (0 = off)
+  seed: int = 0  # sampling seed
 
   def __post_init__(self):
     if self.temperature < 0:

@@ -78,13 +78,14 @@ def check_temperature(train: TrainConfig, worker: WorkerConfig, where: str = "")
 class ModelSpec:
   """Where the policy comes from: an HF checkpoint dir, or a preset (+ overrides) at random init."""
 
-  checkpoint: str = ""
-  preset: str = "qwen3-0.6b"
+  checkpoint: str = ""  # an HF checkpoint directory ('' = the preset at random init)
+  preset: str = "qwen3-0.6b"  # model preset (registry.preset), e.g. qwen3-8b, qwen3.5-9b
+  # ModelConfig fields replaced (remat, attention kernel, rules; shapes on a preset)
   overrides: dict = dataclasses.field(default_factory=dict)
-  param_dtype: str = "float32"
-  compute_dtype: str = "float32"
-  head_dtype: str = "float32"
-  seed: int = 0
+  param_dtype: str = "float32"  # dtype the params are stored in (fp32 masters)
+  compute_dtype: str = "float32"  # dtype of the activations and matmuls
+  head_dtype: str = "float32"  # dtype of the LM head matmul and logits (the recipe's fp32 head)
+  seed: int = 0  # init seed of a random-init preset
 
 
 PLACEMENTS = ("colocated", "disaggregated")
@@ -95,10 +96,10 @@ class TopologyConfig:
   """The hardware a job config is sized for, e.g. "8 x H200": the memory plan's defaults for
   --devices / --device_memory_gb / --processes (python3 -m tmax_jax.plan). devices 0 = not named."""
 
-  name: str = ""
-  devices: int = 0
-  device_memory_gb: float = 0.0
-  processes: int = 1
+  name: str = ""  # what the hardware is called in the plan's table
+  devices: int = 0  # devices of the topology (0 = not named)
+  device_memory_gb: float = 0.0  # memory of one device, GB
+  processes: int = 1  # hosts the devices are split over
 
   def __post_init__(self):
     if self.devices < 0 or self.device_memory_gb < 0 or self.processes < 1:
@@ -121,11 +122,11 @@ class MeshConfig:
   and names these fields). `num_devices` > 0 uses only the first N of those devices (the rest
   stay idle: tests, or a deliberate smaller run)."""
 
-  data: int = 1
-  fsdp: int = -1
-  sequence: int = 1
-  tensor: int = 1
-  num_devices: int = 0
+  data: int = 1  # data-parallel axis (replicated params)
+  fsdp: int = -1  # fully sharded data-parallel axis
+  sequence: int = 1  # context-parallel axis (activations split on time)
+  tensor: int = 1  # tensor-parallel axis
+  num_devices: int = 0  # use only the first N devices (0 = all)
 
   def __post_init__(self):
     sizes = self.sizes()
@@ -160,11 +161,11 @@ class ServingConfig:
   # Retries per request (<= 2 s apart, within worker.request_timeout_s): a restarting external
   # server is waited for; requests it cut are lost and their groups dropped (rollout/*_server).
   max_attempts: int = 1000
-  placement: str = "colocated"
+  placement: str = "colocated"  # colocated | disaggregated (see above)
   devices: int = 0  # disaggregated: serving devices per process
-  replicas: int = 1
-  tensor: int = 1
-  param_dtype: str = ""
+  replicas: int = 1  # data-parallel server replicas per process
+  tensor: int = 1  # tensor-parallel devices per replica
+  param_dtype: str = ""  # the served params' dtype ('' = the policy's; the head stays fp32)
 
   def __post_init__(self):
     if self.placement not in PLACEMENTS:
@@ -209,9 +210,7 @@ class ServeConfig:
   serving: ServingConfig = ServingConfig(port=9000)
   host: str = "127.0.0.1"  # '[::]' / '0.0.0.0' opt into every interface
   threads: int = 0  # gRPC worker threads; 0 = max(64, slots)
-  temperature: float = (
-    0.0  # default sampling of JetStream Decode calls (Rollout requests set theirs)
-  )
+  temperature: float = 0.0  # of JetStream Decode calls (Rollout requests set their own)
   openai: OpenAIConfig = OpenAIConfig()  # port -1 = no HTTP API
   ready_file: str = ""  # JSON {"address", "pid", ...} written atomically once serving
 
@@ -238,9 +237,9 @@ class RLConfig:
   runner: RunnerConfig = RunnerConfig()  # the episodes' sandboxes (backend, memory, verifier)
   mesh: MeshConfig = MeshConfig()  # the trainer's mesh (over the devices the placement leaves it)
   topology: TopologyConfig = TopologyConfig()  # what the config is sized for (the memory plan)
-  steps: int = 500
-  seq_len: int = 8192
-  output_dir: str = "runs/rl"
+  steps: int = 500  # RL steps (optimizer steps; the schedule's horizon)
+  seq_len: int = 8192  # longest trajectory in tokens (prompt + response)
+  output_dir: str = "runs/rl"  # metrics, TensorBoard, checkpoints and the HF export go here
   export_dir: str = ""  # HF export at the end ("" = <output_dir>/hf)
   # Deterministic mode (needs rollout.async_steps = 0): batches take groups in prompt order and
   # nothing is generated while the trainer steps, so a resumed run repeats the uninterrupted one.
@@ -274,9 +273,9 @@ class SFTConfig:
   runner: RunnerConfig = RunnerConfig()  # the oracle runs' sandboxes
   mesh: MeshConfig = MeshConfig()
   topology: TopologyConfig = TopologyConfig()  # what the config is sized for (the memory plan)
-  steps: int = 0
-  seq_len: int = 8192
-  output_dir: str = "runs/sft"
+  steps: int = 0  # optimizer steps (0 = epochs x ceil(trajectories / global_batch))
+  seq_len: int = 8192  # row length in tokens (trajectories are packed into rows)
+  output_dir: str = "runs/sft"  # metrics, TensorBoard, checkpoints and the HF export go here
   export_dir: str = ""  # HF export at the end ("" = <output_dir>/hf)
 
   def __post_init__(self):
@@ -296,17 +295,17 @@ class DemoConfig:
   tasks: TaskSource = TaskSource()
   episode: EpisodeConfig = EpisodeConfig()
   sft_train: TrainConfig = SFT_TRAIN
-  sft_steps: int = 100
+  sft_steps: int = 100  # SFT steps per seed
   rl_train: TrainConfig = TrainConfig()
-  rl_steps: int = 20
+  rl_steps: int = 20  # RL steps per seed
   rollout: RolloutConfig = RolloutConfig()
   worker: WorkerConfig = WorkerConfig()
   serving: ServingConfig = ServingConfig()
   runner: RunnerConfig = RunnerConfig()
-  seq_len: int = 1024
+  seq_len: int = 1024  # longest trajectory in tokens
   eval_samples: int = 4  # sampled episodes per held-out task (temperature = worker.temperature)
-  seeds: tuple[int, ...] = (0,)
-  output_dir: str = "runs/demo"
+  seeds: tuple[int, ...] = (0,)  # the seeds to run (results report mean +- stderr over them)
+  output_dir: str = "runs/demo"  # results.json and every phase's outputs
 
   def __post_init__(self):
     self.sft_train.check_data(SFT_INPUTS, self.seq_len, "sft_train")

@@ -131,9 +131,9 @@ class DPPOHyper:
   the divergence's recipe value); top_k: K of the top-K divergences (TRL's default 20), i.e. how
   many behaviour logprobs per token the rollouts must return."""
 
-  divergence: str = "tv"
-  delta: Optional[float] = None
-  top_k: int = 20
+  divergence: str = "tv"  # tv | kl | topk_tv | topk_kl
+  delta: Optional[float] = None  # trust-region threshold (None = the divergence's recipe value)
+  top_k: int = 20  # K of the top-K divergences
 
   def __post_init__(self):
     if self.divergence not in DIVERGENCES:
@@ -174,8 +174,8 @@ def dppo(x: PolicyInputs, hyper: DPPOHyper = DPPOHyper()) -> PolicyTerms:
 class GRPOHyper:
   """PPO-clip range of the recipe's GRPO baseline: ratio clipped to [1 - low, 1 + high]."""
 
-  clip_low: float = 0.2
-  clip_high: float = 0.272
+  clip_low: float = 0.2  # ratio clipped below at 1 - clip_low
+  clip_high: float = 0.272  # ratio clipped above at 1 + clip_high
 
   def __post_init__(self):
     if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0):

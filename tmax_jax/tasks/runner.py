@@ -69,12 +69,13 @@ class RunnerConfig:
   (sandbox.BACKENDS, None = auto) or "harbor:<type>", a Harbor environment (harbor/sandbox.py)."""
 
   backend: str | None = None  # None or "" = auto (tmax_jax.sandbox.resolve_backend)
+  # None: the task's own image; else a base rootfs/podman image the Dockerfile is translated onto
   image: str | None = None
-  memory_mb: int | None = 4096
+  memory_mb: int | None = 4096  # sandbox memory limit (None = the task's; recipe: 4096)
   enforce_limits: bool = True  # False: run without per-sandbox cgroups (a warning per trial)
   # The recipe runs tests under max(task value, 600 s); 0 = exactly the task's verifier.timeout_sec.
   min_verifier_timeout_s: float = 600.0
-  allow_network: bool = False
+  allow_network: bool = False  # give sandboxes a network (off: loopback only)
   verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
 
 

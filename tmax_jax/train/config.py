@@ -27,17 +27,17 @@ class OptimizerConfig:
   ceil(N / global_batch) unless its `steps` is set (loop/sft.total_steps), RL its `steps`. A
   value > 0 is kept as given (a horizon other than the run's, e.g. a run to be extended later)."""
 
-  learning_rate: float = 1e-6
-  schedule: str = "constant"
-  warmup_steps: int = 0
-  warmup_ratio: float = 0.0
+  learning_rate: float = 1e-6  # peak learning rate
+  schedule: str = "constant"  # constant | linear | cosine (after the warmup)
+  warmup_steps: int = 0  # linear warmup steps (0: warmup_ratio of total_steps)
+  warmup_ratio: float = 0.0  # warmup as a fraction of total_steps
   total_steps: int = 0  # 0 = the job's step count
   end_lr_ratio: float = 0.0  # linear/cosine decay ends at learning_rate * end_lr_ratio
-  weight_decay: float = 0.0
+  weight_decay: float = 0.0  # AdamW decoupled weight decay
   decay_norms_and_biases: bool = False  # HF Trainer's default: no decay on biases / norm scales
-  b1: float = 0.9
-  b2: float = 0.999
-  eps: float = 1e-8
+  b1: float = 0.9  # Adam beta1
+  b2: float = 0.999  # Adam beta2
+  eps: float = 1e-8  # Adam epsilon
   max_grad_norm: float = 1.0  # <= 0 disables clipping
 
   def __post_init__(self):
@@ -94,10 +94,11 @@ class LossConfig:
   `hyper` is the selected loss's entry (None for a loss without hyperparameters).
   """
 
-  policy_loss: str = "dppo"
+  policy_loss: str = "dppo"  # dppo | grpo | sft (rl.losses registry)
+  # every registered loss's hyperparameters (see above)
   hypers: dict = dataclasses.field(default_factory=dict)
   kl_beta: float = 0.0  # > 0 adds kl_beta * k3 KL(pi || ref) per token: needs `ref_logp`
-  aggregation: str = "token"
+  aggregation: str = "token"  # token | sequence: how per-token losses are averaged
   advantage: str = "centered"  # group advantage estimator (rl.advantages; recipe: centered)
 
   def __post_init__(self):
@@ -180,8 +181,8 @@ class PackingConfig:
   multiple of the mesh's batch shards (data x fsdp).
   """
 
-  tokens_per_micro_batch: int = 0
-  row_lengths: tuple[int, ...] = ()
+  tokens_per_micro_batch: int = 0  # token slots per packed micro-batch (0 = packing off)
+  row_lengths: tuple[int, ...] = ()  # row-length buckets ((): one bucket of seq_len)
 
   def __post_init__(self):
     if self.tokens_per_micro_batch < 0:
@@ -231,11 +232,11 @@ class CheckpointConfig:
   (recipe.md); `python3 -m tmax_jax.export --step S` writes the HF export of any kept step.
   `directory` "" = <the job's output_dir>/ckpt (loop/steps.checkpoint_config)."""
 
-  directory: str = ""
-  save_every: int = 50
-  keep_last: int = 3
-  keep_every: int = 100
-  async_save: bool = True
+  directory: str = ""  # '' = <output_dir>/ckpt
+  save_every: int = 50  # checkpoint every N steps
+  keep_last: int = 3  # recent checkpoints kept
+  keep_every: int = 100  # steps that are multiples of N are kept for good (0 = none)
+  async_save: bool = True  # write checkpoints in the background
 
   def __post_init__(self):
     if self.save_every <= 0 or self.keep_last <= 0:
@@ -259,14 +260,14 @@ class TrainConfig:
   checkpoint: CheckpointConfig = CheckpointConfig()
   packing: PackingConfig = PackingConfig()
   global_batch: int = 256  # sequences per optimizer step (RL: 8 prompts x 32 samples)
-  epochs: int = 1
+  epochs: int = 1  # passes over the data (SFT)
   micro_batches: int = 1  # fixed-shape batches only; packed ones get as many as their tokens need
-  logprob_chunk_size: int = 512
+  logprob_chunk_size: int = 512  # tokens per chunk of the head + logprob pass (memory)
   loss_tokens_per_row: int = 0  # > 0: head/loss only on each row's first K loss tokens (compact.py)
   temperature: float = 1.0  # the sampler's temperature: logprobs of the distribution it sampled
   on_nonfinite: str = "skip"  # raise | skip: what a step with NaN/inf loss or gradient does
   peak_flops_per_device: float = 790e12  # for the MFU estimate (machine.md's H200 figure)
-  seed: int = 0
+  seed: int = 0  # the trainer's RNG and SFT shuffling seed
 
   def __post_init__(self):
     _choice("on_nonfinite", self.on_nonfinite, ON_NONFINITE)

@@ -22,12 +22,12 @@ class EvalConfig:
   threads (`worker.max_parallel_episodes` trials at a time) and the sampling settings."""
 
   tasks_dir: str = ""  # a task source (tasks/sources.py): directory, published set or parquet
-  output_dir: str = ""
-  policy: str = "oracle"
+  output_dir: str = ""  # trials.jsonl, results.json, the table and the plot go here
+  policy: str = "oracle"  # oracle | noop | server
   address: str = ""  # policy=server: host:port of a running server ("" = serve `model` here)
   runs_per_task: int = 1  # k
-  pass_ks: tuple[int, ...] = (1, 2, 4, 8, 16)
-  pass_threshold: float = 1.0
+  pass_ks: tuple[int, ...] = (1, 2, 4, 8, 16)  # the k of the unbiased pass@k reported
+  pass_threshold: float = 1.0  # a trial passes at reward >= this
   max_tasks: int = 0  # 0 = every task found
   episode: EpisodeConfig = EpisodeConfig()
   worker: WorkerConfig = WorkerConfig(max_parallel_episodes=2)
@@ -35,7 +35,7 @@ class EvalConfig:
   terminus_wait_s: float = 0.5  # scripted policies in the Terminus harness: seconds per wait
   model: ModelSpec = ModelSpec(checkpoint="", preset="")
   serving: ServingConfig = ServingConfig()
-  plot: bool = True
+  plot: bool = True  # write pass_at_1.png
 
   def __post_init__(self):
     if self.policy not in POLICIES:

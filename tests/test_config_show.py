@@ -1,0 +1,65 @@
+"""python3 -m tmax_jax.config show: every field of every job config with its value, default and
+one-line meaning, overrides applied as the launchers apply them."""
+
+import dataclasses
+import pathlib
+import subprocess
+import sys
+
+from tmax_jax import config as config_show
+from tmax_jax.loop import jobs
+
+ROOT = pathlib.Path(__file__).parents[1]
+
+
+def _classes(cls, seen):
+  if cls in seen:
+    return
+  seen.add(cls)
+  for f in dataclasses.fields(cls):
+    default = f.default if f.default is not dataclasses.MISSING else None
+    if f.default_factory is not dataclasses.MISSING:
+      default = f.default_factory()
+    if dataclasses.is_dataclass(default):
+      _classes(type(default), seen)
+
+
+def test_every_field_of_every_job_config_has_a_meaning():
+  seen = set()
+  for _, cls, _, _ in jobs.JOBS:
+    _classes(cls, seen)
+  missing = [
+    f"{cls.__module__}.{cls.__name__}.{f.name}"
+    for cls in seen
+    for f in dataclasses.fields(cls)
+    if not dataclasses.is_dataclass(getattr(cls(), f.name, None))
+    and not config_show.field_comments(cls).get(f.name)
+  ]
+  assert missing == [], missing
+
+
+def test_show_prints_values_defaults_and_meanings_with_overrides():
+  cmd = [
+    sys.executable,
+    "-m",
+    "tmax_jax.config",
+    "show",
+    "configs/tmax_qwen3_5_9b.py",
+    "--config.train.optimizer.warmup_ratio=0.1",
+  ]
+  out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = {line.split(" = ")[0]: line for line in out.stdout.splitlines() if " = " in line}
+  assert lines["train.optimizer.warmup_ratio"].startswith(
+    "train.optimizer.warmup_ratio = 0.1   [default 0.0]   # warmup as a fraction"
+  )
+  assert "# dtype the params are stored in" in lines["model.param_dtype"]
+  assert "[default" not in lines["rollout.group_size"] or "32" in lines["rollout.group_size"]
+  assert lines["train.loss.hypers.grpo.clip_high"].startswith("train.loss.hypers.grpo.clip_high = ")
+
+
+def test_show_without_a_file_prints_usage_and_exits_2():
+  out = subprocess.run(
+    [sys.executable, "-m", "tmax_jax.config"], cwd=ROOT, capture_output=True, text=True
+  )
+  assert out.returncode == 2 and out.stderr.startswith("usage: python3 -m tmax_jax.config show")

@@ -1,8 +1,8 @@
-"""The harness registry and the shared episode path: no import circle in agents/, one name ->
-harness lookup, canonical scripted replies that each harness parses back, the zero-reward rule and
-the tokenizer/family check of the episode worker."""
+"""The harness registry and the shared episode path: every agents/ module imports on its own (the
+package-wide cycle check is tests/test_import_graph.py), one name -> harness lookup, canonical
+scripted replies that each harness parses back, the zero-reward rule and the tokenizer/family
+check of the episode worker."""
 
-import ast
 import pathlib
 import subprocess
 import sys
@@ -49,37 +49,7 @@ def test_each_agents_module_imports_on_its_own():
     out, _ = p.communicate(timeout=300)
     if p.returncode != 0:
       failed[m] = out[-2000:]
-  assert len(procs) >= 15 and not failed, failed
-
-
-def test_agents_import_graph_has_no_cycle():
-  """Static check over every import (function-level ones included) between agents/ modules."""
-  mods = set(_modules())
-  graph = {}
-  for m in mods:
-    path = REPO / (m.replace(".", "/") + ".py")
-    if not path.exists():
-      path = REPO / m.replace(".", "/") / "__init__.py"
-    deps = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-      if isinstance(node, ast.ImportFrom) and node.module:
-        deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-      elif isinstance(node, ast.Import):
-        deps |= {a.name for a in node.names}
-    graph[m] = {d for d in deps & mods if d != m and not m.startswith(d + ".")}
-  state = {}
-
-  def visit(m, stack):
-    state[m] = "open"
-    for d in graph[m]:
-      assert state.get(d) != "open", f"import cycle: {' -> '.join(stack + [m, d])}"
-      if d not in state:
-        visit(d, stack + [m])
-    state[m] = "done"
-
-  for m in sorted(mods):
-    if m not in state:
-      visit(m, [])
+  assert len(procs) >= 8 and not failed, failed  # agents/ holds 9 modules
 
 
 def test_registry_lookup_and_errors():
@@ -114,7 +84,7 @@ def test_scripted_replies_parse_back_in_their_harness(name, family):
 
 
 def test_noop_submits_at_once(tok):
-  cfg = EpisodeConfig(harness="mini_swe")
+  cfg = EpisodeConfig(harness="mini_swe", family="qwen3")
   text = tok.decode(scripted.noop_policy(tok, cfg)([1], 1000).token_ids)
   assert formats.is_submit_command(
     shell.MINI_SWE.parse_command(text.removesuffix(tok.eos_token), cfg)
@@ -136,13 +106,18 @@ def test_zero_reward_statuses_override_the_verifier():
 
 
 def test_stop_ids_are_the_familys_and_the_worker_checks_the_tokenizer(tok):
-  assert stop_token_ids(EpisodeConfig()) == registry.tokenizer_spec("qwen3").stop_token_ids()
-  assert tok.convert_tokens_to_ids(tok.eos_token) == stop_token_ids(EpisodeConfig())[0]
-  policy = scripted.ScriptedProvider(tok, EpisodeConfig(), "noop")
+  assert (
+    stop_token_ids(EpisodeConfig(family="qwen3"))
+    == registry.tokenizer_spec("qwen3").stop_token_ids()
+  )
+  assert (
+    tok.convert_tokens_to_ids(tok.eos_token) == stop_token_ids(EpisodeConfig(family="qwen3"))[0]
+  )
+  policy = scripted.ScriptedProvider(tok, EpisodeConfig(family="qwen3"), "noop")
   with pytest.raises(ValueError, match="tokenizer and the episode's model family disagree"):
     worker.EpisodeWorker(policy, tok, EpisodeConfig(family="qwen3_5"), RunnerConfig())
   with pytest.raises(ValueError, match="EpisodeConfig.harness='nope'"):
-    worker.EpisodeWorker(policy, tok, EpisodeConfig(harness="nope"), RunnerConfig())
+    worker.EpisodeWorker(policy, tok, EpisodeConfig(harness="nope", family="qwen3"), RunnerConfig())
 
 
 def test_oracle_records_through_the_shared_worker(tok):
@@ -153,7 +128,7 @@ def test_oracle_records_through_the_shared_worker(tok):
   from tmax_jax.tasks.procedural import registry
 
   tasks = [registry.build_task("write_word", s, 0) for s in (0, 1)]
-  cfg = EpisodeConfig(max_turns=4, enable_thinking=False)
+  cfg = EpisodeConfig(family="qwen3", max_turns=4, enable_thinking=False)
   records = oracle_data.oracle_records(tasks, tok, cfg, RunnerConfig(memory_mb=2048), parallel=2)
   assert [r["task"] for r in records] == [t.name for t in tasks]
   for r in records:

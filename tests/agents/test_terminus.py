@@ -70,7 +70,7 @@ def _between(text: str, start: str, end: str) -> str:
   return text[text.index(start) + len(start) : text.rindex(end)]
 
 
-TERMINUS = EpisodeConfig(harness="terminus")
+TERMINUS = EpisodeConfig(harness="terminus", family="qwen3")
 
 
 def _complete(commands=()):
@@ -244,7 +244,7 @@ def test_unclosed_reasoning_is_not_an_action(sandbox):
 
 
 def test_tool_call_limit(tok, sandbox):
-  cfg = EpisodeConfig(harness="terminus", max_tool_calls=2)
+  cfg = EpisodeConfig(harness="terminus", family="qwen3", max_tool_calls=2)
   reply = T.action_text([("echo x >> /workspace/n.txt\n", 0.2)] * 3)
   ep = T.run_terminus_episode(sandbox, "Loop.", scripted.Replies(tok, [reply]), tok, cfg)
   assert ep.status == "max_tool_calls" and ep.num_tool_calls == 2 and ep.num_turns == 1

@@ -174,7 +174,9 @@ def test_calibration_moves_a_task_out_of_always_solved(tmp_path):
 
   tax = taxonomy(tmp_path, fixtures=("text_only",), verifiers=("exact_text",))
   name = f"{sample_axes(0, 0, load_taxonomy(tax)).id}-exact-text-task"
-  policy = scripted.ScriptedPolicy(load_tokenizer("qwen3"), EpisodeConfig(), p_good=0.5)
+  policy = scripted.ScriptedPolicy(
+    load_tokenizer("qwen3"), EpisodeConfig(family="qwen3"), p_good=0.5
+  )
 
   def good(seed: int, rnd: int) -> int:  # episodes of round `rnd` that play the solution
     return sum(policy.good(episode_seed(seed, name, rnd, i)) for i in range(4))

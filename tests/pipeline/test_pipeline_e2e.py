@@ -57,7 +57,9 @@ def test_pipeline_40_tasks_killed_resumed_published_trains(tmp_path):
 
   keys = [scripted.sample_key(sample_axes(0, i)) for i in range(N)]
   writer = scripted.ScriptedWriter(lambda p: STEPS.get(keys.index(p) % 10, ["ok"]))
-  policy = scripted.ScriptedPolicy(load_tokenizer("qwen3"), EpisodeConfig(), p_good=0.5)
+  policy = scripted.ScriptedPolicy(
+    load_tokenizer("qwen3"), EpisodeConfig(family="qwen3"), p_good=0.5
+  )
   bench = tmp_path / "bench" / "leaked"
   bench.mkdir(parents=True)
   (bench / "task.yaml").write_text(

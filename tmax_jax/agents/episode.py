@@ -94,6 +94,11 @@ def template_kwargs(cfg: EpisodeConfig) -> dict:
 def stop_token_ids(cfg: EpisodeConfig) -> tuple[int, ...]:
   """The ids that end a reply (end of turn, end of text) for the episode's model family: the one
   definition that every episode path and the servers they start use."""
+  if not cfg.family:
+    raise ValueError(
+      "episode.family is empty: it follows the model when a job loads one; set it (qwen3, "
+      "qwen3_5) where no model is named"
+    )
   return registry.tokenizer_spec(cfg.family).stop_token_ids()
 
 

@@ -256,7 +256,7 @@ def run_terminus_episode(
   instruction: str,
   generate: GenerateFn,
   tokenizer,
-  cfg: EpisodeConfig = EpisodeConfig(harness="terminus"),
+  cfg: EpisodeConfig = EpisodeConfig(harness="terminus", family="qwen3"),
   pane_cfg: TerminusConfig = TerminusConfig(),
 ) -> EpisodeResult:
   """Runs the Terminus-2 loop until a confirmed task_complete or a limit.

@@ -76,6 +76,7 @@ class AuditConfig:
 
   probe_attempts: int = 3
   probe_episode: EpisodeConfig = EpisodeConfig(
+    family="qwen3",  # the probe's rendering (no model here)
     max_tool_calls=8,
     max_turns=12,
     turn_max_tokens=4096,

@@ -77,7 +77,7 @@ class EndpointTeacher:
 class CollectConfig:
   build_dir: str
   out: str
-  episode: EpisodeConfig = EpisodeConfig()
+  episode: EpisodeConfig = EpisodeConfig(family="qwen3")  # the student's tokenizer family
   runner: runner.RunnerConfig = runner.RunnerConfig()
   runs_per_task: int = 1
   tasks: bool = True

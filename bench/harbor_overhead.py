@@ -16,7 +16,6 @@ the rows to BENCHMARKS.md unless the load average before a backend's run exceede
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import statistics
@@ -30,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402  (bench/report.py)
 from tqdm import tqdm  # noqa: E402
 
+from tmax_jax import cli  # noqa: E402
 from tmax_jax.harbor import agreement  # noqa: E402
 from tmax_jax.harbor import sandbox as harbor_sandbox  # noqa: E402
 from tmax_jax.harbor import tasks as harbor_tasks  # noqa: E402
@@ -103,16 +103,20 @@ def row_text(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--backends", default="harbor:podman,podman,bubblewrap")
-  parser.add_argument("--trials", type=int, default=5)
-  parser.add_argument("--commands", type=int, default=20)
+  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument(
+    "--backends", default="harbor:podman,podman,bubblewrap", help="trial backends to time"
+  )
+  parser.add_argument("--trials", type=int, default=5, help="trials per backend")
+  parser.add_argument("--commands", type=int, default=20, help="commands per trial")
   parser.add_argument("--append", default=None, help="BENCHMARKS.md to add the rows to")
   parser.add_argument("--quick", action="store_true", help="1 trial of 5 commands per backend")
   parser.add_argument("--agreement", default=None, help="a task dir: print the agreement table")
-  parser.add_argument("--agents", default="oracle,nop")
-  parser.add_argument("--environments", default="plugin,podman")
-  parser.add_argument("--out", default="runs/harbor_agreement")
+  parser.add_argument("--agents", default="oracle,nop", help="Harbor agents to compare")
+  parser.add_argument(
+    "--environments", default="plugin,podman", help="Harbor environments to compare"
+  )
+  parser.add_argument("--out", default="runs/harbor_agreement", help="the agreement jobs' dir")
   args = parser.parse_args(argv)
   if args.agreement:
     table = agreement.compare(
@@ -134,4 +138,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

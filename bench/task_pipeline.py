@@ -2,21 +2,20 @@
 decontaminate -> publish with a scripted OpenAI-compatible writer on loopback, and the projected
 wall time of 15k tasks (the TMAX-15K size) at W writer workers.
 
-  python3 bench/task_pipeline.py --n 60 --workers 8 --sandbox-workers 2 --out runs/bench_pipeline
+  python3 bench/task_pipeline.py --n 60 --workers 8 --sandbox_workers 2 --out runs/bench_pipeline
   python3 bench/task_pipeline.py --quick        # 6 tasks: checks that the bench runs
 
-The writer answers at once by default (--writer-latency adds a real model's generation time per
+The writer answers at once by default (--writer_latency adds a real model's generation time per
 call) and gives every task an image layer of its own (as a real writer's Dockerfiles differ), so
 the measured rate is the build/smoke cost of the sandbox stages on this machine. The
 projection takes the measured per-task seconds of each resource, writer (write stage, including
---writer-latency) and sandboxes (build + validate + calibrate), and assumes the stages overlap, as
+--writer_latency) and sandboxes (build + validate + calibrate), and assumes the stages overlap, as
 the pipeline runs them: 15k tasks take about max(writer seconds x 15k / W, sandbox seconds x 15k
 / S). Prints one JSON object (also written to <out>/bench.json).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import shutil
@@ -27,6 +26,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tmax_jax import cli  # noqa: E402
 from tmax_jax.pipeline import scripted  # noqa: E402
 from tmax_jax.pipeline.__main__ import main as pipeline_main  # noqa: E402
 
@@ -57,19 +57,19 @@ def _projection(per_task: dict[str, float], workers: int, sandbox_workers: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--n", type=int, default=60, help="tasks to run through the pipeline")
   p.add_argument("--workers", type=int, default=8, help="concurrent writer calls (W)")
-  p.add_argument("--sandbox-workers", type=int, default=2, help="concurrent sandbox stages (S)")
-  p.add_argument("--writer-latency", type=float, default=0.0, help="seconds per writer call")
+  p.add_argument("--sandbox_workers", type=int, default=2, help="concurrent sandbox stages (S)")
+  p.add_argument("--writer_latency", type=float, default=0.0, help="seconds per writer call")
   p.add_argument("--calibrate", action="store_true", help="include calibration (scripted policy)")
   p.add_argument("--k", type=int, default=2, help="calibration episodes per task and round")
   p.add_argument(
-    "--project-workers",
+    "--project_workers",
     type=int,
     nargs="+",
     default=[8, 32, 128],
-    help="W values of the 15k projection (S = --sandbox-workers)",
+    help="W values of the 15k projection (S = --sandbox_workers)",
   )
   p.add_argument("--out", default="runs/bench_pipeline", help="pipeline output dir (replaced)")
   p.add_argument("--quick", action="store_true", help="6 tasks, to check the bench runs")
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = scripted.ScriptedPolicy(load_tokenizer("qwen3"), EpisodeConfig())
   writer = scripted.ScriptedWriter(latency_s=args.writer_latency, unique_builds=True)
   flags = ["--model", "scripted", "--n", str(n), "--out", str(out), "--no-progress"]
-  flags += ["--workers", str(args.workers), "--sandbox-workers", str(args.sandbox_workers)]
+  flags += ["--workers", str(args.workers), "--sandbox_workers", str(args.sandbox_workers)]
   flags += ["--k", str(args.k), "--rounds", "1"] if args.calibrate else ["--no-calibrate"]
   with scripted.ScriptedEndpoint(scripted.route(writer, policy)) as ep:
     start = time.monotonic()
@@ -117,4 +117,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

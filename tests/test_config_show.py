@@ -7,9 +7,15 @@ import subprocess
 import sys
 
 from tmax_jax import config as config_show
-from tmax_jax.loop import jobs
+from tmax_jax import jobs
 
 ROOT = pathlib.Path(__file__).parents[1]
+
+
+def _default(f: dataclasses.Field):
+  if f.default_factory is not dataclasses.MISSING:
+    return f.default_factory()
+  return f.default if f.default is not dataclasses.MISSING else None
 
 
 def _classes(cls, seen):
@@ -17,11 +23,8 @@ def _classes(cls, seen):
     return
   seen.add(cls)
   for f in dataclasses.fields(cls):
-    default = f.default if f.default is not dataclasses.MISSING else None
-    if f.default_factory is not dataclasses.MISSING:
-      default = f.default_factory()
-    if dataclasses.is_dataclass(default):
-      _classes(type(default), seen)
+    if dataclasses.is_dataclass(_default(f)):
+      _classes(type(_default(f)), seen)
 
 
 def test_every_field_of_every_job_config_has_a_meaning():
@@ -32,7 +35,7 @@ def test_every_field_of_every_job_config_has_a_meaning():
     f"{cls.__module__}.{cls.__name__}.{f.name}"
     for cls in seen
     for f in dataclasses.fields(cls)
-    if not dataclasses.is_dataclass(getattr(cls(), f.name, None))
+    if not dataclasses.is_dataclass(_default(f))
     and not config_show.field_comments(cls).get(f.name)
   ]
   assert missing == [], missing

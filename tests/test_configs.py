@@ -7,11 +7,11 @@ import pathlib
 import jax
 import pytest
 
-from tmax_jax import recipes
+from tmax_jax import jobs, recipes
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import from_config_dict, load_config_file, to_config_dict
-from tmax_jax.loop import jobs, policy
+from tmax_jax.loop import policy
 from tmax_jax.loop.config import DemoConfig, ModelSpec, RLConfig, SFTConfig
 from tmax_jax.models import hf_io, registry
 from tmax_jax.rl.losses import DPPOHyper, GRPOHyper

@@ -83,8 +83,8 @@ CASES = [
   ),
   (
     "serve-typo",
-    "launch/serve.py --config=configs/serve_tiny.py --config.engine.max_lenn=8",
-    "unknown field config.engine.max_lenn (did you mean config.engine.max_len?)",
+    "launch/serve.py --config=configs/serve_tiny.py --config.serving.engine.max_lenn=8",
+    "unknown field config.serving.engine.max_lenn (did you mean config.serving.engine.max_len?)",
   ),
   (
     "serve-empty-checkpoint",
@@ -99,7 +99,7 @@ CASES = [
   ("plan-missing-config", "-m tmax_jax.plan --config=configs/nope.py", "--config=configs/nope.py"),
   (
     "serve-openai-on-a-tiny-vocabulary",
-    "launch/serve.py --config=configs/serve_tiny.py --config.server.port=0 --config.openai.port=0",
+    "launch/serve.py --config=configs/serve_tiny.py --config.serving.port=0 --config.openai.port=0",
     "151669 ids, but the model's vocab_size is 256",
   ),
   # argparse tools

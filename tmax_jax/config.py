@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from absl import flags
 from ml_collections import config_flags
 
-from tmax_jax.loop import jobs
+from tmax_jax import jobs
 
 USAGE = "usage: python3 -m tmax_jax.config show CONFIG_FILE [--config.a.b=VALUE ...] [--changed]"
 

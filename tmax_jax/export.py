@@ -21,8 +21,8 @@ from typing import Callable
 from absl import flags
 from ml_collections import config_flags
 
-from tmax_jax import cli, errors
-from tmax_jax.loop import jobs, policy
+from tmax_jax import cli, errors, jobs
+from tmax_jax.loop import policy
 from tmax_jax.loop.config import RLConfig, SFTConfig, with_family
 from tmax_jax.loop.steps import checkpoint_config
 from tmax_jax.models import hf_io

@@ -47,11 +47,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from ml_collections import config_flags
 
-from tmax_jax import cli, sharding
+from tmax_jax import cli, jobs, sharding
 from tmax_jax.config_dict import load_config_file
 from tmax_jax.errors import UserError
 from tmax_jax.inference import decode
-from tmax_jax.loop import jobs, placement, policy
+from tmax_jax.loop import placement, policy
 from tmax_jax.loop.config import RLConfig, SFTConfig
 from tmax_jax.loop.weight_sync import served_target
 from tmax_jax.models import decoder, registry

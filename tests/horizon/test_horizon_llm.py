@@ -183,8 +183,8 @@ def test_against_the_projects_own_server(tmp_path, auditor):
       "--config.server.port=0",
       "--config.openai.port=0",
       "--config.model.overrides.vocab_size=151936",
-      "--config.engine.max_len=4096",
-      "--config.engine.max_prefill_length=2048",
+      "--config.serving.engine.max_len=4096",
+      "--config.serving.engine.max_prefill_length=2048",
       f"--config.ready_file={ready}",
     ]
   )

@@ -67,7 +67,7 @@ def test_pipeline_40_tasks_killed_resumed_published_trains(tmp_path):
   )
   out = tmp_path / "out"
   with scripted.ScriptedEndpoint(scripted.route(writer, policy)) as ep:
-    flags = argv(ep.base_url, out, "--n", N, "--workers", 4, "--sandbox-workers", 2)
+    flags = argv(ep.base_url, out, "--n", N, "--workers", 4, "--sandbox_workers", 2)
     flags += ["--timeout-s", 2, "--k", 2, "--rounds", 2, "--benchmark", tmp_path / "bench"]
     flags = list(map(str, flags))
     cmd = [sys.executable, "-m", "tmax_jax.pipeline", *flags]

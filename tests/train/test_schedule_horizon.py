@@ -8,8 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from tmax_jax import recipes
-from tmax_jax.loop import jobs
+from tmax_jax import jobs, recipes
 from tmax_jax.loop.config import MeshConfig, ModelSpec, RLConfig, SFTConfig
 from tmax_jax.loop.sft import run_sft, total_steps
 from tmax_jax.train import config as config_lib

@@ -27,15 +27,15 @@ class HarborEvalConfig:
   """What Harbor runs against the served model (the serving side is the serve config)."""
 
   tasks: str = ""  # a task dir or a dataset dir of Harbor tasks (harbor/tasks.py writes views)
-  agent: str = "terminus-2"
+  agent: str = "terminus-2"  # a Harbor agent name: terminus-2, oracle, nop, openhands, ...
   environment: str = jobs.ENVIRONMENT  # or a Harbor type: podman, docker, daytona, modal, ...
-  environment_kwargs: tuple[str, ...] = ("backend=bubblewrap",)
+  environment_kwargs: tuple[str, ...] = ("backend=bubblewrap",)  # KEY=VALUE for the environment
   agent_kwargs: tuple[str, ...] = ()  # e.g. ("max_turns=50", "temperature=1.0")
-  jobs_dir: str = "runs/harbor"
+  jobs_dir: str = "runs/harbor"  # Harbor's jobs dir; the job is jobs_dir/job_name
   job_name: str = ""  # "" = the start time
-  n_concurrent: int = 2
-  n_attempts: int = 1
-  timeout_s: float = 24 * 3600.0
+  n_concurrent: int = 2  # trials Harbor runs at once
+  n_attempts: int = 1  # attempts per task (pass@k takes k)
+  timeout_s: float = 24 * 3600.0  # wall-clock cap on the whole `harbor run`
 
   def __post_init__(self):
     if not self.tasks:

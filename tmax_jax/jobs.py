@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_collections
 
 from tmax_jax.config_dict import from_config_dict
+from tmax_jax.harbor.run import HarborEvalConfig
 from tmax_jax.loop.config import DemoConfig, RLConfig, ServeConfig, SFTConfig
 from tmax_jax.loop.evaluate import EvalConfig
 
@@ -17,6 +18,7 @@ JOBS = (
   ("sft", SFTConfig, "launch/train_sft.py", "trajectories"),
   ("eval", EvalConfig, "launch/eval.py", "runs_per_task"),
   ("serve", ServeConfig, "launch/serve.py", "ready_file"),
+  ("harbor", HarborEvalConfig, "launch/harbor_eval.py", "n_concurrent"),
 )
 
 

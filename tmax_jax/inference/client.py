@@ -47,6 +47,8 @@ class RolloutError(RuntimeError):
 class ServerUnavailableError(RolloutError):
   """The server could not be reached (or kept failing) within the request's deadline."""
 
+  kind = "server"  # the RL loop's name for this infrastructure failure (rollout/*_server)
+
 
 class ServerRestartedError(ServerUnavailableError):
   """The request began on one server instance and another one answered: the request is lost."""

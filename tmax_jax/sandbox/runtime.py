@@ -2,10 +2,12 @@
 
 Every sandbox of this process keeps its host dirs under one per-process root
 `<tmp>/tmax_sandboxes/p<pid>-<start ticks>/` and its cgroups under `tmax_jax/p<pid>-<start
-ticks>-<n>` (cgroups.py: v1 memory + pids, or a delegated v2 subtree). `close_all()` runs at exit
-and on SIGTERM/SIGINT/SIGHUP; `sweep_stale()` removes roots, mounts and cgroups left by processes
-that died without cleaning up (SIGKILL): their sandboxes' own processes already died with them (the
-anchor exits on pipe EOF).
+ticks>-<n>` (cgroups.py: v1 memory + pids, or a delegated v2 subtree); the trials' scratch dirs
+(`scratch_dir`) live under the same root. `close_all()` runs at exit and on SIGTERM/SIGHUP
+(`install_signal_handlers`, from the main thread); `sweep_stale()` removes roots, mounts and
+cgroups left by processes that died without cleaning up (SIGKILL): their sandboxes' own processes
+already died with them (the anchor exits on pipe EOF). census.py counts and sweeps every backend's
+leftovers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 
 from tmax_jax.sandbox import cgroups
@@ -24,6 +27,8 @@ from tmax_jax.sandbox import cgroups
 _lock = threading.Lock()
 _live: set = set()  # strong refs: a sandbox dropped without close() is still closed at exit
 _installed = False
+_signal_lock = threading.Lock()
+_signals_installed = False
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -58,6 +63,12 @@ def process_root() -> pathlib.Path:
   root.mkdir(parents=True, exist_ok=True)
   tmp_base().chmod(0o755)
   return root
+
+
+def scratch_dir(prefix: str) -> tempfile.TemporaryDirectory:
+  """A temporary directory under this process's root, so that the sweep removes it when this
+  process dies without cleaning up (a plain /tmp/<prefix>* dir would be left behind)."""
+  return tempfile.TemporaryDirectory(prefix=prefix, dir=process_root())
 
 
 def mounts_under(path: pathlib.Path) -> list[str]:
@@ -95,9 +106,22 @@ def register(sandbox) -> None:
       atexit.register(close_all)
       with contextlib.suppress(Exception):  # leftovers of crashed processes (their owners are dead)
         sweep_stale()
-      if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-          _chain_signal(sig)
+      install_signal_handlers()
+
+
+def install_signal_handlers() -> bool:
+  """SIGTERM / SIGHUP close every live sandbox before the process ends. Only the main thread can
+  install them: a job whose sandboxes start in worker threads (the RL loop) calls this first.
+  Returns whether they are installed."""
+  global _signals_installed
+  if threading.current_thread() is not threading.main_thread():
+    return _signals_installed
+  with _signal_lock:
+    if not _signals_installed:
+      for sig in (signal.SIGTERM, signal.SIGHUP):
+        _chain_signal(sig)
+      _signals_installed = True
+  return True
 
 
 def unregister(sandbox) -> None:

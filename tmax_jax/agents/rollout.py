@@ -27,6 +27,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
+import time
 from typing import Awaitable, Callable, Iterator, Sequence
 
 import numpy as np
@@ -76,6 +77,7 @@ class Failure:
   retryable: bool = True
   sandbox: str = ""
   attempt: int = 0  # 0 = the group's first run, k = its k-th rerun
+  at: float = 0.0  # wall time (time.time) the group's attempt ended
 
   @classmethod
   def of(cls, sample: int, err: BaseException, attempt: int = 0) -> Failure:
@@ -86,6 +88,7 @@ class Failure:
       bool(getattr(err, "retryable", True)),
       getattr(err, "sandbox", ""),
       attempt,
+      time.time(),
     )
 
 

@@ -124,8 +124,13 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       self._start_anchor()
       self._start_shell()
       self._seed()
+      if self._closed:  # closed by another thread while starting (its process is ending)
+        raise SandboxError(f"{self.backend} sandbox {self.name} was closed while it started")
     except BaseException:
-      self.close()
+      if self._closed:  # close() ran before some of it existed: take down what came after
+        self._teardown()
+      else:
+        self.close()
       raise
 
   # -------------------------------------------------------------------------------- host side
@@ -446,6 +451,10 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       if self._closed:
         return
       self._closed = True
+    self._teardown()
+
+  def _teardown(self) -> None:
+    """Stops and removes everything the sandbox made so far (repeatable)."""
     with contextlib.suppress(Exception):
       self._stop_shell()
     with contextlib.suppress(Exception):

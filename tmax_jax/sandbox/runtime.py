@@ -23,12 +23,14 @@ import tempfile
 import threading
 
 from tmax_jax.sandbox import cgroups
+from tmax_jax.sandbox.api import SandboxError
 
 _lock = threading.Lock()
 _live: set = set()  # strong refs: a sandbox dropped without close() is still closed at exit
 _installed = False
 _signal_lock = threading.Lock()
 _signals_installed = False
+_closing = threading.Event()  # close_all ran: the process is ending
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -97,9 +99,12 @@ def remove_tree(path: pathlib.Path) -> None:
 
 
 def register(sandbox) -> None:
-  """Tracks a live sandbox so that exit / fatal signals close it."""
+  """Tracks a live sandbox so that exit / fatal signals close it. Refuses once the process is
+  closing them (close_all): a sandbox started then would outlive the sweep of its owner's dirs."""
   global _installed
   with _lock:
+    if _closing.is_set():
+      raise SandboxError("this process is shutting down its sandboxes; no new one starts")
     _live.add(sandbox)
     if not _installed:
       _installed = True
@@ -145,14 +150,21 @@ def _chain_signal(sig: int) -> None:
 
 
 def close_all() -> None:
-  """Closes every live sandbox of this process, then removes the process root."""
-  with _lock:
-    live = list(_live)
-  for sb in live:
-    with contextlib.suppress(Exception):
-      sb.close()
+  """Closes every live sandbox of this process, then removes the process root with whatever is
+  left in it (the scratch dirs of trials that were running: the process is ending). Sandboxes
+  that other threads are starting meanwhile are closed too (they tear down what they made)."""
+  _closing.set()
+  for _ in range(50):
+    with _lock:
+      live = list(_live)
+    if not live:
+      break
+    for sb in live:
+      with contextlib.suppress(Exception):
+        sb.close()
+      unregister(sb)
   root = tmp_base() / owner_tag()
-  if root.exists() and not any(root.iterdir()):
+  if root.exists():
     with contextlib.suppress(OSError):
       remove_tree(root)
 

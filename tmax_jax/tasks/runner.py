@@ -26,7 +26,7 @@ import time
 from typing import Callable, Mapping
 
 from tmax_jax.sandbox import open_pod, open_sandbox, pod_unsupported, runtime
-from tmax_jax.sandbox.api import CommandResult, PodSpec, Sandbox, SandboxError
+from tmax_jax.sandbox.api import CommandResult, Limits, PodSpec, Sandbox, SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
 from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import environment as envlib
@@ -56,6 +56,7 @@ class RewardError(RuntimeError):
   broken, not the policy's answer)."""
 
   kind = "verifier_error"
+  sandbox = ""  # the sandbox the verifier ran in (set by run_trial)
 
   def __init__(self, message: str, logs: Mapping[str, str] | None = None):
     super().__init__(message)
@@ -91,7 +92,7 @@ class RunnerConfig:
   min_verifier_timeout_s: float = 600.0
   allow_network: bool = False
   verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
-  sandbox_lifetime_s: int | None = None  # each sandbox's hard lifetime; None = Limits.lifetime_s
+  sandbox_lifetime_s: int = Limits.lifetime_s  # each sandbox's hard lifetime (api.Limits)
 
 
 # RunResult.reason prefix of an environment that did not build (the error follows; a failure that
@@ -378,9 +379,7 @@ class SandboxStartError(SandboxError):
 
 
 def _with_lifetime(spec, config: RunnerConfig):
-  """The spec with RunnerConfig.sandbox_lifetime_s as its hard lifetime (None: Limits')."""
-  if config.sandbox_lifetime_s is None:
-    return spec
+  """The spec with RunnerConfig.sandbox_lifetime_s as its hard lifetime."""
   if isinstance(spec, PodSpec):
     return dataclasses.replace(spec, main=_with_lifetime(spec.main, config))
   limits = dataclasses.replace(spec.limits, lifetime_s=config.sandbox_lifetime_s)
@@ -449,6 +448,7 @@ def _in_sandbox(sb: Sandbox, task, agent, config, solution, before, logs: dict) 
     except RewardError as err:
       if not sb.lost():
         err.logs.update(logs)
+        err.sandbox = name
         raise
       result = None
     finally:

@@ -258,9 +258,11 @@ class Soak:
     }
 
   def _loop(self, t0: float, window_s: float, plan: list) -> None:
+    """Until the window ends and every planned fault had its turn (one that finds nothing to
+    hit, e.g. no live sandbox while the trainer restarts, is tried for RETRY_S)."""
     pending: list = []  # faults that found nothing to hit yet: (first try, kind)
     next_sample = 0.0
-    while time.monotonic() - t0 < window_s:
+    while time.monotonic() - t0 < window_s or plan or pending:
       now = time.monotonic() - t0
       while plan and plan[0][0] <= now:
         pending.append((now, plan.pop(0)[1]))

@@ -25,9 +25,9 @@ SERVE = [
 ]
 SERVE += [
   "--config.model.seed=11",
-  "--config.engine.max_len=384",
-  "--config.engine.max_prefill_length=384",
-  "--config.engine.max_concurrent_decodes=4",
+  "--config.serving.engine.max_len=384",
+  "--config.serving.engine.max_prefill_length=384",
+  "--config.serving.engine.max_concurrent_decodes=4",
 ]
 
 

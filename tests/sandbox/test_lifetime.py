@@ -1,9 +1,10 @@
 """Sandboxes on each backend under infrastructure faults: a hard lifetime enforced outside the
 owner (the owner stays alive and does nothing), a sandbox killed from the host is `lost()` for good
-(what ran in it is never scored), and a SIGKILLed owner with live sandboxes (plain, from a built
-image with its overlay mounts, a pod on podman, a scratch dir) leaves nothing once the next start
-has swept: zero processes, containers, pods, cgroups, mounts and dirs, counted by the project's
-own markers (sandbox/census.py)."""
+(what ran in it is never scored), a SIGKILLed owner with live sandboxes (plain, from a built image
+with its overlay mounts, a pod on podman, a scratch dir) leaves nothing once the next start has
+swept, and a SIGTERMed one (sandboxes started in worker threads, more starting as it ends) leaves
+nothing at all: zero processes, containers, pods, cgroups, mounts and dirs, counted by the
+project's own markers (sandbox/census.py)."""
 
 from __future__ import annotations
 
@@ -143,3 +144,45 @@ def test_sigkilled_owner_leaves_nothing_after_the_next_start(
   assert int(nxt.stdout.strip()) >= 1, nxt
   after = census.take({tag})
   assert after.total == 0, after
+
+
+TERM_CHILD = """
+import concurrent.futures, sys, threading, time
+sys.path.insert(0, {root!r})
+from tmax_jax.sandbox import open_sandbox, runtime
+from tmax_jax.sandbox.api import EnvironmentSpec
+backend, image = sys.argv[1], sys.argv[2]
+runtime.install_signal_handlers()  # what run_rl does first, in the main thread
+pool = concurrent.futures.ThreadPoolExecutor(4)
+def episode(i):  # the RL loop's episode threads: sandboxes start and end in them
+  while True:
+    with runtime.scratch_dir("trial-"):
+      sb = open_sandbox(EnvironmentSpec(image=image), backend=backend)
+      sb.run("sleep 1000 >/dev/null 2>&1 &")
+      if i == 0:
+        print(runtime.owner_tag(), flush=True)
+      time.sleep(0.5 if i else 1000)
+      sb.close()
+for i in range(3):
+  pool.submit(episode, i)
+time.sleep(1000)
+"""
+
+
+def test_sigterm_leaves_nothing_even_with_sandboxes_starting(backend, request, tmp_path):
+  script = tmp_path / "owner.py"
+  script.write_text(textwrap.dedent(TERM_CHILD.format(root=str(ROOT))))
+  image = request.getfixturevalue("podman_image" if backend == "podman" else "rootfs")
+  child = subprocess.Popen(
+    [sys.executable, str(script), backend, str(image)], stdout=subprocess.PIPE, text=True
+  )
+  try:
+    tag = child.stdout.readline().strip()
+    assert tag.startswith("p") and census.take({tag}).processes, tag
+    time.sleep(1.0)  # the other threads keep opening and closing sandboxes
+  finally:
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=120)
+  assert child.returncode == -signal.SIGTERM
+  left = census.take({tag})  # no sweep: the process cleaned up after itself
+  assert left.total == 0, left

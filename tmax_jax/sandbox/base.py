@@ -139,7 +139,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     return SANDBOX_UID
 
   def _prepare_host(self) -> None:
-    self.root.mkdir(parents=True)
+    self.root.mkdir()  # not parents: a process root that close_all removed stays removed
     if os.geteuid() == 0:  # a size-limited tmpfs: the disk limit for everything the sandbox writes
       # (where mounting is not allowed, only the per-file limit applies)
       subprocess.run(

@@ -60,9 +60,13 @@ def tmp_base() -> pathlib.Path:
 
 
 def process_root() -> pathlib.Path:
-  """This process's root of sandbox host dirs (created on first use)."""
+  """This process's root of sandbox host dirs (created on first use; not once close_all ran:
+  the process is ending and what it made there is being removed)."""
   root = tmp_base() / owner_tag()
-  root.mkdir(parents=True, exist_ok=True)
+  with _lock:  # close_all sets _closing under it, then removes the root
+    if _closing.is_set():
+      raise SandboxError("this process is shutting down its sandboxes; no new one starts")
+    root.mkdir(parents=True, exist_ok=True)
   tmp_base().chmod(0o755)
   return root
 
@@ -153,7 +157,8 @@ def close_all() -> None:
   """Closes every live sandbox of this process, then removes the process root with whatever is
   left in it (the scratch dirs of trials that were running: the process is ending). Sandboxes
   that other threads are starting meanwhile are closed too (they tear down what they made)."""
-  _closing.set()
+  with _lock:
+    _closing.set()
   for _ in range(50):
     with _lock:
       live = list(_live)

@@ -113,7 +113,9 @@ class Soak:
 
   # ------------------------------------------------------------------------------ set-up
   def _prepare(self) -> None:
-    if self.out.exists():
+    if self.out.exists() and any(self.out.iterdir()):
+      if not (self.out / "soak_config.py").exists():
+        raise SystemExit(f"error: --out {self.out} is not empty and holds no earlier soak")
       shutil.rmtree(self.out)
     (self.out / "tasks").mkdir(parents=True)
     tag = f"chaos-soak-{self.opts.seed}-{self.out.name}"

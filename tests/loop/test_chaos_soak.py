@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import require_base_rootfs
 
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "chaos_soak.py"
-MINUTES = 2.5  # the fault window; start-up comes on top (BUILD_NOTES "Chaos soak": CI time)
+MINUTES = 2.0  # the fault window; start-up comes on top (BUILD_NOTES "Chaos soak": CI time)
 
 
 def _soak():

@@ -105,6 +105,27 @@ def test_zero_reward_statuses_override_the_verifier():
     none.result("t")
 
 
+def test_infrastructure_failures_are_never_scored(tok):
+  """A crashed sandbox (the harness saw it) or a failure the runner names: no reward, an
+  InfrastructureError of that kind; a trial that never started keeps its kind too."""
+  del tok
+  traj = formats.TokenTrajectory(eos_id=0)
+  passed = RunResult(1.0, {"reward": 1.0}, "ok", {}, sandbox="sb-1")
+  crashed = worker.score(EpisodeResult(traj, status="sandbox_crash"), passed)
+  lost = RunResult(0.0, {}, "sandbox_lost: killed", {}, failure="sandbox_lost", sandbox="sb-2")
+  later = worker.score(EpisodeResult(traj, status="submitted"), lost)
+  for trial, sandbox in ((crashed, "sb-1"), (later, "sb-2")):
+    assert trial.failure == "sandbox_lost" and trial.episode.reward == 0.0
+    assert trial.episode.reward_reason == "" and trial.episode.verified_at == 0.0
+    with pytest.raises(worker.InfrastructureError) as err:
+      trial.result("t")
+    assert (err.value.kind, err.value.sandbox) == ("sandbox_lost", sandbox)
+  start = RunResult(0.0, {}, "sandbox_start: podman said no", {}, failure="sandbox_start")
+  with pytest.raises(worker.NoEpisodeError) as err:
+    worker.score(None, start).result("t")
+  assert err.value.kind == "sandbox_start"
+
+
 def test_stop_ids_are_the_familys_and_the_worker_checks_the_tokenizer(tok):
   assert (
     stop_token_ids(EpisodeConfig(family="qwen3"))

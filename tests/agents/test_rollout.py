@@ -173,7 +173,9 @@ def test_ordered_batches_follow_draw_order_and_put_back_the_rest():
     return _episode(float(sample < task), version=served["version"])
 
   async def main():
-    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=0, max_groups_ahead=3)
+    cfg = RolloutConfig(
+      group_size=2, prompts_per_batch=2, async_steps=0, max_groups_ahead=3, on_failure="rerun"
+    )
     sched = GroupScheduler(
       enumerate([1, 0, 1, 1, 1, 1]), run_episode, cfg, indexed=True, ordered=True
     )
@@ -213,7 +215,9 @@ def test_ordered_batches_rerun_a_failed_group_in_its_place():
   run_episode, calls = _flaky({(1, 0): 2})
 
   async def main(ordered):
-    cfg = RolloutConfig(group_size=2, prompts_per_batch=3, async_steps=0, max_groups_ahead=2)
+    cfg = RolloutConfig(
+      group_size=2, prompts_per_batch=3, async_steps=0, max_groups_ahead=2, on_failure="rerun"
+    )
     sched = GroupScheduler(
       enumerate([1, 1, 1, 1, 1]), run_episode, cfg, indexed=True, ordered=ordered
     )
@@ -242,7 +246,9 @@ def test_ordered_batches_stop_when_a_group_keeps_failing():
   run_episode, calls = _flaky({(0, 1): 10})
 
   async def main():
-    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=0, group_retries=1)
+    cfg = RolloutConfig(
+      group_size=2, prompts_per_batch=2, async_steps=0, group_retries=1, on_failure="rerun"
+    )
     sched = GroupScheduler(enumerate([1, 1, 1]), run_episode, cfg, indexed=True, ordered=True)
     try:
       await sched.next_batch(0)
@@ -260,10 +266,108 @@ def test_ordered_rerun_finishes_after_the_task_stream_ended():
   run_episode, _ = _flaky({(1, 1): 1})
 
   async def main():
-    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=0)
+    cfg = RolloutConfig(group_size=2, prompts_per_batch=2, async_steps=0, on_failure="rerun")
     sched = GroupScheduler(enumerate([1, 1]), run_episode, cfg, indexed=True, ordered=True)
     batch = await sched.next_batch(0)
     await sched.close()
     return [g.index for g in batch]
 
   assert _run(main()) == [0, 1]
+
+
+class _Lost(RuntimeError):
+  """A failure that names its kind, as the runner's infrastructure failures do."""
+
+  kind = "sandbox_lost"
+
+
+def _failing(failures: dict, error=_Lost):
+  """Episodes (group, sample) raise `error` the first failures[(g, s)] times; reward = sample."""
+  calls = []
+
+  async def run_episode(task, group, sample):
+    calls.append((group, sample))
+    await asyncio.sleep(0)
+    if failures.get((group, sample), 0) > 0:
+      failures[(group, sample)] -= 1
+      raise error(f"episode {group}/{sample}: the sandbox died")
+    return _episode(float(sample), version=0)
+
+  return run_episode, calls
+
+
+async def _one_batch(cfg, run_episode, tasks, *, ordered=False):
+  sched = GroupScheduler(enumerate(tasks), run_episode, cfg, indexed=True, ordered=ordered)
+  try:
+    batch = await sched.next_batch(0)
+  finally:
+    await sched.close()
+  return batch, sched
+
+
+def test_infrastructure_failures_are_never_scored_under_any_policy():
+  """drop: the group goes; mask: its scored episodes stay, the failed one is gone; rerun: the
+  group is generated again and trains once whole. Each counts the dropped episode by its kind and
+  records it; no failed episode ever carries a reward into a batch."""
+  base = dict(
+    group_size=3, prompts_per_batch=1, async_steps=0, zero_std_filter=False, max_groups_ahead=0
+  )
+  outcomes = {}
+  for policy in ("drop", "mask", "rerun"):
+    run_episode, calls = _failing({(0, 1): 1})
+    cfg = RolloutConfig(**base, on_failure=policy)
+    batch, sched = _run(_one_batch(cfg, run_episode, ["t0", "t1"]))
+    outcomes[policy] = (batch, sched, calls)
+    assert sched.stats["episodes_dropped_sandbox_lost"] == 1
+    failed = [r for r in sched.records if r["failures"]]
+    assert [f["kind"] for f in failed[0]["failures"]] == ["sandbox_lost"]
+    rec = failed[0]  # no episode of the attempt a failure belongs to carries a reward for it
+    lost = [f["sample"] for f in rec["failures"] if f["attempt"] == rec["attempt"]]
+    assert not set(lost) & {e["sample"] for e in rec["episodes"]}
+
+  batch, sched, _ = outcomes["drop"]
+  assert [g.index for g in batch] == [1] and sched.stats["groups_dropped_sandbox_lost"] == 1
+  assert sched.records[0]["fate"] == "dropped_sandbox_lost" and sched.consumed[0] == 0
+  batch, sched, _ = outcomes["mask"]
+  assert [g.index for g in batch] == [0] and len(batch[0].episodes) == 2
+  assert sorted(batch[0].rewards.tolist()) == [0.0, 2.0]  # samples 0 and 2; 1 failed
+  assert sched.stats["groups_masked_sandbox_lost"] == 1 and sched.records[0]["fate"] == "masked"
+  batch, sched, calls = outcomes["rerun"]
+  assert [g.index for g in batch] == [0] and len(batch[0].episodes) == 3
+  assert calls.count((0, 1)) == 2 and sched.stats["groups_retried_sandbox_lost"] == 1
+  assert sched.records[0]["fate"] == "used" and sched.consumed == [0]
+
+
+def test_a_group_that_keeps_failing_is_dropped_after_its_reruns():
+  run_episode, calls = _failing({(0, 0): 10})
+  cfg = RolloutConfig(
+    group_size=2, prompts_per_batch=1, group_retries=2, on_failure="rerun", max_groups_ahead=0
+  )
+  batch, sched = _run(_one_batch(cfg, run_episode, ["a", "b"]))
+  assert [g.index for g in batch] == [1] and calls.count((0, 0)) == 3
+  assert sched.stats["groups_retried_sandbox_lost"] == 2
+  assert sched.stats["groups_dropped_sandbox_lost"] == 1
+  assert len(sched.records[0]["failures"]) == 3  # every attempt's failure is on the record
+
+
+def test_mask_needs_two_scored_episodes_and_unretryable_failures_are_not_rerun():
+  run_episode, _ = _failing({(0, 0): 1})  # group 0 keeps one of two episodes: no baseline
+  cfg = RolloutConfig(group_size=2, prompts_per_batch=1, on_failure="mask", zero_std_filter=False)
+  batch, sched = _run(_one_batch(cfg, run_episode, ["a", "b"]))
+  assert [g.index for g in batch] == [1] and sched.stats["groups_dropped_sandbox_lost"] == 1
+
+  class TooLong(ValueError):
+    kind, retryable = "prompt_too_long", False
+
+  run_episode, calls = _failing({(0, 0): 5}, TooLong)
+  cfg = RolloutConfig(group_size=2, prompts_per_batch=1, on_failure="rerun")
+  batch, sched = _run(_one_batch(cfg, run_episode, ["a", "b"]))
+  assert [g.index for g in batch] == [1] and calls.count((0, 0)) == 1
+  assert sched.stats["groups_dropped_prompt_too_long"] == 1
+
+
+def test_ordered_batches_refuse_drop_and_mask():
+  with pytest.raises(ValueError, match="rollout.on_failure must be 'rerun'"):
+    GroupScheduler(iter([]), None, RolloutConfig(async_steps=0), ordered=True)
+  with pytest.raises(ValueError, match="on_failure='skip'"):
+    RolloutConfig(on_failure="skip")

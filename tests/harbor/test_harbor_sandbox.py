@@ -61,7 +61,8 @@ def test_files_round_trip_and_reset(sb, tmp_path):
   sb.download("/tmp/up/b.txt", tmp_path / "b.txt")
   assert (tmp_path / "b.txt").read_text() == "B\n"
   sb.reset()
-  assert sb.run("echo [$GONE]; pgrep -c sleep || true").output == "[]\n0\n"
+  # the sandbox user's sleeps (bubblewrap's lifetime watchdog sleeps there as another user)
+  assert sb.run("echo [$GONE]; pgrep -c -u agent sleep || true").output == "[]\n0\n"
 
 
 def test_warning_names_what_is_not_enforced(sb):

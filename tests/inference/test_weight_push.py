@@ -204,7 +204,13 @@ def test_push_from_checkpoint_path_and_version_checks(served):
       with pytest.raises(client_lib.RolloutError, match=f"older than the served version {v}"):
         await c.update_weights(served["params2"], version=v - 1)
       again = await c.update_weights(served["params2"], version=v)  # a resync: idempotent
-      return v0, v, again, (await c.status()).version
+      status = (await c.status()).version
+      # a restarted trainer's checkpoint replaces the newer version its killed predecessor pushed
+      back = await c.update_weights(served["params2"], version=v - 2, replace=True)
+      out = await c.generate([1, 2, 3], 4, sampling.SamplingParams(seed=1))
+      forward = await c.update_weights(served["params2"], version=v)  # and it goes on from there
+      return v0, v, again, status, back, out.versions, forward
 
-  v0, v, again, status = asyncio.run(go())
-  assert v == again == status == v0 + 5
+  v0, v, again, status, back, versions, forward = asyncio.run(go())
+  assert v == again == status == forward == v0 + 5
+  assert back == v - 2 and versions == [v - 2] * 4

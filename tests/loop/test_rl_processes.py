@@ -103,6 +103,7 @@ def test_sigkill_mid_step_then_restart_is_bit_identical(tmp_path):
   deterministic = [
     "--config.deterministic=True",
     "--config.rollout.async_steps=0",
+    "--config.rollout.on_failure=rerun",
     "--config.steps=3",
   ]
 

@@ -296,6 +296,7 @@ def test_service_command_line_has_the_limits_and_no_host_environment():
   pod.name, pod.root, pod.hosts_file = "p1-2-0", pathlib.Path("/x"), pathlib.Path("/x/hosts")
   pod.spec = EnvironmentSpec(image="/x", limits=Limits(memory_mb=512, max_processes=64, cpus=0.5))
   pod.binds = {"/logs": pathlib.Path("/x/logs")}
+  pod._born = time.monotonic()  # pylint: disable=protected-access  (the lifetime counts from here)
   svc = ServiceSpec(
     "db",
     "/x.json",
@@ -311,6 +312,7 @@ def test_service_command_line_has_the_limits_and_no_host_environment():
     "--memory 512m",
     "--pids-limit 64",
     "--cpus 0.5",
+    f"--timeout {Limits().lifetime_s}",  # the hard lifetime, enforced by conmon
     "--cap-drop ALL",
     "--security-opt no-new-privileges",
     "--user postgres",

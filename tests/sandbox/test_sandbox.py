@@ -44,7 +44,8 @@ def test_background_process_survives_and_does_not_block(sb):
   start = time.monotonic()
   res = sb.run("sleep 60 >/dev/null 2>&1 & echo started")
   assert res.output == "started\n" and time.monotonic() - start < 10
-  assert sb.run("pgrep -c -x sleep").output.strip() == "1"
+  # the sandbox user's: bubblewrap's lifetime watchdog sleeps in the sandbox as another user
+  assert sb.run("pgrep -c -x -u agent sleep").output.strip() == "1"
 
 
 def test_exec_runs_a_fresh_process(sb):
@@ -101,9 +102,8 @@ def test_download_does_not_follow_symlinks_to_the_host(sb, tmp_path):
 def test_reset_restarts_processes_and_keeps_files(sb):
   sb.run("export X=1; cd /tmp; echo kept > /workspace/k; sleep 100 &")
   sb.reset()
-  assert sb.run("echo ${X:-unset}; pwd; cat /workspace/k; pgrep -c -x sleep || true").output == (
-    "unset\n/workspace\nkept\n0\n"
-  )
+  cmd = "echo ${X:-unset}; pwd; cat /workspace/k; pgrep -c -x -u agent sleep || true"
+  assert sb.run(cmd).output == ("unset\n/workspace\nkept\n0\n")
 
 
 def test_close_is_idempotent_and_removes_everything(make_sb):

@@ -1,9 +1,11 @@
 """The runner in real sandboxes: for each verifier kind the oracle scores 1, doing nothing scores 0
 and a plausible wrong solution scores 0; a verifier that writes no reward is RewardMissingError;
-reward.json is preferred; a failing environment build and a sandbox failure are reward 0 with a
-reason."""
+reward.json is preferred; a failing environment build, a sandbox failure, a sandbox killed under
+the trial and a broken verifier are infrastructure failures of their kind, never a reward."""
 
 import dataclasses
+import os
+import signal
 import textwrap
 
 import pytest
@@ -13,6 +15,8 @@ from tmax_jax.sandbox.api import SandboxError
 from tmax_jax.tasks import verifiers as V
 from tmax_jax.tasks.format import Task, TaskConfig, write_task
 from tmax_jax.tasks.runner import (
+  INFRA_FAILURES,
+  RewardFormatError,
   RewardMissingError,
   RunnerConfig,
   run_noop,
@@ -159,6 +163,38 @@ def test_verifier_without_reward_is_an_error(cfg, tmp_path):
     run_oracle(task, cfg)
 
 
+def test_a_broken_verifier_is_an_infrastructure_failure(cfg, tmp_path):
+  for name, test_sh, error in (
+    ("crash", "#!/bin/bash\necho testing\nkill -SEGV $$\n", RewardMissingError),
+    ("garbage", "#!/bin/bash\necho 'pass!!' > /logs/verifier/reward.txt\n", RewardFormatError),
+  ):
+    task = write_task(_task({"test.sh": test_sh.encode()}, "true\n"), tmp_path / name)
+    with pytest.raises(error) as e:
+      run_oracle(task, cfg)
+    assert e.value.kind == "verifier_error" and e.value.kind in INFRA_FAILURES
+
+
+def test_a_sandbox_killed_under_the_trial_is_never_scored(cfg, tmp_path):
+  """Every process of the sandbox SIGKILLed from the host after the agent acted: the verifier
+  (which would pass) runs in a restarted sandbox or not at all; either way no reward."""
+  task = write_task(
+    _task({"test.sh": b"#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"}, "true\n"),
+    tmp_path / "k",
+  )
+  seen = {}
+
+  def killer(sb):
+    assert sb.run("echo alive").output.strip() == "alive" and not sb.lost()
+    for pid in sb.cgroup.pids():
+      os.kill(pid, signal.SIGKILL)
+    seen["name"] = sb.name
+
+  res = run_trial(task, killer, cfg)
+  assert (res.failure, res.reward, res.sandbox) == ("sandbox_lost", 0.0, seen["name"]), res
+  assert res.reason.startswith("sandbox_lost: its bubblewrap anchor process ended"), res.reason
+  assert run_trial(task, None, cfg).reward == 1.0  # the same task, not killed, passes
+
+
 def test_reward_json_preferred_and_txt_clamped(cfg, tmp_path):
   sh = (
     "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
@@ -192,7 +228,7 @@ def test_tests_uploaded_only_after_agent_and_solution_only_for_oracle(cfg, tmp_p
   assert run_trial(task, peek, cfg).reward == 1.0
 
 
-def test_build_failure_is_zero_with_reason(cfg, tmp_path):
+def test_build_failure_is_an_infrastructure_failure_with_reason(cfg, tmp_path):
   t = _task(V.exact_text([{"path": "x", "expected": "y"}]), "true\n")
   t = Task(
     t.instruction,
@@ -202,19 +238,18 @@ def test_build_failure_is_zero_with_reason(cfg, tmp_path):
     solution=t.solution,
   )
   res = run_oracle(write_task(t, tmp_path / "b"), cfg)
-  assert res.reward == 0.0 and res.reason.startswith(("build_failed", "sandbox_error")), res
+  assert res.failure == "build_failed" and res.reason.startswith("build_failed"), res
 
 
-def test_sandbox_failure_is_zero_with_reason(cfg, tmp_path):
+def test_sandbox_failure_is_an_infrastructure_failure_with_reason(cfg, tmp_path):
   task = write_task(_task(V.exact_text([{"path": "x", "expected": "y"}]), "true\n"), tmp_path / "s")
 
   def agent(sb):
     raise SandboxError("reset failed: the shell did not come back")
 
   res = run_trial(task, agent, cfg)
-  assert (
-    res.reward == 0.0 and res.reason == "sandbox_error: reset failed: the shell did not come back"
-  )
+  assert res.failure == "sandbox_lost"
+  assert res.reason == "sandbox_error: reset failed: the shell did not come back"
 
 
 def test_tb1_converted_task_runs(cfg, tmp_path):

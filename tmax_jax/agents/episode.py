@@ -68,7 +68,8 @@ class EpisodeResult:
   """The trajectory and why it ended.
 
   status: submitted | max_tool_calls | max_turns | max_response_tokens | wall_time | oom |
-  sandbox_crash. reward is filled in by the verifier afterwards (agents/worker.py).
+  sandbox_crash. reward is filled in by the verifier afterwards (agents/worker.py; a sandbox_crash
+  episode is never scored: an infrastructure failure).
   """
 
   trajectory: formats.TokenTrajectory
@@ -79,6 +80,8 @@ class EpisodeResult:
   num_command_timeouts: int = 0
   reward: float = 0.0
   reward_reason: str = ""
+  sandbox: str = ""  # the sandbox that ran it (runner.RunResult.sandbox)
+  verified_at: float = 0.0  # wall time (time.time) its reward was read; 0 while unscored
 
   @property
   def prompt_length(self) -> int:

@@ -4,7 +4,10 @@
 the oracle SFT data alike. Each episode runs in a worker thread (sandbox I/O and the verifier
 block): the task runner starts the sandbox from the task environment, the harness (looked up once
 in harnesses.py) plays the policy, then the hidden tests are uploaded and run. The verifier's reward
-is the episode's reward, except that an OOM or a crashed sandbox scores 0 (recipe.md).
+is the episode's reward, except that an OOM scores 0 (recipe.md); an infrastructure failure (the
+runner's INFRA_FAILURES: build, sandbox start, a sandbox lost or crashed under the episode, a
+verifier that wrote no readable reward) is never scored: it raises InfrastructureError with its
+kind (BUILD_NOTES "Scoring: the policy's outcome or the infrastructure's failure").
 
 Policies are providers with `generate_fn(task, group, sample) -> generate`: `ServerPolicy` (the
 inference server through one asyncio `RolloutClient` on the caller's event loop; the sampling
@@ -27,7 +30,10 @@ from tmax_jax.agents.episode import EpisodeConfig, EpisodeResult, GenerateFn, st
 from tmax_jax.inference.sampling import SamplingParams
 from tmax_jax.tasks import runner as runner_lib
 
-ZERO_REWARD_STATUSES = ("oom", "sandbox_crash")
+ZERO_REWARD_STATUSES = ("oom",)
+# An episode the harness ended because its sandbox crashed: the sandbox stopped working under it
+# (the runner's lost(); also for providers that cannot tell), never a score.
+CRASH_STATUS = "sandbox_crash"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +93,22 @@ class ServerPolicy:
     return generate
 
 
-class NoEpisodeError(RuntimeError):
+class InfrastructureError(RuntimeError):
+  """An episode the infrastructure failed (kind: one of runner.INFRA_FAILURES): never scored; the
+  RL loop drops it and handles its group as rollout.on_failure says."""
+
+  retryable = True
+
+  def __init__(self, kind: str, message: str, sandbox: str = ""):
+    super().__init__(message)
+    self.kind, self.sandbox = kind, sandbox
+
+
+class NoEpisodeError(InfrastructureError):
   """The sandbox never started (e.g. the environment did not build): nothing was generated."""
 
-  def __init__(self, task_name: str, reason: str):
-    super().__init__(f"task {task_name}: no episode ran ({reason})")
+  def __init__(self, task_name: str, reason: str, kind: str = "build_failed"):
+    super().__init__(kind, f"task {task_name}: no episode ran ({reason})")
     self.reason = reason
 
 
@@ -105,24 +122,34 @@ class Trial:
   reason: str = ""
   error: Exception | None = None
   duration_s: float = 0.0
+  failure: str = ""  # the infrastructure failure's kind (runner.INFRA_FAILURES), "" if none
 
   def result(self, task_name: str) -> EpisodeResult:
     """The scored episode; raises the trial's error, or NoEpisodeError when none ran."""
     if self.error is not None:
       raise self.error
     if self.episode is None:
-      raise NoEpisodeError(task_name, self.reason)
+      raise NoEpisodeError(task_name, self.reason, self.failure or "build_failed")
     return self.episode
 
 
 def score(episode: EpisodeResult | None, result: runner_lib.RunResult) -> Trial:
-  """The verifier's reward, or 0 for an episode that ended in a zero-reward status."""
+  """The verifier's reward, or 0 for an episode that ended in a zero-reward status. An
+  infrastructure failure is no score: the trial carries it (`failure`; with an episode, an
+  InfrastructureError that `result()` raises)."""
   if episode is None:
-    return Trial(None, float(result.reward), result.reason)
+    return Trial(None, float(result.reward), result.reason, failure=result.failure)
+  episode.sandbox = result.sandbox
+  failure = result.failure or ("sandbox_lost" if episode.status == CRASH_STATUS else "")
+  if failure:
+    why = f"{failure}: {result.reason if result.failure else 'the harness saw its sandbox crash'}"
+    error = InfrastructureError(failure, why, result.sandbox)
+    return Trial(episode, 0.0, result.reason, error=error, failure=failure)
   if episode.status in ZERO_REWARD_STATUSES:
     episode.reward, episode.reward_reason = 0.0, episode.status
   else:
     episode.reward, episode.reward_reason = float(result.reward), result.reason
+  episode.verified_at = result.verified_at
   return Trial(episode, episode.reward, episode.reward_reason)
 
 

@@ -47,6 +47,8 @@ class RolloutError(RuntimeError):
 class ServerUnavailableError(RolloutError):
   """The server could not be reached (or kept failing) within the request's deadline."""
 
+  kind = "server"  # the RL loop's name for this infrastructure failure (rollout/*_server)
+
 
 class ServerRestartedError(ServerUnavailableError):
   """The request began on one server instance and another one answered: the request is lost."""
@@ -224,21 +226,25 @@ class RolloutClient:
     path: str = "",
     timeout_s: float | None = None,
     dtype: str | None = None,
+    replace: bool = False,
   ) -> int:
     """Pushes a param tree as a per-tensor stream (updates.py; `dtype` "bfloat16"/"float32" casts
     on the wire, None keeps each leaf's) or names a checkpoint path on the server; returns the
-    served version. Holds one tensor on the host at a time, fetching the next while sending."""
+    served version. Holds one tensor on the host at a time, fetching the next while sending.
+    replace: the server takes it even when it serves a newer version (a restarted trainer's
+    first push: its checkpoint is the truth, not what its killed predecessor pushed)."""
     specs = [] if path else updates.manifest(params, dtype)
     leaves = [] if path else list(updates.named_leaves(params).values())
     loop = asyncio.get_running_loop()
 
     async def messages():
       if path:
-        yield rl_proto.UpdateWeightsRequest(version=version, path=path)
+        yield rl_proto.UpdateWeightsRequest(version=version, path=path, replace=replace)
         return
       yield rl_proto.UpdateWeightsRequest(
         version=version,
         manifest=[rl_proto.TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in specs],
+        replace=replace,
       )
 
       def fetch(i):

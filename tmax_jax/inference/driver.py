@@ -86,9 +86,10 @@ class RLDriver(orchestrator.Driver):
   def version(self) -> int:
     return self.engine.version
 
-  def update_weights(self, params: Any, version: int) -> None:
-    """Serves `params` (already checked) as `version` on every replica, between decode steps."""
-    self.engine.swap(params, version)
+  def update_weights(self, params: Any, version: int, *, replace: bool = False) -> None:
+    """Serves `params` (already checked) as `version` on every replica, between decode steps
+    (`replace`: also when it is older than the served one; engine.swap)."""
+    self.engine.swap(params, version, replace=replace)
     log.info("weights updated to version %d", version)
 
   def open_requests(self) -> int:

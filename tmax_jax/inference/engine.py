@@ -343,13 +343,15 @@ class TmaxEngine:
 
     return jax.tree.map(place, params, rep.param_shardings)
 
-  def swap(self, params: Any, version: int) -> None:
-    """Serves `params` as `version` (>= the served one) on every replica; lands between decode
-    steps. Casting to the served dtypes and preparing the head run here, on device, before the
-    pointer swaps."""
+  def swap(self, params: Any, version: int, *, replace: bool = False) -> None:
+    """Serves `params` as `version` (>= the served one, unless `replace`: a restarted trainer's
+    checkpoint replaces the newer weights its killed predecessor pushed) on every replica; lands
+    between decode steps. Casting to the served dtypes and preparing the head run here, on device,
+    before the pointer swaps. Any version change drops the prefix cache (scheduler.py)."""
     with self._swap_lock:
       boxes = self.load_params()
-      if version < boxes[0].version:  # equal: a resync (e.g. of a restarted server) is idempotent
+      # equal: a resync (e.g. of a restarted server) is idempotent
+      if version < boxes[0].version and not replace:
         raise updates.WeightUpdateError(
           f"weight version {version} is older than the served version {boxes[0].version}"
         )

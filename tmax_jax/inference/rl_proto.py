@@ -35,6 +35,7 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     int64 offset = 5;                     // byte offset of `data` in that tensor
     bytes data = 6;
     string crc32 = 7;                     // on a tensor's first chunk: CRC-32 of all its bytes
+    bool replace = 8;                     // first message: may replace a newer version (below)
   }
   message UpdateWeightsResponse {
     int64 version = 1; double seconds = 2; int64 bytes = 3; string instance_id = 4;
@@ -97,6 +98,7 @@ _MESSAGES = {
     ("offset", _F.TYPE_INT64, False),
     ("data", _F.TYPE_BYTES, False),
     ("crc32", _F.TYPE_STRING, False),
+    ("replace", _F.TYPE_BOOL, False),
   ],
   "UpdateWeightsResponse": [
     ("version", _F.TYPE_INT64, False),

@@ -172,11 +172,11 @@ class RolloutServicer:
     loop = asyncio.get_running_loop()
     served = self._driver.served_params()
     assembler = updates.TensorStreamAssembler(served)
-    version, path, nbytes = None, "", 0
+    version, path, nbytes, replace = None, "", 0, False
     async for msg in request_iterator:
       if version is None:
-        version = msg.version
-        if version < self._driver.version:  # refuse before any data moves
+        version, replace = msg.version, msg.replace
+        if version < self._driver.version and not replace:  # refuse before any data moves
           raise updates.WeightUpdateError(
             f"weight version {version} is older than the served version {self._driver.version}"
           )
@@ -195,7 +195,7 @@ class RolloutServicer:
       )
     else:
       new = assembler.finish()
-    self._driver.update_weights(new, int(version or 0))
+    self._driver.update_weights(new, int(version or 0), replace=replace)
     return self._driver.version, nbytes
 
   async def Status(self, req, context):  # pylint: disable=invalid-name

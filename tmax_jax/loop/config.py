@@ -253,6 +253,11 @@ class RLConfig:
         f"deterministic=True needs rollout.async_steps=0, got "
         f"{self.rollout.async_steps} (async rollouts depend on timing)"
       )
+    if self.deterministic and self.rollout.on_failure != "rerun":
+      raise ValueError(
+        f"deterministic=True needs rollout.on_failure='rerun', got "
+        f"{self.rollout.on_failure!r} (a dropped or masked group changes the batch)"
+      )
     if self.record_dir and self.replay_dir:
       raise ValueError("record_dir and replay_dir are both set; a replay records nothing")
     self.train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len)

@@ -88,8 +88,8 @@ class ExternalServer(PolicyServer):
     self.address = address
     self._client = RolloutClient(address, client_cfg)
 
-  async def push(self, params, version: int) -> None:
-    await self._client.update_weights(params, version=version)
+  async def push(self, params, version: int, *, replace: bool = False) -> None:
+    await self._client.update_weights(params, version=version, replace=replace)
 
   async def stop(self) -> None:
     await self._client.close()
@@ -107,6 +107,8 @@ async def open_server(
   """The server `serving` describes, serving `params` as `version` once this returns."""
   if serving.address:
     server = ExternalServer(serving.address, client_cfg)
-    await server.push(params, version)
+    # the server outlives trainers: one SIGKILLed after a push and before its checkpoint left
+    # a version newer than the one this (restarted) trainer resumes from, which replaces it
+    await server.push(params, version, replace=True)
     return server
   return await InProcessServer.start(model_cfg, params, version, serving, engine_cfg, place)

@@ -11,8 +11,14 @@ params are resharded device to device into each server (loop/weight_sync.py, in 
 thread) with version = step; every sampled token carries the version that produced it.
 Checkpoints (Orbax, written by every process) hold the train state and the exact data position
 (loop/task_stream.py); a restarted run resumes from the latest one, also on another mesh or process
-count. Process 0 writes metrics and the HF export. `deterministic` orders the batches so that a
-resumed run reproduces the uninterrupted one; `record_dir` / `replay_dir` store and replay batches.
+count. Process 0 writes metrics and the HF export; every process appends what happened to each
+group it consumed to `<output_dir>/rollouts.jsonl` (rollout/GroupScheduler records: fate, scored
+episodes, failures by kind) before the step's checkpoint. `deterministic` orders the batches so
+that a resumed run reproduces the uninterrupted one; `record_dir` / `replay_dir` store and replay
+batches.
+
+Before its first rollout the run sweeps what killed runs' sandboxes left on this host (sandbox/
+census.py, by the project's own markers) and closes its own sandboxes on SIGTERM / SIGHUP.
 
 The server is a loop/policy_server.PolicyServer: in-process (above), or with `serving.address` a
 separately launched one (launch/serve.py; one process) that the loop pushes its weights to through
@@ -31,7 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
+import pathlib
 import time
 
 import jax
@@ -49,6 +57,7 @@ from tmax_jax.loop.policy import load_policy
 from tmax_jax.loop.policy_server import PolicyServer, open_server
 from tmax_jax.loop.steps import StepDriver, export_hf
 from tmax_jax.models import registry
+from tmax_jax.sandbox import census, runtime
 from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import distributed
@@ -102,11 +111,26 @@ def _train(job: _Job, step: int, local, extra: dict) -> dict:
   return {**m, **extra}
 
 
-def _finish_step(job: _Job, step: int, m: dict, consumed: list[int]) -> None:
-  """Data position over all processes, then the driver's metrics and checkpoint."""
+def rollout_log(output_dir: str) -> pathlib.Path:
+  """This process's rollout log (one JSON line per consumed group, with its step)."""
+  n, i = jax.process_count(), jax.process_index()
+  name = "rollouts.jsonl" if n == 1 else f"rollouts.process_{i}_of_{n}.jsonl"
+  return pathlib.Path(output_dir) / name
+
+
+def _finish_step(
+  job: _Job, step: int, m: dict, consumed: list[int], records: list[dict] = ()
+) -> None:
+  """Data position over all processes, the step's rollout records (before the checkpoint: a
+  step whose records are written but not checkpointed is redone after a crash), then the
+  driver's metrics and checkpoint."""
   every = distributed.allgather_json(sorted(consumed))
   job.position = job.position.merged(i for part in every for i in part)
   m["data/consumed"] = float(job.position.count)
+  if records:
+    lines = "".join(json.dumps({"step": step + 1, **r}) + "\n" for r in records)
+    with open(rollout_log(job.cfg.output_dir), "a", encoding="utf-8") as f:
+      f.write(lines)
   job.steps.end_step(step, job.state, m, job.position.to_json())
 
 
@@ -166,6 +190,7 @@ async def _rl_async(job: _Job) -> None:
           log.warning("step %d: %s", step + 1, err)
           groups = []
         consumed, sched.consumed = sched.consumed, []
+        records, sched.records = sched.records, []
         extra = _rollout_metrics(groups, dict(sched.stats), version, time.perf_counter() - t0)
         # every process trains or every process skips: the step is a collective
         ready = all(distributed.allgather_json(bool(groups)))
@@ -180,7 +205,7 @@ async def _rl_async(job: _Job) -> None:
             await server.push(job.state.params, version)
             m["policy_version"] = version
         m["server_restarts"] = float(client.restarts)
-        _finish_step(job, step, m, consumed)
+        _finish_step(job, step, m, consumed, records)
     finally:
       await sched.close()
       await worker.aclose()
@@ -238,6 +263,11 @@ def run_rl(cfg: RLConfig, *, model_cfg=None, params=None) -> RLResult:
   trainer = Trainer(registry.build_model(model_cfg), model_cfg, cfg.train, place.trainer_mesh)
   state = trainer.init_state(params)
   meta = model_metadata(model_cfg, cfg.episode.family)
+  if not cfg.replay_dir:  # rollouts: reap a killed run's sandboxes, close ours on SIGTERM
+    runtime.install_signal_handlers()
+    swept = census.sweep()
+    if swept:
+      log.info("swept %d leftovers of dead runs' sandboxes: %s", len(swept), swept[:5])
   with StepDriver.open(cfg.output_dir, cfg.train.checkpoint, cfg.steps, "rl", meta) as steps:
     state, data = steps.resume(state)
     position = task_stream.Position.from_json(data) if data else task_stream.Position()

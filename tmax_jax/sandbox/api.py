@@ -24,6 +24,11 @@ class Limits:
   enforce_limits: when no cgroup can hold the sandbox (memory/pids would only be per-process
   rlimits), starting it is a SandboxError unless this is False (then the sandbox carries a
   `limit_warning` that the runner records per trial).
+
+  lifetime_s: the sandbox's hard lifetime from its start, enforced by a process outside the one
+  that started it and out of the sandbox user's reach (podman: conmon's `run --timeout`;
+  bubblewrap: a host-root watchdog in the sandbox's PID namespace): a hung owner cannot keep a
+  sandbox alive past it. A backstop above any episode + verifier time, not a per-command limit.
   """
 
   memory_mb: int = 4096
@@ -34,6 +39,7 @@ class Limits:
   max_output_mb: int = 256  # a command writing more is killed (status "output_limit")
   cpus: float | None = None  # cgroup CPU quota (v2 cpu.max; podman --cpus); None = unlimited
   enforce_limits: bool = True
+  lifetime_s: int = 4 * 3600  # above the recipe's episode (3600 s) + verifier (>= 600 s) + setup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +171,12 @@ class Sandbox(abc.ABC):
   @abc.abstractmethod
   def close(self) -> None:
     """Stops every process and removes every mount and temp dir; idempotent."""
+
+  def lost(self) -> str:
+    """ "" while the sandbox has kept working since it started; else why it stopped working at
+    some point (its shell or container died, its hard lifetime ran out, ...), even if it was
+    restarted since: whatever ran in it then was cut short by the infrastructure."""
+    return ""
 
   def __enter__(self) -> "Sandbox":
     return self

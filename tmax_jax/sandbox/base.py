@@ -1,8 +1,16 @@
 """What every backend shares: host dirs, the persistent shell, limits, lifecycle.
 
 A backend implements four hooks: `_start_anchor()` (a long-lived process that owns the sandbox's
-namespaces/container), `_stop_anchor()`, `_enter(argv, root)` (the host argv that runs `argv` inside
-the running sandbox as the sandbox user, with limits applied) and optionally `_limit_stats()`.
+namespaces/container and enforces its hard lifetime, `lifetime_left()`), `_stop_anchor()`,
+`_enter(argv, root)` (the host argv that runs `argv` inside the running sandbox as the sandbox
+user, with limits applied) and optionally `_limit_stats()` and `_anchor_exit()` (why the anchor is
+gone, "" while it runs).
+
+A sandbox that stops working under its user (the shell or the anchor dies, the host gives up on
+an unresponsive shell, the lifetime runs out) is restarted with its files kept, and `lost()` says
+why from then on: what ran in it was cut short by the infrastructure (tasks/runner.py never scores
+such a trial). A restart the sandbox asks for itself (`reset()`, a process-limit hit) is not a
+loss.
 The seams live in their own modules: `status` (what happened to a command, a pure function),
 `transfer` (upload/download), `host` (how host-side processes are wrapped and started).
 """
@@ -29,6 +37,12 @@ from tmax_jax.sandbox.transfer import FileTransfer
 
 __all__ = ["DEFAULT_PATH", "HOME", "HOST_GRACE_S", "SANDBOX_UID", "SandboxBase", "validate_spec"]
 START_TIMEOUT_S = 60.0
+# How reading a command's output ended -> why the sandbox counts as lost (a process-limit reset,
+# which the sandbox does itself, is not a loss)
+_LOST_BY_KIND = {
+  "eof": "its shell died under a command",
+  "deadline": "its shell stopped answering (no sentinel by the command's timeout + grace)",
+}
 _counter = itertools.count()
 _close_lock = threading.Lock()
 
@@ -74,7 +88,7 @@ def validate_spec(spec: EnvironmentSpec) -> None:
   lim = spec.limits
   if not isinstance(lim, Limits):
     bad("limits", "a Limits", lim)
-  for field in ("memory_mb", "max_processes", "max_file_mb", "disk_mb"):
+  for field in ("memory_mb", "max_processes", "max_file_mb", "disk_mb", "lifetime_s"):
     value = getattr(lim, field)
     if not isinstance(value, int) or value <= 0:
       bad(f"limits.{field}", "a positive int", value)
@@ -101,6 +115,8 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     self._state: str = ""
     self.cgroup: cgroups.Cgroup | None = None
     self.limit_warning: str | None = None
+    self._born = time.monotonic()  # the hard lifetime (Limits.lifetime_s) counts from here
+    self._lost = ""
     self.root = runtime.process_root() / self.name
     runtime.register(self)
     try:
@@ -108,8 +124,13 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       self._start_anchor()
       self._start_shell()
       self._seed()
+      if self._closed:  # closed by another thread while starting (its process is ending)
+        raise SandboxError(f"{self.backend} sandbox {self.name} was closed while it started")
     except BaseException:
-      self.close()
+      if self._closed:  # close() ran before some of it existed: take down what came after
+        self._teardown()
+      else:
+        self.close()
       raise
 
   # -------------------------------------------------------------------------------- host side
@@ -118,7 +139,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     return SANDBOX_UID
 
   def _prepare_host(self) -> None:
-    self.root.mkdir(parents=True)
+    self.root.mkdir()  # not parents: a process root that close_all removed stays removed
     if os.geteuid() == 0:  # a size-limited tmpfs: the disk limit for everything the sandbox writes
       # (where mounting is not allowed, only the per-file limit applies)
       subprocess.run(
@@ -239,6 +260,33 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
   def _limit_stats(self) -> dict[str, int]:
     return self.cgroup.stats() if self.cgroup else dict(status.NO_STATS)
 
+  def _anchor_exit(self) -> str:
+    """Why the anchor process is gone ("exit 137"), "" while it runs (or none was started)."""
+    return ""
+
+  def _anchor_runs(self) -> bool:
+    return not self._anchor_exit()
+
+  # ------------------------------------------------------------------------------ lifetime
+  def lifetime_left(self) -> float:
+    """Seconds until the hard lifetime (Limits.lifetime_s) ends the sandbox."""
+    return self.spec.limits.lifetime_s - (time.monotonic() - self._born)
+
+  def lost(self) -> str:
+    if not self._lost and not self._closed:
+      gone = self._anchor_exit()
+      if gone:
+        self._mark_lost(f"its {self.backend} anchor process ended ({gone})")
+    return self._lost
+
+  def _mark_lost(self, why: str) -> None:
+    """Records the first loss; a spent lifetime is named as the cause when it is the cause."""
+    if self._lost:
+      return
+    if self.lifetime_left() <= 1.0:
+      why = f"its hard lifetime of {self.spec.limits.lifetime_s} s ran out ({why})"
+    self._lost = why
+
   # ------------------------------------------------------------------------------ the shell
   def _start_shell(self) -> None:
     argv = self._enter(self._inner(["bash", "--noprofile", "--norc"]))
@@ -292,10 +340,20 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     with contextlib.suppress(OSError):
       proc.stdout.close()
 
-  def _hard_restart(self) -> None:
-    """Kills every process of the sandbox and starts the anchor and shell again (files are kept)."""
+  def _hard_restart(self, lost: str = "") -> None:
+    """Kills every process of the sandbox and starts the anchor and shell again (files are kept).
+    lost: why the sandbox stopped working ("" for a restart it asked for itself: reset, limits)."""
     if self._closed:
       raise SandboxError(f"{self.backend} sandbox {self.name} is closed")
+    if lost:
+      gone = self._anchor_exit()
+      self._mark_lost(f"its {self.backend} anchor process ended ({gone})" if gone else lost)
+    if self.lifetime_left() <= 0:
+      self._mark_lost("restart refused")
+      raise SandboxError(
+        f"{self.backend} sandbox {self.name}: its hard lifetime of "
+        f"{self.spec.limits.lifetime_s} s is over; not restarted"
+      )
     self._stop_shell()
     self._stop_anchor()
     if self.cgroup:
@@ -310,7 +368,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       if self._closed:
         raise SandboxError(f"{self.backend} sandbox {self.name} is closed")
       if self._proc is None or self._proc.poll() is not None:
-        self._hard_restart()
+        self._hard_restart(lost="its shell had died")
       return self._run_locked(command, timeout_s, max_output_chars)
 
   def _run_locked(self, command: str, timeout_s: float, max_chars: int) -> CommandResult:
@@ -327,6 +385,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       start + timeout + HOST_GRACE_S,
       on_limit=lambda: self._cancel(cmd_id),
       limit_bytes=self.spec.limits.max_output_mb << 20,
+      alive=self._anchor_runs,
     )
     for f in ("cmd", "why"):
       with contextlib.suppress(OSError):
@@ -348,7 +407,8 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     )
     state, note = status.classify(ev, self.spec.limits)
     if state == "limit_reset" or kind in ("eof", "deadline"):
-      self._hard_restart()  # restores the last good state (cwd, env) into the new shell
+      # restores the last good state (cwd, env) into the new shell
+      self._hard_restart(lost=_LOST_BY_KIND.get(kind, ""))
       state = "limit" if state == "limit_reset" else state
     output = capture.text(max_chars)
     if note:
@@ -391,6 +451,10 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       if self._closed:
         return
       self._closed = True
+    self._teardown()
+
+  def _teardown(self) -> None:
+    """Stops and removes everything the sandbox made so far (repeatable)."""
     with contextlib.suppress(Exception):
       self._stop_shell()
     with contextlib.suppress(Exception):

@@ -10,12 +10,20 @@ memory/pids limits apply to every process.
 Root filesystem: a tmpfs root with each top-level entry of the image rootfs bind-mounted read-only
 (directories that contain a writable bind are mirrored one level deeper), the writable binds on top,
 then `--remount-ro /`. So nothing outside the binds can be written and any workdir can be a bind.
+
+Hard lifetime (Limits.lifetime_s): a watchdog `sleep <left>; kill -KILL -1` joins the sandbox's PID
+namespace only (nsenter -p), as host root in its own session: it outlives a hung or killed owner,
+the sandbox user can neither signal nor stop it (another user namespace), and it dies with the
+namespace when the sandbox ends first. kill -1 from inside the namespace ends every process but
+pid 1, whose exit then takes the namespace down. Not root: it joins the sandbox's user namespace
+too, so the sandbox user could kill it (the owner's pipe EOF still ends the sandbox).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pathlib
 import posixpath
@@ -88,6 +96,7 @@ class BubblewrapSandbox(base.SandboxBase):
     self.rootfs = rootfs.resolve()
     self._uid = random.randrange(200_000, 300_000) if os.geteuid() == 0 else os.getuid()
     self._anchor: subprocess.Popen | None = None
+    self._watchdog: subprocess.Popen | None = None
     self._child_pid = 0
     super().__init__(spec)
 
@@ -173,6 +182,40 @@ class BubblewrapSandbox(base.SandboxBase):
         f"bubblewrap failed to start the sandbox from {self.rootfs}: "
         f"{err.decode(errors='replace').strip() or 'no child pid reported'}"
       )
+    self._watchdog = subprocess.Popen(
+      self.watchdog_args(),
+      stdin=subprocess.DEVNULL,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+      start_new_session=True,  # not in our process group: outlives a killed owner
+      env=self._host_env(),
+    )
+
+  def watchdog_args(self) -> list[str]:
+    """The lifetime watchdog's argv (module docstring): in the sandbox's PID namespace."""
+    if os.geteuid() == 0:
+      ns = ["-p"]
+    else:
+      uid = str(base.SANDBOX_UID)
+      ns = ["-U", "-p", "-S", uid, "-G", uid]
+    left = str(max(1, math.ceil(self.lifetime_left())))
+    script = 'sleep "$1"; kill -KILL -1'
+    return [
+      "nsenter",
+      "-t",
+      str(self._child_pid),
+      *ns,
+      "--",
+      "/bin/sh",
+      "-c",
+      script,
+      "tmax-life",
+      left,
+    ]
+
+  def _anchor_exit(self) -> str:
+    code = self._anchor.poll() if self._anchor is not None else None
+    return "" if code is None else f"exit {code}"
 
   def _stop_anchor(self) -> None:
     anchor, self._anchor = self._anchor, None
@@ -189,6 +232,14 @@ class BubblewrapSandbox(base.SandboxBase):
       with contextlib.suppress(OSError):
         pipe.close()
     self._child_pid = 0
+    watchdog, self._watchdog = self._watchdog, None
+    if watchdog is not None:  # it died with the namespace; reap it (or end it if it did not)
+      try:
+        watchdog.wait(timeout=5)
+      except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+          os.killpg(watchdog.pid, 9)
+        watchdog.wait(timeout=5)
 
   def _enter(self, argv: list[str], *, root: bool = False) -> list[str]:
     if not self._child_pid:

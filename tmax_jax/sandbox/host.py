@@ -158,14 +158,23 @@ class HostProcesses:
     reader = shell.SentinelReader(out.fileno(), b"\0never\0")
     limit = self.spec.limits.max_output_mb << 20
     kind, _, _ = reader.read_until(
-      0, capture, start + deadline_s, limit_bytes=limit, on_limit=lambda: True
+      0,
+      capture,
+      start + deadline_s,
+      limit_bytes=limit,
+      on_limit=lambda: True,
+      alive=getattr(self, "_anchor_runs", None),
     )
     if kind in ("deadline", "limit"):
       if kill_file:
         self._kill_from_pid_file(kill_file)
       killpg(proc)
     out.close()  # a writer still inside the sandbox gets SIGPIPE
-    rc = proc.wait()
+    try:
+      rc = proc.wait(timeout=HOST_GRACE_S)
+    except subprocess.TimeoutExpired:  # the sandbox died under a stopped host-side process
+      killpg(proc)
+      rc = proc.wait()
     if rc in (128 + 9, -9):  # timeout -s KILL or our kill
       rc = None
     timed_out = kind == "deadline" or (

@@ -56,12 +56,28 @@ def layer_path(layer_id: str) -> pathlib.Path:
   return store() / "layers" / layer_id
 
 
-def sweep_tmp() -> None:
-  """Removes half-built layers of builder processes that died (SIGKILL) mid-step."""
+def stale_scratch() -> list[pathlib.Path]:
+  """Half-built layers (`.tmp-<id>-<pid>-<n>`) and COPY staging dirs (`<pid>-<uuid>`) of builder
+  processes that died (SIGKILL) mid-step."""
+  found = []
   for tmp in (store() / "layers").glob(".tmp-*"):
     pid = tmp.name.rsplit("-", 2)[-2]
     if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
-      shutil.rmtree(tmp, ignore_errors=True)
+      found.append(tmp)
+  for stage in (store() / "staging").glob("*-*"):
+    pid = stage.name.split("-", 1)[0]
+    if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
+      found.append(stage)
+  return found
+
+
+def sweep_tmp() -> list[str]:
+  """Removes stale_scratch(); returns what it removed."""
+  removed = []
+  for path in stale_scratch():
+    shutil.rmtree(path, ignore_errors=True)
+    removed.append(str(path))
+  return removed
 
 
 def layer_done(layer_id: str) -> bool:

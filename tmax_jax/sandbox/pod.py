@@ -226,6 +226,9 @@ class PodmanPod(podman.PodmanSandbox):
         "sandbox",
         "--share",
         "net,uts",
+        # the infra container stops with the last container (e.g. at their --timeout lifetime)
+        "--exit-policy",
+        "stop",
         "--memory",
         f"{lim.memory_mb}m",
         "--memory-swap",
@@ -249,7 +252,7 @@ class PodmanPod(podman.PodmanSandbox):
       self._service_container(svc.name),
       "--label",
       f"tmax_owner={runtime.owner_tag()}",
-      *podman.limit_args(self.spec.limits),
+      *podman.limit_args(self.spec.limits, self.lifetime_left()),
       "--cap-drop",
       "ALL",
       *(a for cap in SERVICE_CAPS for a in ("--cap-add", cap)),

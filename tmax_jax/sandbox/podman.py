@@ -6,6 +6,8 @@ storage root (`<cache>/podman/storage`, runroot /run/tmax_jax/podman). The ancho
 `podman run -i --rm ... sh -c 'read x'`: when this process dies its stdin closes, the container
 exits and is removed. Limits: --memory, --pids-limit, --ulimit fsize/data/cpu, --network none,
 --cap-drop ALL, no-new-privileges, --read-only root with the same writable binds as bubblewrap.
+Hard lifetime (Limits.lifetime_s): `--timeout <seconds left>` on every container, enforced by its
+conmon (outside the container and outside this process).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import math
 import os
 import pathlib
 import select
@@ -169,9 +172,12 @@ def sweep_stale_containers() -> list[str]:
   return removed
 
 
-def limit_args(lim) -> list[str]:
-  """`podman run` options for `Limits` (every container of a sandbox or pod gets them)."""
+def limit_args(lim, lifetime_left_s: float) -> list[str]:
+  """`podman run` options for `Limits` (every container of a sandbox or pod gets them); the hard
+  lifetime is what is left of it (`lifetime_left_s`: a restarted container gets no new one)."""
   args = [
+    "--timeout",
+    str(max(1, math.ceil(lifetime_left_s))),
     "--memory",
     f"{lim.memory_mb}m",
     "--memory-swap",
@@ -244,7 +250,7 @@ class PodmanSandbox(base.SandboxBase):
       "--label",
       f"tmax_owner={runtime.owner_tag()}",
       *self._network_args(),
-      *limit_args(self.spec.limits),
+      *limit_args(self.spec.limits, self.lifetime_left()),
       "--cap-drop",
       "ALL",
       "--security-opt",
@@ -322,6 +328,10 @@ class PodmanSandbox(base.SandboxBase):
 
   def _host_env(self) -> dict[str, str]:
     return podman_env()
+
+  def _anchor_exit(self) -> str:
+    code = self._anchor.poll() if self._anchor is not None else None
+    return "" if code is None else f"podman run exit {code}"
 
   def _enter(self, argv: list[str], *, root: bool = False) -> list[str]:
     uid = "0:0" if root else f"{base.SANDBOX_UID}:{base.SANDBOX_UID}"

@@ -13,7 +13,7 @@ import contextlib
 import threading
 from typing import Callable
 
-from tmax_jax.sandbox import open_sandbox, runtime
+from tmax_jax.sandbox import census, open_sandbox
 from tmax_jax.sandbox.api import EnvironmentSpec, Sandbox, SandboxError
 
 
@@ -131,14 +131,4 @@ class SandboxPool:
   @staticmethod
   def sweep() -> list[str]:
     """Removes temp dirs, cgroups, containers and instances left by dead processes."""
-    removed = runtime.sweep_stale()
-    with contextlib.suppress(Exception):
-      from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
-
-      if podman.podman_available() is None:
-        removed += podman.sweep_stale_containers()
-    with contextlib.suppress(Exception):
-      from tmax_jax.sandbox import apptainer  # pylint: disable=import-outside-toplevel
-
-      removed += apptainer.sweep_stale_instances()
-    return removed
+    return census.sweep()

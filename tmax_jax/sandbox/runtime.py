@@ -2,10 +2,12 @@
 
 Every sandbox of this process keeps its host dirs under one per-process root
 `<tmp>/tmax_sandboxes/p<pid>-<start ticks>/` and its cgroups under `tmax_jax/p<pid>-<start
-ticks>-<n>` (cgroups.py: v1 memory + pids, or a delegated v2 subtree). `close_all()` runs at exit
-and on SIGTERM/SIGINT/SIGHUP; `sweep_stale()` removes roots, mounts and cgroups left by processes
-that died without cleaning up (SIGKILL): their sandboxes' own processes already died with them (the
-anchor exits on pipe EOF).
+ticks>-<n>` (cgroups.py: v1 memory + pids, or a delegated v2 subtree); the trials' scratch dirs
+(`scratch_dir`) live under the same root. `close_all()` runs at exit and on SIGTERM/SIGHUP
+(`install_signal_handlers`, from the main thread); `sweep_stale()` removes roots, mounts and
+cgroups left by processes that died without cleaning up (SIGKILL): their sandboxes' own processes
+already died with them (the anchor exits on pipe EOF). census.py counts and sweeps every backend's
+leftovers.
 """
 
 from __future__ import annotations
@@ -17,13 +19,18 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 
 from tmax_jax.sandbox import cgroups
+from tmax_jax.sandbox.api import SandboxError
 
 _lock = threading.Lock()
 _live: set = set()  # strong refs: a sandbox dropped without close() is still closed at exit
 _installed = False
+_signal_lock = threading.Lock()
+_signals_installed = False
+_closing = threading.Event()  # close_all ran: the process is ending
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -53,11 +60,21 @@ def tmp_base() -> pathlib.Path:
 
 
 def process_root() -> pathlib.Path:
-  """This process's root of sandbox host dirs (created on first use)."""
+  """This process's root of sandbox host dirs (created on first use; not once close_all ran:
+  the process is ending and what it made there is being removed)."""
   root = tmp_base() / owner_tag()
-  root.mkdir(parents=True, exist_ok=True)
+  with _lock:  # close_all sets _closing under it, then removes the root
+    if _closing.is_set():
+      raise SandboxError("this process is shutting down its sandboxes; no new one starts")
+    root.mkdir(parents=True, exist_ok=True)
   tmp_base().chmod(0o755)
   return root
+
+
+def scratch_dir(prefix: str) -> tempfile.TemporaryDirectory:
+  """A temporary directory under this process's root, so that the sweep removes it when this
+  process dies without cleaning up (a plain /tmp/<prefix>* dir would be left behind)."""
+  return tempfile.TemporaryDirectory(prefix=prefix, dir=process_root())
 
 
 def mounts_under(path: pathlib.Path) -> list[str]:
@@ -86,18 +103,34 @@ def remove_tree(path: pathlib.Path) -> None:
 
 
 def register(sandbox) -> None:
-  """Tracks a live sandbox so that exit / fatal signals close it."""
+  """Tracks a live sandbox so that exit / fatal signals close it. Refuses once the process is
+  closing them (close_all): a sandbox started then would outlive the sweep of its owner's dirs."""
   global _installed
   with _lock:
+    if _closing.is_set():
+      raise SandboxError("this process is shutting down its sandboxes; no new one starts")
     _live.add(sandbox)
     if not _installed:
       _installed = True
       atexit.register(close_all)
       with contextlib.suppress(Exception):  # leftovers of crashed processes (their owners are dead)
         sweep_stale()
-      if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-          _chain_signal(sig)
+      install_signal_handlers()
+
+
+def install_signal_handlers() -> bool:
+  """SIGTERM / SIGHUP close every live sandbox before the process ends. Only the main thread can
+  install them: a job whose sandboxes start in worker threads (the RL loop) calls this first.
+  Returns whether they are installed."""
+  global _signals_installed
+  if threading.current_thread() is not threading.main_thread():
+    return _signals_installed
+  with _signal_lock:
+    if not _signals_installed:
+      for sig in (signal.SIGTERM, signal.SIGHUP):
+        _chain_signal(sig)
+      _signals_installed = True
+  return True
 
 
 def unregister(sandbox) -> None:
@@ -121,14 +154,22 @@ def _chain_signal(sig: int) -> None:
 
 
 def close_all() -> None:
-  """Closes every live sandbox of this process, then removes the process root."""
+  """Closes every live sandbox of this process, then removes the process root with whatever is
+  left in it (the scratch dirs of trials that were running: the process is ending). Sandboxes
+  that other threads are starting meanwhile are closed too (they tear down what they made)."""
   with _lock:
-    live = list(_live)
-  for sb in live:
-    with contextlib.suppress(Exception):
-      sb.close()
+    _closing.set()
+  for _ in range(50):
+    with _lock:
+      live = list(_live)
+    if not live:
+      break
+    for sb in live:
+      with contextlib.suppress(Exception):
+        sb.close()
+      unregister(sb)
   root = tmp_base() / owner_tag()
-  if root.exists() and not any(root.iterdir()):
+  if root.exists():
     with contextlib.suppress(OSError):
       remove_tree(root)
 

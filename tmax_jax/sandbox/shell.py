@@ -150,8 +150,12 @@ class SentinelReader:
     deadline: float,
     on_limit=None,
     limit_bytes: int | None = None,
+    alive=None,
   ) -> tuple[str, int | None, str]:
-    """-> ("done", rc, why) | ("eof", None, "") | ("deadline", None, "") | ("limit", None, "")."""
+    """-> ("done", rc, why) | ("eof", None, "") | ("deadline", None, "") | ("limit", None, "").
+    alive(): checked while no output arrives; False reads as "eof" (the sandbox died, but a
+    host-side process that holds the pipe, e.g. nsenter stopped with its stopped child, keeps it
+    open)."""
     marker = b"\n" + self.token + b" " + str(cmd_id).encode() + b" "
     window, self.pending = self.pending, b""
     limited = False
@@ -186,6 +190,9 @@ class SentinelReader:
           capture.add(window)
           return "eof", None, ""
         window += chunk
+      elif alive is not None and not alive():
+        capture.add(window)
+        return "eof", None, ""
 
   def read_line_with(self, needle: bytes, deadline: float) -> bool:
     """Reads until a line containing `needle` (start-up handshake); False on EOF or deadline."""

@@ -4,8 +4,10 @@ A trial: start a sandbox from the task environment -> let an "agent" act (nothin
 /solution/solve.sh, any solve script, or a callback) -> upload /tests -> run
 `(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1` under the verifier timeout -> read
 /logs/verifier/reward.json (flat dict of numbers) else reward.txt (one float, clamped to [0, 1]).
-A missing or empty reward file raises RewardMissingError; it is never read as a zero. An OOM, a
-verifier timeout or a sandbox failure (e.g. a failed reset) is reward 0 with the reason recorded.
+A missing or empty reward file raises RewardMissingError; it is never read as a zero. An OOM of
+the solution or of the tests, or the tests' timeout, is reward 0 with the reason recorded (the
+tests run what the agent left). A failure of the infrastructure is never a reward: the result's
+`failure` names its kind (INFRA_FAILURES) and its reward means nothing (BUILD_NOTES "Scoring").
 A task whose docker-compose.yaml has several services runs as a podman pod (tasks/compose.py,
 sandbox/pod.py): the agent and the verifier in the main service, the others next to it; off
 podman it raises TaskUnsupportedError (reported, never a zero).
@@ -20,12 +22,11 @@ import math
 import pathlib
 import re
 import shlex
-import tempfile
 import time
 from typing import Callable, Mapping
 
-from tmax_jax.sandbox import open_pod, open_sandbox, pod_unsupported
-from tmax_jax.sandbox.api import CommandResult, PodSpec, Sandbox, SandboxError
+from tmax_jax.sandbox import open_pod, open_sandbox, pod_unsupported, runtime
+from tmax_jax.sandbox.api import CommandResult, Limits, PodSpec, Sandbox, SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
 from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import environment as envlib
@@ -39,8 +40,23 @@ LOG_CHARS = 20_000
 _OOM_RE = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|[Oo]ut of memory")
 
 
+# The kinds of infrastructure failure a trial can end in (RunResult.failure; the RL loop's
+# `kind` of a dropped episode): never scored.
+INFRA_FAILURES = {
+  "build_failed": "the task's environment did not build",
+  "sandbox_start": "the sandbox did not start",
+  "sandbox_lost": "the sandbox stopped working under the trial (shell or container died, killed "
+  "from outside, hard lifetime ran out, a sandbox call failed)",
+  "verifier_error": "the verifier wrote no reward or an unreadable one",
+}
+
+
 class RewardError(RuntimeError):
-  """The verifier ran but its reward could not be read."""
+  """The verifier ran but its reward could not be read (infrastructure: the task's tests are
+  broken, not the policy's answer)."""
+
+  kind = "verifier_error"
+  sandbox = ""  # the sandbox the verifier ran in (set by run_trial)
 
   def __init__(self, message: str, logs: Mapping[str, str] | None = None):
     super().__init__(message)
@@ -77,6 +93,7 @@ class RunnerConfig:
   min_verifier_timeout_s: float = 600.0
   allow_network: bool = False  # give sandboxes a network (off: loopback only)
   verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
+  sandbox_lifetime_s: int = Limits.lifetime_s  # each sandbox's hard lifetime (api.Limits)
 
 
 # RunResult.reason prefix of an environment that did not build (the error follows; a failure that
@@ -87,13 +104,26 @@ BUILD_FAILED = "build_failed"
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
-  """reward in [0, 1]; rewards: the full reward.json (or {"reward": r}); reason "ok" or why 0."""
+  """reward in [0, 1]; rewards: the full reward.json (or {"reward": r}); reason "ok" or why 0.
+  failure: "" for a scored trial, else its INFRA_FAILURES kind (reward is then 0 and means
+  nothing: never use it as a score). sandbox: the sandbox's name; verified_at: the wall time
+  (time.time) the reward was read (0 when none was)."""
 
   reward: float
   rewards: Mapping[str, float]
   reason: str
   logs: Mapping[str, str]
   duration_s: float = 0.0
+  failure: str = ""
+  sandbox: str = ""
+  verified_at: float = 0.0
+
+
+def infra_result(kind: str, reason: str, logs: Mapping[str, str], sandbox: str = "") -> RunResult:
+  """The RunResult of a trial that ended in an infrastructure failure of `kind`."""
+  if kind not in INFRA_FAILURES:
+    raise ValueError(f"unknown infrastructure failure {kind!r}; expected one of {INFRA_FAILURES}")
+  return RunResult(0.0, {}, reason, logs, failure=kind, sandbox=sandbox)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,7 +242,7 @@ def verify(sb: Sandbox, task: Task, config: RunnerConfig = RunnerConfig()) -> Ru
     res = sb.run(cmd, timeout_s=timeout)
   else:
     res = sb.exec(["bash", "-c", cmd], timeout_s=timeout)
-  with tempfile.TemporaryDirectory(prefix="tmax_verifier_") as tmp:
+  with runtime.scratch_dir("verifier-") as tmp:
     host = pathlib.Path(tmp) / "verifier"
     try:
       sb.download(VERIFIER_LOGS, host)
@@ -226,9 +256,11 @@ def verify(sb: Sandbox, task: Task, config: RunnerConfig = RunnerConfig()) -> Ru
     }
     elapsed = time.monotonic() - start
     if res.status in ("oom", "timeout"):
-      return RunResult(0.0, {"reward": 0.0}, f"verifier_{res.status}", logs, elapsed)
+      return RunResult(
+        0.0, {"reward": 0.0}, f"verifier_{res.status}", logs, elapsed, verified_at=time.time()
+      )
     reward, rewards = read_reward_dir(host, logs)
-  return RunResult(reward, rewards, "ok", logs, time.monotonic() - start)
+  return RunResult(reward, rewards, "ok", logs, time.monotonic() - start, verified_at=time.time())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -343,9 +375,22 @@ def trial_plugin(backend: str | None):
   return importlib.import_module(TRIAL_PLUGINS[plugin])
 
 
+class SandboxStartError(SandboxError):
+  """The environment is there but the sandbox did not start from it (infrastructure)."""
+
+
+def _with_lifetime(spec, config: RunnerConfig):
+  """The spec with RunnerConfig.sandbox_lifetime_s as its hard lifetime."""
+  if isinstance(spec, PodSpec):
+    return dataclasses.replace(spec, main=_with_lifetime(spec.main, config))
+  limits = dataclasses.replace(spec.limits, lifetime_s=config.sandbox_lifetime_s)
+  return dataclasses.replace(spec, limits=limits)
+
+
 def _start(task: Task, config: RunnerConfig, logs: dict, open_fn: Callable | None) -> Sandbox:
   """The trial's started sandbox: a provider's (backend "<plugin>:<kind>"), else ours from the
-  task's built image (a podman pod for a multi-service compose task)."""
+  task's built image (a podman pod for a multi-service compose task). A sandbox that does not
+  start from a built environment raises SandboxStartError."""
   plugin = trial_plugin(config.backend)
   if plugin is not None:
     names = compose_lib.service_names(task)
@@ -357,15 +402,63 @@ def _start(task: Task, config: RunnerConfig, logs: dict, open_fn: Callable | Non
     return plugin.open_trial_sandbox(task, config, logs)
   comp = trial_compose(task, config)
   spec = pod_trial_spec(task, comp, config, logs) if comp else task_spec(task, config, logs)
-  return (open_fn or (lambda s: _open(s, config)))(spec)
+  try:
+    return (open_fn or (lambda s: _open(s, config)))(_with_lifetime(spec, config))
+  except SandboxStartError:
+    raise
+  except SandboxError as err:
+    raise SandboxStartError(str(err)) from err
 
 
 def _on_disk(task: Task, keep: list) -> Task:
   if task.path is not None:
     return task
-  tmp = tempfile.TemporaryDirectory(prefix="tmax_task_")
+  tmp = runtime.scratch_dir("task-")
   keep.append(tmp)
   return write_task(task, pathlib.Path(tmp.name) / (task.name or "task"))
+
+
+def _solve(sb: Sandbox, task: Task, solution: Files, tmp: str, logs: dict) -> RunResult | None:
+  """Runs `solution` as the oracle; a RunResult when it ran out of memory (reward 0)."""
+  sol_dir = pathlib.Path(tmp) / "solution"
+  for rel, data in solution.items():
+    (sol_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+    (sol_dir / rel).write_bytes(data)
+  res = run_solution(sb, task, sol_dir)
+  logs["oracle.txt"] = _download_text(sb, "/logs/agent/oracle.txt", pathlib.Path(tmp))
+  if res.status == "oom" or (res.exit_code != 0 and _OOM_RE.search(logs["oracle.txt"][-4000:])):
+    return RunResult(0.0, {"reward": 0.0}, "agent_oom", logs)
+  return None
+
+
+def _in_sandbox(sb: Sandbox, task, agent, config, solution, before, logs: dict) -> RunResult:
+  """The trial's steps in its started sandbox; a sandbox that stopped working at any point (its
+  `lost()`) makes it an infrastructure failure whatever the verifier said."""
+  name = getattr(sb, "name", "")
+  with runtime.scratch_dir("trial-") as tmp:
+    try:
+      if before is not None:
+        before(sb)
+      result = _solve(sb, task, solution, tmp, logs) if solution is not None else None
+      if result is None:
+        if agent is not None:
+          agent(sb)
+        result = verify(sb, task, config)
+    except SandboxError as err:
+      return infra_result("sandbox_lost", f"sandbox_error: {err}", logs, name)
+    except RewardError as err:
+      if not sb.lost():
+        err.logs.update(logs)
+        err.sandbox = name
+        raise
+      result = None
+    finally:
+      for svc, text in getattr(sb, "service_logs", dict)().items():
+        logs[f"service-{svc}.txt"] = text
+  lost = sb.lost()
+  if lost:
+    return infra_result("sandbox_lost", f"sandbox_lost: {lost}", logs, name)
+  return dataclasses.replace(result, logs={**logs, **result.logs}, sandbox=name)
 
 
 def run_trial(
@@ -381,51 +474,25 @@ def run_trial(
   checks; `agent(sandbox)` acts before the verifier; with neither, the agent does nothing.
   `before(sandbox)` runs first, right after the environment is built (e.g. a smoke test).
   A multi-service compose task runs in a podman pod (its services' output goes to
-  logs["service-<name>.txt"]; open_fn then gets the PodSpec), or raises TaskUnsupportedError."""
+  logs["service-<name>.txt"]; open_fn then gets the PodSpec), or raises TaskUnsupportedError.
+  An infrastructure failure (INFRA_FAILURES) is returned with `failure` set, never as a score."""
   start, keep = time.monotonic(), []
   task = _on_disk(task, keep)
   logs: dict[str, str] = {}
   try:
     try:  # TaskUnsupportedError (a pod off podman, a compose feature pods lack) goes up
       sb = _start(task, config, logs, open_fn)
+    except SandboxStartError as err:
+      result = infra_result("sandbox_start", f"sandbox_start: {err}", logs)
     except (SandboxError, DockerfileError, TaskFormatError) as err:  # a broken environment
-      return RunResult(
-        0.0, {"reward": 0.0}, f"{BUILD_FAILED}: {err}", logs, time.monotonic() - start
-      )
-    if getattr(sb, "limit_warning", None):
-      logs["environment.txt"] = logs.get("environment.txt", "") + f"warning: {sb.limit_warning}\n"
-    with sb:
-      with tempfile.TemporaryDirectory(prefix="tmax_trial_") as tmp:
-        try:
-          if before is not None:
-            before(sb)
-          if solution is not None:
-            sol_dir = pathlib.Path(tmp) / "solution"
-            for rel, data in solution.items():
-              (sol_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-              (sol_dir / rel).write_bytes(data)
-            res = run_solution(sb, task, sol_dir)
-            logs["oracle.txt"] = _download_text(sb, "/logs/agent/oracle.txt", pathlib.Path(tmp))
-            if res.status == "oom" or (
-              res.exit_code != 0 and _OOM_RE.search(logs["oracle.txt"][-4000:])
-            ):
-              return RunResult(0.0, {"reward": 0.0}, "agent_oom", logs, time.monotonic() - start)
-          if agent is not None:
-            agent(sb)
-          result = verify(sb, task, config)
-        except SandboxError as err:
-          return RunResult(
-            0.0, {"reward": 0.0}, f"sandbox_error: {err}", logs, time.monotonic() - start
-          )
-        except RewardMissingError as err:
-          err.logs.update(logs)
-          raise
-        finally:
-          for name, text in getattr(sb, "service_logs", dict)().items():
-            logs[f"service-{name}.txt"] = text
-    return dataclasses.replace(
-      result, logs={**logs, **result.logs}, duration_s=time.monotonic() - start
-    )
+      result = infra_result("build_failed", f"{BUILD_FAILED}: {err}", logs)
+    else:
+      if getattr(sb, "limit_warning", None):
+        warning = f"warning: {sb.limit_warning}\n"
+        logs["environment.txt"] = logs.get("environment.txt", "") + warning
+      with sb:
+        result = _in_sandbox(sb, task, agent, config, solution, before, logs)
+    return dataclasses.replace(result, duration_s=time.monotonic() - start)
   finally:
     for t in keep:
       t.cleanup()

@@ -22,9 +22,7 @@ import os
 import pathlib
 import sys
 
-# 8 fake devices, as the tests use, although the largest sequence axis here is 4: on XLA:CPU a
-# Qwen3.5 train step whose sequence axis spans *every* device never finishes (BUILD_NOTES "Long
-# context", known hang), so the sequence meshes must leave devices spare.
+# 8 fake devices, as the tests use (the largest sequence axis here is 4).
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"

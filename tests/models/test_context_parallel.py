@@ -1,6 +1,7 @@
 """Context parallelism over the `sequence` mesh axis (fake CPU devices): ring attention, the Gated
 DeltaNet state passed across shards, whole models (logits and gradients equal the unsharded model,
-fp32 1e-5), a train step with sequence = 2 equal to sequence = 1, and T/S activations per device."""
+fp32 1e-5), train steps with sequence = 2 and sequence = every device equal to sequence = 1, and
+T/S activations per device."""
 
 import pathlib
 import sys
@@ -130,6 +131,23 @@ def test_train_step_sequence_2_equals_sequence_1(cfg):
   for key in ("loss", "grad_norm", "kept_frac", "entropy", "n_tokens"):
     np.testing.assert_allclose(metrics_2[key], metrics_1[key], rtol=TOL, err_msg=key)
   assert_trees_close(params_2, params_1, TOL)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800, method="thread")  # a deadlock fails the run instead of hanging CI
+def test_qwen3_5_train_step_sequence_spanning_every_device():
+  """The 9B / TerminalHorizon mesh shape: sequence = all 8 devices, chunk 64, packed rows. It
+  deadlocked on XLA:CPU while the UT solve was jaxlib's LAPACK trsm (BUILD_NOTES "Long
+  context"); now it finishes and equals sequence = 1."""
+  cfg = long_context.small_models(tiny=True)["qwen3_5"].replace(attention_impl="blockwise")
+  assert cfg.family_config.chunk_size == 64  # per-shard solves big enough to be split by LAPACK
+  batch = long_context.random_rows(cfg, 2, 128)
+  every = sharding.make_mesh(data=1, fsdp=1, sequence=jax.device_count())
+  params_1, metrics_1 = train_step(cfg, seq_mesh(1), batch)
+  params_8, metrics_8 = train_step(cfg, every, batch)
+  for key in ("loss", "grad_norm", "kept_frac", "entropy", "n_tokens"):
+    np.testing.assert_allclose(metrics_8[key], metrics_1[key], rtol=TOL, err_msg=key)
+  assert_trees_close(params_8, params_1, TOL)
 
 
 @pytest.mark.slow

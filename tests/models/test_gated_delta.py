@@ -167,3 +167,28 @@ def test_bad_head_grouping_is_rejected():
   q, k, v, g, beta, _ = _inputs(k=3, n=4)
   with pytest.raises(ValueError, match="multiple of key heads"):
     gd.chunk_gated_delta_rule(q, k, v, g, beta)
+
+
+@pytest.mark.parametrize("c", [1, 2, 5, 8, 37, 64])
+def test_unit_lower_inverse_solves_like_trsm(c):
+  """The explicit inverse of I + strictly_lower(a) solves what LAPACK's unit-lower trsm solves;
+  a's diagonal and upper triangle are ignored, as with unit_diagonal=True."""
+  rng = np.random.default_rng(c)
+  a = jnp.asarray(rng.normal(size=(3, 2, c, c)) * 0.3, jnp.float32)
+  b = jnp.asarray(rng.normal(size=(3, 2, c, 7)), jnp.float32)
+  want = jax.lax.linalg.triangular_solve(a, b, left_side=True, lower=True, unit_diagonal=True)
+  assert _rel(gd.unit_lower_inverse(a) @ b, want) <= 1e-6
+
+
+def test_chunked_rule_calls_no_lapack_kernel():
+  """The chunked rule and its gradient compile without jaxlib's LAPACK custom calls: on XLA:CPU
+  the batched trsm kernel deadlocks the intra-op pool when every worker runs one at once (a
+  Qwen3.5 train step with a `sequence` axis spanning every device hung; BUILD_NOTES)."""
+  q, k, v, g, beta, s0 = _inputs(seed=7, t=64, n=4)
+
+  def loss(*xs):
+    out, state = gd.chunk_gated_delta_rule(*xs, chunk_size=64, initial_state=s0)
+    return jnp.sum(out) + jnp.sum(state)
+
+  hlo = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))).lower(q, k, v, g, beta).as_text()
+  assert "lapack" not in hlo and "trsm" not in hlo

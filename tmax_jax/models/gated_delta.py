@@ -7,7 +7,8 @@ with q, k L2-normalised (in fp32, eps 1e-6) and q scaled by Hk^-0.5, exactly as 
 
 Two forms with identical semantics:
 - `chunk_gated_delta_rule`: training and prefill. Within a chunk the delta rule is solved with a UT
-  transform (one unit-lower-triangular solve); a `lax.scan` carries the state across chunks.
+  transform (one unit-lower-triangular system, via its explicit inverse); a `lax.scan` carries the
+  state across chunks.
 - `recurrent_gated_delta_rule`: decode (a `lax.scan` over tokens; one step for T == 1).
 
 Packing and padding: `reset[b, t]` zeroes the state before token t is applied (a new segment starts
@@ -91,6 +92,35 @@ def recurrent_gated_delta_rule(
   return jnp.moveaxis(out, 0, 1).astype(out_dtype), state
 
 
+def unit_lower_inverse(a: jax.Array) -> jax.Array:
+  """(I + strictly_lower(a))^-1 for a [..., C, C] (a's diagonal and upper triangle are ignored).
+
+  Recursive 2x2 blocking, bottom up: [[T11, 0], [T21, T22]] with T21 = -T22 A21 T11, all levels
+  as batched matmuls (what FLA's `solve_tril` does on GPU). Not `lax.linalg.triangular_solve`: on
+  XLA:CPU that is jaxlib's LAPACK trsm kernel, which splits a large batch into tasks on the
+  intra-op thread pool and blocks its worker until they finish; when every worker of the pool is
+  in such a kernel at once (independent solves run concurrently, and a mesh with as many devices
+  as pool threads runs one per device), nobody runs the tasks and the program never finishes
+  (BUILD_NOTES "Long context", the trsm deadlock).
+  """
+  c = a.shape[-1]
+  size = 1 << max(c - 1, 0).bit_length()  # C padded to a power of two: identity rows appended
+  a = jnp.pad(a.astype(jnp.float32), [(0, 0)] * (a.ndim - 2) + [(0, size - c)] * 2)
+  lead = a.shape[:-2]
+  inv = jnp.ones(lead + (size, 1, 1), jnp.float32)  # the inverted diagonal blocks, side s
+  s = 1
+  while s < size:
+    m = size // (2 * s)  # blocks of side 2s on the diagonal
+    blocks = jnp.diagonal(a.reshape(lead + (m, 2 * s, m, 2 * s)), axis1=-4, axis2=-2)
+    a21 = jnp.moveaxis(blocks, -1, -3)[..., s:, :s]  # [..., m, s, s]
+    t11, t22 = inv[..., 0::2, :, :], inv[..., 1::2, :, :]
+    t21 = -jnp.einsum("...ij,...jk,...kl->...il", t22, a21, t11)
+    top = jnp.concatenate([t11, jnp.zeros_like(t11)], axis=-1)
+    inv = jnp.concatenate([top, jnp.concatenate([t21, t22], axis=-1)], axis=-2)
+    s *= 2
+  return inv[..., 0, :c, :c]
+
+
 def _chunk_masks(reset, b: int, m: int, c: int):
   """-> (valid [B,M,C,C]: token j's update reaches token i of the same chunk (j <= i, no reset in
   (j, i]); connected [B,M,C]: the state entering the chunk reaches token i (no reset in [0, i]))."""
@@ -135,11 +165,11 @@ def _chunk_inputs(q, k, v, g, beta, reset, chunk_size: int, use_qk_l2norm: bool)
   k_beta = k * beta[..., None]
   v_beta = v * beta[..., None]
   # UT transform: (I + strictly_lower(diag(beta) K K^T * decay)) [u | w] = [beta V | beta K
-  # exp(cum)]
+  # exp(cum)], solved with the explicit inverse (see unit_lower_inverse for why not a trsm)
   system = jnp.einsum("bnmik,bnmjk->bnmij", k_beta, k) * decay
   start_decay = jnp.where(conn, jnp.exp(cum), 0.0)  # [B,N,M,C] chunk start -> token i
   rhs = jnp.concatenate([v_beta, k_beta * start_decay[..., None]], axis=-1)
-  sol = lax.linalg.triangular_solve(system, rhs, left_side=True, lower=True, unit_diagonal=True)
+  sol = jnp.einsum("bnmij,bnmjd->bnmid", unit_lower_inverse(system), rhs)
   u, w = sol[..., :hv], sol[..., hv:]  # [B,N,M,C,Hv], [B,N,M,C,Hk]
   intra = jnp.einsum("bnmik,bnmjk->bnmij", q, k) * decay  # [B,N,M,C,C]
   q_read = q * start_decay[..., None]

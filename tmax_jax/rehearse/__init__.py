@@ -7,6 +7,8 @@ tasks.py   the rehearsal's TB2 tasks (coin-flip verifiers for RL, procedural tas
 run.py     running it and checking what a user would meet (steps ran, resume, export, trials)
 """
 
+from tmax_jax import cache
+
 # XLA:CPU flags of the rehearsal: 8 fake devices; a collective waits up to 15 minutes for its
 # device threads (the default 40 s aborts the process on a loaded 2-core machine).
 DEVICE_FLAGS = (
@@ -14,3 +16,8 @@ DEVICE_FLAGS = (
   "--xla_cpu_collective_call_terminate_timeout_seconds=900 "
   "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120"
 )
+
+
+def default_xla_cache() -> str:
+  """The rehearsal's persistent compilation cache, under the machine's tmax_jax cache root."""
+  return str(cache.root() / "rehearse_xla")

@@ -10,10 +10,13 @@ import os
 import pathlib
 import sys
 
-from tmax_jax.rehearse import DEVICE_FLAGS
+from tmax_jax.rehearse import DEVICE_FLAGS, default_xla_cache
 
-# The fake devices must exist before jax initialises its backends (at the first device use).
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {DEVICE_FLAGS}".strip()
+# The fake devices must exist before jax initialises its backends (at the first device use). The
+# rehearsal's flags replace the environment's flags of the same name; its others are kept.
+_ours = {f.split("=")[0]: f for f in DEVICE_FLAGS.split()}
+_kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=")[0] not in _ours]
+os.environ["XLA_FLAGS"] = " ".join([*_kept, *_ours.values()])
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from absl import flags, logging  # noqa: E402
@@ -27,6 +30,8 @@ def main(argv) -> None:
   from tmax_jax.rehearse import run  # noqa: PLC0415  (loads JAX; --help answers without it)
 
   f = flags.FLAGS
+  if f.xla_cache:
+    run.use_compilation_cache(f.xla_cache)
   name = pathlib.Path(f["config"].config_filename).stem
   out = pathlib.Path(f.out or f"runs/rehearse/{name}")
   job, rehearsal, skipped = run.plan(name, f.config, out, f.steps)
@@ -43,5 +48,11 @@ if __name__ == "__main__":
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
   flags.DEFINE_integer("steps", 2, "optimizer steps of the first RL / SFT run (then +1 resumed)")
   flags.DEFINE_string("out", "", "output directory (default runs/rehearse/<config name>)")
+  flags.DEFINE_string(
+    "xla_cache",
+    default_xla_cache(),
+    "persistent XLA compilation cache ('' = none): the resume run and rehearsals of configs "
+    "with the same programs reuse compiled executables",
+  )
   flags.mark_flags_as_required(["config"])
   sys.exit(cli.run_absl(main, verbosity=logging.INFO))

@@ -30,6 +30,14 @@ MISMATCH_METRICS = ("mismatch_abs_logp", "mismatch_kl_k3")
 REPORT = "rehearsal.json"
 
 
+def use_compilation_cache(directory: str) -> None:
+  """Compiled executables persist in `directory` (keyed by program, devices and jax version): a
+  resumed run compiles nothing its first run compiled."""
+  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 class RehearsalFailed(AssertionError):
   """A rehearsal ran but a check of what a user would meet failed."""
 
@@ -118,9 +126,18 @@ def rehearse_eval(r: shrink.Rehearsal) -> dict:
 
 
 def rehearse(r: shrink.Rehearsal, out: str | pathlib.Path) -> dict:
-  """Runs the rehearsal `r`; writes <out>/rehearsal.json (the table and the results)."""
+  """Runs the rehearsal `r`. <out>/rehearsal.json holds the table from the start (status
+  "running"), then the results ("ok") or the error ("failed")."""
+  path = pathlib.Path(out) / REPORT
+  report = {**r.to_json(), "status": "running"}
+  json_io.write_json_atomic(path, report)
   t0 = time.perf_counter()
-  result = rehearse_train(r) if r.job in ("rl", "sft") else rehearse_eval(r)
-  report = {**r.to_json(), **result, "total_s": time.perf_counter() - t0}
-  json_io.write_json_atomic(pathlib.Path(out) / REPORT, report)
+  try:
+    result = rehearse_train(r) if r.job in ("rl", "sft") else rehearse_eval(r)
+  except BaseException as err:
+    failed = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
+    json_io.write_json_atomic(path, {**report, **failed, "total_s": time.perf_counter() - t0})
+    raise
+  report = {**report, **result, "status": "ok", "total_s": time.perf_counter() - t0}
+  json_io.write_json_atomic(path, report)
   return report

@@ -23,11 +23,15 @@ DEVICES = 8  # fake CPU devices the rehearsal runs on
 STEPS = 2  # optimizer steps of the first RL / SFT run (the resume runs one more)
 # Tiny dims of the same architecture: every head count is a multiple of the largest tensor split
 # (the serving replicas' tensor axis), so params split as they do at full size.
-TINY_HIDDEN, TINY_MLP, TINY_HEAD_DIM = 64, 128, 16
+TINY_HIDDEN, TINY_MLP, TINY_HEAD_DIM = 32, 128, 16
 # Generation caps a random tiny model would spend minutes filling (it never ends a turn by itself);
 # the prompt cap (recipe: 2048) is kept, so seq_len = 2048 + the response cap as in the recipe.
 TINY_TURN_TOKENS, TINY_RESPONSE_TOKENS = 32, 192
 
+# The 8 fake devices share this host's memory: the [rows, chunk, vocab] fp32 logits of every device
+# at once (2.5 GB for 8 rows x 512 x 152k) would not fit beside the rest; 128 is a quarter.
+LOGPROB_CHUNK = 128
+LOGPROB_WHY = "the fake devices share one host's memory (logits of every device at once)"
 SFT_SEQ_LEN = 2048  # oracle trajectories of the rehearsal's procedural tasks are < 1k tokens
 RL_PROMPTS, RL_GROUP = 2, 4  # P(a group of 4 coin-flip rewards has no variance) = 1/8
 RL_GROUPS_AHEAD, EPISODE_THREADS, SERVER_SLOTS = 2, 8, 16
@@ -256,7 +260,9 @@ def family_preset(family: str) -> str:
   return min(found)[1]
 
 
-def _model_facts(spec: ModelSpec, serving: ServingConfig | None) -> list[tuple[str, Any]]:
+def _model_facts(
+  spec: ModelSpec, serving: ServingConfig | None, sequence: int = 1
+) -> list[tuple[str, Any]]:
   cfg = policy.model_config(spec)
   kinds = cfg.family_config.layer_types if getattr(cfg.family_config, "layer_types", ()) else ()
   facts = [("model family", f"{spec.preset or spec.checkpoint} (model_type {cfg.model_type})")]
@@ -272,7 +278,9 @@ def _model_facts(spec: ModelSpec, serving: ServingConfig | None) -> list[tuple[s
     )
   )
   impl = cfg.attention_impl
-  facts.append(("attention impl", f"{impl} -> {resolve_attention(impl, platform='cpu')} on CPU"))
+  ring = f", as ring attention over sequence {sequence}" if sequence > 1 else ""
+  resolved = resolve_attention(impl, platform="cpu")
+  facts.append(("attention impl", f"{impl} -> {resolved} on CPU{ring}"))
   return facts
 
 
@@ -374,6 +382,7 @@ def shrink_rl(
       scaled_packing(shipped.train.packing, shipped.seq_len, seq_len, mesh.sequence),
       "row buckets scaled to seq_len",
     ),
+    ("train.logprob_chunk_size", LOGPROB_CHUNK, LOGPROB_WHY),
     ("steps", steps, "steps"),
     ("output_dir", out, "the rehearsal's directory"),
   ]
@@ -394,7 +403,7 @@ def shrink_rl(
 def _rl_kept(cfg: RLConfig) -> list[tuple[str, Any]]:
   loss, ep, ro = cfg.train.loss, cfg.episode, cfg.rollout
   return [
-    *_model_facts(cfg.model, cfg.serving),
+    *_model_facts(cfg.model, cfg.serving, cfg.mesh.sequence),
     ("loss", f"{loss.policy_loss} {loss.hyper}, kl_beta {loss.kl_beta}, {loss.advantage}"),
     *_train_facts(cfg.train, cfg.mesh, cfg.seq_len),
     (
@@ -465,11 +474,15 @@ def shrink_sft(name: str, shipped: SFTConfig, out: str, steps: int = STEPS) -> R
       scaled_packing(shipped.train.packing, shipped.seq_len, SFT_SEQ_LEN, mesh.sequence),
       "row buckets scaled to seq_len",
     ),
+    ("train.logprob_chunk_size", LOGPROB_CHUNK, LOGPROB_WHY),
     ("steps", steps, "steps"),
     ("output_dir", out, "the rehearsal's directory"),
   ]
   cfg, done = apply(shipped, changes)
-  kept = [*_model_facts(cfg.model, None), *_train_facts(cfg.train, cfg.mesh, cfg.seq_len)]
+  kept = [
+    *_model_facts(cfg.model, None, cfg.mesh.sequence),
+    *_train_facts(cfg.train, cfg.mesh, cfg.seq_len),
+  ]
   kept.append(("loss", cfg.train.loss.policy_loss))
   return Rehearsal(name, "sft", shipped, cfg, done, kept, notes)
 

@@ -225,3 +225,33 @@ def test_eval_rehearsal_keeps_policy_harness_and_runs(path, tmp_path):
     model = policy.model_config(cfg.model)
     assert shrink.family_preset(cfg.episode.family) == cfg.model.preset
     assert model.vocab_size >= 151000  # the real vocabulary
+
+
+def test_engine_holds_episode_rule():
+  from tmax_jax.agents.episode import EpisodeConfig
+  from tmax_jax.inference.engine import EngineConfig
+
+  capped = EpisodeConfig(max_prompt_tokens=2048, max_response_tokens=65536)
+  fits = EngineConfig(max_len=67584, max_prefill_length=67584)
+  assert shrink.engine_holds_episode(fits, capped) == ""
+  short = EngineConfig(max_len=65536, max_prefill_length=32768)
+  assert "max_len=65536 <" in shrink.engine_holds_episode(short, capped)
+  uncapped = EpisodeConfig(max_response_tokens=262144 - 32768)
+  th = EngineConfig(max_len=262144, max_prefill_length=32768)
+  assert "max_prefill_length=32768 <" in shrink.engine_holds_episode(th, uncapped)
+  assert (
+    shrink.engine_holds_episode(EngineConfig(max_len=262144, max_prefill_length=262144), uncapped)
+    == ""
+  )
+
+
+@pytest.mark.parametrize(
+  "path", recipe_configs("rl") + recipe_configs("eval"), ids=lambda p: p.stem
+)
+def test_shipped_server_holds_the_longest_episode(path):
+  """Each turn's request carries the whole context: a shipped server (in process, or the eval
+  configs' with address '') must hold and prefill prompt + the response cap, or a long episode's
+  requests are rejected mid-run (eval_server and eval_terminal_horizon prefilled 32768)."""
+  cfg = jobs.job_config(load_config_file(path))
+  if getattr(cfg, "policy", "server") == "server":
+    assert shrink.engine_holds_episode(cfg.serving.engine, cfg.episode) == ""

@@ -59,6 +59,9 @@ def plan(name: str, config_dict, out: str | pathlib.Path, steps: int = shrink.ST
     return job, None, f"a {job} config ({launcher}) is not a recipe run"
   out = pathlib.Path(out).resolve()
   shipped = jobs.job_config(config_dict)
+  if job == "rl" or (job == "eval" and shipped.policy == "server"):
+    problem = shrink.engine_holds_episode(shipped.serving.engine, shipped.episode)
+    _check(not problem, name, f"the shipped serving shape does not hold its episodes: {problem}")
   if job == "rl":
     tasks_dir = tasks_lib.write_tasks(out / "tasks", tasks_lib.coin_tasks(COIN_TASKS))
     r = shrink.shrink_rl(name, shipped, str(tasks_dir), str(out / "run"), steps)

@@ -29,8 +29,8 @@ TINY_HIDDEN, TINY_MLP, TINY_HEAD_DIM = 32, 128, 16
 TINY_TURN_TOKENS, TINY_RESPONSE_TOKENS = 32, 192
 
 # The 8 fake devices share this host's memory: the [rows, chunk, vocab] fp32 logits of every device
-# at once (2.5 GB for 8 rows x 512 x 152k) would not fit beside the rest; 128 is a quarter.
-LOGPROB_CHUNK = 128
+# at once (2.5 GB for 32 rows x 128 x 152k) would not fit beside the rest.
+LOGPROB_CHUNK = 32
 LOGPROB_WHY = "the fake devices share one host's memory (logits of every device at once)"
 SFT_SEQ_LEN = 2048  # oracle trajectories of the rehearsal's procedural tasks are < 1k tokens
 RL_PROMPTS, RL_GROUP = 2, 4  # P(a group of 4 coin-flip rewards has no variance) = 1/8
@@ -282,6 +282,28 @@ def _model_facts(
   resolved = resolve_attention(impl, platform="cpu")
   facts.append(("attention impl", f"{impl} -> {resolved} on CPU{ring}"))
   return facts
+
+
+def engine_holds_episode(engine, episode, where: str = "serving.engine") -> str:
+  """ "" if a server of shape `engine` takes every request an episode under `episode` can send,
+  else what does not fit. Each turn's request carries the whole context so far (first prompt +
+  response), so the context reaches the prompt (its cap, or without one the room max_len leaves)
+  + max_response_tokens: max_len must hold it and max_prefill_length must take it as a prompt."""
+  prompt = episode.max_prompt_tokens or (engine.max_len - episode.max_response_tokens)
+  longest = prompt + episode.max_response_tokens
+  if longest > engine.max_len:
+    return (
+      f"{where}.max_len={engine.max_len} < episode.max_prompt_tokens={prompt} + "
+      f"episode.max_response_tokens={episode.max_response_tokens}: the last turns of a long "
+      "episode would be rejected"
+    )
+  if longest - 1 > engine.max_prefill_length:
+    return (
+      f"{where}.max_prefill_length={engine.max_prefill_length} < the longest context an "
+      f"episode sends as a prompt ({longest - 1} tokens): an episode past "
+      f"{engine.max_prefill_length} tokens would fail (set it to max_len={engine.max_len})"
+    )
+  return ""
 
 
 # --- per job ----------------------------------------------------------------------------------

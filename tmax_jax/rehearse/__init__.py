@@ -9,10 +9,19 @@ run.py     running it and checking what a user would meet (steps ran, resume, ex
 
 from tmax_jax import cache
 
-# XLA:CPU flags of the rehearsal: 8 fake devices; a collective waits up to 15 minutes for its
-# device threads (the default 40 s aborts the process on a loaded 2-core machine).
+DEVICES = 8  # the fake CPU devices a rehearsal's meshes use
+# The process makes 32: XLA:CPU runs every participant of a collective on a worker of one
+# intra-op pool of max(cores, devices) threads and blocks it until the others arrive. A program
+# whose devices reach two independent collectives in different orders can then hold every worker
+# with no participant left to arrive: the 27B rehearsal's train step (fsdp 2 x sequence 4) hung
+# with 6 workers in a sequence-group all-gather and 2 in a collective-permute of the same run
+# (BUILD_NOTES "Rehearsal"). 32 workers leave room for that and for the colocated server's
+# programs beside it; the meshes use the first 8 devices, the others stay idle.
+HOST_DEVICES = 32
+# XLA:CPU flags of the rehearsal; a collective waits up to 15 minutes for its device threads (the
+# default 40 s aborts the process on a loaded 2-core machine).
 DEVICE_FLAGS = (
-  "--xla_force_host_platform_device_count=8 "
+  f"--xla_force_host_platform_device_count={HOST_DEVICES} "
   "--xla_cpu_collective_call_terminate_timeout_seconds=900 "
   "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120"
 )

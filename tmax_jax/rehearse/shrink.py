@@ -16,10 +16,10 @@ from tmax_jax.loop.evaluate import EvalConfig
 from tmax_jax.models import registry
 from tmax_jax.models.attention import resolve as resolve_attention
 from tmax_jax.recipes import MAX_PROMPT
+from tmax_jax.rehearse import DEVICES
 from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train.config import PackingConfig
 
-DEVICES = 8  # fake CPU devices the rehearsal runs on
 STEPS = 2  # optimizer steps of the first RL / SFT run (the resume runs one more)
 # Tiny dims of the same architecture: every head count is a multiple of the largest tensor split
 # (the serving replicas' tensor axis), so params split as they do at full size.
@@ -331,10 +331,12 @@ def _layout(shipped, serving: ServingConfig | None) -> tuple[MeshConfig, list, l
   topo = shipped.topology
   n_shipped = trainer_devices(shipped.serving if serving else None, topo.devices, topo.processes)
   n_shipped = n_shipped or math.prod(n for n in shipped.mesh.sizes().values() if n > 0)
-  mesh = scale_mesh(shipped.mesh, n_shipped, trainer_devices(serving, DEVICES))
+  n_trainer = trainer_devices(serving, DEVICES)
+  # num_devices: the first 8 of the process's fake devices (rehearse/__init__: HOST_DEVICES)
+  mesh = dataclasses.replace(scale_mesh(shipped.mesh, n_shipped, n_trainer), num_devices=n_trainer)
   why = (
-    f"scaled from {n_shipped} onto {trainer_devices(serving, DEVICES)} trainer devices: every "
-    "axis > 1 kept > 1, a sequence axis spanning every trainer device still does"
+    f"scaled from {n_shipped} onto {n_trainer} trainer devices: every axis > 1 kept > 1, a "
+    "sequence axis spanning every trainer device still does"
   )
   notes = []
   if topo.processes > 1:

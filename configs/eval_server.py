@@ -6,7 +6,9 @@ python3 launch/eval.py --config=configs/eval_server.py --config.tasks_dir=/tasks
 python3 launch/eval.py --config=configs/eval_server.py --config.address='' \
     --config.model.checkpoint=/ckpt/hf --config.tasks_dir=/tasks --config.output_dir=runs/eval
 Recipe evaluation settings: k = 4 runs per task, temperature 1.0, the RL episode limits, tests
-under max(task, 600 s). With a running server set episode.family to its tokenizer family.
+under max(task, 600 s). With a running server set episode.family to its tokenizer family. A server
+started here holds and prefills the longest context an episode sends (prompt cap + response cap:
+every turn's request carries the whole context so far).
 """
 
 from tmax_jax.agents.episode import EpisodeConfig
@@ -17,6 +19,9 @@ from tmax_jax.loop.config import ModelSpec, ServingConfig
 from tmax_jax.loop.evaluate import EvalConfig
 from tmax_jax.recipes import MAX_PROMPT
 from tmax_jax.tasks.runner import RunnerConfig
+
+MAX_RESPONSE = EpisodeConfig().max_response_tokens  # the recipe's 65536
+MAX_SEQUENCE = MAX_PROMPT + MAX_RESPONSE
 
 
 def get_config():
@@ -30,7 +35,9 @@ def get_config():
       worker=WorkerConfig(max_parallel_episodes=8, temperature=1.0),
       model=ModelSpec(checkpoint="", preset=""),
       serving=ServingConfig(
-        engine=EngineConfig(max_concurrent_decodes=8, max_len=65536, max_prefill_length=32768)
+        engine=EngineConfig(
+          max_concurrent_decodes=8, max_len=MAX_SEQUENCE, max_prefill_length=MAX_SEQUENCE
+        )
       ),
       episode=EpisodeConfig(harness="bash_tool", family="qwen3", max_prompt_tokens=MAX_PROMPT),
       runner=RunnerConfig(backend="", image="", memory_mb=4096, min_verifier_timeout_s=600.0),

@@ -1,7 +1,8 @@
 """TerminalHorizon evaluation protocol (the paper's): 3 runs per task, mean pass@1, temperature 1.0,
 3 hours per task, a served Qwen3.5 model (e.g. the SFT export of configs/sft_terminal_horizon.py)
 on a TB1/TB2 set. Long-horizon episodes (the paper's trajectories average 52.8 turns) get caps they
-do not hit: 512 turns / tool calls and a 256k-token sequence.
+do not hit: 512 turns / tool calls and a 256k-token sequence, which the server holds and prefills
+(every turn's request carries the whole context so far).
 
 python3 launch/eval.py --config=configs/eval_terminal_horizon.py --config.tasks_dir=/tb2 \
     --config.address='' --config.model.checkpoint=runs/sft_terminal_horizon/hf \
@@ -35,7 +36,7 @@ def get_config():
       model=ModelSpec(checkpoint="", preset=""),
       serving=ServingConfig(
         engine=EngineConfig(
-          max_concurrent_decodes=8, max_len=MAX_SEQUENCE, max_prefill_length=32768
+          max_concurrent_decodes=8, max_len=MAX_SEQUENCE, max_prefill_length=MAX_SEQUENCE
         )
       ),
       episode=EpisodeConfig(

@@ -22,7 +22,7 @@ import os
 import pathlib
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tmax_jax import host_memory, json_io
 

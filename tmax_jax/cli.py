@@ -29,7 +29,8 @@ import re
 import socket
 import sys
 import urllib.parse
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from tmax_jax import errors, host_memory
 

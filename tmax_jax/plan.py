@@ -258,7 +258,7 @@ def _abstract_sums(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, r
   return state, optimizer, mb, acc, loss_fn
 
 
-@functools.lru_cache(maxsize=None)  # the worst bucket's scan compile is reused for its plan
+@functools.cache  # the worst bucket's scan compile is reused for its plan
 def compiled_micro_memory(
   model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
 ) -> dict[str, float]:

@@ -65,7 +65,7 @@ def test_greedy_matches_transformers_through_grpc(served):
     assert o.versions == [0] * 64
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _trainer_fn(cfg, temperature):
   """The trainer's path, jitted once per (cfg, T): full forward without cache, chunked
   token_logprobs. seq [1,P] is right-padded (segment 0), which cannot affect earlier positions."""

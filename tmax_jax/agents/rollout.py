@@ -23,7 +23,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from typing import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import numpy as np
 

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import shlex
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax import formats
 from tmax_jax.agents.episode import (

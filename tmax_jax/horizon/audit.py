@@ -19,7 +19,8 @@ import dataclasses
 import json
 import pathlib
 import tempfile
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from tmax_jax.agents import scripted
 from tmax_jax.agents import worker as worker_lib

@@ -21,7 +21,8 @@ import dataclasses
 import os
 import pathlib
 import re
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import tqdm
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax import formats
 from tmax_jax.agents import harnesses

@@ -17,7 +17,8 @@ import os
 import pathlib
 import shutil
 import tempfile
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tmax_jax import json_io
 from tmax_jax.horizon import compose

@@ -22,7 +22,8 @@ import asyncio
 import dataclasses
 import random
 import time
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import grpc
 

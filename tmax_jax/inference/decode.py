@@ -43,7 +43,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -181,7 +182,7 @@ class PagedCore:
   """
 
   @classmethod
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def shared(cls, model_cfg: ModelConfig, shape: CoreShape, mesh: Mesh | None = None):
     return cls(model_cfg, shape, mesh)
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tmax_jax.formats import tool_calls as tool_calls_lib
 from tmax_jax.formats.common import THINK_CLOSE, THINK_OPEN, FormatError

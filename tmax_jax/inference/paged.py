@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 def pages_for(tokens: int, page_size: int) -> int:

@@ -26,7 +26,8 @@ import collections
 import dataclasses
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

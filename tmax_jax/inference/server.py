@@ -16,7 +16,8 @@ import logging
 import secrets
 import socket
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import zlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import flax.serialization
 import jax

@@ -9,7 +9,7 @@ is checked against it before anything runs.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

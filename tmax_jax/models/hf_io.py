@@ -19,7 +19,8 @@ import pathlib
 import shutil
 import struct
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import ml_dtypes

@@ -35,7 +35,7 @@ def param_init(init_fn, axes: tuple[str | None, ...]):
 
 def dense(
   features: int, axes: tuple[str, str], dtype: Dtype, param_dtype: Dtype, name: str
-) -> "Einsum":
+) -> Einsum:
   """A bias-free projection [in, features] with logical `axes` (MLP, Gated DeltaNet); the param
   is `<name>/kernel` [in, features], as nn.Dense names it."""
   return Einsum(

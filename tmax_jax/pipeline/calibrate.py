@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig, episode_seed

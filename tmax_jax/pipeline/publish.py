@@ -19,7 +19,7 @@ import os
 import pathlib
 import shutil
 import tempfile
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from tmax_jax import json_io
 from tmax_jax.pipeline.config import PipelineConfig

@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from tqdm import tqdm
 

@@ -19,7 +19,7 @@ import hashlib
 import random
 import re
 import threading
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from aiohttp import web
 
@@ -102,7 +102,7 @@ class ScriptedEndpoint:
     await site.start()
     return site._server.sockets[0].getsockname()[1]  # pylint: disable=protected-access
 
-  def __enter__(self) -> "ScriptedEndpoint":
+  def __enter__(self) -> ScriptedEndpoint:
     self._thread.start()
     port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
     self.base_url = f"http://127.0.0.1:{port}/v1"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.state import DONE, ERROR, REJECTED, Store

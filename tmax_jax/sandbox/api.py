@@ -166,7 +166,7 @@ class Sandbox(abc.ABC):
   def close(self) -> None:
     """Stops every process and removes every mount and temp dir; idempotent."""
 
-  def __enter__(self) -> "Sandbox":
+  def __enter__(self) -> Sandbox:
     return self
 
   def __exit__(self, *exc) -> None:

@@ -78,7 +78,7 @@ class Image:
     return json.dumps(dataclasses.asdict(self), indent=1)
 
   @staticmethod
-  def load(path: str | os.PathLike) -> "Image":
+  def load(path: str | os.PathLike) -> Image:
     data = json.loads(pathlib.Path(path).read_text())
     data["env"] = tuple(tuple(kv) for kv in data["env"])
     data["runtime"] = tuple(tuple(kv) for kv in data.get("runtime", ()))

@@ -22,7 +22,7 @@ import re
 import shlex
 import tempfile
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from tmax_jax.sandbox import open_pod, open_sandbox, pod_unsupported
 from tmax_jax.sandbox.api import CommandResult, PodSpec, Sandbox, SandboxError

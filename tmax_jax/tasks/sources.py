@@ -28,7 +28,7 @@ import pathlib
 import shutil
 import tarfile
 import tempfile
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import loader

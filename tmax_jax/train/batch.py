@@ -6,7 +6,7 @@ the predicted token. Observation / prompt tokens are in the rows with loss_mask 
 """
 
 import dataclasses
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -28,9 +28,9 @@ class TrainBatch:
   loss_mask: np.ndarray
   behaviour_logp: np.ndarray
   advantages: np.ndarray
-  ref_logp: Optional[np.ndarray] = None
-  topk_ids: Optional[np.ndarray] = None
-  behaviour_topk_logp: Optional[np.ndarray] = None
+  ref_logp: np.ndarray | None = None
+  topk_ids: np.ndarray | None = None
+  behaviour_topk_logp: np.ndarray | None = None
 
   @property
   def shape(self) -> tuple[int, int]:
@@ -76,11 +76,11 @@ class Trajectory:
 
   tokens: Sequence[int]
   loss_mask: Sequence[float]
-  behaviour_logp: Optional[Sequence[float]] = None
+  behaviour_logp: Sequence[float] | None = None
   advantage: float = 0.0
-  ref_logp: Optional[Sequence[float]] = None
-  topk_ids: Optional[Sequence[Sequence[int]]] = None
-  topk_logp: Optional[Sequence[Sequence[float]]] = None
+  ref_logp: Sequence[float] | None = None
+  topk_ids: Sequence[Sequence[int]] | None = None
+  topk_logp: Sequence[Sequence[float]] | None = None
 
 
 def _check_traj(i: int, tr: Trajectory, seq_len: int, fields: Sequence[str]) -> int:
@@ -131,7 +131,7 @@ def pack(
   trajectories: Sequence[Trajectory],
   seq_len: int,
   *,
-  num_rows: Optional[int] = None,
+  num_rows: int | None = None,
   pack_rows: bool = True,
   fields: Sequence[str] = (),
   top_k: int = 0,

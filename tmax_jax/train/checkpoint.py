@@ -10,7 +10,7 @@ saved (NonFiniteStateError).
 
 import logging
 import os
-from typing import Any, Optional
+from typing import Any
 
 import jax
 
@@ -52,7 +52,7 @@ class Checkpointer:
       os.path.abspath(cfg.directory), options=options, item_names=("state", "data")
     )
 
-  def latest_step(self) -> Optional[int]:
+  def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
   def all_steps(self) -> list[int]:
@@ -75,7 +75,7 @@ class Checkpointer:
     return self._manager.save(step, args=args, force=True)
 
   def restore(
-    self, abstract_state: Any, step: Optional[int] = None
+    self, abstract_state: Any, step: int | None = None
   ) -> tuple[state_lib.TrainState, dict, int]:
     """-> (state, data, step) of `step` (default: latest). `abstract_state` is a TrainState (or its
     jax.eval_shape / ShapeDtypeStruct tree with shardings) giving structure, dtypes and

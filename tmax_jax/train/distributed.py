@@ -7,7 +7,6 @@ become global rows [p * B_local, (p + 1) * B_local)).
 
 import json
 import os
-from typing import Optional
 
 import jax
 import numpy as np
@@ -21,9 +20,9 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def initialize(
-  coordinator: Optional[str] = None,
-  num_processes: Optional[int] = None,
-  process_id: Optional[int] = None,
+  coordinator: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
 ) -> bool:
   """sharding.initialize_distributed (flags, else JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
   JAX_PROCESS_ID), with gloo cross-process collectives selected first on CPU (the default CPU

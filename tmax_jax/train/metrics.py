@@ -8,7 +8,7 @@ import math
 import os
 import pathlib
 import time
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import jax
 
@@ -16,7 +16,7 @@ import jax
 class MetricsWriter:
   """`write(step, {"loss": ..., ...})` appends {"step", "time", **metrics} to `jsonl_path`."""
 
-  def __init__(self, jsonl_path: str, tensorboard_dir: Optional[str] = None):
+  def __init__(self, jsonl_path: str, tensorboard_dir: str | None = None):
     self.enabled = jax.process_index() == 0
     self._file = None
     self._tb = None

@@ -18,7 +18,8 @@ import functools
 import logging
 import math
 import time
-from typing import Any, Callable, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -66,7 +67,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
   return 6.0 * dense + 6.0 * attn
 
 
-def _split_micro(x: Optional[jax.Array], m: int, mesh: Optional[Mesh]) -> Optional[jax.Array]:
+def _split_micro(x: jax.Array | None, m: int, mesh: Mesh | None) -> jax.Array | None:
   """[B, ...] -> [M, B/M, ...]; micro-batch j takes rows j, M + j, ... so that every data shard
   keeps an equal share of each micro-batch (no cross-device movement)."""
   if x is None:
@@ -194,7 +195,7 @@ def _fields(batch: batch_lib.TrainBatch) -> dict:
 
 
 def make_grad_fn(
-  model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Optional[Mesh] = None
+  model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh | None = None
 ) -> Callable:
   """(params, fixed-shape batch) -> (loss, stats sums, grads): the whole-batch normalised loss and
   gradient, accumulated over `cfg.micro_batches` equal micro-batches."""
@@ -254,7 +255,7 @@ def make_step_fn(
   model_cfg: ModelConfig,
   cfg: TrainConfig,
   optimizer: optax.GradientTransformation,
-  mesh: Optional[Mesh] = None,
+  mesh: Mesh | None = None,
 ) -> Callable:
   """The pure fixed-shape step (state, batch) -> (state, metrics); jit it (Trainer does)."""
   grad_fn = make_grad_fn(model, model_cfg, cfg, mesh)
@@ -266,7 +267,7 @@ def make_step_fn(
   return step_fn
 
 
-def _mesh_context(mesh: Optional[Mesh], model_cfg: ModelConfig):
+def _mesh_context(mesh: Mesh | None, model_cfg: ModelConfig):
   if mesh is None:
     return contextlib.nullcontext()
   return sharding.use_mesh(mesh, model_cfg.logical_axis_rules)
@@ -278,7 +279,7 @@ class Trainer:
   returned one."""
 
   def __init__(
-    self, model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Optional[Mesh] = None
+    self, model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh | None = None
   ):
     self.model, self.model_cfg, self.cfg, self.mesh = model, model_cfg, cfg, mesh
     self.optimizer = opt_lib.make_optimizer(cfg.optimizer)
@@ -300,9 +301,9 @@ class Trainer:
     trajectories: Sequence[batch_lib.Trajectory],
     seq_len: int,
     *,
-    num_rows: Optional[int] = None,
+    num_rows: int | None = None,
     pack_rows: bool = True,
-  ) -> Union[batch_lib.TrainBatch, batch_lib.PackedBatch]:
+  ) -> batch_lib.TrainBatch | batch_lib.PackedBatch:
     """The step's batch with exactly the fields the loss reads: packed micro-batches when
     `cfg.packing` is on (num_rows / pack_rows are then unused), else one [num_rows, seq_len]
     batch (batch.pack)."""
@@ -381,7 +382,7 @@ class Trainer:
     state, metrics = self._finish(state, acc)
     return state, metrics, shapes, len(shapes)
 
-  def grads(self, params: Any, batch: Union[batch_lib.TrainBatch, batch_lib.PackedBatch]):
+  def grads(self, params: Any, batch: batch_lib.TrainBatch | batch_lib.PackedBatch):
     """(loss, stats sums, grads) of a batch, normalised exactly as the step uses them (no
     update): for tests and analysis."""
     with _mesh_context(self.mesh, self.model_cfg):
@@ -390,9 +391,7 @@ class Trainer:
       dev = self.to_device(batch) if isinstance(batch.tokens, np.ndarray) else batch
       return jax.jit(make_grad_fn(self.model, self.model_cfg, self.cfg, self.mesh))(params, dev)
 
-  def step(
-    self, state: state_lib.TrainState, batch: Union[batch_lib.TrainBatch, batch_lib.PackedBatch]
-  ):
+  def step(self, state: state_lib.TrainState, batch: batch_lib.TrainBatch | batch_lib.PackedBatch):
     """-> (new state, metrics dict of Python floats). Raises NonFiniteStepError (on_nonfinite
     "raise", with the unchanged state as `.state`) or logs and skips (on_nonfinite "skip")."""
     start = time.perf_counter()

@@ -15,7 +15,7 @@ TOL = 1e-4
 DECODE_STEPS = 32
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(scan_layers=True, seed=0):
   """Tiny config from the HF one; random params with every weight perturbed away from its init."""
   cfg = from_hf_config(ref_lib.text_config().to_dict(), scan_layers=scan_layers)

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 from collections import Counter, defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.tasks.difficulty import pass_at_k

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.agents.worker import EpisodeWorker, Trial
 from tmax_jax.loop.evaluate.config import EvalConfig

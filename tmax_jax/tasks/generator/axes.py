@@ -15,7 +15,8 @@ import math
 import pathlib
 import random
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tmax_jax.errors import UserError
 from tmax_jax.tasks import vocabulary

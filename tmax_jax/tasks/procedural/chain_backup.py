@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.chains import STEP_MARK, ChainFamily, Extension

@@ -17,7 +17,7 @@ the oracle writes every body itself, which is what the static audit expects of a
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.chains import STEP_MARK, ChainFamily, Extension

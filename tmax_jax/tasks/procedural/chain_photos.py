@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks.procedural.chains import STEP_MARK, ChainFamily, Extension
 from tmax_jax.tasks.procedural.core import Family, TaskSpec

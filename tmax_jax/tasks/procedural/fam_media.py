@@ -391,17 +391,17 @@ def binary_clone(rng: random.Random, level: int) -> TaskSpec:
     rng.randint(2, 9),
   )
   steps = [
-    "x = x * %du;" % a,
-    "x ^= x >> %d;" % s,
-    "x += %du;" % b,
-    "x = (x << %d) | (x >> %d);" % (t, 32 - t),
+    f"x = x * {a}u;",
+    f"x ^= x >> {s};",
+    f"x += {b}u;",
+    f"x = (x << {t}) | (x >> {32 - t});",
   ]
   steps = steps[: (2, 3, 4)[level]]
   py = {
-    "x = x * %du;" % a: f"x = (x * {a}) & M",
-    "x ^= x >> %d;" % s: f"x ^= x >> {s}",
-    "x += %du;" % b: f"x = (x + {b}) & M",
-    "x = (x << %d) | (x >> %d);" % (t, 32 - t): f"x = ((x << {t}) | (x >> {32 - t})) & M",
+    f"x = x * {a}u;": f"x = (x * {a}) & M",
+    f"x ^= x >> {s};": f"x ^= x >> {s}",
+    f"x += {b}u;": f"x = (x + {b}) & M",
+    f"x = (x << {t}) | (x >> {32 - t});": f"x = ((x << {t}) | (x >> {32 - t})) & M",
   }
   src = MYSTERY_C % {"body": " ".join(steps)}
   setup = f"cat > /tmp/m.c <<'C'\n{src}C\ngcc -O2 -s -o mystery /tmp/m.c\nrm -f /tmp/m.c"

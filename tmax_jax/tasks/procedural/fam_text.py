@@ -234,11 +234,7 @@ def etl_pipeline(rng: random.Random, level: int) -> TaskSpec:
         "iso": day.isoformat(),
         "dmy": day.strftime("%d/%m/%Y"),
         "epoch": str(
-          int(
-            datetime.datetime(
-              day.year, day.month, day.day, 12, tzinfo=datetime.timezone.utc
-            ).timestamp()
-          )
+          int(datetime.datetime(day.year, day.month, day.day, 12, tzinfo=datetime.UTC).timestamp())
         ),
       }[fmt]
       sku = rng.choice(list(skus))

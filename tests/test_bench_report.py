@@ -133,9 +133,11 @@ def test_worker_side_times_its_own_steps_in_its_own_process():
 def test_worker_side_reports_the_failure_of_its_step():
   with pytest.raises(RuntimeError, match="ZeroDivisionError"):
     report.WorkerSide("operator:truediv", 1, 0)  # the factory itself raises in the worker
-  with report.WorkerSide("functools:partial", divmod, 1, 0) as side:
-    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
-      side()
+  with (
+    report.WorkerSide("functools:partial", divmod, 1, 0) as side,
+    pytest.raises(RuntimeError, match="ZeroDivisionError"),
+  ):
+    side()
 
 
 def failing_step_that_lingers(linger_s: float):

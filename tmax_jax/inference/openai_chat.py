@@ -17,6 +17,7 @@ back until it is decided, so the deltas always add up to the final message.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import secrets
@@ -358,10 +359,8 @@ def _typed_args(args: dict, tool: Mapping | None) -> dict:
   for key, value in args.items():
     kind = (props.get(key) or {}).get("type", "string")
     if isinstance(value, str) and kind != "string":
-      try:
+      with contextlib.suppress(json.JSONDecodeError):  # else return it as the model wrote it
         value = json.loads(value)
-      except json.JSONDecodeError:
-        pass  # the model wrote something else: return it as written
     out[key] = value
   return out
 

@@ -284,7 +284,7 @@ class _Builder:
       st.env.update(dockerfile.key_values(i, {**st.args, **st.env}, self.file))
     elif i.cmd == "ARG":
       for k, v in dockerfile.key_values(i, {**st.args, **st.env}, self.file):
-        st.args[k] = st.args.get(k, v) if not v else v
+        st.args[k] = v or st.args.get(k, v)
     elif i.cmd == "USER":
       st.user = dockerfile.substitute(i.args.strip(), {**st.args, **st.env})
     elif i.cmd == "SHELL":

@@ -393,35 +393,34 @@ def run_trial(
       )
     if getattr(sb, "limit_warning", None):
       logs["environment.txt"] = logs.get("environment.txt", "") + f"warning: {sb.limit_warning}\n"
-    with sb:
-      with tempfile.TemporaryDirectory(prefix="tmax_trial_") as tmp:
-        try:
-          if before is not None:
-            before(sb)
-          if solution is not None:
-            sol_dir = pathlib.Path(tmp) / "solution"
-            for rel, data in solution.items():
-              (sol_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-              (sol_dir / rel).write_bytes(data)
-            res = run_solution(sb, task, sol_dir)
-            logs["oracle.txt"] = _download_text(sb, "/logs/agent/oracle.txt", pathlib.Path(tmp))
-            if res.status == "oom" or (
-              res.exit_code != 0 and _OOM_RE.search(logs["oracle.txt"][-4000:])
-            ):
-              return RunResult(0.0, {"reward": 0.0}, "agent_oom", logs, time.monotonic() - start)
-          if agent is not None:
-            agent(sb)
-          result = verify(sb, task, config)
-        except SandboxError as err:
-          return RunResult(
-            0.0, {"reward": 0.0}, f"sandbox_error: {err}", logs, time.monotonic() - start
-          )
-        except RewardMissingError as err:
-          err.logs.update(logs)
-          raise
-        finally:
-          for name, text in getattr(sb, "service_logs", dict)().items():
-            logs[f"service-{name}.txt"] = text
+    with sb, tempfile.TemporaryDirectory(prefix="tmax_trial_") as tmp:
+      try:
+        if before is not None:
+          before(sb)
+        if solution is not None:
+          sol_dir = pathlib.Path(tmp) / "solution"
+          for rel, data in solution.items():
+            (sol_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (sol_dir / rel).write_bytes(data)
+          res = run_solution(sb, task, sol_dir)
+          logs["oracle.txt"] = _download_text(sb, "/logs/agent/oracle.txt", pathlib.Path(tmp))
+          if res.status == "oom" or (
+            res.exit_code != 0 and _OOM_RE.search(logs["oracle.txt"][-4000:])
+          ):
+            return RunResult(0.0, {"reward": 0.0}, "agent_oom", logs, time.monotonic() - start)
+        if agent is not None:
+          agent(sb)
+        result = verify(sb, task, config)
+      except SandboxError as err:
+        return RunResult(
+          0.0, {"reward": 0.0}, f"sandbox_error: {err}", logs, time.monotonic() - start
+        )
+      except RewardMissingError as err:
+        err.logs.update(logs)
+        raise
+      finally:
+        for name, text in getattr(sb, "service_logs", dict)().items():
+          logs[f"service-{name}.txt"] = text
     return dataclasses.replace(
       result, logs={**logs, **result.logs}, duration_s=time.monotonic() - start
     )

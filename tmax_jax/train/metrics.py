@@ -24,7 +24,7 @@ class MetricsWriter:
       return
     path = pathlib.Path(jsonl_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    self._file = open(path, "a", encoding="utf-8")
+    self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  (open until close())
     if tensorboard_dir:
       from tensorboardX import SummaryWriter  # optional at import time of this module
 

@@ -327,10 +327,12 @@ def _run_etl(files: dict[str, str]) -> dict:
   with tempfile.TemporaryDirectory() as d:
     for rel, body in files.items():
       os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
-      open(os.path.join(d, rel), "w").write(body)
+      with open(os.path.join(d, rel), "w") as f:
+        f.write(body)
     script = ETL_SOLVE.split("<<'PY'\n", 1)[1].rsplit("\nPY", 1)[0]
     subprocess.run([sys.executable, "-c", script], cwd=d, check=True)
-    return json.load(open(os.path.join(d, "report.json")))
+    with open(os.path.join(d, "report.json")) as f:
+      return json.load(f)
 
 
 FAMILIES = (

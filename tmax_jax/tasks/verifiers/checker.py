@@ -11,6 +11,7 @@ Kept compatible with Python 3.9 because the sandbox image's python3 is not this 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -431,10 +432,8 @@ def check_multi_protocol(spec: dict, workdir: str) -> tuple[int, int]:
     return passed, len(spec["probes"])
   finally:
     if server is not None:
-      try:
+      with contextlib.suppress(ProcessLookupError):
         os.killpg(server.pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
       server.wait()
 
 

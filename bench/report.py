@@ -85,7 +85,7 @@ class Comparison:
   @property
   def ratios(self) -> tuple[float, ...]:
     """theirs / ours per pair (> 1: ours faster)."""
-    return tuple(t / o for o, t in zip(self.ours_s, self.theirs_s))
+    return tuple(t / o for o, t in zip(self.ours_s, self.theirs_s, strict=True))
 
   @property
   def ratio(self) -> float:

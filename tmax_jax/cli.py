@@ -216,7 +216,10 @@ def _parse_absl_flags(argv: list[str]) -> list[str]:
       raise errors.UserError(f"{e}\n(--helpshort lists the flags)") from e
     except (AttributeError, KeyError, TypeError, IndexError) as e:  # ml_collections: an override
       # of a field the config lacks (the type depends on what stands at the missing field)
-      raise _unknown_override(argv[1:]) or e
+      unknown = _unknown_override(argv[1:])
+      if unknown is None:
+        raise
+      raise unknown from e
 
 
 def _config_flags() -> list[str]:

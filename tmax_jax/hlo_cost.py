@@ -93,7 +93,7 @@ def type_bytes(type_text: str) -> int:
 def _operand_names(rest: str) -> list[str]:
   """Names of the operands in 'a, %b, ...), attrs' (text after the opening parenthesis)."""
   depth, end = 1, 0
-  for end, ch in enumerate(rest):
+  for end, ch in enumerate(rest):  # noqa: B007  (end is read after the loop)
     depth += ch == "("
     depth -= ch == ")"
     if depth == 0:

@@ -39,7 +39,7 @@ def _per_prompt_gaps(ckpt, head_dtype, prompts, refs):
         np.mean(
           np.abs(np.asarray(o.logprobs) - _trainer_logprobs(cfg, params, p, o.token_ids, 1.0))
         )
-        for p, o in zip(prompts, outs)
+        for p, o in zip(prompts, outs, strict=True)
       ]
     )
     for cfg, params in refs

@@ -62,7 +62,10 @@ def test_sync_is_a_device_reshard_with_server_dtypes(layout):
     served = sync(params)
   host = jax.device_get(params)
   for (path, got), want, tgt in zip(
-    jax.tree_util.tree_leaves_with_path(served), jax.tree.leaves(host), jax.tree.leaves(target)
+    jax.tree_util.tree_leaves_with_path(served),
+    jax.tree.leaves(host),
+    jax.tree.leaves(target),
+    strict=True,
   ):
     name = jax.tree_util.keystr(path)
     assert got.dtype == jax.numpy.bfloat16, name

@@ -133,7 +133,9 @@ def test_query_chunked_attention_equals_full():
       layers.dot_product_attention(q, k, v, mask, q_chunk=chunk), full, atol=1e-6
     )
     for g, ref in zip(
-      jax.grad(loss, (0, 1, 2))(q, k, v, chunk), jax.grad(loss, (0, 1, 2))(q, k, v, None)
+      jax.grad(loss, (0, 1, 2))(q, k, v, chunk),
+      jax.grad(loss, (0, 1, 2))(q, k, v, None),
+      strict=True,
     ):
       np.testing.assert_allclose(g, ref, atol=1e-5)
 

@@ -63,7 +63,9 @@ def test_chunked_gradient_equals_full(save_logits, temperature):
     ent = -jnp.sum(jnp.exp(logp_all) * logp_all, -1)
     return jnp.sum(g * logp) + 0.1 * jnp.sum(ent)
 
-  for got, want in zip(jax.grad(chunked, (0, 1))(hidden, w), jax.grad(full, (0, 1))(hidden, w)):
+  for got, want in zip(
+    jax.grad(chunked, (0, 1))(hidden, w), jax.grad(full, (0, 1))(hidden, w), strict=True
+  ):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 

@@ -4,6 +4,7 @@ on the project's base rootfs (one cached COPY layer each)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import signal
@@ -320,6 +321,6 @@ def test_service_command_line_has_the_limits_and_no_host_environment():
     "--rootfs /x/services/db/rootfs",
   ):
     assert part in line, part
-  caps = [a for a, b in zip(args, args[1:]) if b in SERVICE_CAPS]
+  caps = [a for a, b in itertools.pairwise(args) if b in SERVICE_CAPS]
   assert caps == ["--cap-add"] * len(SERVICE_CAPS)
   assert args[-3:] == ["postgres", "-D", "/d"] and "--env-host" not in args

@@ -116,6 +116,7 @@ def test_checkpoint_roundtrip_keep_last_and_interval(tmp_path):
   for a, b in zip(
     jax.tree.leaves((st.params, st.opt_state, st.rng)),
     jax.tree.leaves((restored.params, restored.opt_state, restored.rng)),
+    strict=True,
   ):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert sorted(p for p in os.listdir(tmp_path / "ck") if p.isdigit()) == ["4", "6"]

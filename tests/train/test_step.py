@@ -35,7 +35,7 @@ def _one_step(tiny, cfg, batch, steps=1):
 
 
 def _close(a, b, tol):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
 
 

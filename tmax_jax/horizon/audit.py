@@ -296,7 +296,7 @@ class Auditor:
       [(task, i) for i in range(len(attempts))],
     )
     runs, evidence = [], []
-    for attempt, trial in zip(attempts, trials):
+    for attempt, trial in zip(attempts, trials, strict=True):
       ep = trial.episode
       run = {
         "name": attempt.name,

@@ -183,7 +183,8 @@ class Builder:
       taken = {i for i in self.log.nodes()}
 
       def make_child(draft: authoring.Draft) -> fmt.Task:
-        cid = _unique(f"{pline.id}.{draft.name}", taken)
+        # _llm_node calls this within the iteration, so `taken` is this iteration's set
+        cid = _unique(f"{pline.id}.{draft.name}", taken)  # noqa: B023
         line = compose.Lineage(
           id=cid,
           root=pline.root,

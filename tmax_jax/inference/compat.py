@@ -41,7 +41,7 @@ def _alias_tree_map() -> None:
     jax.tree_map = jax.tree.map
 
 
-class SeqioVocabularyStandIn(metaclass=abc.ABCMeta):
+class SeqioVocabularyStandIn(metaclass=abc.ABCMeta):  # noqa: B024  (an ABC like seqio's)
   """`seqio.vocabularies.Vocabulary` as JetStream 0.2.2 uses it (fix 4): a type in annotations and
   the base class of `mock_utils.TestVocab`, which defines every member it calls."""
 

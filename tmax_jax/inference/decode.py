@@ -291,7 +291,7 @@ class PagedCore:
     return PartitionSpec(
       *(
         TENSOR if rules.get(name) == TENSOR and n % tp == 0 else None
-        for name, n in zip(logical, shape)
+        for name, n in zip(logical, shape, strict=True)
       )
     )
 
@@ -482,7 +482,7 @@ class PagedCore:
   def _activate_impl(self, state, slot, *values):
     """values: SLOT_FIELDS' values of the slot's request (slot_arrays + token, position)."""
     new = dict(state)
-    for name, value in zip(SLOT_FIELDS, values):
+    for name, value in zip(SLOT_FIELDS, values, strict=True):
       new[name] = state[name].at[slot].set(value)
     new["counter"] = state["counter"].at[slot].set(0)
     new["active"] = state["active"].at[slot].set(True)

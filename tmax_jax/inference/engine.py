@@ -354,7 +354,7 @@ class TmaxEngine:
           f"weight version {version} is older than the served version {boxes[0].version}"
         )
       served = [rep.core.prepare(self._place(params, rep)) for rep in self.replicas]
-      for box, s in zip(boxes, served):
+      for box, s in zip(boxes, served, strict=True):
         box.set(s, version)
 
   @property
@@ -398,7 +398,7 @@ class TmaxEngine:
 
 def _same_index(a, b, shape) -> bool:
   """Two shard indices (tuples of slices) cover the same region."""
-  return all(sa.indices(n) == sb.indices(n) for sa, sb, n in zip(a, b, shape))
+  return all(sa.indices(n) == sb.indices(n) for sa, sb, n in zip(a, b, shape, strict=True))
 
 
 decode_rows = decode.decode_rows

@@ -267,7 +267,7 @@ class OpenAIServer:
     try:
       if req.stream:
         return await self._stream(request, req, choices, channels, meta, chat)
-      await asyncio.gather(*(self._drain(ch, c) for ch, c in zip(channels, choices)))
+      await asyncio.gather(*(self._drain(ch, c) for ch, c in zip(channels, choices, strict=True)))
       return web.json_response(self._final(req, choices, meta, chat))
     finally:
       for channel in channels:
@@ -388,7 +388,7 @@ class OpenAIServer:
       except Exception as e:  # pylint: disable=broad-exception-caught  # re-raised below
         queue.put_nowait((choice, e))
 
-    tasks = [asyncio.ensure_future(pump(ch, c)) for ch, c in zip(channels, choices)]
+    tasks = [asyncio.ensure_future(pump(ch, c)) for ch, c in zip(channels, choices, strict=True)]
     try:
       pending = len(tasks)
       while pending:

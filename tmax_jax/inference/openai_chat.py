@@ -471,7 +471,9 @@ class Choice:
     content = []
     for token, lp, top_ids, top_lps in self.tokens if tokens is None else tokens:
       entry = _entry(self._tok, token, lp)
-      entry["top_logprobs"] = [_entry(self._tok, t, v) for t, v in zip(top_ids, top_lps)]
+      entry["top_logprobs"] = [
+        _entry(self._tok, t, v) for t, v in zip(top_ids, top_lps, strict=True)
+      ]
       content.append(entry)
     return {"content": content}
 
@@ -480,10 +482,12 @@ class Choice:
       return None
     out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     base = len(self.req.echo)
-    for (token, lp, top_ids, top_lps), offset in zip(self.tokens, self.offsets):
+    for (token, lp, top_ids, top_lps), offset in zip(self.tokens, self.offsets, strict=True):
       out["tokens"].append(self._tok.decode([token]))
       out["token_logprobs"].append(lp)
-      out["top_logprobs"].append({self._tok.decode([t]): v for t, v in zip(top_ids, top_lps)})
+      out["top_logprobs"].append(
+        {self._tok.decode([t]): v for t, v in zip(top_ids, top_lps, strict=True)}
+      )
       out["text_offset"].append(base + offset)
     if not self.req.top_logprobs:
       out["top_logprobs"] = None  # as OpenAI answers logprobs=0

@@ -15,6 +15,7 @@ calibration outputs.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import pathlib
 import shutil
@@ -109,7 +110,7 @@ def _plot(hist: Mapping, path: pathlib.Path, title: str) -> None:
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
   edges, width = hist["bin_edges"], 0.4 / BINS
-  centers = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
+  centers = [(a + b) / 2 for a, b in itertools.pairwise(edges)]
   fig, ax = plt.subplots(figsize=(7, 4))
   ax.bar([c - width / 2 for c in centers], hist["before"], width, label="before (round 0)")
   ax.bar([c + width / 2 for c in centers], hist["after"], width, label="after (kept tasks)")

@@ -138,7 +138,7 @@ def extract_parquet(
   target.parent.mkdir(parents=True, exist_ok=True)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
   try:
-    for i, (name, blob) in enumerate(zip(names, blobs)):
+    for i, (name, blob) in enumerate(zip(names, blobs, strict=True)):
       if not isinstance(blob, bytes):
         raise ValueError(f"{path}: row {i} ({name!r}): task_binary is not bytes")
       try:

@@ -235,7 +235,7 @@ def _topk_rows(i: int, tr: Trajectory, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, logp
   got_ids = [tr.topk_ids[j] for j in on]
   got_lp = [tr.topk_logp[j] for j in on]
-  short = [j for j, a, p in zip(on, got_ids, got_lp) if len(a) < k or len(p) != len(a)]
+  short = [j for j, a, p in zip(on, got_ids, got_lp, strict=True) if len(a) < k or len(p) != len(a)]
   if short:
     j = short[0]
     raise ValueError(
@@ -292,7 +292,9 @@ def validate(batch: TrainBatch, required: Sequence[str] = ()) -> None:
       continue
     want = (b, t) if name not in TOPK_FIELDS else (b, t, None)
     shape = tuple(np.shape(value))
-    if len(shape) != len(want) or any(w is not None and w != s for w, s in zip(want, shape)):
+    if len(shape) != len(want) or any(
+      w is not None and w != s for w, s in zip(want, shape, strict=True)
+    ):
       raise ValueError(f"batch.{name}: expected shape {want}, got {shape}")
   mask = np.asarray(batch.loss_mask)
   if np.any(mask < 0) or not np.all(np.isfinite(mask)):

@@ -221,7 +221,7 @@ def chi_square(counts: Mapping[Any, int], axis: Axis) -> tuple[float, int]:
   if extra:
     raise ValueError(f"values outside the axis: {sorted(map(str, extra))}")
   stat = 0.0
-  for v, w in zip(axis.values, axis.weights):
+  for v, w in zip(axis.values, axis.weights, strict=True):
     expected = total * w
     stat += (counts.get(v, 0) - expected) ** 2 / expected
   return stat, len(axis.values) - 1

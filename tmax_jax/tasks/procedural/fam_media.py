@@ -251,7 +251,7 @@ def morse(rng: random.Random, level: int) -> TaskSpec:
   u = int(rate * unit_s)
   freq = rng.choice((550, 600, 700, 800))
   samples: list[float] = [0.0] * (3 * u)
-  for wi, wd in enumerate(words):
+  for wd in words:
     for ci, ch in enumerate(wd):
       for si, s in enumerate(MORSE[ch]):
         samples += [

@@ -78,7 +78,8 @@ def log_top_ips(rng: random.Random, level: int) -> TaskSpec:
   ips = list(dict.fromkeys(ips))
   counts = {ip: rng.randint(1, 30) for ip in ips}
   ranked = sorted(ips, key=lambda ip: -counts[ip])
-  for a, b in zip(ranked[0:k:2], ranked[1:k:2]):  # force ties inside the top k
+  # force ties inside the top k (pairs; an odd k leaves the last one unpaired)
+  for a, b in zip(ranked[0:k:2], ranked[1:k:2], strict=False):
     counts[b] = counts[a]
   only_5xx = level >= 1
   lines = []

@@ -330,56 +330,13 @@ class OpenAIServer:
   async def _stream(self, request, req, choices, channels, meta, chat: bool):
     resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
-    kind = "chat.completion.chunk" if chat else "text_completion"
+    head = {**meta, "object": "chat.completion.chunk" if chat else "text_completion"}
 
     async def send(payload: dict) -> None:
       await resp.write(f"data: {json.dumps(payload)}\n\n".encode())
 
-    def chunk(choice, done: bool) -> dict | None:
-      if chat:
-        delta, tokens = choice.chat_delta(final=done)
-        if not (delta or tokens or done):
-          return None
-        body = {
-          "index": choice.index,
-          "delta": delta,
-          "logprobs": choice.chat_logprobs(tokens) if req.logprobs else None,
-        }
-      else:
-        text = choice.text_delta(final=done)
-        if not (text or done):
-          return None
-        body = {"index": choice.index, "text": text, "logprobs": None}
-      body["finish_reason"] = choice.finish_reason() if done else None
-      return {**meta, "object": kind, "choices": [body]}
-
-    if chat:
-      for c in choices:
-        await send(
-          {
-            **meta,
-            "object": kind,
-            "choices": [
-              {
-                "index": c.index,
-                "delta": {"role": "assistant", "content": ""},
-                "logprobs": None,
-                "finish_reason": None,
-              }
-            ],
-          }
-        )
-    if req.echo:
-      for c in choices:
-        await send(
-          {
-            **meta,
-            "object": kind,
-            "choices": [
-              {"index": c.index, "text": req.echo, "logprobs": None, "finish_reason": None}
-            ],
-          }
-        )
+    for payload in _opening_chunks(req, choices, head, chat):
+      await send(payload)
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(channel, choice):
@@ -395,12 +352,12 @@ class OpenAIServer:
         choice, done = await queue.get()
         if isinstance(done, Exception):
           raise done
-        payload = chunk(choice, done)
+        payload = _stream_chunk(req, choice, done, head, chat)
         if payload is not None:
           await send(payload)
         pending -= int(done)
       if req.include_usage:
-        await send({**meta, "object": kind, "choices": [], "usage": self._usage(req, choices)})
+        await send({**head, "choices": [], "usage": self._usage(req, choices)})
       await resp.write(b"data: [DONE]\n\n")
     except APIError as e:  # headers are sent: the error goes in the stream, as OpenAI does
       await send(e.body())
@@ -409,3 +366,49 @@ class OpenAIServer:
         t.cancel()
     await resp.write_eof()
     return resp
+
+
+def _opening_chunks(req, choices, head: dict, chat: bool) -> list[dict]:
+  """The chunks a stream starts with: each choice's assistant role (chat), then each choice's
+  echoed prompt (completions with echo)."""
+  out = []
+  if chat:
+    role = {"role": "assistant", "content": ""}
+    out += [
+      {
+        **head,
+        "choices": [
+          {"index": c.index, "delta": dict(role), "logprobs": None, "finish_reason": None}
+        ],
+      }
+      for c in choices
+    ]
+  if req.echo:
+    out += [
+      {
+        **head,
+        "choices": [{"index": c.index, "text": req.echo, "logprobs": None, "finish_reason": None}],
+      }
+      for c in choices
+    ]
+  return out
+
+
+def _stream_chunk(req, choice, done: bool, head: dict, chat: bool) -> dict | None:
+  """The chunk with what `choice` produced since the last one; None when there is nothing new."""
+  if chat:
+    delta, tokens = choice.chat_delta(final=done)
+    if not (delta or tokens or done):
+      return None
+    body = {
+      "index": choice.index,
+      "delta": delta,
+      "logprobs": choice.chat_logprobs(tokens) if req.logprobs else None,
+    }
+  else:
+    text = choice.text_delta(final=done)
+    if not (text or done):
+      return None
+    body = {"index": choice.index, "text": text, "logprobs": None}
+  body["finish_reason"] = choice.finish_reason() if done else None
+  return {**head, "choices": [body]}

@@ -153,7 +153,7 @@ class EndpointProbe:
   client: Any  # generator.llm.ChatClient
 
   def attempts(self, task: fmt.Task, k: int) -> list[ProbeAttempt]:
-    from tmax_jax.horizon import teacher  # pylint: disable=import-outside-toplevel
+    from tmax_jax.horizon import teacher  # noqa: PLC0415  (openai: endpoint probe only)
 
     return [
       ProbeAttempt(f"endpoint_{i}", lambda tok, cfg: teacher.ChatTeacher(self.client, tok))

@@ -28,6 +28,7 @@ from tmax_jax.tasks.generator import llm, pipeline
 from tmax_jax.tasks.procedural import chains as chains_lib
 from tmax_jax.tasks.procedural import registry
 from tmax_jax.tasks.runner import RunnerConfig
+from tmax_jax.tokenizers.builder import load_tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,8 +288,6 @@ def _unique(nid: str, taken: set[str]) -> str:
 def make_auditor(
   probe: str, family: str, audit_cfg: audit.AuditConfig, client: llm.ChatClient | None
 ) -> audit.Auditor:
-  from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
-
   if probe == "endpoint":
     if client is None:
       raise UserError("--probe endpoint needs --base_url and --model")

@@ -49,7 +49,7 @@ class SeqioVocabularyStandIn(metaclass=abc.ABCMeta):  # noqa: B024  (an ABC like
 def sentencepiece_vocabulary(*args, **kwargs):
   """`seqio.vocabularies.SentencePieceVocabulary(...)` (fix 4), imported when first called."""
   # Lazy on purpose: seqio imports TensorFlow, needed only for SentencePiece model files.
-  from seqio.vocabularies import (  # pylint: disable=import-outside-toplevel
+  from seqio.vocabularies import (  # noqa: PLC0415  (seqio loads TensorFlow)
     SentencePieceVocabulary,
   )
 
@@ -71,8 +71,8 @@ def _import_token_utils_without_seqio() -> None:
   stand_ins = _seqio_stand_ins()
   sys.modules.update(stand_ins)
   try:
-    # pylint: disable-next=import-outside-toplevel,unused-import
-    from jetstream.engine import token_utils  # noqa: F401 (imported while the stand-ins sit)
+    # imported while the stand-ins sit
+    from jetstream.engine import token_utils  # noqa: F401, PLC0415
   finally:
     for name, module in stand_ins.items():
       if sys.modules.get(name) is module:
@@ -82,8 +82,8 @@ def _import_token_utils_without_seqio() -> None:
 def _import_orchestrator_quietly() -> None:
   root = logging.getLogger()
   level, handlers = root.level, list(root.handlers)
-  # pylint: disable-next=import-outside-toplevel,unused-import
-  from jetstream.core import orchestrator  # noqa: F401 (imported for its logging side effect)
+  # imported for its logging side effect
+  from jetstream.core import orchestrator  # noqa: F401, PLC0415
 
   root.setLevel(level)
   for h in list(root.handlers):
@@ -106,7 +106,7 @@ def apply() -> None:
 def set_bind_host(host: str = LOOPBACK) -> None:
   """Sets the address JetStreamServer binds (fix 3). '[::]' or '0.0.0.0' opt into all interfaces."""
   apply()
-  from jetstream.core import server_lib  # pylint: disable=import-outside-toplevel
+  from jetstream.core import server_lib  # noqa: PLC0415  (JetStream loads after apply())
 
   server_lib._HOST = host  # pylint: disable=protected-access
 
@@ -115,7 +115,7 @@ def set_bind_host(host: str = LOOPBACK) -> None:
 def bind_host(host: str = LOOPBACK):
   """Temporarily sets the bind host; servers are constructed (and bound) inside the block."""
   apply()
-  from jetstream.core import server_lib  # pylint: disable=import-outside-toplevel
+  from jetstream.core import server_lib  # noqa: PLC0415  (JetStream loads after apply())
 
   old = server_lib._HOST  # pylint: disable=protected-access
   set_bind_host(host)

@@ -252,7 +252,7 @@ class ReplicaEngine(engine_api.Engine):
   def build_tokenizer(self, metadata: tokenizer_pb2.TokenizerParameters) -> TokenizerAdapter:
     tok = None
     if metadata.path:
-      from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+      from transformers import AutoTokenizer  # noqa: PLC0415  (transformers: slow import)
 
       tok = AutoTokenizer.from_pretrained(metadata.path)
     pad = self.model_cfg.pad_token_id

@@ -24,9 +24,11 @@ from typing import Any
 
 from aiohttp import web
 
+from tmax_jax import tokenizers
 from tmax_jax.inference import compat, openai_chat
 from tmax_jax.inference import driver as driver_lib
 from tmax_jax.inference.openai_chat import APIError
+from tmax_jax.models import registry
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -50,12 +52,9 @@ class OpenAIConfig:
 
 def load_tokenizer(cfg: OpenAIConfig, model_type: str) -> tuple[Any, str]:
   """-> (HF tokenizer with a chat template, tool-call format) for the served model."""
-  from tmax_jax import tokenizers  # pylint: disable=import-outside-toplevel
-  from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel
-
   spec = None
   if cfg.tokenizer and pathlib.Path(cfg.tokenizer).is_dir():
-    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    from transformers import AutoTokenizer  # noqa: PLC0415  (transformers: slow import)
 
     tok = AutoTokenizer.from_pretrained(cfg.tokenizer)
   else:

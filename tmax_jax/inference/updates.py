@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tmax_jax.models import hf_io
 from tmax_jax.models.config import ModelConfig
 
 CHUNK_BYTES = 2 << 20  # under gRPC's default 4 MiB message limit
@@ -237,8 +238,6 @@ def from_path(path: str, served: Any, cfg: ModelConfig) -> Any:
   """A `.msgpack` file (flax msgpack of the params tree) or an HF checkpoint directory."""
   p = pathlib.Path(path)
   if p.is_dir():
-    from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
-
     return conform(hf_io.load_params(p, cfg), served)
   if p.is_file():
     try:

@@ -104,10 +104,10 @@ def _calibration(cfg: PipelineConfig, states: Sequence[dict], kept: Sequence[dic
 
 
 def _plot(hist: Mapping, path: pathlib.Path, title: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel  (only when plotting)
+  import matplotlib  # noqa: PLC0415  (not in the Harbor venv: only to plot)
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt  # noqa: PLC0415  (after the backend is set)
 
   edges, width = hist["bin_edges"], 0.4 / BINS
   centers = [(a + b) / 2 for a, b in itertools.pairwise(edges)]

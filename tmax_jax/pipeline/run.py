@@ -126,7 +126,7 @@ class Pipeline:
     self.calibrator = None
     if "calibrate" in self.stages and any(publish.needs(s, "calibrate") for s in states):
       # jax, transformers and the tokenizer load only when a task still needs calibrating
-      from tmax_jax.pipeline.calibrate import Calibrator  # pylint: disable=import-outside-toplevel
+      from tmax_jax.pipeline.calibrate import Calibrator  # noqa: PLC0415  (jax: calibration only)
 
       self.calibrator = Calibrator(self.cfg, self.store, self.sandbox_slots, self.sandbox_workers)
     self._open_bars(states)

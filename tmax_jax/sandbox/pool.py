@@ -133,12 +133,12 @@ class SandboxPool:
     """Removes temp dirs, cgroups, containers and instances left by dead processes."""
     removed = runtime.sweep_stale()
     with contextlib.suppress(Exception):
-      from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+      from tmax_jax.sandbox import podman  # noqa: PLC0415  (backends load on use)
 
       if podman.podman_available() is None:
         removed += podman.sweep_stale_containers()
     with contextlib.suppress(Exception):
-      from tmax_jax.sandbox import apptainer  # pylint: disable=import-outside-toplevel
+      from tmax_jax.sandbox import apptainer  # noqa: PLC0415  (backends load on use)
 
       removed += apptainer.sweep_stale_instances()
     return removed

@@ -10,6 +10,7 @@ import os
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -71,8 +72,6 @@ def allgather_json(value) -> list:
   calls it at the same point). Single process: [value]."""
   if jax.process_count() == 1:
     return [value]
-  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-
   blob = np.frombuffer(json.dumps(value).encode(), np.uint8)
   sizes = multihost_utils.process_allgather(np.int32(blob.size))
   padded = np.zeros(int(np.max(sizes)), np.uint8)

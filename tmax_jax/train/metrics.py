@@ -26,7 +26,7 @@ class MetricsWriter:
     path.parent.mkdir(parents=True, exist_ok=True)
     self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  (open until close())
     if tensorboard_dir:
-      from tensorboardX import SummaryWriter  # optional at import time of this module
+      from tensorboardX import SummaryWriter  # noqa: PLC0415  (only when TensorBoard is on)
 
       self._tb = SummaryWriter(tensorboard_dir)
 

@@ -40,6 +40,7 @@ from tmax_jax.train import compact
 from tmax_jax.train import optimizer as opt_lib
 from tmax_jax.train import state as state_lib
 from tmax_jax.train.config import TrainConfig
+from tmax_jax.train.distributed import global_batch
 from tmax_jax.train.topk import topk_logprobs
 
 log = logging.getLogger(__name__)
@@ -339,8 +340,6 @@ class Trainer:
       compact.check_capacity(local.loss_mask, self.cfg.loss_tokens_per_row)
     if self.mesh is None:
       return jax.tree.map(jnp.asarray, local)
-    from tmax_jax.train.distributed import global_batch
-
     return global_batch(local, self.mesh)
 
   def _fixed_step(self, state, batch: batch_lib.TrainBatch):

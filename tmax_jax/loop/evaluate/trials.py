@@ -7,6 +7,8 @@ import json
 import pathlib
 from collections.abc import Sequence
 
+from tqdm import tqdm
+
 from tmax_jax.agents.worker import EpisodeWorker, Trial
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.sandbox import bases
@@ -70,7 +72,6 @@ async def run_trials(
 ) -> list[dict]:
   """Every (task, run) at once (the worker runs `parallelism` of them); records are appended to
   `jsonl_path` as they finish and returned sorted by (task, run)."""
-  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
 
   async def one(task: Task, run: int) -> dict:
     return trial_record(task, run, await worker.trial(task, 0, run), cfg.pass_threshold)

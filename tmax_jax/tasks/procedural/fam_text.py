@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import random
+import subprocess
+import sys
+import tempfile
 
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.core import Family, TaskSpec
@@ -206,8 +211,6 @@ PY"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def etl_pipeline(rng: random.Random, level: int) -> TaskSpec:
-  import datetime
-
   n_src, n = (2, 3, 5)[level], (30, 200, 800)[level]
   rates = {
     "EUR": 1.0,
@@ -320,11 +323,6 @@ for m in want:
 
 def _run_etl(files: dict[str, str]) -> dict:
   """Runs the oracle logic in-process on the generated files to get the expected report."""
-  import os
-  import subprocess
-  import sys
-  import tempfile
-
   with tempfile.TemporaryDirectory() as d:
     for rel, body in files.items():
       os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)

@@ -32,7 +32,6 @@ import transformers
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-# pylint: disable=wrong-import-position
 import report  # noqa: E402  (bench/report.py)
 
 from tmax_jax import cli, json_io
@@ -353,7 +352,7 @@ def build_models(shape: dict, max_len: int):
 
 
 def main(argv=None):
-  import datetime  # pylint: disable=import-outside-toplevel
+  import datetime
 
   a = _args(argv)
   shape = TINY if a.tiny else SMALL

@@ -350,7 +350,6 @@ def server_cache_bytes(served_cfg: ModelConfig, serving, mesh: Mesh) -> float:
   core = decode.PagedCore(
     served_cfg, engine_cfg.core_shape(decode.is_stateful(served_cfg)), replica
   )
-  # pylint: disable-next=protected-access
   pool = _with(core._abstract_state()["pool"], core.state_shardings["pool"])
   return _bytes_per_device(pool)
 

@@ -297,7 +297,7 @@ def test_jetstream_engine_api_prefill_insert_generate(models):
 
 
 def dataclasses_replace(cfg, **kw):
-  import dataclasses  # pylint: disable=import-outside-toplevel
+  import dataclasses
 
   return dataclasses.replace(cfg, **kw)
 

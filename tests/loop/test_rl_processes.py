@@ -151,11 +151,11 @@ def test_sigkill_mid_step_then_restart_is_bit_identical(tmp_path):
 
 def _checkpointed_state(run: pathlib.Path, step: int):
   """The whole train state (params, optimizer state, step, RNG) of `run`'s checkpoint."""
-  from tmax_jax.loop import policy  # pylint: disable=import-outside-toplevel
-  from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel
-  from tmax_jax.train.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
-  from tmax_jax.train.config import CheckpointConfig  # pylint: disable=import-outside-toplevel
-  from tmax_jax.train.step import Trainer  # pylint: disable=import-outside-toplevel
+  from tmax_jax.loop import policy
+  from tmax_jax.models import registry
+  from tmax_jax.train.checkpoint import Checkpointer
+  from tmax_jax.train.config import CheckpointConfig
+  from tmax_jax.train.step import Trainer
 
   cfg = tiny_rl_config(run, step)
   model_cfg, params, _ = policy.load_policy(cfg.model, cfg.episode)

@@ -85,7 +85,6 @@ def test_guard_catches_a_host_round_trip():
 
 @pytest.mark.slow
 def test_bench_tiny_runs_both_paths(tmp_path):
-  # pylint: disable-next=import-outside-toplevel,multiple-imports
   import json
   import os
   import pathlib

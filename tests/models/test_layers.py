@@ -165,8 +165,8 @@ def test_query_chunked_attention_uses_less_memory():
 def test_dot_policies_save_the_custom_vjp_projections(name):
   """matmul.linear is a custom_vjp_call, opaque to the dot-saving policies: the layers' policies
   still save its output (3 matmuls per scanned layer, not a 4th recompute); "full" recomputes."""
-  from tmax_jax import hlo_cost  # pylint: disable=import-outside-toplevel
-  from tmax_jax.models import matmul  # pylint: disable=import-outside-toplevel
+  from tmax_jax import hlo_cost
+  from tmax_jax.models import matmul
 
   def flops(policy):
     layer = jax.checkpoint(

@@ -71,7 +71,7 @@ def test_chunked_gradient_equals_full(save_logits, temperature):
 
 def test_saved_logits_skip_the_recompute():
   """save_logits: 3 head matmuls (forward, d hidden, d W) instead of 4; the same gradient."""
-  from tmax_jax import hlo_cost  # pylint: disable=import-outside-toplevel
+  from tmax_jax import hlo_cost
 
   b, t, d, v = 2, 64, 32, 256
   args = (

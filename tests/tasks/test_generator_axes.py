@@ -182,7 +182,7 @@ def test_balance_score():
 
 
 def test_cli_replaces_an_existing_output_only_with_overwrite(tmp_path):
-  from tmax_jax.tasks import generate_axes  # pylint: disable=import-outside-toplevel
+  from tmax_jax.tasks import generate_axes
 
   out = tmp_path / "axes.jsonl"
   out.write_text("keep\n")

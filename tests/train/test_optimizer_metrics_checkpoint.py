@@ -39,7 +39,7 @@ def test_schedules_follow_their_formulas():
 
 
 def test_recipe_presets():
-  from tmax_jax import recipes  # pylint: disable=import-outside-toplevel
+  from tmax_jax import recipes
 
   rl = recipes.rl("qwen3.5-9b").train
   assert (rl.optimizer.learning_rate, rl.optimizer.schedule, rl.optimizer.max_grad_norm) == (

@@ -108,7 +108,7 @@ def set_bind_host(host: str = LOOPBACK) -> None:
   apply()
   from jetstream.core import server_lib  # noqa: PLC0415  (JetStream loads after apply())
 
-  server_lib._HOST = host  # pylint: disable=protected-access
+  server_lib._HOST = host
 
 
 @contextlib.contextmanager
@@ -117,9 +117,9 @@ def bind_host(host: str = LOOPBACK):
   apply()
   from jetstream.core import server_lib  # noqa: PLC0415  (JetStream loads after apply())
 
-  old = server_lib._HOST  # pylint: disable=protected-access
+  old = server_lib._HOST
   set_bind_host(host)
   try:
     yield
   finally:
-    server_lib._HOST = old  # pylint: disable=protected-access
+    server_lib._HOST = old

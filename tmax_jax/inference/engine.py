@@ -32,7 +32,6 @@ from tmax_jax.inference import compat
 
 compat.apply()
 
-# pylint: disable=wrong-import-position
 from jetstream.engine import engine_api, tokenizer_api, tokenizer_pb2
 
 from tmax_jax.inference import decode, paged, sampling, scheduler, updates

@@ -90,7 +90,7 @@ async def _errors(request: web.Request, handler):
       code="not_found" if e.status == 404 else None,
     )
     return web.json_response(err.body(), status=e.status)
-  except Exception as e:  # pylint: disable=broad-exception-caught
+  except Exception as e:
     log.exception("OpenAI API: %s %s failed", request.method, request.path)
     err = APIError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error")
     return web.json_response(err.body(), status=500)
@@ -140,7 +140,7 @@ class OpenAIServer:
     await self._runner.setup()
     site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port or 0, reuse_address=True)
     await site.start()
-    self.port = site._server.sockets[0].getsockname()[1]  # pylint: disable=protected-access
+    self.port = site._server.sockets[0].getsockname()[1]
     log.info("OpenAI API on %s (model %r)", self.base_url, self.model_name)
 
   async def stop(self) -> None:
@@ -341,7 +341,7 @@ class OpenAIServer:
     async def pump(channel, choice):
       try:
         await self._drain(channel, choice, queue)
-      except Exception as e:  # pylint: disable=broad-exception-caught  # re-raised below
+      except Exception as e:  # re-raised below
         queue.put_nowait((choice, e))
 
     tasks = [asyncio.ensure_future(pump(ch, c)) for ch, c in zip(channels, choices, strict=True)]

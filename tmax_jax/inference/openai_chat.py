@@ -264,7 +264,7 @@ def chat_request(body: Mapping, tokenizer, max_len: int, max_topk: int) -> GenRe
     text = tokenizer.apply_chat_template(
       rendered, tools=tools or None, tokenize=False, add_generation_prompt=True, **kwargs
     )
-  except Exception as e:  # pylint: disable=broad-exception-caught  # jinja's raise_exception
+  except Exception as e:  # jinja's raise_exception
     raise bad("messages", f"the chat template refused them: {e}") from e
   ids = tokenizer.encode(text, add_special_tokens=False)
   logprobs = _get(body, "logprobs", bool, False)

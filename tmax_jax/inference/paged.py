@@ -141,7 +141,7 @@ class PrefixCache:
     self._lru: collections.OrderedDict = collections.OrderedDict()  # entry -> None, oldest first
     self._free_states = collections.deque(range(state_blocks))
     self._next_id = 1
-    pool._evict = self.evict_one  # pylint: disable=protected-access
+    pool._evict = self.evict_one
 
   # ---- lookup ---------------------------------------------------------------------------------
 

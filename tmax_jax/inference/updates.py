@@ -242,7 +242,7 @@ def from_path(path: str, served: Any, cfg: ModelConfig) -> Any:
   if p.is_file():
     try:
       state = flax.serialization.msgpack_restore(p.read_bytes())
-    except Exception as e:  # pylint: disable=broad-exception-caught
+    except Exception as e:
       raise WeightUpdateError(f"weight update file {path}: not flax msgpack: {e}") from e
     return conform(state, served)
   raise WeightUpdateError(

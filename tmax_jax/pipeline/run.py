@@ -74,7 +74,7 @@ class Pipeline:
       start = loop.time()
       try:
         result = await self.calibrator(state, lambda: self.store.save(state))
-      except Exception as err:  # pylint: disable=broad-except  (kept as the task's error record)
+      except Exception as err:  # kept as the task's error record
         result = stages.crashed(err)
       return result.record(self.run_id, loop.time() - start)
     fn = getattr(stages, stage)

@@ -100,7 +100,7 @@ class ScriptedEndpoint:
     await self._runner.setup()
     site = web.TCPSite(self._runner, "127.0.0.1", 0)
     await site.start()
-    return site._server.sockets[0].getsockname()[1]  # pylint: disable=protected-access
+    return site._server.sockets[0].getsockname()[1]
 
   def __enter__(self) -> ScriptedEndpoint:
     self._thread.start()

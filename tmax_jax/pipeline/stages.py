@@ -174,7 +174,7 @@ def timed(fn, ctx: Context, state: dict, run: int) -> dict:
   start = time.monotonic()
   try:
     result = fn(ctx, state)
-  except Exception as err:  # pylint: disable=broad-except  (kept as the task's error record)
+  except Exception as err:  # kept as the task's error record
     result = crashed(err)
   return result.record(run, time.monotonic() - start)
 

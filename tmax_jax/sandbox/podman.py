@@ -165,7 +165,7 @@ def sweep_stale_containers() -> list[str]:
       name, _, owner = line.partition(" ")
       if (
         owner
-        and not runtime._tag_alive(owner)  # pylint: disable=protected-access
+        and not runtime._tag_alive(owner)
         and _podman([*rm, "-f", "-t", "0", name], check=False).returncode == 0
       ):
         removed.append(name)

@@ -152,7 +152,7 @@ def metric_value(spec: dict, workdir: str) -> float:
     return float(lines[-1].split()[-1])
   if m == "python":  # spec["code"] defines metric(workdir) -> float
     scope: dict = {}
-    exec(compile(spec["code"], "metric_code", "exec"), scope)  # pylint: disable=exec-used
+    exec(compile(spec["code"], "metric_code", "exec"), scope)
     return float(scope["metric"](workdir))
   raise ValueError(f"spec.metric: unknown metric {m!r}")
 
@@ -251,7 +251,7 @@ def gen_input(g: dict, rng: random.Random) -> str:
     return rng.choice(g["values"])
   if t == "python":  # g["code"] defines gen(rng) -> str
     scope: dict = {}
-    exec(compile(g["code"], "generator_code", "exec"), scope)  # pylint: disable=exec-used
+    exec(compile(g["code"], "generator_code", "exec"), scope)
     return scope["gen"](rng)
   raise ValueError(f"spec.generator.type: unknown input type {t!r}")
 
@@ -259,7 +259,7 @@ def gen_input(g: dict, rng: random.Random) -> str:
 def reference_output(spec: dict, data: str, workdir: str, scope: dict) -> bytes | None:
   if "reference_code" in spec:
     if "reference" not in scope:
-      exec(compile(spec["reference_code"], "reference_code", "exec"), scope)  # pylint: disable=exec-used
+      exec(compile(spec["reference_code"], "reference_code", "exec"), scope)
     return scope["reference"](data).encode()
   code, out, _ = run_cmd(
     spec["reference_command"], workdir, data.encode(), spec.get("timeout_s", 10)

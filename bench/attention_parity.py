@@ -70,7 +70,7 @@ def compare(fn, case, tol: float, rel: bool) -> dict:
   want = [ref(*f32)] + list(jax.grad(_loss(ref, w, live), (0, 1, 2))(*f32))
   keep = np.asarray(live)[..., None, None]
   errs = {}
-  for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+  for name, a, b in zip(("out", "dq", "dk", "dv"), got, want, strict=True):
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     if name == "out":
       a, b = np.where(keep, a, 0), np.where(keep, b, 0)

@@ -58,7 +58,7 @@ def _abstract(tree):
 
 def compile_train_step(cfg: ModelConfig, batch: int, seq: int, chunk: int):
   """AOT-compiles the real DPPO train step (Trainer's step function) from abstract inputs."""
-  from tmax_jax.train import batch as batch_lib  # pylint: disable=import-outside-toplevel
+  from tmax_jax.train import batch as batch_lib
 
   tcfg = TrainConfig(logprob_chunk_size=min(chunk, seq))
   model = registry.build_model(cfg)
@@ -119,7 +119,7 @@ def decode_model_flops(cfg: ModelConfig, slots: int, context: int) -> float:
 def decode_step_cost(cfg: ModelConfig, slots: int, max_len: int, unrolled: bool = False) -> dict:
   """One decode step of the engine's paged decode core, every slot's table at max_len, served
   scanned (the default) or unrolled (decode.CoreShape.unrolled)."""
-  from tmax_jax.inference import decode  # pylint: disable=import-outside-toplevel
+  from tmax_jax.inference import decode
 
   shape = decode.CoreShape(
     slots=slots,

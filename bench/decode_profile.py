@@ -25,7 +25,6 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-# pylint: disable=wrong-import-position,protected-access
 if "--profile" in " ".join(sys.argv):  # read when the CPU backend starts
   os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
 

@@ -19,7 +19,6 @@ import numpy as np
 from jax.sharding import Mesh
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-# pylint: disable=wrong-import-position
 from tmax_jax import cli, json_io
 from tmax_jax.inference import decode, paged, sampling, scheduler
 from tmax_jax.models import registry

@@ -71,7 +71,7 @@ def bench_backend(task: fmt.Task, backend: str, trials: int, commands: int) -> d
     start_s.append(t1 - t0)
     run_s.append((t2 - t1) / commands)
     close_s.append(time.perf_counter() - t2)
-  total = [s + r * commands + c for s, r, c in zip(start_s, run_s, close_s)]
+  total = [s + r * commands + c for s, r, c in zip(start_s, run_s, close_s, strict=True)]
   return {
     "backend": backend,
     "trials": trials,

@@ -132,7 +132,7 @@ def _sample(address: str, prompts, tokens: int, seed: int):
 
 def _gap(trainer_cfg, params, prompts, outs) -> dict:
   per_prompt_abs, k3 = [], []
-  for p, o in zip(prompts, outs):
+  for p, o in zip(prompts, outs, strict=True):
     mu = np.asarray(o.logprobs, np.float64)
     log_r = trainer_logprobs(trainer_cfg, params, p, o.token_ids).astype(np.float64) - mu
     per_prompt_abs.append(float(np.mean(np.abs(log_r))))

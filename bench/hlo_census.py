@@ -220,7 +220,7 @@ def print_summary(s: dict) -> None:
 
 def fwd_bwd_program(cfg: ModelConfig, batch: int, seq: int, chunk: int):
   """model_fwd_bwd.py's jitted value_and_grad -> (compiled, concrete random inputs)."""
-  import model_fwd_bwd  # noqa: E402  pylint: disable=import-outside-toplevel
+  import model_fwd_bwd  # noqa: E402
 
   loss = model_fwd_bwd.loss_fn(cfg, batch, seq, chunk)
   tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
@@ -240,11 +240,11 @@ def fwd_bwd_program(cfg: ModelConfig, batch: int, seq: int, chunk: int):
 
 def train_step_program(cfg: ModelConfig, batch: int, seq: int, chunk: int):
   """The real DPPO train step (compiled_flops.py's AOT lowering) -> (compiled, inputs)."""
-  import compiled_flops  # noqa: E402  pylint: disable=import-outside-toplevel
-  import gpu_train_step  # noqa: E402  pylint: disable=import-outside-toplevel
+  import compiled_flops  # noqa: E402
+  import gpu_train_step  # noqa: E402
 
-  from tmax_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
-  from tmax_jax.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+  from tmax_jax.train import step as step_lib
+  from tmax_jax.train.config import TrainConfig
 
   compiled = compiled_flops.compile_train_step(cfg, batch, seq, chunk)
 
@@ -268,9 +268,9 @@ def profile(compiled, inputs, rows: list[Row], runs: int) -> dict[str, float]:
 def trace_seconds(run, rows: list[Row], runs: int) -> dict[str, float]:
   """Seconds per call of `run()` (which blocks) by instruction name, over `runs` traced calls
   after one untraced call (for programs with donated inputs, whose `run` threads the state)."""
-  import tempfile  # pylint: disable=import-outside-toplevel
+  import tempfile
 
-  from jax._src.lib import _profile_data  # pylint: disable=import-outside-toplevel
+  from jax._src.lib import _profile_data
 
   run()
   names = {r.name for r in rows}

@@ -22,7 +22,7 @@ import os
 import pathlib
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tmax_jax import host_memory, json_io
 
@@ -85,7 +85,7 @@ class Comparison:
   @property
   def ratios(self) -> tuple[float, ...]:
     """theirs / ours per pair (> 1: ours faster)."""
-    return tuple(t / o for o, t in zip(self.ours_s, self.theirs_s))
+    return tuple(t / o for o, t in zip(self.ours_s, self.theirs_s, strict=True))
 
   @property
   def ratio(self) -> float:
@@ -150,7 +150,7 @@ class WorkerSide:
   (e.g. {host_memory.ENV: "default"}). Close it (or use it as a context manager) when done."""
 
   def __init__(self, factory: str, *args, env: dict[str, str] | None = None, **kwargs):
-    import multiprocessing  # pylint: disable=import-outside-toplevel
+    import multiprocessing
 
     self.factory, env = factory, dict(env or {})
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter, not a fork of this one
@@ -241,8 +241,8 @@ def _process_cpu_seconds() -> float:
 def _serve_side(conn, factory: str, args, kwargs) -> None:
   """WorkerSide's process: build the step, then time one step per request until None."""
   host_memory.reuse_freed_memory()  # a fresh interpreter: as the env it was given says
-  import importlib  # pylint: disable=import-outside-toplevel
-  import traceback  # pylint: disable=import-outside-toplevel
+  import importlib
+  import traceback
 
   try:
     module, _, name = factory.partition(":")
@@ -253,7 +253,7 @@ def _serve_side(conn, factory: str, args, kwargs) -> None:
       value = step()
       seconds = time.perf_counter() - start
       conn.send(("done", seconds, value, _process_cpu_seconds()))
-  except Exception:  # pylint: disable=broad-except  (reported to the parent, which raises)
+  except Exception:  # reported to the parent, which raises
     conn.send(("error", traceback.format_exc()))
 
 
@@ -308,8 +308,8 @@ def compare(
 
 def setup_text() -> str:
   """Versions and cores for a row's setup column."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import torch  # pylint: disable=import-outside-toplevel
+  import jax
+  import torch
 
   return (
     f"jax {jax.__version__} / torch {torch.__version__}, {core_count()} CPUs, "
@@ -318,7 +318,7 @@ def setup_text() -> str:
 
 
 def utc_now() -> str:
-  import datetime  # pylint: disable=import-outside-toplevel
+  import datetime
 
   return f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}"
 

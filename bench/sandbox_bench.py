@@ -34,7 +34,7 @@ from tmax_jax.sandbox.pool import SandboxPool  # noqa: E402
 def _image(backend: str) -> str:
   rootfs = ensure_base_rootfs(quiet=True)
   if backend == "podman":
-    from tmax_jax.sandbox.podman import ensure_podman_image  # pylint: disable=import-outside-toplevel
+    from tmax_jax.sandbox.podman import ensure_podman_image
 
     return ensure_podman_image(rootfs)
   return str(rootfs)

@@ -32,7 +32,6 @@ import transformers
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-# pylint: disable=wrong-import-position
 import report  # noqa: E402  (bench/report.py)
 
 from tmax_jax import cli, json_io
@@ -353,13 +352,13 @@ def build_models(shape: dict, max_len: int):
 
 
 def main(argv=None):
-  import datetime  # pylint: disable=import-outside-toplevel
+  import datetime
 
   a = _args(argv)
   shape = TINY if a.tiny else SMALL
   model, cfg, params = build_models(shape, a.max_len)
   result = dict(
-    when=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+    when=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
     shape=shape,
     cpu_threads=report.core_count(),
     decode=[decode_side_by_side(model, cfg, params, int(b), a) for b in _ints(a.batches)],

@@ -24,7 +24,6 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-# pylint: disable=wrong-import-position
 from tmax_jax import cli
 from tmax_jax.inference import decode, paged
 from tmax_jax.models import registry
@@ -84,9 +83,8 @@ def kv_scenarios(slots: int, kv_device: float, a) -> dict[str, float]:
 
 def shipped(a) -> dict:
   """The statement for --config's serving placement (per device of one of its replicas)."""
-  # pylint: disable-next=import-outside-toplevel
   from tmax_jax.config_dict import from_config_dict, load_config_file
-  from tmax_jax.loop.config import RLConfig  # pylint: disable=import-outside-toplevel
+  from tmax_jax.loop.config import RLConfig
 
   cfg = from_config_dict(RLConfig, load_config_file(a.config))
   s, e = cfg.serving, cfg.serving.engine

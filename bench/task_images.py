@@ -67,8 +67,8 @@ def _language(name: str, task) -> str:
 
 
 def _load(args, out: pathlib.Path):
-  from tmax_jax.tasks import tb1  # pylint: disable=import-outside-toplevel
-  from tmax_jax.tasks.format import load_task, write_task  # pylint: disable=import-outside-toplevel
+  from tmax_jax.tasks import tb1
+  from tmax_jax.tasks.format import load_task, write_task
 
   tasks = []
   for d in sorted(pathlib.Path(args.tb1).iterdir()) if args.tb1 else []:
@@ -104,7 +104,7 @@ def _from_git(git_dir: str, name: str, out: pathlib.Path) -> pathlib.Path:
 
 
 def _build_times(task) -> dict:
-  from tmax_jax.tasks import environment  # pylint: disable=import-outside-toplevel
+  from tmax_jax.tasks import environment
 
   start = time.monotonic()
   built = environment.built_spec(task)
@@ -125,7 +125,7 @@ def _build_times(task) -> dict:
 
 
 def _trial(kind: str, task, backend: str) -> dict:
-  from tmax_jax.tasks import runner  # pylint: disable=import-outside-toplevel
+  from tmax_jax.tasks import runner
 
   cfg = runner.RunnerConfig(backend=backend, memory_mb=4096)
   start = time.monotonic()
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     }
     try:
       rec.update(_build_times(task) if kind == "build" else _trial(kind, task, backend))
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
       rec.update(
         {
           "error": f"{type(err).__name__}: {err}"[:3000],

@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
   shutil.rmtree(out, ignore_errors=True)
   policy = None
   if args.calibrate:
-    from tmax_jax.agents.episode import EpisodeConfig  # pylint: disable=import-outside-toplevel
-    from tmax_jax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
+    from tmax_jax.agents.episode import EpisodeConfig
+    from tmax_jax.tokenizers import load_tokenizer
 
     policy = scripted.ScriptedPolicy(load_tokenizer("qwen3"), EpisodeConfig())
   writer = scripted.ScriptedWriter(latency_s=args.writer_latency, unique_builds=True)

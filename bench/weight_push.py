@@ -16,7 +16,6 @@ import jax
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-# pylint: disable=wrong-import-position
 from bench import report
 from tmax_jax import cli, json_io
 from tmax_jax.inference import client as client_lib

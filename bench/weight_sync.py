@@ -19,7 +19,6 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-# pylint: disable=wrong-import-position
 import jax
 import numpy as np
 from jax.sharding import Mesh

@@ -32,11 +32,11 @@ host_memory.reuse_freed_memory()
 def require_base_rootfs():
   """Skips the calling test (with the reason) unless sandboxes can start from the built base
   rootfs; returns its path. Shared by every test that runs real sandboxes."""
-  import pytest  # pylint: disable=import-outside-toplevel
+  import pytest
 
   try:
-    from tmax_jax.sandbox import open_sandbox  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    from tmax_jax.sandbox.images import is_built, rootfs_path  # pylint: disable=import-outside-toplevel
+    from tmax_jax.sandbox import open_sandbox  # noqa: F401
+    from tmax_jax.sandbox.images import is_built, rootfs_path
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   if not is_built(rootfs_path()):

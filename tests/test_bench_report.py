@@ -107,8 +107,8 @@ def test_rows_land_in_their_own_section(tmp_path):
 def test_worker_side_times_its_own_steps_in_its_own_process():
   """A WorkerSide runs the step in a fresh interpreter with its env, times it there, and its CPU
   counts as ours for the busy-machine guard (a busy worker is not 'other processes')."""
-  import functools  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
+  import functools
+  import os
 
   env = {"TMAX_TEST_SIDE": "worker"}
   with report.WorkerSide("functools:partial", os.getenv, "TMAX_TEST_SIDE", env=env) as side:
@@ -133,17 +133,19 @@ def test_worker_side_times_its_own_steps_in_its_own_process():
 def test_worker_side_reports_the_failure_of_its_step():
   with pytest.raises(RuntimeError, match="ZeroDivisionError"):
     report.WorkerSide("operator:truediv", 1, 0)  # the factory itself raises in the worker
-  with report.WorkerSide("functools:partial", divmod, 1, 0) as side:
-    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
-      side()
+  with (
+    report.WorkerSide("functools:partial", divmod, 1, 0) as side,
+    pytest.raises(RuntimeError, match="ZeroDivisionError"),
+  ):
+    side()
 
 
 def failing_step_that_lingers(linger_s: float):
   """A WorkerSide factory (run in the worker): its step raises, and the worker then closes its
   end of the pipe and stays alive `linger_s` more seconds, which widens to a certain hit the
   window in which the worker's end is closed but its process not yet reaped."""
-  import atexit  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
+  import atexit
+  import os
 
   def linger():
     os.closerange(3, 4096)
@@ -159,13 +161,13 @@ def test_worker_side_failure_races_no_stop_request_into_the_closed_pipe():
   with report.WorkerSide(f"{__name__}:failing_step_that_lingers", 1.0) as side:
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
       side()
-    assert not side._proc.is_alive()  # pylint: disable=protected-access
+    assert not side._proc.is_alive()
 
 
 def test_torch_side_leaves_malloc_as_torch_users_have_it():
-  import os  # pylint: disable=import-outside-toplevel
+  import os
 
-  from tmax_jax import host_memory  # pylint: disable=import-outside-toplevel
+  from tmax_jax import host_memory
 
   with report.torch_side("functools:partial", os.getenv, host_memory.ENV) as side:
     side()

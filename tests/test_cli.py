@@ -132,7 +132,7 @@ def test_preflight_names_the_field_of_a_bad_checkpoint_tasks_dir_or_address(tmp_
 
 
 def test_openai_server_refuses_a_model_smaller_than_its_tokenizer():
-  from tmax_jax.inference.server import check_vocabulary  # pylint: disable=import-outside-toplevel
+  from tmax_jax.inference.server import check_vocabulary
 
   check_vocabulary(151_669, 151_936)  # Qwen3: the model's vocabulary is padded past the tokenizer
   with pytest.raises(errors.UserError, match="151669 ids, but the model's vocab_size is 256"):
@@ -164,8 +164,8 @@ cli.run_absl(main, verbosity=logging.INFO)
   ],
 )
 def test_run_absl_verbosity_default_and_errors(args, code, out):
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
+  import subprocess
+  import sys
 
   res = subprocess.run(
     [sys.executable, "-c", _ABSL_MAIN, *args], capture_output=True, text=True, timeout=120

@@ -35,8 +35,7 @@ def test_every_field_of_every_job_config_has_a_meaning():
     f"{cls.__module__}.{cls.__name__}.{f.name}"
     for cls in seen
     for f in dataclasses.fields(cls)
-    if not dataclasses.is_dataclass(_default(f))
-    and not config_show.field_comments(cls).get(f.name)
+    if not dataclasses.is_dataclass(_default(f)) and not config_show.field_comments(cls).get(f.name)
   ]
   assert missing == [], missing
 

@@ -72,7 +72,7 @@ def test_applies_where_programs_run_on_xla_cpu(monkeypatch):
   assert host_memory.runs_on_cpu()
   monkeypatch.setenv(host_memory.ENV, "jemalloc")
   with pytest.raises(ValueError, match="TMAX_JAX_HOST_MALLOC='jemalloc'"):
-    host_memory._apply()  # pylint: disable=protected-access
+    host_memory._apply()
 
 
 # Imports every module of the package, then reports what a library import must leave alone.

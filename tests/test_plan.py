@@ -88,7 +88,7 @@ def test_packed_job_is_planned_as_its_micro_batch_step_on_a_sequence_mesh():
   assert (rows, row_len) == (4, 512)
   assert result.notes[1] == "packed micro-batch [4, 512]: 256 tokens per trainer device"
   assert result.fits and not result.server
-  cfg = plan._model_config(job.model)  # pylint: disable=protected-access
+  cfg = plan._model_config(job.model)
   mesh = sharding.make_mesh(data=1, fsdp=4, sequence=2, tensor=1)
   compiled = plan.compiled_micro_memory(cfg, job.train, mesh, rows, row_len)
   planned = result.trainer
@@ -120,8 +120,8 @@ def test_sequence_axis_splits_a_rows_activations():
 def test_checkpoint_keeps_its_architecture_and_takes_the_runtime_overrides(tmp_path):
   """model.overrides on a checkpoint: the kernel / remat / rules apply (the recipe configs set
   them), a shape field the checkpoint defines does not (serve_tiny's tiny shapes)."""
-  from tests.inference import inference_helpers  # pylint: disable=import-outside-toplevel
-  from tmax_jax.loop import policy  # pylint: disable=import-outside-toplevel
+  from tests.inference import inference_helpers
+  from tmax_jax.loop import policy
 
   # config.json only (hidden 64): the plan reads no weights
   inference_helpers.hf_config("qwen3").save_pretrained(tmp_path)
@@ -224,8 +224,8 @@ def test_recipe_mesh_passes_its_plan(config):
   fits by the config's own plan: trainer mesh, packing or fixed micro-batches, attention kernel,
   sequence axis, serving placement and page pool as shipped. Rows of 64k tokens or more are
   split over a sequence axis."""
-  from tmax_jax.config_dict import from_config_dict  # pylint: disable=import-outside-toplevel
-  from tmax_jax.loop.config import RLConfig  # pylint: disable=import-outside-toplevel
+  from tmax_jax.config_dict import from_config_dict
+  from tmax_jax.loop.config import RLConfig
 
   out = _plan_cli(f"--config={config}", timeout=3600)
   assert out["fits"], out

@@ -29,7 +29,8 @@ import re
 import socket
 import sys
 import urllib.parse
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from tmax_jax import errors, host_memory
 
@@ -188,7 +189,7 @@ def check_reachable(what: str, address: str) -> None:
 def run_absl(main: Callable[[list[str]], object], *, verbosity: int | None = None) -> None:
   """`absl.app.run(main)` through the error path: flag and config errors included. `verbosity`
   is the default of absl's -v/--verbosity (absl.logging levels: 0 INFO, -1 WARNING)."""
-  from absl import app, flags  # pylint: disable=import-outside-toplevel
+  from absl import app, flags  # noqa: PLC0415  (absl: not in the Harbor venv, which imports cli)
 
   flags.DEFINE_bool("debug", False, DEBUG_HELP)
   # Listed in the main module's --help (absl's --help shows the main module's key flags only).
@@ -205,7 +206,7 @@ def run_absl(main: Callable[[list[str]], object], *, verbosity: int | None = Non
 
 
 def _parse_absl_flags(argv: list[str]) -> list[str]:
-  from absl import flags  # pylint: disable=import-outside-toplevel
+  from absl import flags  # noqa: PLC0415  (absl: not in the Harbor venv, which imports cli)
 
   with user_errors_exit(wants_debug(argv[1:])):
     _check_config_files(argv[1:])
@@ -215,15 +216,18 @@ def _parse_absl_flags(argv: list[str]) -> list[str]:
       raise errors.UserError(f"{e}\n(--helpshort lists the flags)") from e
     except (AttributeError, KeyError, TypeError, IndexError) as e:  # ml_collections: an override
       # of a field the config lacks (the type depends on what stands at the missing field)
-      raise _unknown_override(argv[1:]) or e
+      unknown = _unknown_override(argv[1:])
+      if unknown is None:
+        raise
+      raise unknown from e
 
 
 def _config_flags() -> list[str]:
   """Names of the ml_collections config-file flags defined so far."""
-  from absl import flags  # pylint: disable=import-outside-toplevel
+  from absl import flags  # noqa: PLC0415  (absl: not in the Harbor venv, which imports cli)
 
   # is_config_flag is meant for users (its docstring) but not re-exported by the package.
-  from ml_collections.config_flags import (  # pylint: disable=import-outside-toplevel
+  from ml_collections.config_flags import (  # noqa: PLC0415  (not in the Harbor venv)
     config_flags,
   )
 

@@ -13,7 +13,8 @@ import functools
 import inspect
 import sys
 import textwrap
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from absl import flags
 from ml_collections import config_flags

@@ -16,7 +16,7 @@ the params (fp32: 4 bytes per parameter).
 from __future__ import annotations
 
 import pathlib
-from typing import Callable
+from collections.abc import Callable
 
 from absl import flags
 from ml_collections import config_flags

@@ -69,10 +69,10 @@ class Cost:
   matmul_flops: float
   bytes_accessed: float
 
-  def __add__(self, other: "Cost") -> "Cost":
+  def __add__(self, other: Cost) -> Cost:
     return Cost(self.matmul_flops + other.matmul_flops, self.bytes_accessed + other.bytes_accessed)
 
-  def __mul__(self, n: float) -> "Cost":
+  def __mul__(self, n: float) -> Cost:
     return Cost(self.matmul_flops * n, self.bytes_accessed * n)
 
 
@@ -93,7 +93,7 @@ def type_bytes(type_text: str) -> int:
 def _operand_names(rest: str) -> list[str]:
   """Names of the operands in 'a, %b, ...), attrs' (text after the opening parenthesis)."""
   depth, end = 1, 0
-  for end, ch in enumerate(rest):
+  for end, ch in enumerate(rest):  # noqa: B007  (end is read after the loop)
     depth += ch == "("
     depth -= ch == ")"
     if depth == 0:
@@ -238,12 +238,12 @@ def _instr_flops(ins: _Instr, types: dict[str, str], flops_of, comps) -> float:
 def _cost(hlo_text: str) -> Cost:
   comps, types, entry = _parse(hlo_text)
 
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def flops_of(comp: str) -> float:
     """Matmul FLOPs of one execution of `comp`, including what it calls."""
     return sum(_instr_flops(ins, types[comp], flops_of, comps) for ins in comps[comp])
 
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def cost_of(comp: str) -> Cost:
     """Cost of one execution of a control-level computation (entry, loop body, branch)."""
     total = _ZERO

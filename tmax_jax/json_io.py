@@ -6,7 +6,8 @@ import json
 import os
 import pathlib
 import threading
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 
 def read_objects(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:

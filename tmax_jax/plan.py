@@ -258,7 +258,7 @@ def _abstract_sums(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, r
   return state, optimizer, mb, acc, loss_fn
 
 
-@functools.lru_cache(maxsize=None)  # the worst bucket's scan compile is reused for its plan
+@functools.cache  # the worst bucket's scan compile is reused for its plan
 def compiled_micro_memory(
   model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
 ) -> dict[str, float]:
@@ -350,7 +350,6 @@ def server_cache_bytes(served_cfg: ModelConfig, serving, mesh: Mesh) -> float:
   core = decode.PagedCore(
     served_cfg, engine_cfg.core_shape(decode.is_stateful(served_cfg)), replica
   )
-  # pylint: disable-next=protected-access
   pool = _with(core._abstract_state()["pool"], core.state_shardings["pool"])
   return _bytes_per_device(pool)
 

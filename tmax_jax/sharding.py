@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -39,7 +40,7 @@ def make_mesh(
       raise ValueError(f"{len(devices)} devices do not divide into {desc}")
     sizes[sizes.index(-1)] = len(devices) // known
   if int(np.prod(sizes)) != len(devices):
-    desc = " x ".join(f"{a}={n}" for a, n in zip(MESH_AXES, sizes))
+    desc = " x ".join(f"{a}={n}" for a, n in zip(MESH_AXES, sizes, strict=True))
     raise ValueError(f"mesh {desc} needs {int(np.prod(sizes))} devices, have {len(devices)}")
   try:
     grid = mesh_utils.create_device_mesh(sizes, devices)

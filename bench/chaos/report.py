@@ -5,6 +5,7 @@ invariant held / broken / not exercised, with the evidence."""
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import pathlib
 
@@ -111,7 +112,7 @@ def _check_position(soak: dict, timeline: list[dict], lines: list[str]) -> list[
       bad.append(
         f"checkpoint {final}'s position != the timeline: lost {lost[:5]} extra {extra[:5]}"
       )
-  for prev, nxt in zip(soak["runs"], soak["runs"][1:]):
+  for prev, nxt in itertools.pairwise(soak["runs"]):
     log = pathlib.Path(nxt["log"]).read_text(errors="replace")
     if prev["ckpt"] and f"resumed from step {prev['ckpt']}" not in log:
       bad.append(f"run {nxt['tag']} did not resume from checkpoint {prev['ckpt']}")

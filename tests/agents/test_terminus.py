@@ -49,7 +49,7 @@ def sandbox():
 def _segments(traj, tok, mask: int) -> list[str]:
   """Decoded runs of tokens with loss_mask == mask, after the first generated token."""
   out, seg, started = [], [], False
-  for t, m in zip(traj.tokens, traj.loss_mask):
+  for t, m in zip(traj.tokens, traj.loss_mask, strict=True):
     started = started or m == 1
     if started and m == mask:
       seg.append(t)
@@ -146,7 +146,7 @@ def test_oracle_solves_procedural_task(tok):
   # Generated tokens (loss 1) are exactly the policy's replies, each ending in <|im_end|>.
   traj = ep.trajectory
   eos = tok.convert_tokens_to_ids("<|im_end|>")
-  gen = [t for t, m in zip(traj.tokens, traj.loss_mask) if m]
+  gen = [t for t, m in zip(traj.tokens, traj.loss_mask, strict=True) if m]
   assert gen.count(eos) == ep.num_turns and gen[-1] == eos
   obs = _observations(traj, tok)
   assert f"{T.DONE_MARK}_0" in "".join(obs)  # the pane output reached the model
@@ -156,7 +156,7 @@ def test_oracle_solves_procedural_task(tok):
   prompt = tok.decode(traj.tokens[: traj.loss_mask.index(1)])
   messages = [{"role": "user", "content": _between(prompt, "<|im_start|>user\n", "<|im_end|>")}]
   replies = _segments(traj, tok, 1)
-  for reply, ob in zip(replies, obs):
+  for reply, ob in zip(replies, obs, strict=False):  # the last reply has no observation after it
     messages.append({"role": "assistant", "content": reply.removesuffix("<|im_end|>")})
     messages.append({"role": "user", "content": _between(ob, "<|im_start|>user\n", "<|im_end|>")})
   rendered = formats.prompt_ids(tok, messages)

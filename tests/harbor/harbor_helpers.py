@@ -28,7 +28,7 @@ def require_harbor() -> None:
 
 
 def require_podman() -> None:
-  from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+  from tmax_jax.sandbox import podman
 
   reason = podman.podman_available()
   if reason:

@@ -52,7 +52,7 @@ def _terminus() -> dict:
 def _replies(tok, tokens, mask) -> list[str]:
   """The decoded runs of loss tokens (one per trained reply)."""
   runs, prev = [], 0
-  for t, m in zip(tokens, mask):
+  for t, m in zip(tokens, mask, strict=True):
     if m and not prev:
       runs.append([])
     if m:
@@ -74,7 +74,7 @@ def test_terminus_steps_become_its_json_replies(tok):
   )
   second = formats.parse_terminus(formats.strip_reasoning(replies[1].removesuffix("<|im_end|>")))
   assert second.task_complete and not second.commands
-  context = tok.decode([t for t, m in zip(tokens, mask) if not m])
+  context = tok.decode([t for t, m in zip(tokens, mask, strict=True) if not m])
   assert context.startswith("<|im_start|>user\n" + INSTRUCTION)
   assert "<|im_start|>user\n$ echo hello<|im_end|>" in context  # the observation is a user turn
   assert "Are you sure?" not in context  # nothing after the last reply

@@ -19,7 +19,7 @@ from tmax_jax.tasks.procedural import chains
 
 @pytest.fixture(scope="module")
 def tokenizer():
-  from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
+  from tmax_jax.tokenizers.builder import load_tokenizer
 
   return load_tokenizer("qwen3")
 
@@ -92,7 +92,6 @@ def test_collect_then_sft(built, tokenizer, tmp_path):
   per = {(r["kind"], r["task"]): r["pattern_total"] for r in summary["per_trajectory"]}
   assert len(per) == 6 and all(v == 3 for (k, _), v in per.items() if k == "task")
   # the records are what launch/train_sft.py reads: SFT a tiny model for a few steps on them
-  # pylint: disable=import-outside-toplevel
   from tmax_jax.loop.config import MeshConfig, ModelSpec, SFTConfig
   from tmax_jax.loop.sft import run_sft
   from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
@@ -163,8 +162,8 @@ def test_endpoint_teacher_through_the_harness(built, tokenizer, tmp_path):
 
 
 def test_chat_messages_and_think_prefill(tokenizer):
-  from tmax_jax.agents import harnesses  # pylint: disable=import-outside-toplevel
-  from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
+  from tmax_jax.agents import harnesses
+  from tmax_jax.tokenizers.builder import load_tokenizer
 
   tok35 = load_tokenizer("qwen3_5")
   cfg = EpisodeConfig(family="qwen3_5")

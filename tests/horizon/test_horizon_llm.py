@@ -167,9 +167,9 @@ def test_against_the_projects_own_server(tmp_path, auditor):
   why = _openai_route_reason()
   if why:
     pytest.skip(why)
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
-  import time  # pylint: disable=import-outside-toplevel
+  import subprocess
+  import sys
+  import time
 
   root = pathlib.Path(__file__).parents[2]
   ready = tmp_path / "ready.json"
@@ -198,7 +198,7 @@ def test_against_the_projects_own_server(tmp_path, auditor):
       f"the ready file {info} names no OpenAI base URL; update "
       "this test's wiring to the server's field"
     )
-    import urllib.request  # pylint: disable=import-outside-toplevel
+    import urllib.request
 
     with urllib.request.urlopen(info["openai_base_url"] + "/models", timeout=60) as resp:
       model = json.loads(resp.read())["data"][0]["id"]  # the id the server serves

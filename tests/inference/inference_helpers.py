@@ -92,7 +92,7 @@ def collect(scheds, seqs):
   everyone = set(scheds) if isinstance(scheds, list) else {scheds}
   for s in everyone:
     s.emit = emit
-  for sched, seq in zip(per_seq, seqs):
+  for sched, seq in zip(per_seq, seqs, strict=True):
     sched.submit(seq)
   while any(s.busy or not s.inbox.empty() for s in everyone):
     for s in everyone:

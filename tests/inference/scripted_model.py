@@ -7,6 +7,8 @@ token by token, then the stop token. The reply's tokens must be distinct (a toke
 successor). It runs through the real engine, server and sampler like any checkpoint.
 """
 
+import itertools
+
 import jax
 import numpy as np
 
@@ -54,7 +56,7 @@ def scripted_params(base, tokenizer, reply: str):
   leaves["model/norm/scale"][...] = 1
   head = leaves["lm_head/kernel"]
   head[...] = 0
-  for i, (cur, nxt) in enumerate(zip(chain, chain[1:])):
+  for i, (cur, nxt) in enumerate(itertools.pairwise(chain)):
     leaves["model/embed_tokens/embedding"][cur] = np.eye(D, dtype=np.float32)[i]
     head[i, nxt] = LOGIT
   return params

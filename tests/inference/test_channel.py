@@ -77,7 +77,7 @@ def test_delivered_steps_become_one_generate_response():
     channel = StepChannel()
     _feed(channel, steps)
     first = await channel.__anext__()
-    return server._response([first, *channel.take_ready()], "abc")  # pylint: disable=protected-access
+    return server._response([first, *channel.take_ready()], "abc")
 
   r = asyncio.run(go())
   assert list(r.token_ids) == [5, 7] and list(r.policy_versions) == [0, 1]

@@ -37,7 +37,7 @@ def test_bind_host_defaults_to_loopback_and_restores():
   before = server_lib._HOST
   with compat.bind_host():
     assert server_lib._HOST == "127.0.0.1"
-  assert server_lib._HOST == before
+  assert before == server_lib._HOST
 
 
 _NO_TF_PROBE = r"""

@@ -81,7 +81,7 @@ def test_multi_step_decode_serves_what_one_step_serves(models, model_type):
   reasons = [r for events, _ in b1 + e1 for _, r, _ in events if r]
   assert {"stop", "length"} <= set(reasons)  # stops inside a call and the limits both happen
   assert b1[-1][0][-1] == (None, "length", 0)  # ran out of max_len
-  for (t1, l1), (t3, l3) in zip(b1 + e1 + p1, b3 + e3 + p3):
+  for (t1, l1), (t3, l3) in zip(b1 + e1 + p1, b3 + e3 + p3, strict=True):
     assert t3 == t1
     np.testing.assert_allclose(l3, l1, rtol=0, atol=1e-5)
   # The cached episode is the uncached one: the pages and state blocks registered after a stop

@@ -31,6 +31,6 @@ def test_qwen3_5_greedy_matches_transformers_through_grpc(served):
 def test_qwen3_5_logprobs_equal_trainer_logprobs(served):
   prompts = helpers.prompts(3, seed=2)
   outs = _generate_all(served.address, prompts, 24, sampling.SamplingParams(seed=3))
-  for p, o in zip(prompts, outs):
+  for p, o in zip(prompts, outs, strict=True):
     ref = _trainer_logprobs(served.cfg, served.params, p, o.token_ids, 1.0)
     np.testing.assert_allclose(np.asarray(o.logprobs), ref, rtol=0, atol=1e-4)

@@ -116,7 +116,7 @@ def test_multi_turn_episode_identical_with_and_without_prefix_cache(models, mode
     runs.append(_episode(sched, prompt, turns=4, obs_len=11, seed=7))
     stats.append(dict(sched.stats))
   (plain, cached), (s_plain, s_cached) = runs, stats
-  for (t0, l0), (t1, l1) in zip(plain, cached):
+  for (t0, l0), (t1, l1) in zip(plain, cached, strict=True):
     assert t0 == t1
     np.testing.assert_allclose(l1, l0, rtol=0, atol=1e-5)
   assert s_plain["cached_tokens"] == 0 and s_cached["cached_tokens"] > 0
@@ -141,7 +141,7 @@ def test_unrolled_serving_matches_the_scanned_stack(models, model_type):
     ]
     out = helpers.collect(_sched(models, model_type, cfg), batch)
     runs.append(episode + [(_tokens(out[i]), [e.logprob for e in out[i]]) for i in range(5)])
-  for (t0, l0), (t1, l1) in zip(*runs):
+  for (t0, l0), (t1, l1) in zip(*runs, strict=True):
     assert t0 == t1
     np.testing.assert_allclose(l1, l0, rtol=0, atol=1e-5)
 
@@ -225,7 +225,7 @@ def test_qwen3_5_tensor_parallel_episode_matches_single_device(models):
   sched = _tensor_sched(models, "qwen3_5")
   two = _episode(sched, prompt, turns=3, obs_len=11, seed=7)
   assert sched.stats["cached_tokens"] > 0
-  for (t0, l0), (t1, l1) in zip(one, two):
+  for (t0, l0), (t1, l1) in zip(one, two, strict=True):
     assert t0 == t1
     np.testing.assert_allclose(l1, l0, rtol=0, atol=1e-5)
 
@@ -269,7 +269,7 @@ def test_topk_logprobs_match_trainer_chunked_head(models):
     [e.logprob for e in ev], np.asarray(full)[np.arange(len(ev)), completion], atol=1e-4, rtol=0
   )
   # The same distribution: a sampled token inside its own top-K has exactly that logprob.
-  for e, tok in zip(ev, completion):
+  for e, tok in zip(ev, completion, strict=True):
     if tok in e.topk_ids:
       assert e.topk_logprobs[e.topk_ids.index(tok)] == pytest.approx(e.logprob, abs=1e-6)
 
@@ -297,7 +297,7 @@ def test_jetstream_engine_api_prefill_insert_generate(models):
 
 
 def dataclasses_replace(cfg, **kw):
-  import dataclasses  # pylint: disable=import-outside-toplevel
+  import dataclasses
 
   return dataclasses.replace(cfg, **kw)
 

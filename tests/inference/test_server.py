@@ -59,13 +59,13 @@ def test_greedy_matches_transformers_through_grpc(served):
   prompts = helpers.prompts(6, seed=1)
   outs = _generate_all(served.address, prompts, 64)
   ref = helpers.hf_greedy(served.torch_model, prompts, 64)
-  for p, o, r in zip(prompts, outs, ref):
+  for p, o, r in zip(prompts, outs, ref, strict=True):
     assert o.finish_reason == "length"
     assert o.token_ids == r, f"prompt length {len(p)}"
     assert o.versions == [0] * 64
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _trainer_fn(cfg, temperature):
   """The trainer's path, jitted once per (cfg, T): full forward without cache, chunked
   token_logprobs. seq [1,P] is right-padded (segment 0), which cannot affect earlier positions."""
@@ -103,7 +103,7 @@ def test_server_logprobs_equal_trainer_logprobs(served, temperature):
   prompts = helpers.prompts(3, seed=2)
   sp = sampling.SamplingParams(temperature=temperature, seed=11)
   outs = _generate_all(served.address, prompts, 24, sp)
-  for p, o in zip(prompts, outs):
+  for p, o in zip(prompts, outs, strict=True):
     ref = _trainer_logprobs(served.cfg, served.params, p, o.token_ids, temperature)
     np.testing.assert_allclose(np.asarray(o.logprobs), ref, rtol=0, atol=1e-4)
 
@@ -173,7 +173,9 @@ def test_top_logprobs_through_grpc_and_status_pages(served):
   out, plain, status = asyncio.run(go())
   assert out.token_ids == plain.token_ids and plain.topk_ids == []
   assert len(out.topk_ids) == len(out.topk_logprobs) == 6
-  for tok, lp, ids, lps in zip(out.token_ids, out.logprobs, out.topk_ids, out.topk_logprobs):
+  for tok, lp, ids, lps in zip(
+    out.token_ids, out.logprobs, out.topk_ids, out.topk_logprobs, strict=True
+  ):
     assert len(ids) == 3 and lps == sorted(lps, reverse=True)
     assert lps[0] >= lp and (tok not in ids or abs(lps[ids.index(tok)] - lp) < 1e-6)
   traj = formats.TokenTrajectory(eos_id=0)

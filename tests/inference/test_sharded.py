@@ -60,7 +60,7 @@ def test_sharded_replicas_match_single_device(setup):
   one = helpers.collect(setup["single"].replicas[0].scheduler, _requests(prompts))
   eng = setup["sharded"]
   routed = []
-  for p, seq in zip(prompts, _requests(prompts)):  # route + submit, as the driver does
+  for p, seq in zip(prompts, _requests(prompts), strict=True):  # route + submit, as the driver does
     routed.append(eng.route(p).scheduler)
     routed[-1].submit(seq)
   assert len(set(routed)) == 2  # both replicas serve

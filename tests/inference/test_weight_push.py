@@ -101,7 +101,7 @@ def _stream(params, version: int, chunk: int = 1000) -> list:
       manifest=[rl_proto.TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in specs],
     )
   ]
-  for i, (spec, leaf) in enumerate(zip(specs, updates.named_leaves(params).values())):
+  for i, (spec, leaf) in enumerate(zip(specs, updates.named_leaves(params).values(), strict=True)):
     data, crc = updates.tensor_bytes(leaf, spec)
     for offset, piece in updates.chunks(data, chunk):
       out.append(

@@ -71,8 +71,8 @@ def assert_same_training(metrics_a, params_a, metrics_b, params_b, rtol=1e-5) ->
   """Equal losses per step and equal params (fp32, `rtol`; atol 1e-6) of steps that trained."""
   assert [m["step"] for m in metrics_a] == [m["step"] for m in metrics_b]
   assert all(m["loss"] > 0 and m["grad_norm"] > 0 for m in metrics_a), metrics_a
-  for a, b in zip(metrics_a, metrics_b):
+  for a, b in zip(metrics_a, metrics_b, strict=True):
     np.testing.assert_allclose(b["loss"], a["loss"], rtol=rtol, err_msg=f"step {a['step']}")
   flat = jax.tree_util.tree_leaves_with_path(jax.device_get(params_a))
-  for (path, a), b in zip(flat, jax.tree.leaves(jax.device_get(params_b))):
+  for (path, a), b in zip(flat, jax.tree.leaves(jax.device_get(params_b)), strict=True):
     np.testing.assert_allclose(b, a, rtol=rtol, atol=1e-6, err_msg=jax.tree_util.keystr(path))

@@ -131,9 +131,9 @@ def test_sft_on_a_4_device_mesh_equals_one_device(tmp_path):
     out[name] = res
   sharded = out["mesh"].params["model"]["layers"]["self_attn"]["q_proj"]["kernel"]
   assert len(sharded.sharding.device_set) == 4 and sharded.sharding.spec[1] == "fsdp"
-  for a, b in zip(out["one"].metrics, out["mesh"].metrics):
+  for a, b in zip(out["one"].metrics, out["mesh"].metrics, strict=True):
     np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-5)
   flat_a = jax.tree_util.tree_leaves_with_path(jax.device_get(out["one"].params))
-  for (path, a), b in zip(flat_a, jax.tree.leaves(jax.device_get(out["mesh"].params))):
+  for (path, a), b in zip(flat_a, jax.tree.leaves(jax.device_get(out["mesh"].params)), strict=True):
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=jax.tree_util.keystr(path))
   assert out["one"].metrics[0]["loss"] > 1.0 and out["one"].metrics[0]["grad_norm"] > 0

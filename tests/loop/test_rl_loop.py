@@ -71,7 +71,7 @@ def test_rl_steps_checkpoint_resume_export(tmp_path):
   # a kept step other than the last exports to HF from the run's checkpoints alone
   step_two = export_step(str(tmp_path / "run" / "ckpt"), 2, str(tmp_path / "hf-step2"))
   _, exported = hf_io.load_pretrained(step_two)
-  for a, b in zip(jax.tree.leaves(exported), jax.tree.leaves(after_two)):
+  for a, b in zip(jax.tree.leaves(exported), jax.tree.leaves(after_two), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
   # the export loads in transformers and computes our logits

@@ -85,7 +85,9 @@ def test_two_processes_run_the_loop_then_restore_on_one(tmp_path):
   # the state restores on another mesh and process count (1 x 8 devices) with equal params
   restored = run_rl(tiny_rl_config(run, 2, mesh=MeshConfig(fsdp=4, tensor=2)))
   exported = _export_params(run)
-  for a, b in zip(jax.tree.leaves(exported), jax.tree.leaves(jax.device_get(restored.params))):
+  for a, b in zip(
+    jax.tree.leaves(exported), jax.tree.leaves(jax.device_get(restored.params)), strict=True
+  ):
     np.testing.assert_array_equal(b, a)
   # and the two processes' global batches, replayed by one process, train to the same state
   single = run_rl(
@@ -140,7 +142,7 @@ def test_sigkill_mid_step_then_restart_is_bit_identical(tmp_path):
         np.testing.assert_array_equal(b[key], a[key], err_msg=f"{name} {key}")
   states = [_checkpointed_state(tmp_path / name, 3) for name in ("full", "killed")]
   for (path, x), y in zip(
-    jax.tree_util.tree_leaves_with_path(states[0]), jax.tree.leaves(states[1])
+    jax.tree_util.tree_leaves_with_path(states[0]), jax.tree.leaves(states[1]), strict=True
   ):
     np.testing.assert_array_equal(y, x, err_msg=jax.tree_util.keystr(path))
   full_m, killed_m = (read_jsonl(tmp_path / n / "metrics.jsonl") for n in ("full", "killed"))
@@ -150,11 +152,11 @@ def test_sigkill_mid_step_then_restart_is_bit_identical(tmp_path):
 
 def _checkpointed_state(run: pathlib.Path, step: int):
   """The whole train state (params, optimizer state, step, RNG) of `run`'s checkpoint."""
-  from tmax_jax.loop import policy  # pylint: disable=import-outside-toplevel
-  from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel
-  from tmax_jax.train.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
-  from tmax_jax.train.config import CheckpointConfig  # pylint: disable=import-outside-toplevel
-  from tmax_jax.train.step import Trainer  # pylint: disable=import-outside-toplevel
+  from tmax_jax.loop import policy
+  from tmax_jax.models import registry
+  from tmax_jax.train.checkpoint import Checkpointer
+  from tmax_jax.train.config import CheckpointConfig
+  from tmax_jax.train.step import Trainer
 
   cfg = tiny_rl_config(run, step)
   model_cfg, params, _ = policy.load_policy(cfg.model, cfg.episode)

@@ -73,5 +73,5 @@ def test_sft_sigkill_then_restart_is_bit_identical(tmp_path):
     assert killed_m[m["step"]]["loss"] == m["loss"], m["step"]
     assert killed_m[m["step"]]["data/epoch"] == m["data/epoch"]
   a, b = (hf_io.load_pretrained(tmp_path / run / "hf")[1] for run in ("full", "killed"))
-  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)):
+  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_array_equal(np.asarray(y), np.asarray(x), err_msg=jax.tree_util.keystr(path))

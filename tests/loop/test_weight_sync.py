@@ -62,7 +62,10 @@ def test_sync_is_a_device_reshard_with_server_dtypes(layout):
     served = sync(params)
   host = jax.device_get(params)
   for (path, got), want, tgt in zip(
-    jax.tree_util.tree_leaves_with_path(served), jax.tree.leaves(host), jax.tree.leaves(target)
+    jax.tree_util.tree_leaves_with_path(served),
+    jax.tree.leaves(host),
+    jax.tree.leaves(target),
+    strict=True,
   ):
     name = jax.tree_util.keystr(path)
     # bf16 params, but the head's weight (the tied embedding) keeps the trainer's fp32 values
@@ -84,7 +87,6 @@ def test_guard_catches_a_host_round_trip():
 
 @pytest.mark.slow
 def test_bench_tiny_runs_both_paths(tmp_path):
-  # pylint: disable-next=import-outside-toplevel,multiple-imports
   import json
   import os
   import pathlib

@@ -158,7 +158,7 @@ def packed_tokens(t: int, batch: int = 2, seed: int = 0):
 
 
 def assert_trees_close(a, b, tol):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_allclose(x, y, atol=tol * max(1.0, float(np.max(np.abs(y)))), rtol=tol)
 
 

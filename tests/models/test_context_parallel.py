@@ -110,7 +110,7 @@ def test_model_sequence_4_equals_unsharded_at_4096(cfg):
 
 
 def train_step(cfg, mesh, batch):
-  from tmax_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
+  from tmax_jax.train import step as step_lib
 
   trainer = step_lib.Trainer(build_model(cfg), cfg, TrainConfig(logprob_chunk_size=32), mesh)
   params = init_params(cfg, jax.random.key(0), registry.param_shardings(cfg, mesh))

@@ -158,7 +158,7 @@ def test_chunked_gradients_match_recurrent():
   grads_r = jax.grad(lambda *xs: loss(gd.recurrent_gated_delta_rule, *xs), argnums=(0, 1, 2, 3, 4))(
     q, k, v, g, beta
   )
-  for gc, gr in zip(grads_c, grads_r):
+  for gc, gr in zip(grads_c, grads_r, strict=True):
     assert np.isfinite(np.asarray(gc)).all()
     assert _rel(gc, gr) <= 1e-4
 

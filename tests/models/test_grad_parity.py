@@ -77,7 +77,7 @@ def test_qwen_grads_match_transformers(variant, save_logits, tmp_path):
 
 
 def test_qwen3_5_grads_match_transformers(tmp_path):
-  from tests.models.qwen3_5 import qwen3_5_ref  # pylint: disable=import-outside-toplevel
+  from tests.models.qwen3_5 import qwen3_5_ref
 
   ref_model = qwen3_5_ref.causal_lm().train()
   ref_model.save_pretrained(tmp_path)

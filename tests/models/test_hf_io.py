@@ -26,7 +26,9 @@ def hf_dir(tmp_path_factory):
 
 
 def assert_trees_equal(a, b):
-  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b)):
+  for (path, x), y in zip(
+    jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b), strict=True
+  ):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=str(path))
 
 

@@ -133,7 +133,9 @@ def test_query_chunked_attention_equals_full():
       layers.dot_product_attention(q, k, v, mask, q_chunk=chunk), full, atol=1e-6
     )
     for g, ref in zip(
-      jax.grad(loss, (0, 1, 2))(q, k, v, chunk), jax.grad(loss, (0, 1, 2))(q, k, v, None)
+      jax.grad(loss, (0, 1, 2))(q, k, v, chunk),
+      jax.grad(loss, (0, 1, 2))(q, k, v, None),
+      strict=True,
     ):
       np.testing.assert_allclose(g, ref, atol=1e-5)
 
@@ -163,8 +165,8 @@ def test_query_chunked_attention_uses_less_memory():
 def test_dot_policies_save_the_custom_vjp_projections(name):
   """matmul.linear is a custom_vjp_call, opaque to the dot-saving policies: the layers' policies
   still save its output (3 matmuls per scanned layer, not a 4th recompute); "full" recomputes."""
-  from tmax_jax import hlo_cost  # pylint: disable=import-outside-toplevel
-  from tmax_jax.models import matmul  # pylint: disable=import-outside-toplevel
+  from tmax_jax import hlo_cost
+  from tmax_jax.models import matmul
 
   def flops(policy):
     layer = jax.checkpoint(

@@ -63,13 +63,15 @@ def test_chunked_gradient_equals_full(save_logits, temperature):
     ent = -jnp.sum(jnp.exp(logp_all) * logp_all, -1)
     return jnp.sum(g * logp) + 0.1 * jnp.sum(ent)
 
-  for got, want in zip(jax.grad(chunked, (0, 1))(hidden, w), jax.grad(full, (0, 1))(hidden, w)):
+  for got, want in zip(
+    jax.grad(chunked, (0, 1))(hidden, w), jax.grad(full, (0, 1))(hidden, w), strict=True
+  ):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_saved_logits_skip_the_recompute():
   """save_logits: 3 head matmuls (forward, d hidden, d W) instead of 4; the same gradient."""
-  from tmax_jax import hlo_cost  # pylint: disable=import-outside-toplevel
+  from tmax_jax import hlo_cost
 
   b, t, d, v = 2, 64, 32, 256
   args = (

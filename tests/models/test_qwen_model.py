@@ -50,7 +50,7 @@ def test_remat_policies_give_same_gradients(reference, policy):
   params, tokens, (base_loss, base_grad) = reference
   loss, grad = loss_and_grad(CFG.replace(remat_policy=policy), params, tokens)
   np.testing.assert_allclose(loss, base_loss, rtol=1e-6)
-  for g, b in zip(jax.tree.leaves(grad), jax.tree.leaves(base_grad)):
+  for g, b in zip(jax.tree.leaves(grad), jax.tree.leaves(base_grad), strict=True):
     np.testing.assert_allclose(g, b, atol=1e-6, rtol=1e-5)
 
 

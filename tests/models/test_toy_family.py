@@ -136,5 +136,5 @@ def test_load_train_serve_export(hf_dir, tmp_path):
   assert json.loads((out / "config.json").read_text())["model_type"] == toy_family.MODEL_TYPE
   cfg2, params2 = hf_io.load_pretrained(out)
   assert cfg2 == cfg
-  for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(params2)):
+  for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(params2), strict=True):
     np.testing.assert_array_equal(a, np.asarray(b))

@@ -73,7 +73,7 @@ def test_layers_record_each_step_and_a_rebuild_is_cached(image, tmp_path):
 def test_a_changed_file_rebuilds_only_from_its_step(image, tmp_path):
   ctx = _CONTEXTS[image.id]
   copy = tmp_path / "copy"
-  import shutil  # pylint: disable=import-outside-toplevel
+  import shutil
 
   shutil.copytree(ctx, copy)
   (copy / "tree" / "a" / "b.txt").write_text("changed\n")
@@ -85,7 +85,7 @@ def test_a_changed_file_rebuilds_only_from_its_step(image, tmp_path):
 @pytest.mark.parametrize("backend", ["bubblewrap", "podman"])
 def test_sandbox_from_a_built_image(image, backend, monkeypatch):
   if backend == "podman":
-    from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+    from tmax_jax.sandbox import podman
 
     if podman.podman_available():
       pytest.skip(podman.podman_available())
@@ -208,7 +208,7 @@ def test_known_installer_urls_are_mapped():
 def test_concurrent_builds_of_similar_contexts_keep_their_own_files(tmp_path):
   """Threads (the eval runner's parallel trials) building look-alike tasks at once."""
   require_base_rootfs()
-  import concurrent.futures  # pylint: disable=import-outside-toplevel
+  import concurrent.futures
 
   token = uuid.uuid4().hex
   ctxs = []

@@ -97,7 +97,7 @@ def test_v1_hierarchies(tmp_path, monkeypatch):
 
 
 def test_unenforceable_limits_are_an_error_unless_allowed(monkeypatch):
-  from tests.conftest import require_base_rootfs  # pylint: disable=import-outside-toplevel
+  from tests.conftest import require_base_rootfs
 
   rootfs = str(require_base_rootfs())
   monkeypatch.setenv("TMAX_SANDBOX_NO_CGROUPS", "1")

@@ -4,6 +4,7 @@ on the project's base rootfs (one cached COPY layer each)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import signal
@@ -243,7 +244,7 @@ def test_the_pod_of_a_killed_owner_stops_and_is_swept(images, tmp_path):
   while podman.run_podman(["container", "exists", service], check=False).returncode == 0:
     assert time.monotonic() < deadline, "the service outlived its owner"
     time.sleep(0.2)
-  from tmax_jax.sandbox.pool import SandboxPool  # pylint: disable=import-outside-toplevel
+  from tmax_jax.sandbox.pool import SandboxPool
 
   removed = SandboxPool.sweep()
   assert pod in removed
@@ -290,7 +291,7 @@ def test_pod_spec_errors_name_the_field(tmp_path):
 
 def test_service_command_line_has_the_limits_and_no_host_environment():
   """The exact `podman run` of a side service (a pod is not started: a fake instance)."""
-  from tmax_jax.sandbox.pod import SERVICE_CAPS, PodmanPod  # pylint: disable=C0415
+  from tmax_jax.sandbox.pod import SERVICE_CAPS, PodmanPod
 
   pod = PodmanPod.__new__(PodmanPod)
   pod.name, pod.root, pod.hosts_file = "p1-2-0", pathlib.Path("/x"), pathlib.Path("/x/hosts")
@@ -305,7 +306,7 @@ def test_service_command_line_has_the_limits_and_no_host_environment():
     user="postgres",
     mounts=(Mount("logs", "/var/log/tb"),),
   )
-  args = pod._service_args(svc)  # pylint: disable=protected-access
+  args = pod._service_args(svc)
   line = " ".join(args)
   for part in (
     "--pod tmax-pod-p1-2-0",
@@ -322,6 +323,6 @@ def test_service_command_line_has_the_limits_and_no_host_environment():
     "--rootfs /x/services/db/rootfs",
   ):
     assert part in line, part
-  caps = [a for a, b in zip(args, args[1:]) if b in SERVICE_CAPS]
+  caps = [a for a, b in itertools.pairwise(args) if b in SERVICE_CAPS]
   assert caps == ["--cap-add"] * len(SERVICE_CAPS)
   assert args[-3:] == ["postgres", "-D", "/d"] and "--env-host" not in args

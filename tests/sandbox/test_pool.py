@@ -78,9 +78,11 @@ def test_pool_cleans_up_on_timeout_cancellation(rootfs, snapshot):
 
 def test_bad_spec_fails_fast_in_the_pool(rootfs):
   pool = SandboxPool(1, backend="bubblewrap")
-  with pytest.raises(SandboxError, match="workdir"):
-    with pool.session(EnvironmentSpec(image=str(rootfs), workdir="not/absolute")):
-      pass
+  with (
+    pytest.raises(SandboxError, match="workdir"),
+    pool.session(EnvironmentSpec(image=str(rootfs), workdir="not/absolute")),
+  ):
+    pass
   with pool.session(EnvironmentSpec(image=str(rootfs))) as sb:  # the slot was released
     assert sb.run("true").exit_code == 0
 

@@ -81,8 +81,8 @@ def test_mount_plan_mirrors_dirs_that_hold_binds(tmp_path):
     (tmp_path / d).mkdir(parents=True)
   (tmp_path / "bin").symlink_to("usr/bin")
   plan = bubblewrap.mount_plan(tmp_path, ["/workspace", "/opt/app", "/tmp", "/home/agent"])
-  assert ["--symlink", "usr/bin", "/bin"] == plan[plan.index("/bin") - 2 : plan.index("/bin") + 1]
-  assert "--ro-bind" == plan[plan.index(str(tmp_path / "usr")) - 1]
+  assert plan[plan.index("/bin") - 2 : plan.index("/bin") + 1] == ["--symlink", "usr/bin", "/bin"]
+  assert plan[plan.index(str(tmp_path / "usr")) - 1] == "--ro-bind"
   assert plan[plan.index("/opt") - 1] == "--dir" and str(tmp_path / "opt" / "tool") in plan
   assert "/proc" not in plan and "/tmp" not in plan and "/home/agent" not in plan
 

@@ -18,13 +18,13 @@ ALPHA = 1e-3
 def test_taxonomy_cardinalities():
   tx = A.default_taxonomy()
   assert len(tx.domains) == 9 and set(tx.domains) == set(tx.axes["domain"].values)
-  for dom, d in tx.domains.items():
+  for d in tx.domains.values():
     assert (
       4 <= len(d["skill_types"]) <= 7
       and 20 <= len(d["primitive_skills"]) <= 40
       and 6 <= len(d["personas"]) <= 18
     )
-  lang = dict(zip(tx.axes["language"].values, tx.axes["language"].weights))
+  lang = dict(zip(tx.axes["language"].values, tx.axes["language"].weights, strict=True))
   assert lang == pytest.approx(
     {
       "Python": 0.35,
@@ -161,7 +161,10 @@ def test_chi_square_rejects_a_biased_sampler():
   # and a 3-point shift of Python's weight is caught too
   shifted = A.Axis(
     lang.values,
-    tuple(w + (0.03 if v == "Python" else -0.03 / 7) for v, w in zip(lang.values, lang.weights)),
+    tuple(
+      w + (0.03 if v == "Python" else -0.03 / 7)
+      for v, w in zip(lang.values, lang.weights, strict=True)
+    ),
   )
   counts = {}
   for _ in range(10000):
@@ -179,7 +182,7 @@ def test_balance_score():
 
 
 def test_cli_replaces_an_existing_output_only_with_overwrite(tmp_path):
-  from tmax_jax.tasks import generate_axes  # pylint: disable=import-outside-toplevel
+  from tmax_jax.tasks import generate_axes
 
   out = tmp_path / "axes.jsonl"
   out.write_text("keep\n")

@@ -127,13 +127,11 @@ def test_http_errors_retry_in_the_client_or_count_as_attempts():
     _, _, attempts = pipeline.ask_for_task(srv.client(), _sample(), max_attempts=2)
   assert attempts == 2
   # still failing after the client's retries: the endpoint's fault, raised at once, no attempt
-  with ChatServer([503] * 10) as srv:
-    with pytest.raises(llm.EndpointError, match="HTTP 503") as err:
-      pipeline.ask_for_task(srv.client(), _sample(), max_attempts=3)
+  with ChatServer([503] * 10) as srv, pytest.raises(llm.EndpointError, match="HTTP 503") as err:
+    pipeline.ask_for_task(srv.client(), _sample(), max_attempts=3)
   assert not err.value.fatal and len(srv.requests) == 1 + srv.client().config.max_retries
-  with ChatServer([401]) as srv:
-    with pytest.raises(llm.EndpointError, match="HTTP 401") as err:
-      pipeline.ask_for_task(srv.client(), _sample(), max_attempts=3)
+  with ChatServer([401]) as srv, pytest.raises(llm.EndpointError, match="HTTP 401") as err:
+    pipeline.ask_for_task(srv.client(), _sample(), max_attempts=3)
   assert err.value.fatal and len(srv.requests) == 1
 
 

@@ -114,9 +114,8 @@ def test_cli_parquet_is_deterministic_and_holds_loadable_tasks(tmp_path):
     f"{root}/solution/solve.sh",
     f"{root}/environment/Dockerfile",
   } <= set(members)
-  tarfile.open(fileobj=io.BytesIO(gzip.decompress(row["task_binary"]))).extractall(
-    tmp_path / "x", filter="data"
-  )
+  with tarfile.open(fileobj=io.BytesIO(gzip.decompress(row["task_binary"]))) as tar:
+    tar.extractall(tmp_path / "x", filter="data")
   task = fmt.load_task(tmp_path / "x" / root)
   assert task.config.metadata["family"] == "kv_service"
   assert (tmp_path / "x" / root / "tests" / "test.sh").stat().st_mode & 0o111

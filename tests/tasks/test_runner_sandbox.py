@@ -365,7 +365,7 @@ def test_the_task_runs_in_the_image_its_dockerfile_builds(cfg, tmp_path):
 
 
 def test_multi_service_compose_is_unsupported_not_zero(cfg, tmp_path):
-  from tmax_jax.tasks.runner import TaskUnsupportedError  # pylint: disable=import-outside-toplevel
+  from tmax_jax.tasks.runner import TaskUnsupportedError
 
   task = _task({"test.sh": b"#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"}, "true\n")
   task = dataclasses.replace(

@@ -36,7 +36,7 @@ def _batch():
 
 def _unchanged(a, b):
   for x, y in zip(
-    jax.tree.leaves((a.params, a.opt_state)), jax.tree.leaves((b.params, b.opt_state))
+    jax.tree.leaves((a.params, a.opt_state)), jax.tree.leaves((b.params, b.opt_state)), strict=True
   ):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
@@ -98,7 +98,7 @@ def test_rejected_step_skips_with_logged_reason(trainers, tiny, reason, caplog):
   assert metrics["skipped"] == 0.0 and np.isfinite(metrics["loss"])
   moved = [
     not np.array_equal(a, np.asarray(b))
-    for a, b in zip(jax.tree.leaves(before.params), jax.tree.leaves(state.params))
+    for a, b in zip(jax.tree.leaves(before.params), jax.tree.leaves(state.params), strict=True)
   ]
   assert any(moved)
 

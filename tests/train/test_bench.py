@@ -48,7 +48,7 @@ def test_cpu_train_step_bench_tiny(tmp_path):
 
 
 def _load(name):
-  import importlib.util  # pylint: disable=import-outside-toplevel
+  import importlib.util
 
   spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
   mod = importlib.util.module_from_spec(spec)

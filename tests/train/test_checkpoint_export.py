@@ -80,7 +80,7 @@ def _trained_run(tmp_path, metadata: bool):
 def _assert_export_holds(out, cfg, params):
   got_cfg, got = hf_io.load_pretrained(out)
   assert (got_cfg.hidden_size, got_cfg.num_hidden_layers) == (cfg.hidden_size, 2)
-  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(params)):
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(params), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 

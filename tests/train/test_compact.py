@@ -46,7 +46,7 @@ def test_compact_equals_full(tiny, loss):
   np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-5, atol=1e-7)
   for name in out[0][1]:
     np.testing.assert_allclose(out[0][1][name], out[1][1][name], rtol=1e-5, atol=1e-6)
-  for a, b in zip(jax.tree.leaves(out[0][2]), jax.tree.leaves(out[1][2])):
+  for a, b in zip(jax.tree.leaves(out[0][2]), jax.tree.leaves(out[1][2]), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
 
 

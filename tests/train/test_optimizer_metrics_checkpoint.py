@@ -39,7 +39,7 @@ def test_schedules_follow_their_formulas():
 
 
 def test_recipe_presets():
-  from tmax_jax import recipes  # pylint: disable=import-outside-toplevel
+  from tmax_jax import recipes
 
   rl = recipes.rl("qwen3.5-9b").train
   assert (rl.optimizer.learning_rate, rl.optimizer.schedule, rl.optimizer.max_grad_norm) == (
@@ -122,6 +122,7 @@ def test_checkpoint_roundtrip_keep_last_and_interval(tmp_path):
   for a, b in zip(
     jax.tree.leaves((st.params, st.opt_state, st.rng)),
     jax.tree.leaves((restored.params, restored.opt_state, restored.rng)),
+    strict=True,
   ):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert sorted(p for p in os.listdir(tmp_path / "ck") if p.isdigit()) == ["4", "6"]

@@ -34,7 +34,7 @@ def _traj(n: int) -> batch_lib.Trajectory:
 
 
 def _close(a, b):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=TOL, atol=TOL)
 
 

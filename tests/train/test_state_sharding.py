@@ -40,7 +40,7 @@ def test_optimizer_state_takes_the_params_shardings(weight_decay):
   ]
   assert len(adam) == 1
   for moment in (adam[0].mu, adam[0].nu):
-    for got, want in zip(jax.tree.leaves(moment), jax.tree.leaves(shardings)):
+    for got, want in zip(jax.tree.leaves(moment), jax.tree.leaves(shardings), strict=True):
       assert got.sharding == want
   assert adam[0].count.sharding.spec == P() and len(adam[0].count.sharding.device_set) == 8
   q = adam[0].mu["model"]["layers"]["self_attn"]["q_proj"]["kernel"]

@@ -35,7 +35,7 @@ def _one_step(tiny, cfg, batch, steps=1):
 
 
 def _close(a, b, tol):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
 
 
@@ -121,7 +121,7 @@ def test_loss_matches_direct_numpy_dppo(tiny):
   batch = batch_lib.pack(trajs, 20)
   _, rows = _one_step(tiny, _cfg(), batch)
   total, count, abs_d, k3 = 0.0, 0.0, 0.0, 0.0
-  for tr, (logp, blp, mask) in zip(trajs, _numpy_logp(tiny, trajs)):
+  for tr, (logp, blp, mask) in zip(trajs, _numpy_logp(tiny, trajs), strict=True):
     r = np.exp(logp - blp)
     a = tr.advantage
     drop = (np.abs(np.exp(logp) - np.exp(blp)) > 0.1) & (((a > 0) & (r > 1)) | ((a < 0) & (r < 1)))
@@ -139,7 +139,7 @@ def test_mismatch_is_zero_when_behaviour_is_the_policy(tiny):
   """Behaviour logprobs equal to the trainer's own: both mismatch metrics vanish; SFT (no
   behaviour logprobs) logs none."""
   trajs = random_trajectories(4, 4, 10)
-  for tr, (logp, _, _) in zip(trajs, _numpy_logp(tiny, trajs)):
+  for tr, (logp, _, _) in zip(trajs, _numpy_logp(tiny, trajs), strict=True):
     tr.behaviour_logp[1:] = logp
   _, rows = _one_step(tiny, _cfg(), batch_lib.pack(trajs, 20))
   assert rows[0]["mismatch_abs_logp"] < 1e-5 and abs(rows[0]["mismatch_kl_k3"]) < 1e-9

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from tmax_jax import formats
 from tmax_jax.models import registry

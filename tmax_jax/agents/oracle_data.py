@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import tqdm
 

@@ -28,7 +28,7 @@ import collections
 import dataclasses
 import logging
 import time
-from typing import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -158,7 +158,7 @@ class Group:
           "sandbox": e.sandbox,
           "verified_at": e.verified_at,
         }
-        for s, e in zip(self.samples, self.episodes)
+        for s, e in zip(self.samples, self.episodes, strict=True)
       ],
       "failures": [dataclasses.asdict(f) for f in failures],
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.agents import harnesses
 from tmax_jax.agents.episode import EpisodeConfig

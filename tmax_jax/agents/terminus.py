@@ -27,7 +27,7 @@ import dataclasses
 import json
 import shlex
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax import formats
 from tmax_jax.agents.episode import (
@@ -251,13 +251,18 @@ def _execute(
     return RESTARTED.format(pane.restart())
 
 
+# Frozen defaults of run_terminus_episode (built once, shared: the dataclasses are immutable).
+_DEFAULT_EPISODE = EpisodeConfig(harness="terminus", family="qwen3")
+_DEFAULT_PANE = TerminusConfig()
+
+
 def run_terminus_episode(
   sandbox: Sandbox,
   instruction: str,
   generate: GenerateFn,
   tokenizer,
-  cfg: EpisodeConfig = EpisodeConfig(harness="terminus", family="qwen3"),
-  pane_cfg: TerminusConfig = TerminusConfig(),
+  cfg: EpisodeConfig = _DEFAULT_EPISODE,
+  pane_cfg: TerminusConfig = _DEFAULT_PANE,
 ) -> EpisodeResult:
   """Runs the Terminus-2 loop until a confirmed task_complete or a limit.
 

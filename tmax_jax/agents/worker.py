@@ -222,7 +222,7 @@ class EpisodeWorker:
 
       result = runner_lib.run_trial(task, agent, self.runner_cfg)
       trial = score(box.get("episode"), result)
-    except Exception as err:  # pylint: disable=broad-except  (kept as a value; see Trial)
+    except Exception as err:  # kept as a value; see Trial
       trial = Trial(box.get("episode"), error=err)
     trial.duration_s = time.monotonic() - start
     return trial

@@ -108,7 +108,7 @@ class TokenTrajectory:
     topk_ids, topk_logprobs = list(topk_ids or ()), list(topk_logprobs or ())
     if (topk_ids or topk_logprobs) and not (
       len(topk_ids) == len(ids) == len(topk_logprobs)
-      and all(len(a) == len(b) for a, b in zip(topk_ids, topk_logprobs))
+      and all(len(a) == len(b) for a, b in zip(topk_ids, topk_logprobs, strict=True))
     ):
       raise ValueError(
         f"{len(ids)} generated ids need as many topk_ids and topk_logprobs rows "

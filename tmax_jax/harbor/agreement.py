@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pathlib
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.harbor import jobs
 from tmax_jax.harbor import tasks as harbor_tasks

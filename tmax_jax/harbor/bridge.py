@@ -131,7 +131,7 @@ async def serve(reader, writer) -> None:
         if op not in OPS:
           raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
         reply = {"id": req.get("id"), "ok": True, **await getattr(bridge, op)(req)}
-      except Exception as err:  # pylint: disable=broad-exception-caught  # sent to the client
+      except Exception as err:  # sent to the client
         traceback.print_exc(file=sys.stderr)
         reply = {
           "id": req.get("id"),

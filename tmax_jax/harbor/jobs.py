@@ -16,7 +16,7 @@ import json
 import pathlib
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.harbor import sandbox as harbor_sandbox
 from tmax_jax.harbor import venv

@@ -181,7 +181,9 @@ def _pull(image: build.Image, env: dict[str, str], workdir: str) -> str:
     if res.returncode == 0:
       return res.stdout.decode().split()[-1]
     missing = _MISSING.search(res.stderr.decode(errors="replace"))
-    wanted = [p for p, b in zip(parts, blobs) if missing and b["digest"] == missing.group(1)]
+    wanted = [
+      p for p, b in zip(parts, blobs, strict=True) if missing and b["digest"] == missing.group(1)
+    ]
     if not wanted:
       break
     layer_blob(*wanted[0], write=True)

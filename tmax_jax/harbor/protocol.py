@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 NO_TIMEOUT_S = 24 * 3600.0  # Harbor's exec(timeout_sec=None); the trial's own timeouts bound it
 MAX_OUTPUT_CHARS = 8_000_000  # Harbor reads whole tmux histories through exec: keep them whole

@@ -84,7 +84,7 @@ class Bridge:
     if reason:
       raise SandboxError(f"Harbor environments need the Harbor venv: {reason}")
     self.log_path = workdir / "bridge.log"
-    self._log = open(self.log_path, "wb")
+    self._log = open(self.log_path, "wb")  # noqa: SIM115  (the bridge's stderr; close() closes it)
     self.proc = subprocess.Popen(
       [str(venv.bin_path("python")), "-m", "tmax_jax.harbor.bridge"],
       stdin=subprocess.PIPE,

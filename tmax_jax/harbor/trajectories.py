@@ -26,7 +26,8 @@ import argparse
 import json
 import pathlib
 import sys
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from tmax_jax import formats, json_io
 from tmax_jax.agents.terminus import action_text

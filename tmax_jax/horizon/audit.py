@@ -19,7 +19,8 @@ import dataclasses
 import json
 import pathlib
 import tempfile
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from tmax_jax.agents import scripted
 from tmax_jax.agents import worker as worker_lib
@@ -153,7 +154,7 @@ class EndpointProbe:
   client: Any  # generator.llm.ChatClient
 
   def attempts(self, task: fmt.Task, k: int) -> list[ProbeAttempt]:
-    from tmax_jax.horizon import teacher  # pylint: disable=import-outside-toplevel
+    from tmax_jax.horizon import teacher  # noqa: PLC0415  (openai: endpoint probe only)
 
     return [
       ProbeAttempt(f"endpoint_{i}", lambda tok, cfg: teacher.ChatTeacher(self.client, tok))
@@ -296,7 +297,7 @@ class Auditor:
       [(task, i) for i in range(len(attempts))],
     )
     runs, evidence = [], []
-    for attempt, trial in zip(attempts, trials):
+    for attempt, trial in zip(attempts, trials, strict=True):
       ep = trial.episode
       run = {
         "name": attempt.name,

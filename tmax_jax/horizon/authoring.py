@@ -13,7 +13,8 @@ import json
 import pathlib
 import re
 import string
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tmax_jax.horizon import compose
 from tmax_jax.tasks import format as fmt

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from typing import Callable
+from collections.abc import Callable
 
 import tqdm
 
@@ -28,6 +28,7 @@ from tmax_jax.tasks.generator import llm, pipeline
 from tmax_jax.tasks.procedural import chains as chains_lib
 from tmax_jax.tasks.procedural import registry
 from tmax_jax.tasks.runner import RunnerConfig
+from tmax_jax.tokenizers.builder import load_tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +184,8 @@ class Builder:
       taken = {i for i in self.log.nodes()}
 
       def make_child(draft: authoring.Draft) -> fmt.Task:
-        cid = _unique(f"{pline.id}.{draft.name}", taken)
+        # _llm_node calls this within the iteration, so `taken` is this iteration's set
+        cid = _unique(f"{pline.id}.{draft.name}", taken)  # noqa: B023
         line = compose.Lineage(
           id=cid,
           root=pline.root,
@@ -286,8 +288,6 @@ def _unique(nid: str, taken: set[str]) -> str:
 def make_auditor(
   probe: str, family: str, audit_cfg: audit.AuditConfig, client: llm.ChatClient | None
 ) -> audit.Auditor:
-  from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
-
   if probe == "endpoint":
     if client is None:
       raise UserError("--probe endpoint needs --base_url and --model")

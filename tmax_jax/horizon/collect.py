@@ -21,7 +21,8 @@ import dataclasses
 import os
 import pathlib
 import re
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import tqdm
 
@@ -34,6 +35,7 @@ from tmax_jax.sandbox.api import Sandbox
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import runner
 from tmax_jax.tasks.procedural.chains import STEP_MARK
+from tmax_jax.tokenizers.builder import load_tokenizer
 
 
 class Teacher(Protocol):
@@ -68,7 +70,7 @@ class EndpointTeacher:
 
   def generate_fn(self, task, group, sample):
     del task, group, sample
-    from tmax_jax.horizon import teacher  # pylint: disable=import-outside-toplevel
+    from tmax_jax.horizon import teacher  # noqa: PLC0415  (openai: endpoint teacher only)
 
     return teacher.ChatTeacher(self.client, self.tokenizer)
 
@@ -289,12 +291,10 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--no_tasks", action="store_true", help="skip the single-task episodes")
   p.add_argument("--backend", default=None, help="sandbox backend (default: the best available)")
   args = p.parse_args(argv)
-  from tmax_jax.tokenizers.builder import load_tokenizer  # pylint: disable=import-outside-toplevel
-
   tokenizer = load_tokenizer(args.family)
   episode = EpisodeConfig(harness=args.harness, family=args.family)
   if args.teacher == "endpoint":
-    from tmax_jax.tasks.generator import llm  # pylint: disable=import-outside-toplevel
+    from tmax_jax.tasks.generator import llm  # noqa: PLC0415  (openai: endpoint only)
 
     if not args.base_url:
       p.error("--teacher endpoint needs --base_url and --model")

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tmax_jax.tasks import format as fmt
 
@@ -115,7 +116,7 @@ class Lineage:
     }
 
   @classmethod
-  def from_json(cls, data: Mapping[str, Any], where: str = "metadata.horizon") -> "Lineage":
+  def from_json(cls, data: Mapping[str, Any], where: str = "metadata.horizon") -> Lineage:
     names = {f.name for f in dataclasses.fields(cls)}
     missing = sorted({"id", "root", "generation", "stage", "requirement"} - set(data))
     unknown = sorted(set(data) - names)

@@ -9,7 +9,7 @@ child (compose.child_task).
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
 from tmax_jax.horizon import compose
 from tmax_jax.tasks import format as fmt

@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax import formats
 from tmax_jax.agents import harnesses
@@ -80,7 +80,7 @@ class Step:
 
 def _runs(tokens: Sequence[int], loss_mask: Sequence[int]) -> list[tuple[int, list[int]]]:
   out: list[tuple[int, list[int]]] = []
-  for t, m in zip(tokens, loss_mask):
+  for t, m in zip(tokens, loss_mask, strict=True):
     if out and out[-1][0] == int(m):
       out[-1][1].append(int(t))
     else:

@@ -17,7 +17,8 @@ import os
 import pathlib
 import shutil
 import tempfile
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tmax_jax import json_io
 from tmax_jax.horizon import compose
@@ -161,7 +162,7 @@ def summary_table(s: Mapping[str, Any]) -> str:
     rows.append((g,) + tuple(str(c.get(k, 0)) for k in STATUSES))
   rows.append(("all",) + tuple(str(s["counts"][k]) for k in STATUSES))
   widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-  lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+  lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
   lines.append(
     f"lineage: depth {s['depth']} generations, {s['branching_nodes']} branching "
     f"node(s), {s['chains']} chain(s)"

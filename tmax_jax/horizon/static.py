@@ -26,7 +26,7 @@ import dataclasses
 import difflib
 import posixpath
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 SNAPSHOT_PY = r"""
 import hashlib, json, os, sys

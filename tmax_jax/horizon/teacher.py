@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.agents.scripted import ScriptedCompletion
 from tmax_jax.formats.tokens import encode

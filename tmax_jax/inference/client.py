@@ -22,7 +22,8 @@ import asyncio
 import dataclasses
 import random
 import time
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import grpc
 
@@ -74,6 +75,9 @@ class Completion:
   attempts: int = 1
   topk_ids: list[list[int]] = dataclasses.field(default_factory=list)
   topk_logprobs: list[list[float]] = dataclasses.field(default_factory=list)
+
+
+_DEFAULT_SAMPLING = sampling.SamplingParams()  # immutable, shared
 
 
 class RolloutClient:
@@ -171,7 +175,7 @@ class RolloutClient:
     self,
     prompt_token_ids: Sequence[int],
     max_tokens: int,
-    params: sampling.SamplingParams = sampling.SamplingParams(),
+    params: sampling.SamplingParams = _DEFAULT_SAMPLING,
     stop_token_ids: Sequence[int] = (),
     request_id: str = "",
     timeout_s: float | None = None,

@@ -41,7 +41,7 @@ def _alias_tree_map() -> None:
     jax.tree_map = jax.tree.map
 
 
-class SeqioVocabularyStandIn(metaclass=abc.ABCMeta):
+class SeqioVocabularyStandIn(metaclass=abc.ABCMeta):  # noqa: B024  (an ABC like seqio's)
   """`seqio.vocabularies.Vocabulary` as JetStream 0.2.2 uses it (fix 4): a type in annotations and
   the base class of `mock_utils.TestVocab`, which defines every member it calls."""
 
@@ -49,7 +49,7 @@ class SeqioVocabularyStandIn(metaclass=abc.ABCMeta):
 def sentencepiece_vocabulary(*args, **kwargs):
   """`seqio.vocabularies.SentencePieceVocabulary(...)` (fix 4), imported when first called."""
   # Lazy on purpose: seqio imports TensorFlow, needed only for SentencePiece model files.
-  from seqio.vocabularies import (  # pylint: disable=import-outside-toplevel
+  from seqio.vocabularies import (  # noqa: PLC0415  (seqio loads TensorFlow)
     SentencePieceVocabulary,
   )
 
@@ -71,8 +71,8 @@ def _import_token_utils_without_seqio() -> None:
   stand_ins = _seqio_stand_ins()
   sys.modules.update(stand_ins)
   try:
-    # pylint: disable-next=import-outside-toplevel,unused-import
-    from jetstream.engine import token_utils  # noqa: F401 (imported while the stand-ins sit)
+    # imported while the stand-ins sit
+    from jetstream.engine import token_utils  # noqa: F401, PLC0415
   finally:
     for name, module in stand_ins.items():
       if sys.modules.get(name) is module:
@@ -82,8 +82,8 @@ def _import_token_utils_without_seqio() -> None:
 def _import_orchestrator_quietly() -> None:
   root = logging.getLogger()
   level, handlers = root.level, list(root.handlers)
-  # pylint: disable-next=import-outside-toplevel,unused-import
-  from jetstream.core import orchestrator  # noqa: F401 (imported for its logging side effect)
+  # imported for its logging side effect
+  from jetstream.core import orchestrator  # noqa: F401, PLC0415
 
   root.setLevel(level)
   for h in list(root.handlers):
@@ -106,20 +106,20 @@ def apply() -> None:
 def set_bind_host(host: str = LOOPBACK) -> None:
   """Sets the address JetStreamServer binds (fix 3). '[::]' or '0.0.0.0' opt into all interfaces."""
   apply()
-  from jetstream.core import server_lib  # pylint: disable=import-outside-toplevel
+  from jetstream.core import server_lib  # noqa: PLC0415  (JetStream loads after apply())
 
-  server_lib._HOST = host  # pylint: disable=protected-access
+  server_lib._HOST = host
 
 
 @contextlib.contextmanager
 def bind_host(host: str = LOOPBACK):
   """Temporarily sets the bind host; servers are constructed (and bound) inside the block."""
   apply()
-  from jetstream.core import server_lib  # pylint: disable=import-outside-toplevel
+  from jetstream.core import server_lib  # noqa: PLC0415  (JetStream loads after apply())
 
-  old = server_lib._HOST  # pylint: disable=protected-access
+  old = server_lib._HOST
   set_bind_host(host)
   try:
     yield
   finally:
-    server_lib._HOST = old  # pylint: disable=protected-access
+    server_lib._HOST = old

@@ -43,7 +43,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -181,7 +182,7 @@ class PagedCore:
   """
 
   @classmethod
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def shared(cls, model_cfg: ModelConfig, shape: CoreShape, mesh: Mesh | None = None):
     return cls(model_cfg, shape, mesh)
 
@@ -290,7 +291,7 @@ class PagedCore:
     return PartitionSpec(
       *(
         TENSOR if rules.get(name) == TENSOR and n % tp == 0 else None
-        for name, n in zip(logical, shape)
+        for name, n in zip(logical, shape, strict=True)
       )
     )
 
@@ -481,7 +482,7 @@ class PagedCore:
   def _activate_impl(self, state, slot, *values):
     """values: SLOT_FIELDS' values of the slot's request (slot_arrays + token, position)."""
     new = dict(state)
-    for name, value in zip(SLOT_FIELDS, values):
+    for name, value in zip(SLOT_FIELDS, values, strict=True):
       new[name] = state[name].at[slot].set(value)
     new["counter"] = state["counter"].at[slot].set(0)
     new["active"] = state["active"].at[slot].set(True)

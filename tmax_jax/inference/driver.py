@@ -25,7 +25,6 @@ from tmax_jax.inference import compat
 
 compat.apply()
 
-# pylint: disable=wrong-import-position
 from jetstream.core import orchestrator
 from jetstream.engine import token_utils
 

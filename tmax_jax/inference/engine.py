@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -31,7 +32,6 @@ from tmax_jax.inference import compat
 
 compat.apply()
 
-# pylint: disable=wrong-import-position
 from jetstream.engine import engine_api, tokenizer_api, tokenizer_pb2
 
 from tmax_jax.inference import decode, paged, sampling, scheduler, updates
@@ -252,7 +252,7 @@ class ReplicaEngine(engine_api.Engine):
   def build_tokenizer(self, metadata: tokenizer_pb2.TokenizerParameters) -> TokenizerAdapter:
     tok = None
     if metadata.path:
-      from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+      from transformers import AutoTokenizer  # noqa: PLC0415  (transformers: slow import)
 
       tok = AutoTokenizer.from_pretrained(metadata.path)
     pad = self.model_cfg.pad_token_id
@@ -356,7 +356,7 @@ class TmaxEngine:
           f"weight version {version} is older than the served version {boxes[0].version}"
         )
       served = [rep.core.prepare(self._place(params, rep)) for rep in self.replicas]
-      for box, s in zip(boxes, served):
+      for box, s in zip(boxes, served, strict=True):
         box.set(s, version)
 
   @property
@@ -400,7 +400,7 @@ class TmaxEngine:
 
 def _same_index(a, b, shape) -> bool:
   """Two shard indices (tuples of slices) cover the same region."""
-  return all(sa.indices(n) == sb.indices(n) for sa, sb, n in zip(a, b, shape))
+  return all(sa.indices(n) == sb.indices(n) for sa, sb, n in zip(a, b, shape, strict=True))
 
 
 decode_rows = decode.decode_rows

@@ -24,9 +24,11 @@ from typing import Any
 
 from aiohttp import web
 
+from tmax_jax import tokenizers
 from tmax_jax.inference import compat, openai_chat
 from tmax_jax.inference import driver as driver_lib
 from tmax_jax.inference.openai_chat import APIError
+from tmax_jax.models import registry
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -50,12 +52,9 @@ class OpenAIConfig:
 
 def load_tokenizer(cfg: OpenAIConfig, model_type: str) -> tuple[Any, str]:
   """-> (HF tokenizer with a chat template, tool-call format) for the served model."""
-  from tmax_jax import tokenizers  # pylint: disable=import-outside-toplevel
-  from tmax_jax.models import registry  # pylint: disable=import-outside-toplevel
-
   spec = None
   if cfg.tokenizer and pathlib.Path(cfg.tokenizer).is_dir():
-    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    from transformers import AutoTokenizer  # noqa: PLC0415  (transformers: slow import)
 
     tok = AutoTokenizer.from_pretrained(cfg.tokenizer)
   else:
@@ -91,7 +90,7 @@ async def _errors(request: web.Request, handler):
       code="not_found" if e.status == 404 else None,
     )
     return web.json_response(err.body(), status=e.status)
-  except Exception as e:  # pylint: disable=broad-exception-caught
+  except Exception as e:
     log.exception("OpenAI API: %s %s failed", request.method, request.path)
     err = APIError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error")
     return web.json_response(err.body(), status=500)
@@ -141,7 +140,7 @@ class OpenAIServer:
     await self._runner.setup()
     site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port or 0, reuse_address=True)
     await site.start()
-    self.port = site._server.sockets[0].getsockname()[1]  # pylint: disable=protected-access
+    self.port = site._server.sockets[0].getsockname()[1]
     log.info("OpenAI API on %s (model %r)", self.base_url, self.model_name)
 
   async def stop(self) -> None:
@@ -267,7 +266,7 @@ class OpenAIServer:
     try:
       if req.stream:
         return await self._stream(request, req, choices, channels, meta, chat)
-      await asyncio.gather(*(self._drain(ch, c) for ch, c in zip(channels, choices)))
+      await asyncio.gather(*(self._drain(ch, c) for ch, c in zip(channels, choices, strict=True)))
       return web.json_response(self._final(req, choices, meta, chat))
     finally:
       for channel in channels:
@@ -330,77 +329,34 @@ class OpenAIServer:
   async def _stream(self, request, req, choices, channels, meta, chat: bool):
     resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
-    kind = "chat.completion.chunk" if chat else "text_completion"
+    head = {**meta, "object": "chat.completion.chunk" if chat else "text_completion"}
 
     async def send(payload: dict) -> None:
       await resp.write(f"data: {json.dumps(payload)}\n\n".encode())
 
-    def chunk(choice, done: bool) -> dict | None:
-      if chat:
-        delta, tokens = choice.chat_delta(final=done)
-        if not (delta or tokens or done):
-          return None
-        body = {
-          "index": choice.index,
-          "delta": delta,
-          "logprobs": choice.chat_logprobs(tokens) if req.logprobs else None,
-        }
-      else:
-        text = choice.text_delta(final=done)
-        if not (text or done):
-          return None
-        body = {"index": choice.index, "text": text, "logprobs": None}
-      body["finish_reason"] = choice.finish_reason() if done else None
-      return {**meta, "object": kind, "choices": [body]}
-
-    if chat:
-      for c in choices:
-        await send(
-          {
-            **meta,
-            "object": kind,
-            "choices": [
-              {
-                "index": c.index,
-                "delta": {"role": "assistant", "content": ""},
-                "logprobs": None,
-                "finish_reason": None,
-              }
-            ],
-          }
-        )
-    if req.echo:
-      for c in choices:
-        await send(
-          {
-            **meta,
-            "object": kind,
-            "choices": [
-              {"index": c.index, "text": req.echo, "logprobs": None, "finish_reason": None}
-            ],
-          }
-        )
+    for payload in _opening_chunks(req, choices, head, chat):
+      await send(payload)
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(channel, choice):
       try:
         await self._drain(channel, choice, queue)
-      except Exception as e:  # pylint: disable=broad-exception-caught  # re-raised below
+      except Exception as e:  # re-raised below
         queue.put_nowait((choice, e))
 
-    tasks = [asyncio.ensure_future(pump(ch, c)) for ch, c in zip(channels, choices)]
+    tasks = [asyncio.ensure_future(pump(ch, c)) for ch, c in zip(channels, choices, strict=True)]
     try:
       pending = len(tasks)
       while pending:
         choice, done = await queue.get()
         if isinstance(done, Exception):
           raise done
-        payload = chunk(choice, done)
+        payload = _stream_chunk(req, choice, done, head, chat)
         if payload is not None:
           await send(payload)
         pending -= int(done)
       if req.include_usage:
-        await send({**meta, "object": kind, "choices": [], "usage": self._usage(req, choices)})
+        await send({**head, "choices": [], "usage": self._usage(req, choices)})
       await resp.write(b"data: [DONE]\n\n")
     except APIError as e:  # headers are sent: the error goes in the stream, as OpenAI does
       await send(e.body())
@@ -409,3 +365,49 @@ class OpenAIServer:
         t.cancel()
     await resp.write_eof()
     return resp
+
+
+def _opening_chunks(req, choices, head: dict, chat: bool) -> list[dict]:
+  """The chunks a stream starts with: each choice's assistant role (chat), then each choice's
+  echoed prompt (completions with echo)."""
+  out = []
+  if chat:
+    role = {"role": "assistant", "content": ""}
+    out += [
+      {
+        **head,
+        "choices": [
+          {"index": c.index, "delta": dict(role), "logprobs": None, "finish_reason": None}
+        ],
+      }
+      for c in choices
+    ]
+  if req.echo:
+    out += [
+      {
+        **head,
+        "choices": [{"index": c.index, "text": req.echo, "logprobs": None, "finish_reason": None}],
+      }
+      for c in choices
+    ]
+  return out
+
+
+def _stream_chunk(req, choice, done: bool, head: dict, chat: bool) -> dict | None:
+  """The chunk with what `choice` produced since the last one; None when there is nothing new."""
+  if chat:
+    delta, tokens = choice.chat_delta(final=done)
+    if not (delta or tokens or done):
+      return None
+    body = {
+      "index": choice.index,
+      "delta": delta,
+      "logprobs": choice.chat_logprobs(tokens) if req.logprobs else None,
+    }
+  else:
+    text = choice.text_delta(final=done)
+    if not (text or done):
+      return None
+    body = {"index": choice.index, "text": text, "logprobs": None}
+  body["finish_reason"] = choice.finish_reason() if done else None
+  return {**head, "choices": [body]}

@@ -17,10 +17,12 @@ back until it is decided, so the deltas always add up to the final message.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import secrets
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tmax_jax.formats import tool_calls as tool_calls_lib
 from tmax_jax.formats.common import THINK_CLOSE, THINK_OPEN, FormatError
@@ -262,7 +264,7 @@ def chat_request(body: Mapping, tokenizer, max_len: int, max_topk: int) -> GenRe
     text = tokenizer.apply_chat_template(
       rendered, tools=tools or None, tokenize=False, add_generation_prompt=True, **kwargs
     )
-  except Exception as e:  # pylint: disable=broad-exception-caught  # jinja's raise_exception
+  except Exception as e:  # jinja's raise_exception
     raise bad("messages", f"the chat template refused them: {e}") from e
   ids = tokenizer.encode(text, add_special_tokens=False)
   logprobs = _get(body, "logprobs", bool, False)
@@ -357,10 +359,8 @@ def _typed_args(args: dict, tool: Mapping | None) -> dict:
   for key, value in args.items():
     kind = (props.get(key) or {}).get("type", "string")
     if isinstance(value, str) and kind != "string":
-      try:
+      with contextlib.suppress(json.JSONDecodeError):  # else return it as the model wrote it
         value = json.loads(value)
-      except json.JSONDecodeError:
-        pass  # the model wrote something else: return it as written
     out[key] = value
   return out
 
@@ -471,7 +471,9 @@ class Choice:
     content = []
     for token, lp, top_ids, top_lps in self.tokens if tokens is None else tokens:
       entry = _entry(self._tok, token, lp)
-      entry["top_logprobs"] = [_entry(self._tok, t, v) for t, v in zip(top_ids, top_lps)]
+      entry["top_logprobs"] = [
+        _entry(self._tok, t, v) for t, v in zip(top_ids, top_lps, strict=True)
+      ]
       content.append(entry)
     return {"content": content}
 
@@ -480,10 +482,12 @@ class Choice:
       return None
     out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     base = len(self.req.echo)
-    for (token, lp, top_ids, top_lps), offset in zip(self.tokens, self.offsets):
+    for (token, lp, top_ids, top_lps), offset in zip(self.tokens, self.offsets, strict=True):
       out["tokens"].append(self._tok.decode([token]))
       out["token_logprobs"].append(lp)
-      out["top_logprobs"].append({self._tok.decode([t]): v for t, v in zip(top_ids, top_lps)})
+      out["top_logprobs"].append(
+        {self._tok.decode([t]): v for t, v in zip(top_ids, top_lps, strict=True)}
+      )
       out["text_offset"].append(base + offset)
     if not self.req.top_logprobs:
       out["top_logprobs"] = None  # as OpenAI answers logprobs=0

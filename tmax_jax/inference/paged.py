@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 def pages_for(tokens: int, page_size: int) -> int:
@@ -141,7 +141,7 @@ class PrefixCache:
     self._lru: collections.OrderedDict = collections.OrderedDict()  # entry -> None, oldest first
     self._free_states = collections.deque(range(state_blocks))
     self._next_id = 1
-    pool._evict = self.evict_one  # pylint: disable=protected-access
+    pool._evict = self.evict_one
 
   # ---- lookup ---------------------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ import collections
 import dataclasses
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -276,7 +277,7 @@ class Scheduler:
     c = bucket(max(lens), cfg.prefill_chunk, min(cfg.min_chunk, cfg.prefill_chunk))
     r = 1 if len(rows) == 1 else cfg.prefill_batch  # two programs per chunk size, not log2(R)
     nb = bucket(
-      max(paged.pages_for(s.written + n, ps) for s, n in zip(rows, lens)),
+      max(paged.pages_for(s.written + n, ps) for s, n in zip(rows, lens, strict=True)),
       shape.max_pages,
       self._min_pages,
     )
@@ -288,7 +289,7 @@ class Scheduler:
     slots = np.full((r,), self.core.state_rows, np.int32)  # padding rows: out of range, dropped
     cached = np.zeros((r,), np.int32)
     table = np.zeros((r, nb), np.int32)
-    for i, (s, n) in enumerate(zip(rows, lens)):
+    for i, (s, n) in enumerate(zip(rows, lens, strict=True)):
       tokens[i, :n] = s.prompt[s.written : s.written + n]
       positions[i] = s.written + np.arange(c)
       segments[i, :n] = 1
@@ -301,7 +302,7 @@ class Scheduler:
     self.stats["prefill_tokens"] += sum(lens)
     if self.trace is not None:
       self.trace.append(("prefill", len(rows), sum(lens)))
-    for s, n in zip(rows, lens):
+    for s, n in zip(rows, lens, strict=True):
       s.written += n
       if s.written == len(s.prompt) - 1:
         self.prefilling.remove(s)

@@ -16,7 +16,8 @@ import logging
 import secrets
 import socket
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 
@@ -25,7 +26,6 @@ from tmax_jax.inference import compat
 
 compat.apply()
 
-# pylint: disable=wrong-import-position
 from jetstream.core import server_lib
 
 from tmax_jax.inference import channel as channel_lib
@@ -130,7 +130,7 @@ class RolloutServicer:
     self._driver, self._engine, self._instance = driver, engine, instance_id
     self._push_lock = asyncio.Lock()  # one staged copy of the weights at a time
 
-  async def Generate(self, req, context):  # pylint: disable=invalid-name
+  async def Generate(self, req, context):
     try:
       sp = sampling.SamplingParams(
         temperature=req.temperature, top_p=req.top_p or 1.0, top_k=req.top_k, seed=req.seed
@@ -155,7 +155,7 @@ class RolloutServicer:
     except driver_lib.ServerShutdown as e:
       await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
-  async def UpdateWeights(self, request_iterator, context):  # pylint: disable=invalid-name
+  async def UpdateWeights(self, request_iterator, context):
     """A per-tensor stream or a server-side path (protocol in updates.py); one push at a time."""
     start = time.perf_counter()
     async with self._push_lock:
@@ -198,7 +198,7 @@ class RolloutServicer:
     self._driver.update_weights(new, int(version or 0), replace=replace)
     return self._driver.version, nbytes
 
-  async def Status(self, req, context):  # pylint: disable=invalid-name
+  async def Status(self, req, context):
     del req, context
     engine = self._engine
     cfg, st = engine.cfg, engine.status()

@@ -24,13 +24,15 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import zlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import flax.serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tmax_jax.models import hf_io
 from tmax_jax.models.config import ModelConfig
 
 CHUNK_BYTES = 2 << 20  # under gRPC's default 4 MiB message limit
@@ -236,13 +238,11 @@ def from_path(path: str, served: Any, cfg: ModelConfig) -> Any:
   """A `.msgpack` file (flax msgpack of the params tree) or an HF checkpoint directory."""
   p = pathlib.Path(path)
   if p.is_dir():
-    from tmax_jax.models import hf_io  # pylint: disable=import-outside-toplevel
-
     return conform(hf_io.load_params(p, cfg), served)
   if p.is_file():
     try:
       state = flax.serialization.msgpack_restore(p.read_bytes())
-    except Exception as e:  # pylint: disable=broad-exception-caught
+    except Exception as e:
       raise WeightUpdateError(f"weight update file {path}: not flax msgpack: {e}") from e
     return conform(state, served)
   raise WeightUpdateError(

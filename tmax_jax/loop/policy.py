@@ -5,7 +5,8 @@ InProcessServer)."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 from jax.sharding import Mesh

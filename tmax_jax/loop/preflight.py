@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from tmax_jax import cli
 from tmax_jax.errors import ConfigError, UserError

@@ -9,7 +9,7 @@ is checked against it before anything runs.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -44,8 +44,8 @@ def to_trajectories(
 ) -> list[batch_lib.Trajectory]:
   """One trainer trajectory per episode with its group advantage."""
   out = []
-  for group, adv in zip(groups, group_advantages(groups, estimator)):
-    for episode, a in zip(group.episodes, adv):
+  for group, adv in zip(groups, group_advantages(groups, estimator), strict=True):
+    for episode, a in zip(group.episodes, adv, strict=True):
       traj = episode.trajectory
       arrays = traj.as_arrays()
       out.append(

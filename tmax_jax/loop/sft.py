@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import math
 import pathlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import numpy as np

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pathlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import tqdm

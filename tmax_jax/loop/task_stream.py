@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from tmax_jax.agents.rollout import cycle_tasks
 
@@ -30,13 +30,13 @@ class Position:
     return {"next": self.next, "done": list(self.done)}
 
   @classmethod
-  def from_json(cls, data: dict) -> "Position":
+  def from_json(cls, data: dict) -> Position:
     """Also reads the older {"groups_consumed": n} checkpoints (the first n indices)."""
     if "next" not in data:
       return cls(int(data.get("groups_consumed", 0)))
     return cls(int(data["next"]), tuple(sorted(int(i) for i in data["done"])))
 
-  def merged(self, consumed: Iterable[int]) -> "Position":
+  def merged(self, consumed: Iterable[int]) -> Position:
     """This position plus newly consumed indices (the watermark moves over contiguous ones)."""
     done = set(self.done) | {int(i) for i in consumed if i >= self.next}
     nxt = self.next

@@ -48,7 +48,7 @@ def _staging_split(shape: tuple[int, ...], target: NamedSharding, n_local: int) 
   """(dim, parts): split the trainer-side copy along the dim the server splits most, into as many
   parts as both layouts allow, so every staged shard holds whole server blocks; (-1, 1) = keep a
   whole copy per trainer device (small leaves the server does not split)."""
-  parts = [n // b for n, b in zip(shape, target.shard_shape(shape))]
+  parts = [n // b for n, b in zip(shape, target.shard_shape(shape), strict=True)]
   best = max(range(len(shape)), key=lambda k: math.gcd(parts[k], n_local), default=-1)
   g = math.gcd(parts[best], n_local) if best >= 0 else 1
   return (best, g) if g > 1 else (-1, 1)
@@ -95,12 +95,12 @@ class WeightSync:
     held = [(s.index, s.data) for s in staged.addressable_shards]
     blocks = []
     for device, idx in target.addressable_devices_indices_map(staged.shape).items():
-      want = [sl.indices(n) for sl, n in zip(idx, staged.shape)]
+      want = [sl.indices(n) for sl, n in zip(idx, staged.shape, strict=True)]
       for have, data in held:
-        got = [sl.indices(n) for sl, n in zip(have, staged.shape)]
-        if all(g[0] <= w[0] and w[1] <= g[1] for g, w in zip(got, want)):
-          start = tuple(w[0] - g[0] for g, w in zip(got, want))
-          limit = tuple(w[1] - g[0] for g, w in zip(got, want))
+        got = [sl.indices(n) for sl, n in zip(have, staged.shape, strict=True)]
+        if all(g[0] <= w[0] and w[1] <= g[1] for g, w in zip(got, want, strict=True)):
+          start = tuple(w[0] - g[0] for g, w in zip(got, want, strict=True))
+          limit = tuple(w[1] - g[0] for g, w in zip(got, want, strict=True))
           blocks.append(jax.device_put(_slice(data, start, limit), device))
           break
       else:

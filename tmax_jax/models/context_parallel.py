@@ -10,7 +10,7 @@ logprobs.py so it never gathers the whole row. Shard i holds tokens [i*T/S, (i+1
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 from jax.sharding import PartitionSpec as P

@@ -18,7 +18,8 @@ never slices or restacks a stacked one.
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax

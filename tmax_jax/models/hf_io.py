@@ -19,7 +19,8 @@ import pathlib
 import shutil
 import struct
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import ml_dtypes
@@ -237,7 +238,7 @@ def _check_entry(entry: _Entry, refs: dict[str, _TensorRef], shape: tuple[int, .
 def _flat_range(sizes: tuple[int, ...], slices: tuple[slice, ...]) -> slice | None:
   """The contiguous range of the row-major flattening of `sizes` that `slices` selects, or None
   when the selection is not one contiguous block (e.g. a slice of a minor axis only)."""
-  ranges = [s.indices(n)[:2] for s, n in zip(slices, sizes)]
+  ranges = [s.indices(n)[:2] for s, n in zip(slices, sizes, strict=True)]
   partial = [i for i, (a, b) in enumerate(ranges) if (a, b) != (0, sizes[i])]
   if not partial:
     return slice(0, math.prod(sizes))
@@ -254,7 +255,7 @@ def _read_shard(
   """Param-layout block `index` of one HF tensor, reading only that block when it is contiguous
   in the HF layout (the usual case: fsdp/tensor shard whole heads or rows)."""
   full = _read(ref)
-  out_shape = tuple(len(range(*sl.indices(n))) for sl, n in zip(index, shape))
+  out_shape = tuple(len(range(*sl.indices(n))) for sl, n in zip(index, shape, strict=True))
   if rule.in_axes:
     n = rule.in_axes
     rows = _flat_range(shape[n:], index[n:])  # HF [out, in]
@@ -363,7 +364,7 @@ def hf_tensors(
     if dtype is not None:
       leaf = leaf.astype(dtype)
     layers = leaf if entry.stacked else leaf[None]
-    for key, arr in zip(entry.hf_keys, layers):
+    for key, arr in zip(entry.hf_keys, layers, strict=True):
       yield key, entry.rule.to_hf(arr)
 
 
@@ -396,7 +397,7 @@ def _write_weights(
   )
   file_of = {key: names[g] for g, keys in enumerate(groups) for key in keys}
   pending: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
-  want = {n: len(keys) for n, keys in zip(names, groups)}
+  want = {n: len(keys) for n, keys in zip(names, groups, strict=True)}
   total = 0
   tensors = tqdm.tqdm(
     hf_tensors(params, cfg, dtype), total=len(file_of), desc="export checkpoint", unit="tensor"

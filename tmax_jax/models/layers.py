@@ -35,7 +35,7 @@ def param_init(init_fn, axes: tuple[str | None, ...]):
 
 def dense(
   features: int, axes: tuple[str, str], dtype: Dtype, param_dtype: Dtype, name: str
-) -> "Einsum":
+) -> Einsum:
   """A bias-free projection [in, features] with logical `axes` (MLP, Gated DeltaNet); the param
   is `<name>/kernel` [in, features], as nn.Dense names it."""
   return Einsum(
@@ -71,10 +71,7 @@ class RMSNorm(nn.Module):
     )
     x32 = x.astype(F32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    if self.zero_centered:
-      y = normed * (1.0 + scale.astype(F32))
-    else:
-      y = scale * normed.astype(x.dtype)
+    y = normed * (1.0 + scale.astype(F32)) if self.zero_centered else scale * normed.astype(x.dtype)
     if gate is not None:
       y = y * jax.nn.silu(gate.astype(F32))
     return y.astype(self.dtype)

@@ -14,7 +14,8 @@ import dataclasses
 import importlib
 import pathlib
 import pkgutil
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig, episode_seed
@@ -31,6 +31,7 @@ from tmax_jax.tasks import difficulty, runner
 from tmax_jax.tasks.format import Task, load_task, write_task
 from tmax_jax.tasks.generator.llm import ChatClient, EndpointError
 from tmax_jax.tasks.verifiers import knobs
+from tmax_jax.tokenizers import load_tokenizer
 
 SPEC = "spec.json"
 
@@ -74,8 +75,6 @@ class Calibrator:
   """Calibrates one task at a time (many concurrently); `slots` bounds the sandboxes."""
 
   def __init__(self, cfg: PipelineConfig, store: Store, slots: asyncio.Semaphore, workers: int):
-    from tmax_jax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
-
     c = cfg.calibration
     self.cfg, self.cal, self.store, self.slots = cfg, c, store, slots
     tokenizer = load_tokenizer(c.family)

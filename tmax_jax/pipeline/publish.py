@@ -15,11 +15,12 @@ calibration outputs.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import pathlib
 import shutil
 import tempfile
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from tmax_jax import json_io
 from tmax_jax.pipeline.config import PipelineConfig
@@ -103,13 +104,13 @@ def _calibration(cfg: PipelineConfig, states: Sequence[dict], kept: Sequence[dic
 
 
 def _plot(hist: Mapping, path: pathlib.Path, title: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel  (only when plotting)
+  import matplotlib  # noqa: PLC0415  (not in the Harbor venv: only to plot)
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt  # noqa: PLC0415  (after the backend is set)
 
   edges, width = hist["bin_edges"], 0.4 / BINS
-  centers = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
+  centers = [(a + b) / 2 for a, b in itertools.pairwise(edges)]
   fig, ax = plt.subplots(figsize=(7, 4))
   ax.bar([c - width / 2 for c in centers], hist["before"], width, label="before (round 0)")
   ax.bar([c + width / 2 for c in centers], hist["after"], width, label="after (kept tasks)")

@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from tqdm import tqdm
 
@@ -74,7 +74,7 @@ class Pipeline:
       start = loop.time()
       try:
         result = await self.calibrator(state, lambda: self.store.save(state))
-      except Exception as err:  # pylint: disable=broad-except  (kept as the task's error record)
+      except Exception as err:  # kept as the task's error record
         result = stages.crashed(err)
       return result.record(self.run_id, loop.time() - start)
     fn = getattr(stages, stage)
@@ -126,7 +126,7 @@ class Pipeline:
     self.calibrator = None
     if "calibrate" in self.stages and any(publish.needs(s, "calibrate") for s in states):
       # jax, transformers and the tokenizer load only when a task still needs calibrating
-      from tmax_jax.pipeline.calibrate import Calibrator  # pylint: disable=import-outside-toplevel
+      from tmax_jax.pipeline.calibrate import Calibrator  # noqa: PLC0415  (jax: calibration only)
 
       self.calibrator = Calibrator(self.cfg, self.store, self.sandbox_slots, self.sandbox_workers)
     self._open_bars(states)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.state import DONE, ERROR, REJECTED, Store
@@ -173,7 +174,7 @@ def timed(fn, ctx: Context, state: dict, run: int) -> dict:
   start = time.monotonic()
   try:
     result = fn(ctx, state)
-  except Exception as err:  # pylint: disable=broad-except  (kept as the task's error record)
+  except Exception as err:  # kept as the task's error record
     result = crashed(err)
   return result.record(run, time.monotonic() - start)
 

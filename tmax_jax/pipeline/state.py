@@ -20,7 +20,8 @@ import json
 import os
 import pathlib
 import shutil
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from tmax_jax import json_io
 
@@ -35,7 +36,7 @@ class StateError(RuntimeError):
 
 
 def now() -> str:
-  return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def first_open(state: dict, stages: tuple[str, ...]) -> str | None:

@@ -90,7 +90,7 @@ def _check_export(name: str, export_dir: str, params, model_type: str) -> None:
   ours = jax.tree_util.tree_leaves_with_path(jax.device_get(params))
   theirs = jax.tree.leaves(jax.device_get(loaded))
   _check(len(ours) == len(theirs), name, "the export's param tree differs from the trained one")
-  for (path, a), b in zip(ours, theirs):
+  for (path, a), b in zip(ours, theirs, strict=True):
     same = np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
     _check(same, name, f"export param {jax.tree_util.keystr(path)} differs from the trained one")
 

@@ -8,7 +8,7 @@ aggregation.py), which keeps gradient accumulation exact. Formulas: ../shared/do
 """
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +37,8 @@ class PolicyInputs:
   behaviour_logp: jax.Array
   advantages: jax.Array
   mask: jax.Array
-  topk_logp: Optional[jax.Array] = None
-  behaviour_topk_logp: Optional[jax.Array] = None
+  topk_logp: jax.Array | None = None
+  behaviour_topk_logp: jax.Array | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -132,7 +132,7 @@ class DPPOHyper:
   many behaviour logprobs per token the rollouts must return."""
 
   divergence: str = "tv"  # tv | kl | topk_tv | topk_kl
-  delta: Optional[float] = None  # trust-region threshold (None = the divergence's recipe value)
+  delta: float | None = None  # trust-region threshold (None = the divergence's recipe value)
   top_k: int = 20  # K of the top-K divergences
 
   def __post_init__(self):

@@ -8,7 +8,8 @@ what its data path produces before anything is traced.
 """
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence, TypeVar, Union
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable)
 
@@ -26,7 +27,7 @@ class Entry:
 
   name: str
   fn: Callable
-  hyper: Optional[type] = None
+  hyper: type | None = None
   inputs: Callable[[Any], tuple[str, ...]] = lambda hyper: ()
 
 
@@ -43,8 +44,8 @@ def register(
   kind: str,
   name: str,
   *,
-  hyper: Optional[type] = None,
-  inputs: Union[Sequence[str], Callable[[Any], Sequence[str]]] = (),
+  hyper: type | None = None,
+  inputs: Sequence[str] | Callable[[Any], Sequence[str]] = (),
 ) -> Callable[[F], F]:
   """Decorator: registers `fn` as `name` under `kind` (one of KINDS), with its hyperparameter
   dataclass and the batch fields it reads (a tuple, or a function of the hyperparameters)."""

@@ -39,14 +39,15 @@ def open_sandbox(spec: EnvironmentSpec, backend: str = "auto") -> Sandbox:
   """Starts a sandbox from `spec` (files copied, setup_commands run). Raises SandboxError."""
   name = resolve_backend(backend)
   if name == "bubblewrap":
-    from tmax_jax.sandbox.bubblewrap import BubblewrapSandbox  # pylint: disable=import-outside-toplevel
+    # a backend loads when used: `import tmax_jax.sandbox.api` stays light
+    from tmax_jax.sandbox.bubblewrap import BubblewrapSandbox  # noqa: PLC0415
 
     return BubblewrapSandbox(spec)
   if name == "podman":
-    from tmax_jax.sandbox.podman import PodmanSandbox  # pylint: disable=import-outside-toplevel
+    from tmax_jax.sandbox.podman import PodmanSandbox  # noqa: PLC0415  (backends load on use)
 
     return PodmanSandbox(spec)
-  from tmax_jax.sandbox.apptainer import ApptainerSandbox  # pylint: disable=import-outside-toplevel
+  from tmax_jax.sandbox.apptainer import ApptainerSandbox  # noqa: PLC0415  (backends load on use)
 
   return ApptainerSandbox(spec)
 
@@ -59,7 +60,7 @@ def pod_unsupported(backend: str = "auto") -> str | None:
       f"the {name} backend runs one container per trial; several containers on one network "
       "run as a podman pod (backend 'podman')"
     )
-  from tmax_jax.sandbox import podman  # pylint: disable=import-outside-toplevel
+  from tmax_jax.sandbox import podman  # noqa: PLC0415  (backends load on use)
 
   reason = podman.podman_available()
   return f"podman cannot run pods here: {reason}" if reason else None
@@ -71,7 +72,7 @@ def open_pod(spec: PodSpec, backend: str = "podman") -> Sandbox:
   reason = pod_unsupported(backend)
   if reason:
     raise SandboxError(reason)
-  from tmax_jax.sandbox.pod import PodmanPod  # pylint: disable=import-outside-toplevel
+  from tmax_jax.sandbox.pod import PodmanPod  # noqa: PLC0415  (backends load on use)
 
   return PodmanPod(spec)
 

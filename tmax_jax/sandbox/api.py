@@ -178,7 +178,7 @@ class Sandbox(abc.ABC):
     restarted since: whatever ran in it then was cut short by the infrastructure."""
     return ""
 
-  def __enter__(self) -> "Sandbox":
+  def __enter__(self) -> Sandbox:
     return self
 
   def __exit__(self, *exc) -> None:

@@ -121,7 +121,7 @@ def sweep_stale_instances(binary: str | None = None) -> list[str]:
     name = line.split()[0] if line.split() else ""
     if name.startswith("tmax-p"):
       owner = "-".join(name[len("tmax-") :].split("-")[:2])
-      if not runtime._tag_alive(owner):  # pylint: disable=protected-access
+      if not runtime._tag_alive(owner):
         subprocess.run(
           [binary, "instance", "stop", "--signal", "KILL", name], capture_output=True, check=False
         )

@@ -29,6 +29,7 @@ import subprocess
 import threading
 import time
 import warnings
+from typing import NoReturn
 
 from tmax_jax.sandbox import build, cgroups, layers, runtime, shell, status
 from tmax_jax.sandbox.api import CommandResult, EnvironmentSpec, Limits, Sandbox, SandboxError
@@ -47,23 +48,23 @@ _counter = itertools.count()
 _close_lock = threading.Lock()
 
 
+def _bad(field: str, expected: str, got: object) -> NoReturn:
+  raise SandboxError(f"malformed EnvironmentSpec.{field}: expected {expected}, got {got!r}")
+
+
 def validate_spec(spec: EnvironmentSpec) -> None:
   """Raises SandboxError naming the malformed field and what was expected."""
-
-  def bad(field, expected, got):
-    raise SandboxError(f"malformed EnvironmentSpec.{field}: expected {expected}, got {got!r}")
-
   if not isinstance(spec, EnvironmentSpec):
-    bad("<spec>", "an EnvironmentSpec", spec)
+    _bad("<spec>", "an EnvironmentSpec", spec)
   if not isinstance(spec.image, str) or not spec.image:
-    bad("image", "a non-empty str (rootfs dir, podman image or .sif)", spec.image)
+    _bad("image", "a non-empty str (rootfs dir, podman image or .sif)", spec.image)
   if (
     not isinstance(spec.workdir, str)
     or not spec.workdir.startswith("/")
     or posixpath.normpath(spec.workdir)
     in ("/", "/tmp", "/logs", "/proc", "/dev", "/usr", "/etc", "/bin")
   ):
-    bad("workdir", "an absolute path that is not / or a system dir", spec.workdir)
+    _bad("workdir", "an absolute path that is not / or a system dir", spec.workdir)
   for i, entry in enumerate(spec.files):
     if not (
       isinstance(entry, tuple)
@@ -71,12 +72,12 @@ def validate_spec(spec: EnvironmentSpec) -> None:
       and all(isinstance(x, str) for x in entry)
       and entry[1].startswith("/")
     ):
-      bad(f"files[{i}]", "(host path, absolute sandbox path)", entry)
+      _bad(f"files[{i}]", "(host path, absolute sandbox path)", entry)
     if not os.path.exists(entry[0]):
-      bad(f"files[{i}]", "an existing host path", entry[0])
+      _bad(f"files[{i}]", "an existing host path", entry[0])
   for i, cmd in enumerate(spec.setup_commands):
     if not isinstance(cmd, str):
-      bad(f"setup_commands[{i}]", "a str", cmd)
+      _bad(f"setup_commands[{i}]", "a str", cmd)
   for i, entry in enumerate(spec.env):
     if not (
       isinstance(entry, tuple)
@@ -84,16 +85,19 @@ def validate_spec(spec: EnvironmentSpec) -> None:
       and all(isinstance(x, str) for x in entry)
       and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", entry[0])
     ):
-      bad(f"env[{i}]", "(NAME, value) with a shell-variable NAME", entry)
-  lim = spec.limits
+      _bad(f"env[{i}]", "(NAME, value) with a shell-variable NAME", entry)
+  _validate_limits(spec.limits)
+
+
+def _validate_limits(lim: Limits) -> None:
   if not isinstance(lim, Limits):
-    bad("limits", "a Limits", lim)
+    _bad("limits", "a Limits", lim)
   for field in ("memory_mb", "max_processes", "max_file_mb", "disk_mb", "lifetime_s"):
     value = getattr(lim, field)
     if not isinstance(value, int) or value <= 0:
-      bad(f"limits.{field}", "a positive int", value)
+      _bad(f"limits.{field}", "a positive int", value)
   if lim.cpu_seconds is not None and (not isinstance(lim.cpu_seconds, int) or lim.cpu_seconds <= 0):
-    bad("limits.cpu_seconds", "None or a positive int", lim.cpu_seconds)
+    _bad("limits.cpu_seconds", "None or a positive int", lim.cpu_seconds)
 
 
 class SandboxBase(HostProcesses, FileTransfer, Sandbox):

@@ -78,7 +78,7 @@ class Image:
     return json.dumps(dataclasses.asdict(self), indent=1)
 
   @staticmethod
-  def load(path: str | os.PathLike) -> "Image":
+  def load(path: str | os.PathLike) -> Image:
     data = json.loads(pathlib.Path(path).read_text())
     data["env"] = tuple(tuple(kv) for kv in data["env"])
     data["runtime"] = tuple(tuple(kv) for kv in data.get("runtime", ()))
@@ -284,7 +284,7 @@ class _Builder:
       st.env.update(dockerfile.key_values(i, {**st.args, **st.env}, self.file))
     elif i.cmd == "ARG":
       for k, v in dockerfile.key_values(i, {**st.args, **st.env}, self.file):
-        st.args[k] = st.args.get(k, v) if not v else v
+        st.args[k] = v or st.args.get(k, v)
     elif i.cmd == "USER":
       st.user = dockerfile.substitute(i.args.strip(), {**st.args, **st.env})
     elif i.cmd == "SHELL":

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import pathlib
+import select
 import shlex
 import shutil
 import subprocess
@@ -190,8 +191,6 @@ def run_step(
 
 def _stream(proc: subprocess.Popen, log, deadline: float) -> str:
   """Copies the step's output to `log` (a text file) until it exits or the deadline passes."""
-  import select  # pylint: disable=import-outside-toplevel
-
   tail = b""
   fd = proc.stdout.fileno()
   while True:

@@ -166,9 +166,12 @@ def sweep_stale_containers() -> list[str]:
       time.sleep(0.5)
     for line in res.stdout.decode(errors="replace").splitlines():
       name, _, owner = line.partition(" ")
-      if owner and not runtime._tag_alive(owner):  # pylint: disable=protected-access
-        if _podman([*rm, "-f", "-t", "0", name], check=False).returncode == 0:
-          removed.append(name)
+      if (
+        owner
+        and not runtime._tag_alive(owner)
+        and _podman([*rm, "-f", "-t", "0", name], check=False).returncode == 0
+      ):
+        removed.append(name)
   return removed
 
 

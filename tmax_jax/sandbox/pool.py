@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from tmax_jax.sandbox import census, open_sandbox
 from tmax_jax.sandbox.api import EnvironmentSpec, Sandbox, SandboxError
@@ -122,7 +122,7 @@ class SandboxPool:
       with contextlib.suppress(Exception):
         sb.close()
 
-  def __enter__(self) -> "SandboxPool":
+  def __enter__(self) -> SandboxPool:
     return self
 
   def __exit__(self, *exc) -> None:

@@ -30,7 +30,8 @@ import posixpath
 import re
 import shlex
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 

@@ -16,7 +16,7 @@ import os
 import pathlib
 import re
 from collections import defaultdict
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import yaml
 
@@ -176,7 +176,7 @@ class BenchmarkIndex:
   @classmethod
   def build(
     cls, benchmark_dir: str | os.PathLike, include: Sequence[str] = (), n: int = NGRAM
-  ) -> "BenchmarkIndex":
+  ) -> BenchmarkIndex:
     grams: dict[tuple[str, ...], set[str]] = defaultdict(set)
     dirs = find_task_dirs(benchmark_dir)
     if not dirs:

@@ -18,7 +18,7 @@ import posixpath
 import re
 import shlex
 
-from tmax_jax.sandbox import build
+from tmax_jax.sandbox import build, images
 from tmax_jax.sandbox import dockerfile as dockerfile_lib
 from tmax_jax.sandbox.api import EnvironmentSpec, Limits
 from tmax_jax.tasks.format import Task, TaskFormatError
@@ -237,8 +237,6 @@ def built_spec(
   env_dir = task.path / "environment"
   cfg = task.config.environment
   if context is None and not (env_dir / "Dockerfile").is_file():  # the base rootfs + seeds
-    from tmax_jax.sandbox import images  # pylint: disable=import-outside-toplevel
-
     spec = environment_spec(
       task,
       str(images.ensure_base_rootfs(quiet=True)),

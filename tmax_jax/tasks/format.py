@@ -21,7 +21,8 @@ import re
 import shutil
 import tempfile
 import tomllib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tmax_jax.errors import UserError
 

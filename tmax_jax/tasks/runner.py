@@ -23,7 +23,7 @@ import pathlib
 import re
 import shlex
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from tmax_jax.sandbox import open_pod, open_sandbox, pod_unsupported, runtime
 from tmax_jax.sandbox.api import CommandResult, Limits, PodSpec, Sandbox, SandboxError

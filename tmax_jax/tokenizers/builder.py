@@ -15,6 +15,9 @@ import pathlib
 import shutil
 import tempfile
 
+import tokenizers
+from tokenizers import AddedToken, normalizers
+
 from tmax_jax import cache
 from tmax_jax.models import registry
 from tmax_jax.models.tokenizer_spec import TokenizerSpec
@@ -38,8 +41,8 @@ def ranks_path(spec: TokenizerSpec) -> pathlib.Path:
 
 def build_backend(spec: TokenizerSpec):
   """Returns the `tokenizers.Tokenizer` for a family, with added tokens at their official ids."""
-  from tokenizers import AddedToken, normalizers  # pylint: disable=import-outside-toplevel
-  from transformers.convert_slow_tokenizer import TikTokenConverter  # pylint: disable=import-outside-toplevel
+  # slow import: build only
+  from transformers.convert_slow_tokenizer import TikTokenConverter  # noqa: PLC0415
 
   path = ranks_path(spec)
   backend = TikTokenConverter(vocab_file=str(path), pattern=spec.pattern).converted()
@@ -95,8 +98,6 @@ def tokenizer_config(spec: TokenizerSpec) -> dict:
 
 def fingerprint(spec: TokenizerSpec) -> str:
   """Changes whenever the ranks, the spec, the template or the tokenizers library change."""
-  import tokenizers  # pylint: disable=import-outside-toplevel
-
   h = hashlib.sha256()
   h.update(ranks_path(spec).read_bytes())
   h.update(repr(spec).encode())
@@ -187,6 +188,6 @@ def copy_tokenizer_files(family: str, dest) -> list:
 
 def load_tokenizer(family: str):
   """A `transformers` tokenizer for `family`, loaded from the cache (built on first use)."""
-  from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+  from transformers import AutoTokenizer  # noqa: PLC0415  (transformers: slow import)
 
   return AutoTokenizer.from_pretrained(str(tokenizer_dir(family)))

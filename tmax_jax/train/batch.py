@@ -6,7 +6,7 @@ the predicted token. Observation / prompt tokens are in the rows with loss_mask 
 """
 
 import dataclasses
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -28,9 +28,9 @@ class TrainBatch:
   loss_mask: np.ndarray
   behaviour_logp: np.ndarray
   advantages: np.ndarray
-  ref_logp: Optional[np.ndarray] = None
-  topk_ids: Optional[np.ndarray] = None
-  behaviour_topk_logp: Optional[np.ndarray] = None
+  ref_logp: np.ndarray | None = None
+  topk_ids: np.ndarray | None = None
+  behaviour_topk_logp: np.ndarray | None = None
 
   @property
   def shape(self) -> tuple[int, int]:
@@ -76,11 +76,11 @@ class Trajectory:
 
   tokens: Sequence[int]
   loss_mask: Sequence[float]
-  behaviour_logp: Optional[Sequence[float]] = None
+  behaviour_logp: Sequence[float] | None = None
   advantage: float = 0.0
-  ref_logp: Optional[Sequence[float]] = None
-  topk_ids: Optional[Sequence[Sequence[int]]] = None
-  topk_logp: Optional[Sequence[Sequence[float]]] = None
+  ref_logp: Sequence[float] | None = None
+  topk_ids: Sequence[Sequence[int]] | None = None
+  topk_logp: Sequence[Sequence[float]] | None = None
 
 
 def _check_traj(i: int, tr: Trajectory, seq_len: int, fields: Sequence[str]) -> int:
@@ -131,7 +131,7 @@ def pack(
   trajectories: Sequence[Trajectory],
   seq_len: int,
   *,
-  num_rows: Optional[int] = None,
+  num_rows: int | None = None,
   pack_rows: bool = True,
   fields: Sequence[str] = (),
   top_k: int = 0,
@@ -235,7 +235,7 @@ def _topk_rows(i: int, tr: Trajectory, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, logp
   got_ids = [tr.topk_ids[j] for j in on]
   got_lp = [tr.topk_logp[j] for j in on]
-  short = [j for j, a, p in zip(on, got_ids, got_lp) if len(a) < k or len(p) != len(a)]
+  short = [j for j, a, p in zip(on, got_ids, got_lp, strict=True) if len(a) < k or len(p) != len(a)]
   if short:
     j = short[0]
     raise ValueError(
@@ -292,7 +292,9 @@ def validate(batch: TrainBatch, required: Sequence[str] = ()) -> None:
       continue
     want = (b, t) if name not in TOPK_FIELDS else (b, t, None)
     shape = tuple(np.shape(value))
-    if len(shape) != len(want) or any(w is not None and w != s for w, s in zip(want, shape)):
+    if len(shape) != len(want) or any(
+      w is not None and w != s for w, s in zip(want, shape, strict=True)
+    ):
       raise ValueError(f"batch.{name}: expected shape {want}, got {shape}")
   mask = np.asarray(batch.loss_mask)
   if np.any(mask < 0) or not np.all(np.isfinite(mask)):

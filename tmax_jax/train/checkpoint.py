@@ -12,7 +12,7 @@ the model, so a kept step exports to HF without the job's config (`read_params`,
 
 import logging
 import os
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import numpy as np
@@ -60,7 +60,7 @@ class Checkpointer:
   """Thin wrapper over ocp.CheckpointManager: save every N steps, keep the last K and every
   `keep_every`-th for good, async. `metadata` (model_metadata) is written to the directory once."""
 
-  def __init__(self, cfg: CheckpointConfig, metadata: Optional[dict] = None):
+  def __init__(self, cfg: CheckpointConfig, metadata: dict | None = None):
     if not cfg.directory:
       raise ValueError("checkpoint.directory is empty; expected a directory path")
     self.cfg = cfg
@@ -79,7 +79,7 @@ class Checkpointer:
       os.path.abspath(cfg.directory), options=options, item_names=ITEMS, metadata=metadata
     )
 
-  def latest_step(self) -> Optional[int]:
+  def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
   def all_steps(self) -> list[int]:
@@ -103,7 +103,7 @@ class Checkpointer:
     return self._manager.save(step, args=args, force=True)
 
   def restore(
-    self, abstract_state: Any, step: Optional[int] = None
+    self, abstract_state: Any, step: int | None = None
   ) -> tuple[state_lib.TrainState, dict, int]:
     """-> (state, data, step) of `step` (default: latest). `abstract_state` is a TrainState (or its
     jax.eval_shape / ShapeDtypeStruct tree with shardings) giving structure, dtypes and

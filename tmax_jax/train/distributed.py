@@ -7,10 +7,10 @@ become global rows [p * B_local, (p + 1) * B_local)).
 
 import json
 import os
-from typing import Optional
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -21,9 +21,9 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def initialize(
-  coordinator: Optional[str] = None,
-  num_processes: Optional[int] = None,
-  process_id: Optional[int] = None,
+  coordinator: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
 ) -> bool:
   """sharding.initialize_distributed (flags, else JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
   JAX_PROCESS_ID), with gloo cross-process collectives selected first on CPU (the default CPU
@@ -72,8 +72,6 @@ def allgather_json(value) -> list:
   calls it at the same point). Single process: [value]."""
   if jax.process_count() == 1:
     return [value]
-  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-
   blob = np.frombuffer(json.dumps(value).encode(), np.uint8)
   sizes = multihost_utils.process_allgather(np.int32(blob.size))
   padded = np.zeros(int(np.max(sizes)), np.uint8)

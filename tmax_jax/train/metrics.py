@@ -8,7 +8,7 @@ import math
 import os
 import pathlib
 import time
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import jax
 
@@ -16,7 +16,7 @@ import jax
 class MetricsWriter:
   """`write(step, {"loss": ..., ...})` appends {"step", "time", **metrics} to `jsonl_path`."""
 
-  def __init__(self, jsonl_path: str, tensorboard_dir: Optional[str] = None):
+  def __init__(self, jsonl_path: str, tensorboard_dir: str | None = None):
     self.enabled = jax.process_index() == 0
     self._file = None
     self._tb = None
@@ -24,9 +24,9 @@ class MetricsWriter:
       return
     path = pathlib.Path(jsonl_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    self._file = open(path, "a", encoding="utf-8")
+    self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  (open until close())
     if tensorboard_dir:
-      from tensorboardX import SummaryWriter  # optional at import time of this module
+      from tensorboardX import SummaryWriter  # noqa: PLC0415  (only when TensorBoard is on)
 
       self._tb = SummaryWriter(tensorboard_dir)
 

@@ -1,7 +1,7 @@
 """The train state: params, optimizer state, step and RNG, as one pytree (what Orbax saves)."""
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +50,7 @@ def create(
   params: Any,
   optimizer: optax.GradientTransformation,
   seed: int,
-  replicated: Optional[jax.sharding.Sharding] = None,
+  replicated: jax.sharding.Sharding | None = None,
 ) -> TrainState:
   """Fresh state; the optimizer state takes the params' shardings (opt_state_shardings).
   `replicated` places step and RNG on the mesh (required in multi-process runs)."""

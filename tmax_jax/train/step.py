@@ -18,7 +18,8 @@ import functools
 import logging
 import math
 import time
-from typing import Any, Callable, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -39,6 +40,7 @@ from tmax_jax.train import compact
 from tmax_jax.train import optimizer as opt_lib
 from tmax_jax.train import state as state_lib
 from tmax_jax.train.config import TrainConfig
+from tmax_jax.train.distributed import global_batch
 from tmax_jax.train.topk import topk_logprobs
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
   return 6.0 * dense + 6.0 * attn
 
 
-def _split_micro(x: Optional[jax.Array], m: int, mesh: Optional[Mesh]) -> Optional[jax.Array]:
+def _split_micro(x: jax.Array | None, m: int, mesh: Mesh | None) -> jax.Array | None:
   """[B, ...] -> [M, B/M, ...]; micro-batch j takes rows j, M + j, ... so that every data shard
   keeps an equal share of each micro-batch (no cross-device movement)."""
   if x is None:
@@ -209,7 +211,7 @@ def _fields(batch: batch_lib.TrainBatch) -> dict:
 
 
 def make_grad_fn(
-  model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Optional[Mesh] = None
+  model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh | None = None
 ) -> Callable:
   """(params, fixed-shape batch) -> (loss, stats sums, grads): the whole-batch normalised loss and
   gradient, accumulated over `cfg.micro_batches` equal micro-batches."""
@@ -272,7 +274,7 @@ def make_step_fn(
   model_cfg: ModelConfig,
   cfg: TrainConfig,
   optimizer: optax.GradientTransformation,
-  mesh: Optional[Mesh] = None,
+  mesh: Mesh | None = None,
 ) -> Callable:
   """The pure fixed-shape step (state, batch) -> (state, metrics); jit it (Trainer does)."""
   grad_fn = make_grad_fn(model, model_cfg, cfg, mesh)
@@ -284,7 +286,7 @@ def make_step_fn(
   return step_fn
 
 
-def _mesh_context(mesh: Optional[Mesh], model_cfg: ModelConfig):
+def _mesh_context(mesh: Mesh | None, model_cfg: ModelConfig):
   if mesh is None:
     return contextlib.nullcontext()
   return sharding.use_mesh(mesh, model_cfg.logical_axis_rules)
@@ -296,7 +298,7 @@ class Trainer:
   returned one."""
 
   def __init__(
-    self, model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Optional[Mesh] = None
+    self, model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh | None = None
   ):
     self.model, self.model_cfg, self.cfg, self.mesh = model, model_cfg, cfg, mesh
     self.optimizer = opt_lib.make_optimizer(cfg.optimizer)
@@ -318,9 +320,9 @@ class Trainer:
     trajectories: Sequence[batch_lib.Trajectory],
     seq_len: int,
     *,
-    num_rows: Optional[int] = None,
+    num_rows: int | None = None,
     pack_rows: bool = True,
-  ) -> Union[batch_lib.TrainBatch, batch_lib.PackedBatch]:
+  ) -> batch_lib.TrainBatch | batch_lib.PackedBatch:
     """The step's batch with exactly the fields the loss reads: packed micro-batches when
     `cfg.packing` is on (num_rows / pack_rows are then unused), else one [num_rows, seq_len]
     batch (batch.pack)."""
@@ -356,8 +358,6 @@ class Trainer:
       compact.check_capacity(local.loss_mask, self.cfg.loss_tokens_per_row)
     if self.mesh is None:
       return jax.tree.map(jnp.asarray, local)
-    from tmax_jax.train.distributed import global_batch
-
     return global_batch(local, self.mesh)
 
   def _fixed_step(self, state, batch: batch_lib.TrainBatch):
@@ -399,7 +399,7 @@ class Trainer:
     state, metrics = self._finish(state, acc)
     return state, metrics, shapes, len(shapes)
 
-  def grads(self, params: Any, batch: Union[batch_lib.TrainBatch, batch_lib.PackedBatch]):
+  def grads(self, params: Any, batch: batch_lib.TrainBatch | batch_lib.PackedBatch):
     """(loss, stats sums, grads) of a batch, normalised exactly as the step uses them (no
     update): for tests and analysis."""
     with _mesh_context(self.mesh, self.model_cfg):
@@ -408,9 +408,7 @@ class Trainer:
       dev = self.to_device(batch) if isinstance(batch.tokens, np.ndarray) else batch
       return jax.jit(make_grad_fn(self.model, self.model_cfg, self.cfg, self.mesh))(params, dev)
 
-  def step(
-    self, state: state_lib.TrainState, batch: Union[batch_lib.TrainBatch, batch_lib.PackedBatch]
-  ):
+  def step(self, state: state_lib.TrainState, batch: batch_lib.TrainBatch | batch_lib.PackedBatch):
     """-> (new state, metrics dict of Python floats). Raises NonFiniteStepError (on_nonfinite
     "raise", with the unchanged state as `.state`) or logs and skips (on_nonfinite "skip")."""
     start = time.perf_counter()

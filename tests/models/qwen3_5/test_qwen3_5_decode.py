@@ -2,6 +2,7 @@
 the full forward; a packed row of two segments equals the two sequences run separately."""
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +16,7 @@ TOL = 1e-4
 DECODE_STEPS = 32
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(scan_layers=True, seed=0):
   """Tiny config from the HF one; random params with every weight perturbed away from its init."""
   cfg = from_hf_config(ref_lib.text_config().to_dict(), scan_layers=scan_layers)
@@ -23,7 +24,9 @@ def _model(scan_layers=True, seed=0):
   params = init_params(cfg, jax.random.key(seed))
   leaves, tree = jax.tree.flatten(params)
   keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-  leaves = [p + 0.2 * jax.random.normal(k, p.shape, p.dtype) for p, k in zip(leaves, keys)]
+  leaves = [
+    p + 0.2 * jax.random.normal(k, p.shape, p.dtype) for p, k in zip(leaves, keys, strict=True)
+  ]
   return cfg, jax.tree.unflatten(tree, leaves)
 
 
@@ -58,7 +61,7 @@ def test_prefill_then_decode_matches_full_forward(scan_layers, prefill_splits):
   cache = model.init_cache(b, total + 4)
   prompt_seg = (t_idx[None, :width] < lengths[:, None]).astype(np.int32)
   bounds = np.linspace(0, width, prefill_splits + 1).astype(int)
-  for lo, hi in zip(bounds[:-1], bounds[1:]):  # a chunked prefill continues from the cache
+  for lo, hi in itertools.pairwise(bounds):  # a chunked prefill continues from the cache
     logits, cache = step(params, tokens[:, lo:hi], full_pos[:, lo:hi], prompt_seg[:, lo:hi], cache)
     assert ref_lib.rel_err(logits, ref[:, lo:hi], prompt_seg[:, lo:hi]) <= TOL
   rows = np.arange(b)

@@ -187,7 +187,7 @@ def test_remat_gradients_match_and_bf16_forward_is_close():
   plain = jax.jit(jax.grad(lambda p: loss(cfg, p)))(params)
   remat_cfg = cfg.replace(remat_policy="full")
   remat = jax.jit(jax.grad(lambda p: loss(remat_cfg, p)))(params)
-  for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(remat)):
+  for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(remat), strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
   a_log = plain["model"]["layers"]["layer_0"]["linear_attn"]["A_log"]
   assert np.abs(np.asarray(a_log)).max() > 0  # gradients reach the gating params

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 from collections import Counter, defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.tasks.difficulty import pass_at_k
@@ -68,7 +68,7 @@ def _category_rows(tasks: dict) -> dict:
 
 def aggregate(records: Sequence[dict], cfg: EvalConfig) -> dict:
   """The aggregate, per-category and per-task blocks of results.json."""
-  ks = sorted({k for k in cfg.pass_ks if 1 <= k})
+  ks = sorted({k for k in cfg.pass_ks if k >= 1})
   unsupported = sorted({r["task"] for r in records if r["status"] == UNSUPPORTED})
   scored = [r for r in records if r["task"] not in unsupported]
   tasks = _task_rows(scored, ks)

@@ -55,7 +55,7 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
     )
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
-  started, t0 = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
+  started, t0 = datetime.datetime.now(datetime.UTC), time.monotonic()
   tasks = sources.load_tasks(
     cfg.tasks_dir, converted_dir=out / "converted", max_tasks=cfg.max_tasks
   )
@@ -73,7 +73,7 @@ def evaluate(cfg: EvalConfig, tokenizer=None) -> dict:
     "schema_version": report.SCHEMA_VERSION,
     "config": report.config_dict(cfg),
     "started_at": started.isoformat(),
-    "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    "finished_at": datetime.datetime.now(datetime.UTC).isoformat(),
     "wall_time_s": round(time.monotonic() - t0, 3),
     **summary,
     "trials": records,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from typing import Sequence
+from collections.abc import Sequence
+
+from tqdm import tqdm
 
 from tmax_jax.agents.worker import EpisodeWorker, Trial
 from tmax_jax.loop.evaluate.config import EvalConfig
@@ -70,7 +72,6 @@ async def run_trials(
 ) -> list[dict]:
   """Every (task, run) at once (the worker runs `parallelism` of them); records are appended to
   `jsonl_path` as they finish and returned sorted by (task, run)."""
-  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
 
   async def one(task: Task, run: int) -> dict:
     return trial_record(task, run, await worker.trial(task, 0, run), cfg.pass_threshold)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from tmax_jax.models import context_parallel as cp
-from tmax_jax.models.attention import blockwise, reference, ring
+from tmax_jax.models.attention import blockwise, cudnn, reference, ring
 from tmax_jax.models.attention.reference import attention_mask, dot_product_attention
 from tmax_jax.models.config import ATTENTION_IMPLS as IMPLS
 
@@ -79,12 +79,10 @@ def self_attention(
       block_k=kv_chunk,
     )
   if impl == "cudnn":
-    from tmax_jax.models.attention import cudnn  # pylint: disable=import-outside-toplevel
-
     return cudnn.attention(
       q, k, v, positions, segment_ids, scale=scale, block_q=q_chunk, block_k=kv_chunk
     )
-  from tmax_jax.models.attention import splash  # pylint: disable=import-outside-toplevel
+  from tmax_jax.models.attention import splash  # noqa: PLC0415  (Pallas TPU kernels: TPU only)
 
   return splash.attention(q, k, v, segment_ids, scale=scale, block=q_chunk)
 

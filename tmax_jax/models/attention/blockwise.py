@@ -145,7 +145,7 @@ def attend_tiles(
       return m_new, denom * corr + jnp.sum(p, axis=-1), acc * corr[..., None] + pv
 
     block = lax.cond(jnp.any(mask), visit, lambda st: st, tuple(x[i] for x in carry))
-    return tuple(x.at[i].set(y) for x, y in zip(carry, block)), None
+    return tuple(x.at[i].set(y) for x, y in zip(carry, block, strict=True)), None
 
   stats = qb.shape[:-1]
   init = (jnp.full(stats, EMPTY_LSE, F32), jnp.zeros(stats, F32), jnp.zeros(qb.shape, F32))

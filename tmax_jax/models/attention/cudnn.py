@@ -52,8 +52,8 @@ def packed_segments(segment_ids: jax.Array, max_segments: int):
 
 
 def _cudnn(q, k, v, segment_ids, scale, max_segments):
-  # pylint: disable-next=import-outside-toplevel
-  from jax._src.cudnn import fused_attention_stablehlo as fa
+  # private JAX module: cuDNN path only
+  from jax._src.cudnn import fused_attention_stablehlo as fa  # noqa: PLC0415
 
   lengths, offsets, _ = packed_segments(segment_ids, max_segments)
   return fa.dot_product_attention(

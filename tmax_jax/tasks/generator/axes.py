@@ -15,7 +15,8 @@ import math
 import pathlib
 import random
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tmax_jax.errors import UserError
 from tmax_jax.tasks import vocabulary
@@ -220,7 +221,7 @@ def chi_square(counts: Mapping[Any, int], axis: Axis) -> tuple[float, int]:
   if extra:
     raise ValueError(f"values outside the axis: {sorted(map(str, extra))}")
   stat = 0.0
-  for v, w in zip(axis.values, axis.weights):
+  for v, w in zip(axis.values, axis.weights, strict=True):
     expected = total * w
     stat += (counts.get(v, 0) - expected) ** 2 / expected
   return stat, len(axis.values) - 1

@@ -15,7 +15,8 @@ import json
 import pathlib
 import re
 import string
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import openai
 

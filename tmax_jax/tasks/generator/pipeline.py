@@ -14,7 +14,8 @@ import pathlib
 import shutil
 import tempfile
 import time
-from typing import Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from tqdm import tqdm
 

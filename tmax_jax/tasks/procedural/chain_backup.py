@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.chains import STEP_MARK, ChainFamily, Extension
@@ -221,7 +221,7 @@ def _setup(old: dict[str, str], new: dict[str, str], moves) -> tuple[dict, str]:
 def _expect(name: str, old_holders: dict, new: dict[str, str], dedup: bool):
   """What an incremental backup `name` must store and its manifest lines."""
   by_sha = {}
-  for rel, (h, where) in sorted(old_holders.items()):
+  for _, (h, where) in sorted(old_holders.items()):
     by_sha.setdefault(h, where)
   stored, rows, holders = {}, [], {}
   for rel in sorted(new):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.chain_config_tools import (

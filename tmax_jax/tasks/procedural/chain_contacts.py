@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.chains import STEP_MARK, ChainFamily, Extension, patched

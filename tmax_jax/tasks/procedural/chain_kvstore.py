@@ -16,8 +16,9 @@ the oracle writes every body itself, which is what the static audit expects of a
 
 from __future__ import annotations
 
+import json
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.chains import STEP_MARK, ChainFamily, Extension
@@ -282,8 +283,6 @@ def _history_log(rng: random.Random, n: int):
       lines.append({"op": "set", "key": op[1], "value": op[2]})
     elif not op[2]:
       lines.append({"op": "del", "key": op[1]})
-  import json  # pylint: disable=import-outside-toplevel
-
   return "".join(json.dumps(rec) + "\n" for rec in lines), live
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from tmax_jax.tasks.procedural.chains import STEP_MARK, ChainFamily, Extension
 from tmax_jax.tasks.procedural.core import Family, TaskSpec
@@ -147,7 +147,7 @@ def photo_import(rng: random.Random, level: int) -> TaskSpec:
   files, photos, counter = _shoot(rng, n, start, 900, rng.randint(1, 400), level)
   not_photos = []
   if level >= 1:  # decoys: camera thumbnails with real names, a video, a notes file
-    for name, rel, _ in rng.sample(photos, 2):
+    for name, _, _ in rng.sample(photos, 2):
       files[f"camera/DCIM/.thumbnails/{name}"] = _jpeg(rng, small=True)
     video = _name(_date(rng, datetime.date(2022, 1, 1), 300), counter + 1).replace(".jpg", ".mov")
     files[f"camera/DCIM/{video}"] = rng.randbytes(200)
@@ -279,7 +279,7 @@ def _new_card(rng, level, specs, n_new, start):
     name = _name(_date(rng, start, 120), counter)
     data = None
     for s in specs:  # the bytes of the existing photo, from whichever generation seeded it
-      for path, blob in s.files.items():
+      for blob in s.files.values():
         if _digest(blob if isinstance(blob, bytes) else blob.encode()) == digest:
           data = blob
     files[f"camera/DCIM/{name}"] = data

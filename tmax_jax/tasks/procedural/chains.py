@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from tmax_jax.tasks.procedural import core
 

@@ -25,6 +25,8 @@ import tarfile
 import tempfile
 import time
 
+from tqdm import tqdm
+
 from tmax_jax import cli
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.procedural import core, registry
@@ -108,8 +110,6 @@ def generate(
 ) -> dict:
   """Writes the tasks; returns {"n", "seconds", "out", "manifest"}. out "*.parquet" -> parquet.
   An existing `out` raises FileExistsError before any work, unless `overwrite`."""
-  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-
   out = pathlib.Path(out)
   if out.exists() and not overwrite:
     raise FileExistsError(f"{out} exists; pass --overwrite (overwrite=True) to replace it")
@@ -151,8 +151,8 @@ def generate(
 
 
 def _write_parquet(path: pathlib.Path, paths: list[str], blobs: list[bytes]) -> None:
-  import pyarrow as pa  # pylint: disable=import-outside-toplevel
-  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+  import pyarrow as pa  # noqa: PLC0415  (not in the Harbor venv)
+  import pyarrow.parquet as pq  # noqa: PLC0415  (not in the Harbor venv)
 
   table = pa.table(
     {"path": pa.array(paths, pa.string()), "task_binary": pa.array(blobs, pa.binary())}

@@ -16,7 +16,8 @@ import base64
 import dataclasses
 import json
 import random
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from tmax_jax.tasks import vocabulary
 

@@ -70,7 +70,7 @@ def vercmp(rng: random.Random, level: int) -> TaskSpec:
     + "It will be checked against a reference on many random pairs."
   )
   body = VERCMP_REF.replace(
-    "def compare(a, b, prerelease):", "def compare(a, b, prerelease=%r):" % pre
+    "def compare(a, b, prerelease):", f"def compare(a, b, prerelease={pre!r}):"
   )
   solve = f"cat > vercmp.py <<'PY'\n{body}\nPY"
   wrong = """cat > vercmp.py <<'PY'

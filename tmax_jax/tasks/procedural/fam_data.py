@@ -179,7 +179,7 @@ with the same schema."""
 def jq_inventory(rng: random.Random, level: int) -> TaskSpec:
   tag = util.word(rng)
   whs, tot = [], {}
-  for w in range((2, 4, 8)[level]):
+  for _ in range((2, 4, 8)[level]):
     shelves = []
     for s in range((2, 3, 6)[level]):
       items = []

@@ -19,7 +19,7 @@ from tmax_jax.tasks.procedural.core import Family, TaskSpec
 
 def render_png(lines: list[str], size: int) -> bytes:
   """Black text on white, one line per entry, Pillow's built-in scalable font."""
-  from PIL import Image, ImageDraw, ImageFont  # pylint: disable=import-outside-toplevel
+  from PIL import Image, ImageDraw, ImageFont  # noqa: PLC0415  (not in the Harbor venv)
 
   font = ImageFont.load_default(size=size)
   width = max(int(font.getlength(line)) for line in lines) + 2 * size
@@ -251,7 +251,7 @@ def morse(rng: random.Random, level: int) -> TaskSpec:
   u = int(rate * unit_s)
   freq = rng.choice((550, 600, 700, 800))
   samples: list[float] = [0.0] * (3 * u)
-  for wi, wd in enumerate(words):
+  for wd in words:
     for ci, ch in enumerate(wd):
       for si, s in enumerate(MORSE[ch]):
         samples += [
@@ -391,17 +391,17 @@ def binary_clone(rng: random.Random, level: int) -> TaskSpec:
     rng.randint(2, 9),
   )
   steps = [
-    "x = x * %du;" % a,
-    "x ^= x >> %d;" % s,
-    "x += %du;" % b,
-    "x = (x << %d) | (x >> %d);" % (t, 32 - t),
+    f"x = x * {a}u;",
+    f"x ^= x >> {s};",
+    f"x += {b}u;",
+    f"x = (x << {t}) | (x >> {32 - t});",
   ]
   steps = steps[: (2, 3, 4)[level]]
   py = {
-    "x = x * %du;" % a: f"x = (x * {a}) & M",
-    "x ^= x >> %d;" % s: f"x ^= x >> {s}",
-    "x += %du;" % b: f"x = (x + {b}) & M",
-    "x = (x << %d) | (x >> %d);" % (t, 32 - t): f"x = ((x << {t}) | (x >> {32 - t})) & M",
+    f"x = x * {a}u;": f"x = (x * {a}) & M",
+    f"x ^= x >> {s};": f"x ^= x >> {s}",
+    f"x += {b}u;": f"x = (x + {b}) & M",
+    f"x = (x << {t}) | (x >> {32 - t});": f"x = ((x << {t}) | (x >> {32 - t})) & M",
   }
   src = MYSTERY_C % {"body": " ".join(steps)}
   setup = f"cat > /tmp/m.c <<'C'\n{src}C\ngcc -O2 -s -o mystery /tmp/m.c\nrm -f /tmp/m.c"

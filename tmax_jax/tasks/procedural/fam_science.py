@@ -108,7 +108,7 @@ def linreg(rng: random.Random, level: int) -> TaskSpec:
     out = []
     for _ in range(m):
       x = [rng.gauss(0, 1) for _ in range(k)]
-      y = b + sum(a * c for a, c in zip(w, x)) + rng.gauss(0, 0.2)
+      y = b + sum(a * c for a, c in zip(w, x, strict=True)) + rng.gauss(0, 0.2)
       out.append(x + [y] if with_y else x)
     return out
 
@@ -358,7 +358,7 @@ def poly_roots(rng: random.Random, level: int) -> TaskSpec:
   roots = sorted(roots)
   coef = [1.0]  # highest degree first
   for r in roots:
-    coef = [a - r * b for a, b in zip(coef + [0.0], [0.0] + coef)]
+    coef = [a - r * b for a, b in zip(coef + [0.0], [0.0] + coef, strict=True)]
   lo, hi = -10, 10
   instruction = f"""Find every real root in [{lo}, {hi}] of the polynomial with coefficients
 (highest degree first) listed in /workspace/poly.txt. All roots are simple. Write them to

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import urllib.parse
@@ -178,8 +179,6 @@ for line in sys.stdin:
 PY"""  # noqa: E501 (embedded script, kept verbatim)
   wrong = solve.replace("user.lower() in pw.lower()", "user in pw")
   spec = _corpus_task(rng, level, instruction, verdict, bad, good, solve, wrong)
-  import dataclasses
-
   return dataclasses.replace(spec, files={**spec.files, "common.txt": files_common})
 
 

@@ -62,8 +62,8 @@ def cron_next(rng: random.Random, level: int) -> TaskSpec:
   )
   ns: dict = {}
   exec(CRON_LIB, ns)
-  want = [f"{n} {t}" for n, e in zip(names, exprs) for t in ns["runs"](e, start, 3)]
-  tab = "".join(f"{e} /usr/local/bin/{n}.sh  # {n}\n" for n, e in zip(names, exprs))
+  want = [f"{n} {t}" for n, e in zip(names, exprs, strict=True) for t in ns["runs"](e, start, 3)]
+  tab = "".join(f"{e} /usr/local/bin/{n}.sh  # {n}\n" for n, e in zip(names, exprs, strict=True))
   instruction = f"""/workspace/crontab is a standard (Vixie) crontab. Starting strictly after
 {start:%Y-%m-%d %H:%M} (all times in the same zone, no DST), compute the next 3 run times of every
 job. Write /workspace/schedule.txt with lines `<job name> YYYY-MM-DD HH:MM` (job name = the comment

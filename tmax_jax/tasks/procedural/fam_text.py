@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import random
+import subprocess
+import sys
+import tempfile
 
 from tmax_jax.tasks.procedural import util
 from tmax_jax.tasks.procedural.core import Family, TaskSpec
@@ -78,7 +83,8 @@ def log_top_ips(rng: random.Random, level: int) -> TaskSpec:
   ips = list(dict.fromkeys(ips))
   counts = {ip: rng.randint(1, 30) for ip in ips}
   ranked = sorted(ips, key=lambda ip: -counts[ip])
-  for a, b in zip(ranked[0:k:2], ranked[1:k:2]):  # force ties inside the top k
+  # force ties inside the top k (pairs; an odd k leaves the last one unpaired)
+  for a, b in zip(ranked[0:k:2], ranked[1:k:2], strict=False):
     counts[b] = counts[a]
   only_5xx = level >= 1
   lines = []
@@ -205,8 +211,6 @@ PY"""  # noqa: E501 (embedded script, kept verbatim)
 
 
 def etl_pipeline(rng: random.Random, level: int) -> TaskSpec:
-  import datetime
-
   n_src, n = (2, 3, 5)[level], (30, 200, 800)[level]
   rates = {
     "EUR": 1.0,
@@ -234,11 +238,7 @@ def etl_pipeline(rng: random.Random, level: int) -> TaskSpec:
         "iso": day.isoformat(),
         "dmy": day.strftime("%d/%m/%Y"),
         "epoch": str(
-          int(
-            datetime.datetime(
-              day.year, day.month, day.day, 12, tzinfo=datetime.timezone.utc
-            ).timestamp()
-          )
+          int(datetime.datetime(day.year, day.month, day.day, 12, tzinfo=datetime.UTC).timestamp())
         ),
       }[fmt]
       sku = rng.choice(list(skus))
@@ -323,18 +323,15 @@ for m in want:
 
 def _run_etl(files: dict[str, str]) -> dict:
   """Runs the oracle logic in-process on the generated files to get the expected report."""
-  import os
-  import subprocess
-  import sys
-  import tempfile
-
   with tempfile.TemporaryDirectory() as d:
     for rel, body in files.items():
       os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
-      open(os.path.join(d, rel), "w").write(body)
+      with open(os.path.join(d, rel), "w") as f:
+        f.write(body)
     script = ETL_SOLVE.split("<<'PY'\n", 1)[1].rsplit("\nPY", 1)[0]
     subprocess.run([sys.executable, "-c", script], cwd=d, check=True)
-    return json.load(open(os.path.join(d, "report.json")))
+    with open(os.path.join(d, "report.json")) as f:
+      return json.load(f)
 
 
 FAMILIES = (

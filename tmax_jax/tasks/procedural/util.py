@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import random
 import tarfile
@@ -106,8 +107,6 @@ def tar_bytes(files: dict[str, bytes], mode: str = "w:gz") -> bytes:
   """A deterministic tarball (fixed mtimes, owners, order)."""
   buf = io.BytesIO()
   if mode == "w:gz":  # gzip header carries a timestamp; write the tar then gzip with mtime 0
-    import gzip
-
     raw = tar_bytes(files, "w")
     return gzip.compress(raw, mtime=0)
   with tarfile.open(fileobj=buf, mode=mode) as tf:

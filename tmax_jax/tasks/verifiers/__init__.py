@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tmax_jax.tasks.vocabulary import VERIFIER_KINDS as KINDS  # the shared task vocabulary
 

@@ -11,6 +11,7 @@ Kept compatible with Python 3.9 because the sandbox image's python3 is not this 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -117,8 +118,8 @@ def metric_value(spec: dict, workdir: str) -> float:
       log(f"expected {len(ref)} predictions, got {len(got)}")
       return math.nan
     if m == "accuracy":
-      return sum(g == str(r) for g, r in zip(got, ref)) / max(1, len(ref))
-    errs = [float(g) - float(r) for g, r in zip(got, ref)]
+      return sum(g == str(r) for g, r in zip(got, ref, strict=False)) / max(1, len(ref))
+    errs = [float(g) - float(r) for g, r in zip(got, ref, strict=False)]
     if m == "rmse":
       return math.sqrt(sum(e * e for e in errs) / max(1, len(errs)))
     return sum(abs(e) for e in errs) / max(1, len(errs))
@@ -151,7 +152,7 @@ def metric_value(spec: dict, workdir: str) -> float:
     return float(lines[-1].split()[-1])
   if m == "python":  # spec["code"] defines metric(workdir) -> float
     scope: dict = {}
-    exec(compile(spec["code"], "metric_code", "exec"), scope)  # pylint: disable=exec-used
+    exec(compile(spec["code"], "metric_code", "exec"), scope)
     return float(scope["metric"](workdir))
   raise ValueError(f"spec.metric: unknown metric {m!r}")
 
@@ -250,7 +251,7 @@ def gen_input(g: dict, rng: random.Random) -> str:
     return rng.choice(g["values"])
   if t == "python":  # g["code"] defines gen(rng) -> str
     scope: dict = {}
-    exec(compile(g["code"], "generator_code", "exec"), scope)  # pylint: disable=exec-used
+    exec(compile(g["code"], "generator_code", "exec"), scope)
     return scope["gen"](rng)
   raise ValueError(f"spec.generator.type: unknown input type {t!r}")
 
@@ -258,7 +259,7 @@ def gen_input(g: dict, rng: random.Random) -> str:
 def reference_output(spec: dict, data: str, workdir: str, scope: dict) -> bytes | None:
   if "reference_code" in spec:
     if "reference" not in scope:
-      exec(compile(spec["reference_code"], "reference_code", "exec"), scope)  # pylint: disable=exec-used
+      exec(compile(spec["reference_code"], "reference_code", "exec"), scope)
     return scope["reference"](data).encode()
   code, out, _ = run_cmd(
     spec["reference_command"], workdir, data.encode(), spec.get("timeout_s", 10)
@@ -358,7 +359,7 @@ def probe_tcp(p: dict, host: str) -> bool:
         break
       try:
         chunk = s.recv(65536)
-      except socket.timeout:
+      except TimeoutError:
         break
       if not chunk:
         break
@@ -376,7 +377,7 @@ def probe_udp(p: dict, host: str) -> bool:
     s.sendto(p.get("send", "").encode(), (host, p["port"]))
     try:
       got = s.recv(65536).decode(errors="replace")
-    except socket.timeout:
+    except TimeoutError:
       log("  no udp reply")
       return False
   ok = matches(got, p.get("expect", ""), p.get("match", "strip"))
@@ -431,10 +432,8 @@ def check_multi_protocol(spec: dict, workdir: str) -> tuple[int, int]:
     return passed, len(spec["probes"])
   finally:
     if server is not None:
-      try:
+      with contextlib.suppress(ProcessLookupError):
         os.killpg(server.pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
       server.wait()
 
 

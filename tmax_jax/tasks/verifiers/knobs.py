@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 DIRECTIONS = ("harder", "easier")
 KNOB = {

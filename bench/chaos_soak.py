@@ -20,16 +20,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.chaos import report, soak  # noqa: E402  (after the checkout is on the path)
-from tmax_jax import json_io  # noqa: E402
+from tmax_jax import cli, json_io  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--minutes", type=float, required=True, help="fault window, in minutes")
   p.add_argument("--seed", type=int, default=0, help="fault times, sandbox choices, task order")
-  p.add_argument("--backend", choices=("bubblewrap", "podman"), default="bubblewrap")
+  p.add_argument(
+    "--backend", choices=("bubblewrap", "podman"), default="bubblewrap", help="sandbox backend"
+  )
   p.add_argument("--faults", choices=("all", "none"), default="all", help="none: the baseline")
-  p.add_argument("--on_failure", choices=("rerun", "drop", "mask"), default="drop")
+  p.add_argument(
+    "--on_failure",
+    choices=("rerun", "drop", "mask"),
+    default="drop",
+    help="rollout.on_failure: what happens to a group the infrastructure failed",
+  )
   p.add_argument("--episodes", type=int, default=8, help="concurrent episodes (> server slots)")
   p.add_argument("--out", default="", help="work dir (default runs/chaos_soak/<backend>-<seed>)")
   p.add_argument("--json", default="", help="also write the result here")
@@ -57,5 +64,10 @@ def main(argv=None) -> dict:
   return result
 
 
+def cli_main(argv: list[str]) -> int:
+  """Exit 1 when an invariant broke."""
+  return 0 if main(argv)["held"] else 1
+
+
 if __name__ == "__main__":
-  sys.exit(0 if main()["held"] else 1)
+  cli.run(cli_main)

@@ -92,7 +92,7 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  from absl import flags as absl_flags  # pylint: disable=ungrouped-imports
+  from absl import flags as absl_flags
   from ml_collections import config_flags
 
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)

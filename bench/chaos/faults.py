@@ -147,5 +147,5 @@ def server_status(address: str, timeout_s: float = 3.0):
 
   try:
     return asyncio.run(ask())
-  except Exception:  # pylint: disable=broad-except  (down or restarting: no status)
+  except Exception:  # down or restarting: no status
     return None

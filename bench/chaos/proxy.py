@@ -76,8 +76,8 @@ class TcpProxy:
 
 
 async def _close(proxy: TcpProxy) -> None:
-  proxy._server.close()  # pylint: disable=protected-access
-  for pair in list(proxy._conns):  # pylint: disable=protected-access
+  proxy._server.close()
+  for pair in list(proxy._conns):
     for w in pair:
       _reset(w)
 

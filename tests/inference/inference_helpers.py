@@ -92,7 +92,8 @@ def collect(scheds, seqs):
   everyone = set(scheds) if isinstance(scheds, list) else {scheds}
   for s in everyone:
     s.emit = emit
-  for sched, seq in zip(per_seq, seqs, strict=True):
+  # a list of schedulers with no new seqs steps requests submitted earlier: zip stops at seqs
+  for sched, seq in zip(per_seq, seqs, strict=False):
     sched.submit(seq)
   while any(s.busy or not s.inbox.empty() for s in everyone):
     for s in everyone:

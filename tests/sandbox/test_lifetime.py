@@ -37,7 +37,7 @@ def _processes(sb) -> list[int]:
   """The sandbox's own processes, by its markers: its cgroup (bubblewrap), its container's PID
   namespace (podman)."""
   if sb.backend == "podman":
-    return census._container_processes(sb.container)  # pylint: disable=protected-access
+    return census._container_processes(sb.container)
   return sb.cgroup.pids()
 
 

@@ -297,7 +297,7 @@ def test_service_command_line_has_the_limits_and_no_host_environment():
   pod.name, pod.root, pod.hosts_file = "p1-2-0", pathlib.Path("/x"), pathlib.Path("/x/hosts")
   pod.spec = EnvironmentSpec(image="/x", limits=Limits(memory_mb=512, max_processes=64, cpus=0.5))
   pod.binds = {"/logs": pathlib.Path("/x/logs")}
-  pod._born = time.monotonic()  # pylint: disable=protected-access  (the lifetime counts from here)
+  pod._born = time.monotonic()  # the lifetime counts from here
   svc = ServiceSpec(
     "db",
     "/x.json",

@@ -45,8 +45,13 @@ def test_background_process_survives_and_does_not_block(sb):
   start = time.monotonic()
   res = sb.run("sleep 60 >/dev/null 2>&1 & echo started")
   assert res.output == "started\n" and time.monotonic() - start < 10
-  # the sandbox user's: bubblewrap's lifetime watchdog sleeps in the sandbox as another user
-  assert sb.run("pgrep -c -x -u agent sleep").output.strip() == "1"
+  # the sandbox user's: bubblewrap's lifetime watchdog sleeps in the sandbox as another user. The
+  # background child may not have exec'd sleep yet when the command returns (a loaded machine
+  # runs the shell first): the count is polled, the wait bounded.
+  deadline, count = time.monotonic() + 20, ""
+  while count != "1" and time.monotonic() < deadline:
+    count = sb.run("pgrep -c -x -u agent sleep").output.strip()
+  assert count == "1"
 
 
 def test_exec_runs_a_fresh_process(sb):

@@ -10,19 +10,20 @@ import os
 import pathlib
 import sys
 
+from absl import flags, logging
+from ml_collections import config_flags
+
+from tmax_jax import cli
 from tmax_jax.rehearse import DEVICE_FLAGS, default_xla_cache
 
-# The fake devices must exist before jax initialises its backends (at the first device use). The
-# rehearsal's flags replace the environment's flags of the same name; its others are kept.
-_ours = {f.split("=")[0]: f for f in DEVICE_FLAGS.split()}
-_kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=")[0] not in _ours]
-os.environ["XLA_FLAGS"] = " ".join([*_kept, *_ours.values()])
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from absl import flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from tmax_jax import cli  # noqa: E402
+def use_fake_devices() -> None:
+  """The fake devices must exist before jax initialises its backends (at the first device use):
+  the rehearsal's flags replace the environment's flags of the same name; its others are kept."""
+  ours = {f.split("=")[0]: f for f in DEVICE_FLAGS.split()}
+  kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=")[0] not in ours]
+  os.environ["XLA_FLAGS"] = " ".join([*kept, *ours.values()])
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def main(argv) -> None:
@@ -45,6 +46,7 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  use_fake_devices()
   config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
   flags.DEFINE_integer("steps", 2, "optimizer steps of the first RL / SFT run (then +1 resumed)")
   flags.DEFINE_string("out", "", "output directory (default runs/rehearse/<config name>)")

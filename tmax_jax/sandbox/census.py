@@ -61,7 +61,7 @@ def _wanted(owner: str, owners) -> bool:
   if owners == "all":
     return True
   if owners == "dead":
-    return not runtime._tag_alive(owner)  # pylint: disable=protected-access
+    return not runtime._tag_alive(owner)
   return owner in owners
 
 

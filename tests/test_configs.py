@@ -89,6 +89,15 @@ def test_loss_is_switchable_by_name_on_a_recipe_config():
   assert other == same  # nothing else differs from the DPPO run
 
 
+def test_train_config_is_hashable_and_hashes_its_hypers():
+  """The memory plan caches compiles keyed by TrainConfig (plan.compiled_micro_memory): the loss's
+  hypers dict must not make it unhashable, and different hypers must not collide as equal."""
+  cfg = recipes.tmax_qwen3_5_9b().train
+  assert hash(cfg) == hash(from_config_dict(TrainConfig, to_config_dict(cfg)))
+  grpo = LossConfig(hypers={"grpo": GRPOHyper(clip_low=0.2, clip_high=0.3)})
+  assert grpo != LossConfig() and hash(grpo) != hash(LossConfig())
+
+
 def test_loss_and_advantage_names_are_checked_at_config_time():
   with pytest.raises(ValueError, match=r"loss\.advantage='median'; expected one of"):
     LossConfig(advantage="median")

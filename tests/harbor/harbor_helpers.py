@@ -7,7 +7,6 @@ import jax
 import numpy as np
 import pytest
 
-from tmax_jax import tokenizers
 from tmax_jax.harbor import venv
 from tmax_jax.harbor.jobs import ENVIRONMENT
 from tmax_jax.inference import updates
@@ -51,7 +50,7 @@ def stop_biased_checkpoint(out: pathlib.Path) -> pathlib.Path:
   with a logit of ~10 against ~0 for every other token: each step ends the reply with p ~ 0.15,
   else samples a near-uniformly random token. (A plainly random tiny model never ends a reply,
   and Terminus-2 asks again after a truncated reply, with no turn limit.)"""
-  spec = tokenizers.get_spec("qwen3")
+  spec = model_registry.tokenizer_spec("qwen3")
   cfg = model_registry.preset(
     "qwen3-0.6b",
     vocab_size=-(-spec.vocab_size // 64) * 64,

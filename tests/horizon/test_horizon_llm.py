@@ -180,7 +180,7 @@ def test_against_the_projects_own_server(tmp_path, auditor):
       sys.executable,
       str(root / "launch" / "serve.py"),
       f"--config={root / 'configs' / 'serve_tiny.py'}",
-      "--config.server.port=0",
+      "--config.serving.port=0",
       "--config.openai.port=0",
       "--config.model.overrides.vocab_size=151936",
       "--config.serving.engine.max_len=4096",

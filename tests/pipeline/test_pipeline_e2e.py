@@ -126,7 +126,8 @@ def test_pipeline_40_tasks_killed_resumed_published_trains(tmp_path):
     tmp_path / "rl", 2, tasks=TaskSource(source=str(out / "published"), num_eval=1)
   )
   # the generated instructions make ~400-token prompts: room above the tiny job's 384
-  serving = dataclasses.replace(cfg.serving, max_len=640, max_prefill_length=640)
+  engine = dataclasses.replace(cfg.serving.engine, max_len=640, max_prefill_length=640)
+  serving = dataclasses.replace(cfg.serving, engine=engine)
   run = run_rl(dataclasses.replace(cfg, seq_len=640, serving=serving))
   assert [m["step"] for m in run.metrics] == [1, 2]
   assert all(m["loss"] > 0 and m["rollout/groups_generated"] >= 2 for m in run.metrics)

@@ -127,6 +127,12 @@ class LossConfig:
       hypers[name] = value
     object.__setattr__(self, "hypers", hypers)
 
+  def __hash__(self) -> int:
+    """Hashable like the other (frozen) configs, so a TrainConfig can key a cache or be a static
+    argument: `hypers` (a dict of frozen hyper dataclasses) hashes by its sorted items."""
+    hypers = tuple(sorted(self.hypers.items()))
+    return hash((self.policy_loss, hypers, self.kl_beta, self.aggregation, self.advantage))
+
   @property
   def hyper(self) -> Any:
     """The selected policy loss's hyperparameters (None when it takes none)."""

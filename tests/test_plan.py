@@ -18,6 +18,7 @@ from jax.sharding import Mesh
 
 from tmax_jax import plan, sharding
 from tmax_jax.inference.engine import EngineConfig
+from tmax_jax.loop import policy
 from tmax_jax.loop.config import SFT_TRAIN, MeshConfig, ModelSpec, ServingConfig, SFTConfig
 from tmax_jax.models import registry
 from tmax_jax.models.config import CONTEXT_PARALLEL_RULES, ModelConfig
@@ -88,7 +89,7 @@ def test_packed_job_is_planned_as_its_micro_batch_step_on_a_sequence_mesh():
   assert (rows, row_len) == (4, 512)
   assert result.notes[1] == "packed micro-batch [4, 512]: 256 tokens per trainer device"
   assert result.fits and not result.server
-  cfg = plan._model_config(job.model)
+  cfg = policy.model_config(job.model)
   mesh = sharding.make_mesh(data=1, fsdp=4, sequence=2, tensor=1)
   compiled = plan.compiled_micro_memory(cfg, job.train, mesh, rows, row_len)
   planned = result.trainer

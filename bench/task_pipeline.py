@@ -71,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     default=[8, 32, 128],
     help="W values of the 15k projection (S = --sandbox_workers)",
   )
+  p.add_argument(
+    "--backend",
+    default="auto",
+    help="sandbox backend of the pipeline (podman also builds the multi-service compose tasks)",
+  )
   p.add_argument("--out", default="runs/bench_pipeline", help="pipeline output dir (replaced)")
   p.add_argument("--quick", action="store_true", help="6 tasks, to check the bench runs")
   args = p.parse_args(argv)
@@ -86,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
   writer = scripted.ScriptedWriter(latency_s=args.writer_latency, unique_builds=True)
   flags = ["--model", "scripted", "--n", str(n), "--out", str(out), "--no-progress"]
   flags += ["--workers", str(args.workers), "--sandbox_workers", str(args.sandbox_workers)]
+  flags += ["--backend", args.backend]
   flags += ["--k", str(args.k), "--rounds", "1"] if args.calibrate else ["--no-calibrate"]
   with scripted.ScriptedEndpoint(scripted.route(writer, policy)) as ep:
     start = time.monotonic()
@@ -106,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     "sandbox_workers": args.sandbox_workers,
     "writer_latency_s": args.writer_latency,
     "calibrate": args.calibrate,
+    "backend": args.backend,
     "mean_stage_s": {s: round(v, 3) for s, v in per_task.items()},
     "projection_15k": [
       _projection(per_task, w, args.sandbox_workers) for w in args.project_workers

@@ -108,6 +108,10 @@ def rehearse_train(r: shrink.Rehearsal) -> dict:
   t2 = time.perf_counter()
   _check_steps(r.name, again.metrics, [steps + 1])  # resumed at `steps`: only the next one ran
   _check_export(r.name, again.export_dir, again.params, again.model_cfg.model_type)
+  if r.job == "rl":  # the trainer-vs-behaviour mismatch, logged every step (metrics.jsonl, TB)
+    logged = [m for _, m in json_io.read_objects(pathlib.Path(r.cfg.output_dir) / "metrics.jsonl")]
+    missing = [m["step"] for m in logged if not all(k in m for k in MISMATCH_METRICS)]
+    _check(not missing, r.name, f"steps {missing} logged no {MISMATCH_METRICS}")
   out = {"first_run_s": t1 - t0, "resume_run_s": t2 - t1, "export_dir": again.export_dir}
   out["metrics"] = first.metrics + again.metrics
   return out

@@ -272,26 +272,3 @@ def child_task(
     tests=_tests(stage.tests, n, parent.tests),
     solution={"solve.sh": stage.solve.encode(), **stage.solution_files},
   )
-
-
-def stage_of(task: fmt.Task) -> Stage:
-  """The task's own (last) generation as a Stage, e.g. to rebuild it with a fixed oracle."""
-  n = generations(task) - 1
-  line = lineage_of(task)
-  pre = f"stages/g{n}/"
-  seeds = {
-    rel[len(pre) + 6 :]: d for rel, d in task.environment.items() if rel.startswith(pre + "seeds/")
-  }
-  setup = task.environment.get(pre + "setup.sh", b"").decode()
-  body = setup.split("\n", 3)[3] if setup.startswith("#!/bin/bash\nset -e\ncd ") else setup
-  tests = {rel[len(f"g{n}/") :]: d for rel, d in task.tests.items() if rel.startswith(f"g{n}/")}
-  return Stage(
-    name=line.stage,
-    instruction=task.instruction,
-    requirement=line.requirement,
-    solve=task.solution["solve.sh"].decode(),
-    tests=tests,
-    seeds=seeds,
-    setup=body,
-    solution_files={k: v for k, v in task.solution.items() if k != "solve.sh"},
-  )

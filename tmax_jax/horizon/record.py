@@ -80,9 +80,6 @@ class BuildLog:
   def expanded(self) -> set[str]:
     return {e["id"] for e in self.entries if e.get("event") == "expanded"}
 
-  def finished_seeds(self) -> set[str]:
-    return {e["seed"] for e in self.entries if e.get("event") == "seed"}
-
 
 def node_entry(line: compose.Lineage, status: str, reason: str, rounds: int) -> dict:
   return {

@@ -91,10 +91,6 @@ class RLDriver(orchestrator.Driver):
     self.engine.swap(params, version, replace=replace)
     log.info("weights updated to version %d", version)
 
-  def open_requests(self) -> int:
-    with self._live_lock:
-      return len(self._open)
-
   # ---- requests ------------------------------------------------------------------------------
 
   def place_request_on_prefill_queue(self, request: orchestrator.ActiveRequest):

@@ -17,8 +17,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-GREEDY_TEMPERATURE = 0.0
-
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:

@@ -374,6 +374,18 @@ def _engine_rows(engine, max_len: int, slots: int) -> list[tuple[str, Any, str]]
   ]
 
 
+def _training_tail(shipped, seq_len: int, mesh, steps: int, out: str) -> list[tuple]:
+  """The changes RL and SFT rehearsals share: packing buckets scaled to the shrunk seq_len, the
+  logprob chunk, the step count and the output directory."""
+  packing = scaled_packing(shipped.train.packing, shipped.seq_len, seq_len, mesh.sequence)
+  return [
+    ("train.packing", packing, "row buckets scaled to seq_len"),
+    ("train.logprob_chunk_size", LOGPROB_CHUNK, LOGPROB_WHY),
+    ("steps", steps, "steps"),
+    ("output_dir", out, "the rehearsal's directory"),
+  ]
+
+
 def shrink_rl(
   name: str, shipped: RLConfig, tasks_dir: str, out: str, steps: int = STEPS
 ) -> Rehearsal:
@@ -401,14 +413,7 @@ def shrink_rl(
     ("episode.turn_max_tokens", TINY_TURN_TOKENS, tokens),
     ("episode.max_response_tokens", TINY_RESPONSE_TOKENS, tokens),
     ("seq_len", seq_len, "prompt cap + the shrunk response cap, as shipped"),
-    (
-      "train.packing",
-      scaled_packing(shipped.train.packing, shipped.seq_len, seq_len, mesh.sequence),
-      "row buckets scaled to seq_len",
-    ),
-    ("train.logprob_chunk_size", LOGPROB_CHUNK, LOGPROB_WHY),
-    ("steps", steps, "steps"),
-    ("output_dir", out, "the rehearsal's directory"),
+    *_training_tail(shipped, seq_len, mesh, steps, out),
   ]
   if not shipped.train.packing.enabled:
     per = shipped.rollout.prompts_per_batch * shipped.rollout.group_size
@@ -493,14 +498,7 @@ def shrink_sft(name: str, shipped: SFTConfig, out: str, steps: int = STEPS) -> R
     ),
     ("train.global_batch", SFT_BATCH, "batch"),
     ("seq_len", SFT_SEQ_LEN, "oracle trajectories of the procedural tasks are < 1k tokens"),
-    (
-      "train.packing",
-      scaled_packing(shipped.train.packing, shipped.seq_len, SFT_SEQ_LEN, mesh.sequence),
-      "row buckets scaled to seq_len",
-    ),
-    ("train.logprob_chunk_size", LOGPROB_CHUNK, LOGPROB_WHY),
-    ("steps", steps, "steps"),
-    ("output_dir", out, "the rehearsal's directory"),
+    *_training_tail(shipped, SFT_SEQ_LEN, mesh, steps, out),
   ]
   cfg, done = apply(shipped, changes)
   kept = [

@@ -32,7 +32,7 @@ def served(tmp_path_factory):
   ecfg = engine_lib.EngineConfig(**dict(helpers.ENGINE, max_len=LONG + 64))
   engine = engine_lib.TmaxEngine(cfg, ecfg, lambda: params)
   server = server_lib.start_server(engine, server_lib.ServerConfig(port=0))
-  yield dict(server=server, m1=m1, m2=m2, params2=params2, d2=d2)
+  yield dict(server=server, m1=m1, m2=m2, params=params, params2=params2, d2=d2)
   server.stop()
 
 
@@ -44,6 +44,8 @@ def test_push_changes_outputs_and_inflight_requests_complete(served):
     async with client_lib.RolloutClient(
       server.address, client_lib.ClientConfig(timeout_s=120)
     ) as c:
+      # the module's server as it started (version 0, m1's weights), whichever tests ran before
+      assert await c.update_weights(served["params"], version=0, replace=True) == 0
       before = await c.generate(prompts[0], 16, GREEDY)
       long = [
         asyncio.create_task(c.generate(p, LONG, sampling.SamplingParams(seed=i)))

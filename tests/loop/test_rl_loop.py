@@ -63,8 +63,6 @@ def test_rl_steps_checkpoint_resume_export(tmp_path):
   assert [m["step"] for m in resumed.metrics] == [3]
   lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
   assert [row["step"] for row in lines] == [1, 2, 3]
-  # the recipe's stability indicator, every step (the demo's RL phase is this run_rl)
-  assert all(row["mismatch_abs_logp"] >= 0 and row["mismatch_kl_k3"] >= 0 for row in lines)
   # async mode: the data position grew by exactly the groups the resumed step consumed, so none
   # consumed before the restart was drawn again (in-flight ones were: tests/loop/test_task_stream)
   consumed = lines[2]["rollout/groups_generated"]

@@ -3,6 +3,7 @@ and a plausible wrong solution scores 0; a verifier that writes no reward is Rew
 reward.json is preferred; a failing environment build, a sandbox failure, a sandbox killed under
 the trial and a broken verifier are infrastructure failures of their kind, never a reward."""
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -186,7 +187,8 @@ def test_a_sandbox_killed_under_the_trial_is_never_scored(cfg, tmp_path):
   def killer(sb):
     assert sb.run("echo alive").output.strip() == "alive" and not sb.lost()
     for pid in sb.cgroup.pids():
-      os.kill(pid, signal.SIGKILL)
+      with contextlib.suppress(ProcessLookupError):  # gone since the listing (its parent died)
+        os.kill(pid, signal.SIGKILL)
     seen["name"] = sb.name
 
   res = run_trial(task, killer, cfg)

@@ -65,3 +65,23 @@ def test_show_without_a_file_prints_usage_and_exits_2():
     [sys.executable, "-m", "tmax_jax.config"], cwd=ROOT, capture_output=True, text=True
   )
   assert out.returncode == 2 and out.stderr.startswith("usage: python3 -m tmax_jax.config show")
+
+
+def test_show_takes_every_job_and_the_one_error_path():
+  """The Harbor eval config (a required field without default) shows; a missing file and a
+  typo'd override are one short error with exit 2, no traceback."""
+  run = lambda *a: subprocess.run(  # noqa: E731
+    [sys.executable, "-m", "tmax_jax.config", "show", *a],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  out = run("configs/harbor_eval.py")
+  assert out.returncode == 0 and out.stdout.startswith("# HarborEvalConfig"), out.stderr[-2000:]
+  assert "tasks = 'TASKS'   [default '']" in out.stdout
+  missing = run("configs/nope.py")
+  assert missing.returncode == 2 and missing.stderr.startswith("error: configs/nope.py: no such")
+  typo = run("configs/serve_tiny.py", "--config.serving.prot=1")
+  assert typo.returncode == 2 and "did you mean config.serving.port?" in typo.stderr
+  assert "Traceback" not in missing.stderr + typo.stderr

@@ -11,15 +11,18 @@ import ast
 import dataclasses
 import functools
 import inspect
+import pathlib
 import sys
 import textwrap
+import types
 from collections.abc import Iterator
 from typing import Any
 
 from absl import flags
 from ml_collections import config_flags
 
-from tmax_jax import jobs
+from tmax_jax import cli, errors, jobs
+from tmax_jax.config_dict import load_config_file
 
 USAGE = "usage: python3 -m tmax_jax.config show CONFIG_FILE [--config.a.b=VALUE ...] [--changed]"
 
@@ -84,10 +87,24 @@ def rows(cfg: Any, default: Any, prefix: str = "") -> Iterator[Row]:
       yield Row(path, value, base, meanings.get(f.name, ""))
 
 
+def field_defaults(cls: type) -> Any:
+  """`cls()`, or, for a config that validates a field without a usable default (the Harbor
+  eval's `tasks`), its fields' declared defaults (None where a field has none)."""
+  try:
+    return cls()
+  except (TypeError, ValueError):
+    values = {}
+    for f in dataclasses.fields(cls):
+      has_factory = f.default_factory is not dataclasses.MISSING
+      default = f.default_factory() if has_factory else f.default
+      values[f.name] = None if default is dataclasses.MISSING else default
+    return types.SimpleNamespace(**values)
+
+
 def render(cfg: Any, changed_only: bool = False) -> str:
   """The table: `path = value` and, where they differ, the default; then the meaning."""
   out = [f"# {type(cfg).__name__} (defaults: {type(cfg).__name__}())"]
-  for row in rows(cfg, type(cfg)()):
+  for row in rows(cfg, field_defaults(type(cfg))):
     if changed_only and row.value == row.default:
       continue
     line = f"{row.path} = {row.value!r}"
@@ -110,16 +127,31 @@ def load(path: str, overrides: list[str]):
   return jobs.job_config(values.config)
 
 
-def main(argv: list[str]) -> int:
-  args = argv[1:]
+def _check(path: str, overrides: list[str]) -> None:
+  """A missing config file or an override of a field it lacks, said in one short error (the
+  launchers' wording, tmax_jax/cli.py) instead of ml_collections' traceback."""
+  if not pathlib.Path(path).is_file():
+    raise errors.ConfigError(f"{path}: no such config file (expected a configs/*.py)")
+  for override in overrides:
+    if not override.startswith("--config."):
+      raise errors.ConfigError(f"{override}: expected --config.a.b=VALUE or --changed")
+    dotted = override.split("=", 1)[0][len("--config.") :]
+    error = cli.unknown_field_error("config", load_config_file(path), dotted)
+    if error is not None:
+      raise error
+
+
+def main(args: list[str]) -> int:
+  """`show CONFIG_FILE [--config.a.b=VALUE ...] [--changed]` (the program name not included)."""
   if len(args) < 2 or args[0] != "show" or args[1].startswith("-"):
     print(USAGE, file=sys.stderr)
     return 2
   changed = "--changed" in args
-  overrides = [a for a in args[2:] if a != "--changed"]
+  overrides = [a for a in args[2:] if a not in ("--changed", cli.DEBUG_FLAG)]
+  _check(args[1], overrides)
   print(render(load(args[1], overrides), changed_only=changed))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main(sys.argv))
+  cli.run(main)

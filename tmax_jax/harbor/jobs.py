@@ -10,14 +10,13 @@ as a Harbor job (export.py, run in the venv).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
 import subprocess
-import sys
 from collections.abc import Sequence
 
+from tmax_jax import cli
 from tmax_jax.harbor import sandbox as harbor_sandbox
 from tmax_jax.harbor import venv
 
@@ -141,14 +140,14 @@ def export_eval(
 
 def main(argv: list[str] | None = None) -> int:
   """`python3 -m tmax_jax.harbor.jobs RESULTS_JSON JOBS_DIR [--job-name N]`: export_eval."""
-  p = argparse.ArgumentParser(description="Our eval results.json as a Harbor job directory.")
-  p.add_argument("results", type=pathlib.Path)
-  p.add_argument("jobs_dir", type=pathlib.Path)
-  p.add_argument("--job-name", default="")
+  p = cli.ArgumentParser(description="Our eval results.json as a Harbor job directory.")
+  p.add_argument("results", type=pathlib.Path, help="our eval's results.json")
+  p.add_argument("jobs_dir", type=pathlib.Path, help="Harbor's jobs dir to write the job into")
+  p.add_argument("--job_name", default="", help="the job's name (default: the start time)")
   args = p.parse_args(argv)
   print(export_eval(args.results, args.jobs_dir, args.job_name))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

@@ -15,16 +15,14 @@ allow_internet = true; the copy's notes say so.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import pathlib
 import re
-import sys
 import tomllib
 
 import tqdm
 
-from tmax_jax import json_io
+from tmax_jax import cli, json_io
 from tmax_jax.harbor import oci
 from tmax_jax.sandbox import podman
 from tmax_jax.sandbox.api import SandboxError
@@ -138,9 +136,9 @@ def runnable(
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("source", type=pathlib.Path, help="a task dir or a tree of task dirs")
-  p.add_argument("--out", type=pathlib.Path, required=True)
+  p.add_argument("--out", type=pathlib.Path, required=True, help="where the Harbor views go")
   p.add_argument("--podman", action="store_true", help="import each task's image for podman")
   args = p.parse_args(argv)
   for key, view in prepare(args.source, args.out, podman_images=args.podman).items():
@@ -151,4 +149,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

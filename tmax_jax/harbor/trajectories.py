@@ -22,21 +22,19 @@ context (is_copied_context) carry no loss. Multimodal content is refused (text-o
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tmax_jax import formats, json_io
+from tmax_jax import cli, errors, formats, json_io
 from tmax_jax.agents.terminus import action_text
 from tmax_jax.tokenizers.builder import load_tokenizer
 
 TERMINUS_TOOLS = {"bash_command", "mark_task_complete"}
 
 
-class ATIFError(ValueError):
+class ATIFError(errors.UserError):
   """A trajectory that cannot become a record; the message names the file and the step."""
 
 
@@ -205,11 +203,11 @@ def job_records(
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("job_dir", type=pathlib.Path)
-  p.add_argument("--out", type=pathlib.Path, required=True)
+  p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("job_dir", type=pathlib.Path, help="a Harbor job directory (ATIF trajectories)")
+  p.add_argument("--out", type=pathlib.Path, required=True, help="the SFT records (JSONL)")
   p.add_argument("--family", default="qwen3", help="the tokenizer family (its chat template)")
-  p.add_argument("--min-reward", type=float, default=None, help="keep trials scoring at least")
+  p.add_argument("--min_reward", type=float, default=None, help="keep trials scoring at least")
   args = p.parse_args(argv)
   records = job_records(args.job_dir, load_tokenizer(args.family), args.min_reward)
   json_io.write_jsonl_atomic(records, args.out)
@@ -218,4 +216,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

@@ -12,10 +12,8 @@ from tmax_jax import jobs
 ROOT = pathlib.Path(__file__).parents[1]
 
 
-def _default(f: dataclasses.Field):
-  if f.default_factory is not dataclasses.MISSING:
-    return f.default_factory()
-  return f.default if f.default is not dataclasses.MISSING else None
+def _default(cls: type, name: str):
+  return getattr(config_show.field_defaults(cls), name)
 
 
 def _classes(cls, seen):
@@ -23,8 +21,8 @@ def _classes(cls, seen):
     return
   seen.add(cls)
   for f in dataclasses.fields(cls):
-    if dataclasses.is_dataclass(_default(f)):
-      _classes(type(_default(f)), seen)
+    if dataclasses.is_dataclass(_default(cls, f.name)):
+      _classes(type(_default(cls, f.name)), seen)
 
 
 def test_every_field_of_every_job_config_has_a_meaning():
@@ -35,7 +33,8 @@ def test_every_field_of_every_job_config_has_a_meaning():
     f"{cls.__module__}.{cls.__name__}.{f.name}"
     for cls in seen
     for f in dataclasses.fields(cls)
-    if not dataclasses.is_dataclass(_default(f)) and not config_show.field_comments(cls).get(f.name)
+    if not dataclasses.is_dataclass(_default(cls, f.name))
+    and not config_show.field_comments(cls).get(f.name)
   ]
   assert missing == [], missing
 

@@ -31,6 +31,15 @@ def _pids_parent() -> pathlib.Path | None:
   return parents[-1] if parents else None
 
 
+def _procs(name: str) -> list[int] | None:
+  """The pids in sandbox `name`'s cgroup; None once the cgroup is gone (a sandbox that ends
+  between a listing of the cgroups and this read removes its own)."""
+  try:
+    return [int(p) for p in (_pids_parent() / name / "cgroup.procs").read_text().split()]
+  except OSError:
+    return None
+
+
 def live_sandboxes(tag: str, backend: str) -> list[str]:
   """Names of the sandboxes owner `tag` has running (bubblewrap: its cgroups; podman: its
   labelled, running containers)."""
@@ -43,11 +52,7 @@ def live_sandboxes(tag: str, backend: str) -> list[str]:
   parent = _pids_parent()
   if parent is None or not parent.is_dir():
     return []
-  return sorted(
-    c.name
-    for c in parent.iterdir()
-    if c.name.startswith(tag + "-") and (c / "cgroup.procs").read_text().split()
-  )
+  return sorted(c.name for c in parent.iterdir() if c.name.startswith(tag + "-") and _procs(c.name))
 
 
 def kill_sandbox(name: str, backend: str) -> int:
@@ -55,12 +60,10 @@ def kill_sandbox(name: str, backend: str) -> int:
   if backend == "podman":
     res = podman.run_podman(["kill", "-s", "KILL", f"tmax-{name}"], check=False)
     return int(res.returncode == 0)
-  procs = _pids_parent() / name / "cgroup.procs"
   killed = 0
   for _ in range(2):  # what runs now, and what it forked meanwhile (not what restarts later)
-    try:
-      pids = [int(p) for p in procs.read_text().split()]
-    except OSError:
+    pids = _procs(name)
+    if pids is None:
       break
     for pid in pids:
       with contextlib.suppress(ProcessLookupError):
@@ -92,9 +95,8 @@ def lifetime_of(name: str, backend: str) -> int | None:
     if res.returncode != 0 or running != "true":
       return GONE
     return int(value) if value.isdigit() and int(value) > 0 else None
-  try:
-    pids = [int(p) for p in (_pids_parent() / name / "cgroup.procs").read_text().split()]
-  except OSError:
+  pids = _procs(name)
+  if pids is None:
     return GONE
   host = _ns(1)
   inner = {_ns(p) for p in pids} - {host, ""}

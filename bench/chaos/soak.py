@@ -64,20 +64,24 @@ class Run:
 
 
 def fault_plan(rng: random.Random, window_s: float, enabled: bool, mean_s: float) -> list:
-  """[(seconds into the window, kind)]: every kind once in its own slot (trainer_kill in the
-  first half: it must restart and recover in the window), then Poisson arrivals of any kind."""
+  """[(seconds into the window, kind)]: every kind once in its own slot of mean_s (trainer_kill
+  in the first half: it must restart and recover in the window), the slots squeezed into the
+  window when it is short; then Poisson arrivals of any kind, mean_s apart, until the last
+  minute (a long soak repeats every kind, trainer kills included)."""
   if not enabled:
     return []
   kinds = [k for k in PROCESS_KINDS if k != "trainer_kill"]
   rng.shuffle(kinds)
   kinds.insert(rng.randrange(len(kinds) // 2 + 1), "trainer_kill")
-  lo, hi = 10.0, max(20.0, window_s - 60.0)
+  last = max(20.0, window_s - 60.0)
+  lo = 10.0
+  hi = min(last, lo + len(kinds) * mean_s)
   slot = (hi - lo) / len(kinds)
   plan = [(lo + i * slot + rng.uniform(0, slot * 0.8), k) for i, k in enumerate(kinds)]
   t = hi
   while True:
     t += rng.expovariate(1.0 / mean_s)
-    if t > window_s - 60.0:
+    if t > last:
       break
     plan.append((t, rng.choice(PROCESS_KINDS)))
   return sorted(plan)

@@ -111,3 +111,25 @@ def test_unenforceable_limits_are_an_error_unless_allowed(monkeypatch):
       assert sb.cgroup is None and "per process" in sb.limit_warning
       assert sb.run("echo ok").output == "ok\n"
   assert any("cannot be enforced" in str(w.message) for w in caught)
+
+
+def test_container_cgroups_found_while_other_containers_come_and_go(tmp_path, monkeypatch):
+  """A sibling container's cgroup removed between its parent's listing and its own (the podman
+  chaos soak's FileNotFoundError from pathlib's rglob) is skipped; the container's is found."""
+  fs = tmp_path / "cgroupfs"
+  ours, gone = "abc123", "f00d"
+  for ctl in cgroups.V1_CONTROLLERS:
+    for cid in (gone, ours):
+      (fs / ctl / "libpod_parent" / f"libpod-{cid}" / "sub").mkdir(parents=True)
+  monkeypatch.setenv("TMAX_CGROUPFS", str(fs))
+  real = cgroups.os.scandir
+
+  def scandir(path="."):  # the sibling ends after its parent was listed, before its own listing
+    if gone in str(path) and pathlib.Path(path).exists():
+      (pathlib.Path(path) / "sub").rmdir()
+      pathlib.Path(path).rmdir()
+    return real(path)
+
+  monkeypatch.setattr(cgroups.os, "scandir", scandir)
+  found = cgroups.find_container_cgroups(ours)
+  assert found == [fs / c / "libpod_parent" / f"libpod-{ours}" for c in cgroups.V1_CONTROLLERS]

@@ -220,12 +220,21 @@ def parents_for_sweep() -> list[pathlib.Path]:
 
 
 def find_container_cgroups(container_id: str) -> list[pathlib.Path]:
-  """The cgroup dirs podman/runc made for a container (v1: one per controller; v2: one)."""
+  """The cgroup dirs podman/runc made for a container (v1: one per controller; v2: one).
+
+  The walk skips what vanishes under it: other containers' cgroups come and go meanwhile (the
+  podman chaos soak of 2026-12-05 failed episodes on pathlib's rglob raising FileNotFoundError
+  for a sibling container's cgroup removed mid-walk)."""
   found = []
   root = fs_root()
   candidates = [root / c for c in V1_CONTROLLERS] if (root / "memory").is_dir() else [root]
   for top in candidates:
-    dirs = [p for p in top.rglob(f"*{container_id}*") if p.is_dir()]
+    dirs = [
+      pathlib.Path(parent, name)
+      for parent, names, _ in os.walk(top)  # os.walk ignores a dir it can no longer list
+      for name in names
+      if container_id in name
+    ]
     if dirs:
       found.append(min(dirs, key=lambda p: len(str(p))))
   return found

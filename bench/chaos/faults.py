@@ -31,11 +31,11 @@ def _pids_parent() -> pathlib.Path | None:
   return parents[-1] if parents else None
 
 
-def _procs(name: str) -> list[int] | None:
-  """The pids in sandbox `name`'s cgroup; None once the cgroup is gone (a sandbox that ends
-  between a listing of the cgroups and this read removes its own)."""
+def _procs(cgroup: pathlib.Path) -> list[int] | None:
+  """The pids in a sandbox's cgroup; None once the cgroup is gone (a sandbox that ends between
+  a listing of the cgroups and this read removes its own)."""
   try:
-    return [int(p) for p in (_pids_parent() / name / "cgroup.procs").read_text().split()]
+    return [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
   except OSError:
     return None
 
@@ -52,7 +52,7 @@ def live_sandboxes(tag: str, backend: str) -> list[str]:
   parent = _pids_parent()
   if parent is None or not parent.is_dir():
     return []
-  return sorted(c.name for c in parent.iterdir() if c.name.startswith(tag + "-") and _procs(c.name))
+  return sorted(c.name for c in parent.iterdir() if c.name.startswith(tag + "-") and _procs(c))
 
 
 def kill_sandbox(name: str, backend: str) -> int:
@@ -60,9 +60,9 @@ def kill_sandbox(name: str, backend: str) -> int:
   if backend == "podman":
     res = podman.run_podman(["kill", "-s", "KILL", f"tmax-{name}"], check=False)
     return int(res.returncode == 0)
-  killed = 0
+  cgroup, killed = _pids_parent() / name, 0
   for _ in range(2):  # what runs now, and what it forked meanwhile (not what restarts later)
-    pids = _procs(name)
+    pids = _procs(cgroup)
     if pids is None:
       break
     for pid in pids:
@@ -95,7 +95,7 @@ def lifetime_of(name: str, backend: str) -> int | None:
     if res.returncode != 0 or running != "true":
       return GONE
     return int(value) if value.isdigit() and int(value) > 0 else None
-  pids = _procs(name)
+  pids = _procs(_pids_parent() / name)
   if pids is None:
     return GONE
   host = _ns(1)

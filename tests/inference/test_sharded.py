@@ -33,7 +33,7 @@ def setup(tmp_path_factory):
   for e in (single, sharded):
     for rep in e.replicas:
       rep.start(lambda events: None)
-  return dict(cfg=cfg, params2=params2, m1=m1, m2=m2, single=single, sharded=sharded)
+  return dict(cfg=cfg, params=params, params2=params2, m1=m1, m2=m2, single=single, sharded=sharded)
 
 
 def _requests(prompts):
@@ -86,20 +86,24 @@ def test_multi_turn_session_routes_to_its_replica(setup):
 def test_swap_of_params_in_param_shardings_has_no_host_round_trip(setup):
   eng = setup["sharded"]
   new = jax.device_put(setup["params2"], eng.param_shardings())  # the trainer's side
-  with (
-    jax.transfer_guard_host_to_device("disallow_explicit"),
-    jax.transfer_guard_device_to_host("disallow_explicit"),
-  ):
-    eng.swap(new, version=1)
-  assert eng.version == 1
-  prompts = helpers.prompts(2, seed=3)
-  greedy = sampling.SamplingParams(temperature=0.0)
-  out = helpers.collect(
-    [eng.replicas[0].scheduler, eng.replicas[1].scheduler],
-    [scheduler.Sequence(i, p, 8, greedy) for i, p in enumerate(prompts)],
-  )
-  assert [[e.token for e in out[i]] for i in range(2)] == helpers.hf_greedy(setup["m2"], prompts, 8)
-  assert {e.version for i in range(2) for e in out[i]} == {1}
+  try:
+    with (
+      jax.transfer_guard_host_to_device("disallow_explicit"),
+      jax.transfer_guard_device_to_host("disallow_explicit"),
+    ):
+      eng.swap(new, version=1)
+    assert eng.version == 1
+    prompts = helpers.prompts(2, seed=3)
+    greedy = sampling.SamplingParams(temperature=0.0)
+    out = helpers.collect(
+      [eng.replicas[0].scheduler, eng.replicas[1].scheduler],
+      [scheduler.Sequence(i, p, 8, greedy) for i, p in enumerate(prompts)],
+    )
+    want = helpers.hf_greedy(setup["m2"], prompts, 8)
+    assert [[e.token for e in out[i]] for i in range(2)] == want
+    assert {e.version for i in range(2) for e in out[i]} == {1}
+  finally:  # the module's engine is shared: the tests after this one (any order) see m1 again
+    eng.swap(jax.device_put(setup["params"], eng.param_shardings()), version=0, replace=True)
 
 
 def test_grpc_server_over_replicas(tmp_path):

@@ -57,6 +57,18 @@ def test_greedy_matches_transformers_with_batched_and_chunked_prefill(models):
   assert sched.status()["pages_used"] == 0 and sched.pool.reserved == 0
 
 
+def test_status_is_published_before_a_request_s_last_event(models):
+  """A client that holds a request's last token and asks for the status sees the request
+  retired (the flake hunt's seed 338907177 read pages_used 5, active_requests 1)."""
+  sched, seen = _sched(models), []
+  sched.emit = lambda events: seen.extend((e, sched.status()) for e in events)
+  sched.submit(_seq(0, helpers.prompts(1, seed=8)[0], 6))
+  sched.run_until_idle()
+  assert [e.finish_reason for e, _ in seen] == [""] * 5 + ["length"]
+  assert seen[0][1]["active"] == 1  # while it streams, the request is counted
+  assert seen[-1][1]["active"] == 0 and seen[-1][1]["pages_used"] == 0
+
+
 def test_pages_admitted_exhausted_and_freed(models):
   """6 pages of 8 tokens: each request may need 3 (12 + 12 tokens), so 2 run and 2 wait for
   pages although slots are free; all finish correctly, and every page is free again."""

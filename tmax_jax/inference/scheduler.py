@@ -162,13 +162,14 @@ class Scheduler:
     if self.prefilling:
       self._prefill_once()
     pending = self._dispatch_decode() if self.decoding else None
-    if self._pending is not None:
-      self._process(*self._pending)
+    events = self._process(*self._pending) if self._pending is not None else []
     self._pending = pending
-    if self._dropped:
-      dropped, self._dropped = self._dropped, []
-      self.emit(dropped)
+    dropped, self._dropped = self._dropped, []
+    # The status first: a client holding a request's last event then sees it retired.
     self._publish_status()
+    for batch in (events, dropped):
+      if batch:
+        self.emit(batch)
 
   def run_until_idle(self) -> None:
     """Steps until every submitted request has finished (tests, benchmarks)."""
@@ -358,13 +359,13 @@ class Scheduler:
       self.trace.append(("decode", len(self.decoding), steps))
     return data, list(self.decoding.items())
 
-  def _process(self, data, live) -> None:
+  def _process(self, data, live) -> list[Event]:
+    """Reads back a decode call's tokens -> their events; finished sequences are freed here."""
     data = np.asarray(data)
     events: list[Event] = []
     for step in data.reshape((-1,) + data.shape[-2:]):  # [steps, B, C]
       self._process_step(decode.decode_rows(step, self.core.shape.max_topk), live, events)
-    if events:
-      self.emit(events)
+    return events
 
   def _process_step(self, rows, live, events: list[Event]) -> None:
     for slot, s in live:

@@ -3,8 +3,17 @@
 import json
 import pathlib
 
+from tmax_jax.pipeline import scripted
 from tmax_jax.tasks import vocabulary
 from tmax_jax.tasks.generator.axes import TAXONOMY_FILE
+
+# The client retries an answer later than its per-attempt timeout (--timeout-s); a test's other
+# answers must arrive well inside it. Under the flake hunt's load (2 busy loops and 2 suite workers
+# with image builds on 2 cores) a loopback answer once took over 1 s, the test's timeout then:
+# a scripted "malformed" reply timed out and was retried in the client, and the write stage's
+# attempt count was one short (seed 671161982).
+CLIENT_TIMEOUT_S = 10
+LATE = scripted.Answer(content="late", delay_s=CLIENT_TIMEOUT_S + 2)  # past the client's timeout
 
 PIPELINE_FLAGS = ["--model", "scripted", "--memory-mb", "2048", "--no-progress"]
 

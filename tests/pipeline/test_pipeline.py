@@ -9,7 +9,7 @@ import json
 import socket
 
 import pytest
-from pipeline_helpers import argv, stage_records, states, taxonomy
+from pipeline_helpers import CLIENT_TIMEOUT_S, LATE, argv, stage_records, states, taxonomy
 
 from tests.conftest import require_base_rootfs
 from tmax_jax.errors import UserError
@@ -108,7 +108,7 @@ def test_every_stage_rejects_with_its_reason_and_resume_continues(tmp_path):
   samples = [sample_axes(0, i, load_taxonomy(tax)) for i in range(9)]
   plan = {
     0: [scripted.Answer(status=429), "malformed", "ok"],
-    1: [scripted.Answer(content="late", delay_s=3), "ok"],  # past the 1 s client timeout
+    1: [LATE, "ok"],
     2: [scripted.Answer(body=b"{not json"), "ok"],
     3: ["build_fail"],
     4: ["smoke_fail"],
@@ -124,7 +124,8 @@ def test_every_stage_rejects_with_its_reason_and_resume_continues(tmp_path):
   assert [s.verifier for s in samples].count("exact_text") == 1
   bench = _bench_with(templates.TEMPLATES[leaked.verifier]["instruction"], tmp_path)
   out = tmp_path / "out"
-  base = ["--n", 9, "--taxonomy", tax, "--no-calibrate", "--timeout-s", 1, "--max-retries", 2]
+  base = ["--n", 9, "--taxonomy", tax, "--no-calibrate", "--max-retries", 2]
+  base += ["--timeout-s", CLIENT_TIMEOUT_S]
   with scripted.ScriptedEndpoint(writer) as ep:
     assert cli.main(argv(ep.base_url, out, *base, "--until", "validate")) == 0
     after_validate = stage_records(out)

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from pipeline_helpers import argv, stage_records, states
+from pipeline_helpers import CLIENT_TIMEOUT_S, LATE, argv, stage_records, states
 
 from tests.conftest import require_base_rootfs
 from tmax_jax.pipeline import scripted, templates
@@ -24,7 +24,7 @@ from tmax_jax.tasks.generator.axes import sample_axes
 N = 40
 STEPS = {  # index % 10 -> the writer's steps for that sample
   1: [scripted.Answer(status=429), "ok"],
-  2: [scripted.Answer(content="late", delay_s=4), "ok"],  # past the 2 s client timeout
+  2: [LATE, "ok"],
   3: ["malformed", "ok"],
   4: [scripted.Answer(body=b"{not json"), "ok"],
   5: ["build_fail"],
@@ -68,7 +68,8 @@ def test_pipeline_40_tasks_killed_resumed_published_trains(tmp_path):
   out = tmp_path / "out"
   with scripted.ScriptedEndpoint(scripted.route(writer, policy)) as ep:
     flags = argv(ep.base_url, out, "--n", N, "--workers", 4, "--sandbox_workers", 2)
-    flags += ["--timeout-s", 2, "--k", 2, "--rounds", 2, "--benchmark", tmp_path / "bench"]
+    flags += ["--timeout-s", CLIENT_TIMEOUT_S, "--k", 2, "--rounds", 2]
+    flags += ["--benchmark", tmp_path / "bench"]
     flags = list(map(str, flags))
     cmd = [sys.executable, "-m", "tmax_jax.pipeline", *flags]
     log = open(tmp_path / "killed_run.log", "w")  # noqa: SIM115  (closed below)

@@ -174,7 +174,7 @@ def run(tiny: bool, interpret: bool) -> list[dict]:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument("--tiny", action="store_true", help="small CPU shapes")
   parser.add_argument(
     "--interpret",

@@ -1,4 +1,4 @@
-"""Chaos soak of the RL loop (issue 32): the tiny RL job in async mode with more concurrent
+"""Chaos soak of the RL loop: the tiny RL job in async mode with more concurrent
 episodes than server slots, on tasks whose verifiers misbehave, while sandboxes, streams, the
 inference server, image builds and the trainer itself are hit at seeded random times. Prints per
 fault kind: injected, recovered, episodes dropped as infrastructure failures, episodes scored;
@@ -24,7 +24,7 @@ from tmax_jax import cli, json_io  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--minutes", type=float, required=True, help="fault window, in minutes")
   p.add_argument("--seed", type=int, default=0, help="fault times, sandbox choices, task order")
   p.add_argument(

@@ -157,7 +157,7 @@ def _key(row: dict) -> str:
 
 
 def main(argv=None) -> list[dict]:
-  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument(
     "--policies", default="none,full", help="comma-separated remat policies to compile"
   )

@@ -78,7 +78,7 @@ def sides(m: int, k: int, n: int, weights: int, work_flops: float, seed: int = 0
 
 
 def main(argv=None) -> list[dict]:
-  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument(
     "--shapes", default=DEFAULT_SHAPES, help="comma-separated MxKxN matmul shapes"
   )

@@ -61,7 +61,7 @@ def trial(args) -> dict:
 
 
 def main(argv: list[str]) -> None:
-  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument("--devices", type=int, default=2, help="fake CPU devices (= pool threads)")
   parser.add_argument("--mesh", type=int, default=2, help="devices the solves run on")
   parser.add_argument("--solves", type=int, default=16, help="independent solves per device")

@@ -41,7 +41,7 @@ PHASES = ("_drain", "_admit", "_prefill_once", "_dispatch_decode", "_process")
 
 
 def _args(argv):
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--batches", default="32,64", help="comma-separated decode batch sizes")
   p.add_argument("--prompt", type=int, default=16, help="prompt tokens per sequence")
   p.add_argument("--new", type=int, default=64, help="new tokens per sequence")

@@ -59,7 +59,7 @@ def torch_params_to_ours(module) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument("--hidden", type=int, default=512, help="model width")
   parser.add_argument("--k_heads", type=int, default=4, help="key heads")
   parser.add_argument("--v_heads", type=int, default=8, help="value heads")

@@ -38,7 +38,7 @@ TINY = dict(
 
 
 def _args(argv):
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--tiny", action="store_true", help="tiny shapes for a CPU smoke run")
   p.add_argument("--batch", type=int, default=64, help="decode batch (concurrent sequences)")
   p.add_argument("--prompt", type=int, default=512, help="prompt tokens per sequence")

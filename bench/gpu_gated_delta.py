@@ -145,7 +145,7 @@ def torch_time(shape: dict, batch: int, seq: int, repeats: int) -> dict:
 
 
 def main(argv=None):
-  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument("--tiny", action="store_true", help="small shapes on CPU (script check)")
   parser.add_argument(
     "--seqs",

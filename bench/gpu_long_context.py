@@ -72,7 +72,7 @@ def time_step(cfg: ModelConfig, seq: int, steps: int) -> dict:
 
 
 def main(argv=None) -> int:
-  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument("--tiny", action="store_true", help="small model and T on CPU")
   ap.add_argument("--model", default="qwen3-1.7b", help="model preset")
   ap.add_argument("--seq", type=int, default=65536, help="sequence length")

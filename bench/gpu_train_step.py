@@ -137,7 +137,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument("--tiny", action="store_true", help="tiny model and shapes (CPU script check)")
   ap.add_argument("--batch", type=int, default=4, help="batch size")
   ap.add_argument("--seq", type=int, default=4096, help="sequence length")

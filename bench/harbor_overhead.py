@@ -27,7 +27,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import report  # noqa: E402  (bench/report.py)
-from tqdm import tqdm  # noqa: E402
 
 from tmax_jax import cli  # noqa: E402
 from tmax_jax.harbor import agreement  # noqa: E402
@@ -59,7 +58,7 @@ def _opener(task: fmt.Task, backend: str):
 def bench_backend(task: fmt.Task, backend: str, trials: int, commands: int) -> dict:
   open_fn = _opener(task, backend)
   start_s, run_s, close_s = [], [], []
-  for _ in tqdm(range(trials), desc=backend, leave=False):
+  for _ in cli.progress(range(trials), desc=backend, leave=False):
     t0 = time.perf_counter()
     sb = open_fn()
     t1 = time.perf_counter()
@@ -103,7 +102,7 @@ def row_text(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument(
     "--backends", default="harbor:podman,podman,bubblewrap", help="trial backends to time"
   )

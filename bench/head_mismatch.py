@@ -204,7 +204,7 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str]) -> None:
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument(
     "--compute", default="bfloat16", choices=("bfloat16", "float32"), help="compute dtype"
   )

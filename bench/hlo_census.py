@@ -290,7 +290,7 @@ def trace_seconds(run, rows: list[Row], runs: int) -> dict[str, float]:
 
 def main(argv=None) -> dict:
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument(
     "--program", choices=("fwd_bwd", "train_step"), default="fwd_bwd", help="the program to compile"
   )

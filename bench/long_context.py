@@ -202,7 +202,7 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv=None) -> None:
-  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument("--tiny", action="store_true", help="small T (the test's smoke run)")
   ap.add_argument("--seqs", type=int, nargs="+", default=list(SEQS), help="sequence lengths")
   ap.add_argument("--memory_only", action="store_true", help="compile only, no timed steps")

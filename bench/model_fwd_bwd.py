@@ -101,7 +101,7 @@ TINY = dict(layers=2, hidden=64, seq=32, batch=2, vocab=256, chunk=16)
 
 
 def main(argv=None) -> dict:
-  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument("--layers", type=int, default=4, help="decoder layers")
   parser.add_argument("--hidden", type=int, default=512, help="model width")
   parser.add_argument("--seq", type=int, default=512, help="sequence length")

@@ -52,7 +52,7 @@ def episodes(n: int, seq_len: int, vocab: int, seed: int) -> list[batch_lib.Traj
 
 
 def main(argv=None) -> None:
-  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument("--episodes", type=int, default=32, help="episodes per batch")
   ap.add_argument("--seq", type=int, default=512, help="longest episode (tokens)")
   ap.add_argument("--budget", type=int, default=2048, help="token slots per packed micro-batch")

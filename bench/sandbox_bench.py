@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import report  # noqa: E402  (bench/report.py)
-from tqdm import tqdm  # noqa: E402
 
 from tmax_jax import cli
 from tmax_jax.sandbox import open_sandbox  # noqa: E402
@@ -43,7 +42,7 @@ def _image(backend: str) -> str:
 def bench_backend(backend: str, starts: int, commands: int, load: tuple[int, int]) -> dict:
   spec = EnvironmentSpec(image=_image(backend))
   start_s, close_s = [], []
-  for _ in tqdm(range(starts), desc=f"{backend} start", leave=False):
+  for _ in cli.progress(range(starts), desc=f"{backend} start", leave=False):
     t0 = time.perf_counter()
     sb = open_sandbox(spec, backend=backend)
     t1 = time.perf_counter()
@@ -52,7 +51,7 @@ def bench_backend(backend: str, starts: int, commands: int, load: tuple[int, int
     close_s.append(time.perf_counter() - t1)
   with open_sandbox(spec, backend=backend) as sb:
     t0 = time.perf_counter()
-    for i in tqdm(range(commands), desc=f"{backend} run", leave=False):
+    for i in cli.progress(range(commands), desc=f"{backend} run", leave=False):
       assert sb.run(f"echo {i}").output == f"{i}\n"
     run_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -109,7 +108,7 @@ def row_text(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument(
     "--backends", default="bubblewrap,podman", help="comma-separated sandbox backends"
   )

@@ -68,7 +68,7 @@ HEADING = (
 
 
 def _args(argv):
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--batches", default="8,32,64", help="comma-separated decode batch sizes")
   p.add_argument("--grpc_batches", default="8,32,64", help="gRPC end-to-end batches ('' = none)")
   p.add_argument("--layout_batches", default="", help="unrolled vs scanned serving ('' = none)")

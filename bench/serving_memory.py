@@ -33,7 +33,7 @@ GB = 1e9
 
 
 def _args(argv):
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--config", default="", help="an RL config: its shipped serving placement")
   p.add_argument("--preset", default="qwen3.5-9b", help="model preset")
   p.add_argument("--episodes", type=int, default=256, help="concurrent episodes")

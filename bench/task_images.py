@@ -1,11 +1,11 @@
 """Builds every task of a task set from its Dockerfile and runs the oracle and a no-op agent on each
-backend: the correctness table of issue #16 (task, language, build s, cached build s, oracle,
-no-op).
+backend: the correctness table of BENCHMARKS.md "Task images" (task, language, build s, cached
+build s, oracle, no-op).
 
   python3 bench/task_images.py --tb1 ../shared/data/tb1-public-sample \
       --tb2 ../shared/data/tb2-public-envs --backends bubblewrap,podman --out runs/task_images
 
-Third-party TB2 environments the project never developed against (issue 36): `--tb2-git DIR` reads
+Third-party TB2 environments the project never developed against: `--tb2-git DIR` reads
 THIRD_PARTY_TB2 (below) from a git directory of zjysteven/terminal-bench-env (environments_harbor/,
 extracted with `git archive` into <out>/tb2-git; the repository carries no licence, so nothing of
 it is copied into this one), e.g. builds only, no trials:
@@ -33,8 +33,6 @@ import subprocess
 import sys
 import time
 import traceback
-
-import tqdm
 
 from tmax_jax import cli
 
@@ -192,7 +190,7 @@ def table(records: list[dict], backends: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   parser.add_argument("--tb1", default=None, help="dir of TB1 task dirs (task.yaml)")
   parser.add_argument("--tb2", default=None, help="dir of TB2/Harbor task dirs (task.toml)")
   parser.add_argument(
@@ -223,7 +221,7 @@ def main(argv=None) -> int:
     for kind, be in [("build", None)]
     + [(k, be) for be in backends for k in (("oracle", "noop") if s == "tb1" else ("noop",))]
   ]
-  bar = tqdm.tqdm(jobs, desc="task images", unit="job")
+  bar = cli.progress(jobs, desc="task images", unit="job")
   for set_name, name, task, kind, backend in bar:
     bar.set_postfix_str(f"{name[:28]} {kind} {backend or ''}")
     if (name, kind, backend) in seen:

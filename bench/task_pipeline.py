@@ -57,7 +57,7 @@ def _projection(per_task: dict[str, float], workers: int, sandbox_workers: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--n", type=int, default=60, help="tasks to run through the pipeline")
   p.add_argument("--workers", type=int, default=8, help="concurrent writer calls (W)")
   p.add_argument("--sandbox_workers", type=int, default=2, help="concurrent sandbox stages (S)")
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = pipeline_main(["--endpoint", ep.base_url, *flags])
     wall = time.monotonic() - start
   if rc != 0:
-    print(f"task_pipeline bench: the pipeline exited {rc}", file=sys.stderr)
+    print(f"error: the pipeline exited {rc}", file=sys.stderr)
     return rc
   seconds = _stage_seconds(out)
   per_task = {s: statistics.fmean(v) for s, v in seconds.items()}

@@ -105,7 +105,7 @@ HEADING = (
 
 
 def main(argv=None) -> dict:
-  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument(
     "--pairs", type=int, default=report.MIN_PAIRS, help="alternated ours/theirs pairs"
   )

@@ -40,7 +40,7 @@ HEADING = (
 
 
 def _args(argv):
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--preset", default="qwen3-0.6b", help="model preset")
   p.add_argument("--tiny", action="store_true", help="tiny shapes (CI smoke run)")
   p.add_argument("--pairs", type=int, default=report.MIN_PAIRS, help="alternated pairs")

@@ -50,7 +50,7 @@ HEADING = (
 
 
 def _args(argv):
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--tiny", action="store_true", help="tiny model (tests)")
   p.add_argument("--pairs", type=int, default=report.MIN_PAIRS, help="alternated pairs")
   p.add_argument("--out", default="", help="JSON output path")

@@ -3,6 +3,7 @@
 python3 launch/eval.py --config=configs/eval_oracle.py --config.tasks_dir=/tasks \
     --config.output_dir=runs/eval_oracle [--config.episode.harness=terminus]
 A do-nothing baseline (expect 0): --config.policy=noop
+Each task's own agent and verifier timeouts (Terminal-Bench 2.0's protocol).
 """
 
 from tmax_jax.agents.episode import EpisodeConfig
@@ -18,9 +19,9 @@ def get_config():
       tasks_dir="",
       output_dir="runs/eval_oracle",
       policy="oracle",
-      episode=EpisodeConfig(harness="bash_tool", family="qwen3"),
+      episode=EpisodeConfig(harness="bash_tool", family="qwen3", wall_time_s=0.0),
       runs_per_task=1,
       worker=WorkerConfig(max_parallel_episodes=2),
-      runner=RunnerConfig(backend="", image="", memory_mb=4096),
+      runner=RunnerConfig(backend="", image="", memory_mb=4096, min_verifier_timeout_s=0.0),
     )
   )

@@ -1,14 +1,17 @@
 """A model served by tmax_jax.inference: a running server (`address`, default launch/serve.py's
-127.0.0.1:9000) or, with address '', a checkpoint served here for the run.
+127.0.0.1:9000, e.g. `launch/serve.py --config=configs/serve_random.py`, whose caps fit this
+config's requests) or, with address '', a checkpoint served here for the run.
 
 python3 launch/eval.py --config=configs/eval_server.py --config.tasks_dir=/tasks \
     --config.output_dir=runs/eval
 python3 launch/eval.py --config=configs/eval_server.py --config.address='' \
     --config.model.checkpoint=/ckpt/hf --config.tasks_dir=/tasks --config.output_dir=runs/eval
-Recipe evaluation settings: k = 4 runs per task, temperature 1.0, the RL episode limits, tests
-under max(task, 600 s). With a running server set episode.family to its tokenizer family. A server
-started here holds and prefills the longest context an episode sends (prompt cap + response cap:
-every turn's request carries the whole context so far).
+Recipe evaluation settings: k = 4 runs per task, temperature 1.0, the RL episode's token and
+tool-call limits. Terminal-Bench 2.0's time limits: each task's own [agent] and [verifier]
+timeout_sec (scaled by --config.runner.timeout_multiplier, Harbor's --timeout-multiplier; the
+recipe's RL rule for tests: --config.runner.min_verifier_timeout_s=600). With a running server set
+episode.family to its tokenizer family. A server started here holds and prefills the longest context
+an episode sends (prompt cap + response cap: every turn's request carries the whole context so far).
 """
 
 from tmax_jax.agents.episode import EpisodeConfig
@@ -39,7 +42,9 @@ def get_config():
           max_concurrent_decodes=8, max_len=MAX_SEQUENCE, max_prefill_length=MAX_SEQUENCE
         )
       ),
-      episode=EpisodeConfig(harness="bash_tool", family="qwen3", max_prompt_tokens=MAX_PROMPT),
-      runner=RunnerConfig(backend="", image="", memory_mb=4096, min_verifier_timeout_s=600.0),
+      episode=EpisodeConfig(
+        harness="bash_tool", family="qwen3", max_prompt_tokens=MAX_PROMPT, wall_time_s=0.0
+      ),
+      runner=RunnerConfig(backend="", image="", memory_mb=4096, min_verifier_timeout_s=0.0),
     )
   )

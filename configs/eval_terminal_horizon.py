@@ -1,8 +1,9 @@
 """TerminalHorizon evaluation protocol (the paper's): 3 runs per task, mean pass@1, temperature 1.0,
-3 hours per task, a served Qwen3.5 model (e.g. the SFT export of configs/sft_terminal_horizon.py)
-on a TB1/TB2 set. Long-horizon episodes (the paper's trajectories average 52.8 turns) get caps they
-do not hit: 512 turns / tool calls and a 256k-token sequence, which the server holds and prefills
-(every turn's request carries the whole context so far).
+3 hours per task (for the agent, whatever the task's own timeout; the tests run under the task's
+[verifier] timeout_sec), a served Qwen3.5 model (e.g. the SFT export of
+configs/sft_terminal_horizon.py) on a TB1/TB2 set. Long-horizon episodes (the paper's trajectories
+average 52.8 turns) get caps they do not hit: 512 turns / tool calls and a 256k-token sequence,
+which the server holds and prefills (every turn's request carries the whole context so far).
 
 python3 launch/eval.py --config=configs/eval_terminal_horizon.py --config.tasks_dir=/tb2 \
     --config.address='' --config.model.checkpoint=runs/sft_terminal_horizon/hf \
@@ -48,6 +49,6 @@ def get_config():
         max_response_tokens=MAX_SEQUENCE - 32768,
         wall_time_s=3600.0 * HOURS_PER_TASK,
       ),
-      runner=RunnerConfig(backend="", image="", memory_mb=4096, min_verifier_timeout_s=600.0),
+      runner=RunnerConfig(backend="", image="", memory_mb=4096, min_verifier_timeout_s=0.0),
     )
   )

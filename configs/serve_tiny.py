@@ -1,8 +1,9 @@
-"""A tiny random Qwen3 served on loopback: smoke tests and CPU benches.
+"""A tiny random Qwen3 served on loopback over gRPC: smoke tests and CPU benches.
 
 python3 launch/serve.py --config=configs/serve_tiny.py --config.serving.port=9000
-Serve a checkpoint instead: --config.model.checkpoint=/path/to/hf_dir (the OpenAI-compatible API,
---config.openai.port=8000, needs a model whose vocabulary holds its tokenizer's: a checkpoint).
+Its 256-token vocabulary and 128-token prompts are for token-id clients: the OpenAI-compatible API
+(--config.openai.port=8000) needs a vocabulary that holds the tokenizer's, and eval_server's prompts
+are longer; configs/serve_random.py serves both. A checkpoint: --config.model.checkpoint=DIR.
 """
 
 from tmax_jax.config_dict import to_config_dict

@@ -8,6 +8,9 @@ python3 -m tmax_jax.horizon.collect --build runs/horizon --family qwen3_5 \
 python3 launch/train_sft.py --config=configs/sft_terminal_horizon.py \
     --config.model.checkpoint=/ckpt/Qwen3.5-27B --config.trajectories=runs/horizon/sft.jsonl
 Evaluation: configs/eval_terminal_horizon.py (3 runs per task, mean pass@1).
+collect caps every trajectory (a chain: all its generations) at this config's seq_len (its
+--max_tokens, default 65,536); train_sft.py refuses a longer record, naming its line, before the
+model loads.
 """
 
 from tmax_jax import recipes

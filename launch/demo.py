@@ -5,13 +5,13 @@ python3 launch/demo.py --config=configs/demo_cpu.py
 
 import json
 
-from absl import flags, logging
+from absl import flags
 from ml_collections import config_flags
 
 from tmax_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
-  "config", None, "demo config (configs/demo_cpu.py)", lock_config=True
+  "config", None, cli.config_help("demo config (configs/demo_cpu.py)", "demo"), lock_config=True
 )
 flags.mark_flags_as_required(["config"])
 
@@ -19,16 +19,13 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   del argv
   # Imported here, not at the top: --help and flag errors answer without loading JAX.
-  from tmax_jax.config_dict import from_config_dict
-  from tmax_jax.loop.config import DemoConfig
+  from tmax_jax import jobs
   from tmax_jax.loop.demo import run_demo
-  from tmax_jax.loop.preflight import check_inputs
 
-  cfg = from_config_dict(DemoConfig, _CONFIG.value)
-  check_inputs(cfg)
+  cfg = jobs.resolve(_CONFIG.value, "demo")
   results = run_demo(cfg)
   print(json.dumps(results["summary"], indent=2))
 
 
 if __name__ == "__main__":
-  cli.run_absl(main, verbosity=logging.WARNING)
+  cli.run_absl(main)

@@ -9,7 +9,7 @@ from ml_collections import config_flags
 from tmax_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
-  "config", None, "serving config (configs/serve_*.py)", lock_config=True
+  "config", None, cli.config_help("serving config (configs/serve_*.py)", "serve"), lock_config=True
 )
 flags.mark_flags_as_required(["config"])
 
@@ -17,13 +17,10 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   del argv
   # Imported here, not at the top: --help and flag errors answer without loading JAX.
-  from tmax_jax.config_dict import from_config_dict
-  from tmax_jax.loop.config import ServeConfig
-  from tmax_jax.loop.preflight import check_inputs
+  from tmax_jax import jobs
   from tmax_jax.loop.serve import serve_forever
 
-  cfg = from_config_dict(ServeConfig, _CONFIG.value)
-  check_inputs(cfg)
+  cfg = jobs.resolve(_CONFIG.value, "serve")
   serve_forever(cfg)
 
 

@@ -9,7 +9,7 @@ from ml_collections import config_flags
 from tmax_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
-  "config", None, "RL config (configs/*.py)", lock_config=True
+  "config", None, cli.config_help("RL config (configs/*.py)", "rl"), lock_config=True
 )
 flags.mark_flags_as_required(["config"])
 
@@ -17,14 +17,11 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   del argv
   # Imported here, not at the top: --help and flag errors answer without loading JAX.
-  from tmax_jax.config_dict import from_config_dict
-  from tmax_jax.loop.config import RLConfig
-  from tmax_jax.loop.preflight import check_inputs
+  from tmax_jax import jobs
   from tmax_jax.loop.rl import run_rl
   from tmax_jax.train.distributed import initialize
 
-  cfg = from_config_dict(RLConfig, _CONFIG.value)
-  check_inputs(cfg)
+  cfg = jobs.resolve(_CONFIG.value, "rl")
   initialize()  # multi-host from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
   result = run_rl(cfg)
   print(f"RL done: {result.steps_done} steps; HF export at {result.export_dir}")

@@ -9,7 +9,7 @@ from ml_collections import config_flags
 from tmax_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
-  "config", None, "SFT config (configs/sft_*.py)", lock_config=True
+  "config", None, cli.config_help("SFT config (configs/sft_*.py)", "sft"), lock_config=True
 )
 flags.mark_flags_as_required(["config"])
 
@@ -17,14 +17,11 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   del argv
   # Imported here, not at the top: --help and flag errors answer without loading JAX.
-  from tmax_jax.config_dict import from_config_dict
-  from tmax_jax.loop.config import SFTConfig
-  from tmax_jax.loop.preflight import check_inputs
+  from tmax_jax import jobs
   from tmax_jax.loop.sft import run_sft
   from tmax_jax.train.distributed import initialize
 
-  cfg = from_config_dict(SFTConfig, _CONFIG.value)
-  check_inputs(cfg)
+  cfg = jobs.resolve(_CONFIG.value, "sft")
   initialize()  # multi-host from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
   result = run_sft(cfg)
   loss = f", final loss {result.metrics[-1]['loss']:.4f}" if result.metrics else ""

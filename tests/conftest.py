@@ -22,6 +22,19 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
   [_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _ROOT]
 )
 
+# One compilation cache for the whole run: both pytest-xdist workers and every jax process a test
+# starts (they inherit the variable) load a program another one compiled instead of compiling it
+# again (the same tiny model's steps recur across files and launch scripts). The process that
+# makes the directory removes it at exit; a caller's own JAX_COMPILATION_CACHE_DIR is kept.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import atexit
+  import shutil
+  import tempfile
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="tmax-test-xla-")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+
 # The tests are an entry point: the malloc setting the launchers apply (host_memory), before any
 # test module runs an XLA program.
 from tmax_jax import host_memory  # noqa: E402

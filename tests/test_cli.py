@@ -2,6 +2,7 @@
 themselves run in tests/test_entry_points.py)."""
 
 import dataclasses
+import io
 import socket
 
 import ml_collections
@@ -172,3 +173,176 @@ def test_run_absl_verbosity_default_and_errors(args, code, out):
   )
   assert res.returncode == code, res.stderr[-2000:]
   assert out in (res.stdout + res.stderr) and "Traceback" not in res.stderr, res.stderr[-2000:]
+
+
+# --- issue 47: one error path, logging, progress ----------------------------------------------
+
+
+def test_a_malformed_json_lines_file_is_a_user_error(tmp_path, capsys):
+  from tmax_jax import json_io
+
+  bad = tmp_path / "records.jsonl"
+  bad.write_text('{"a": 1}\n{"a": \n')
+
+  def main(argv):
+    del argv
+    list(json_io.read_objects(bad))
+
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run(main, [])
+  assert exit_info.value.code == 2
+  assert capsys.readouterr().err == f"error: {bad}:2: not JSON (Expecting value)\n"
+
+
+def test_a_config_file_that_is_not_python_names_its_line(tmp_path):
+  from tmax_jax.config_dict import load_config_file
+
+  config = tmp_path / "x.py"
+  config.write_text("def get_config():\n  return {(}\n")
+  with pytest.raises(errors.ConfigError, match=rf"^{config}:2: not valid Python"):
+    load_config_file(config)
+
+
+def test_a_misspelt_dtype_names_its_field_when_the_config_is_read():
+  from tmax_jax.loop.config import ModelSpec, ServeConfig
+
+  with pytest.raises(
+    errors.ConfigError, match=r"^config\.model: compute_dtype='bf16': not a dtype"
+  ):
+    from_config_dict(ModelSpec, {"compute_dtype": "bf16"}, "config.model")
+  with pytest.raises(errors.ConfigError, match=r"config\.serving: serving\.param_dtype='fp16'"):
+    from_config_dict(ServeConfig, {"serving": {"param_dtype": "fp16", "port": 9000}})
+  ModelSpec(compute_dtype="bfloat16", param_dtype="float32")  # real names pass
+
+
+def test_a_misspelt_backend_is_a_user_error():
+  from tmax_jax.tasks.runner import RunnerConfig
+
+  with pytest.raises(errors.UserError, match="backend='bwrap': not a sandbox backend"):
+    RunnerConfig(backend="bwrap")
+  for ok in (None, "", "auto", "podman", "harbor:daytona"):
+    RunnerConfig(backend=ok)
+
+
+def test_preflight_reads_trajectories_parquets_checkpoints_harnesses_and_families(tmp_path):
+  records = tmp_path / "sft.jsonl"
+  records.write_text('{"tokens": [1, 2], "loss_mask": [0, 1]}\n{"tokens": [1, 2]\n')
+  with pytest.raises(errors.ConfigError, match=rf"^config\.trajectories: {records}:2: not JSON"):
+    preflight.check_trajectories("config.trajectories", records)
+  records.write_text('{"tokens": [1, 2], "loss_mask": [0]}\n')
+  with pytest.raises(errors.ConfigError, match=":1: 2 tokens but 1 loss_mask entries"):
+    preflight.check_trajectories("config.trajectories", records)
+  parquet = tmp_path / "tasks.parquet"
+  parquet.write_bytes(b"PAR1 not a parquet")
+  with pytest.raises(errors.UserError, match=r"^config\.tasks\.source: .*not a readable parquet"):
+    preflight.check_tasks_dir("config.tasks.source", parquet)
+  (tmp_path / "config.json").write_text("{model_type: qwen3")
+  (tmp_path / "model.safetensors").write_bytes(b"")
+  with pytest.raises(errors.ConfigError, match="config.json is not JSON"):
+    preflight.check_hf_checkpoint("config.model.checkpoint", tmp_path)
+  with pytest.raises(errors.ConfigError, match="did you mean 'bash_tool'"):
+    preflight.check_harness("config.episode.harness", "bash_tol")
+  with pytest.raises(errors.ConfigError, match="did you mean 'line_tool'"):
+    preflight.check_families("config.tasks.families", ("line_tol",))
+
+
+def test_a_failed_build_step_is_said_in_two_lines():
+  from tmax_jax.sandbox.api import SandboxError
+  from tmax_jax.sandbox.build import failed_step_message
+
+  error = SandboxError("ctx/Dockerfile: line 3 RUN failed (exit 100):\nGet:1 ...\n\nE: no pkg\n")
+  assert failed_step_message(error) == "ctx/Dockerfile: line 3 RUN failed (exit 100):\nE: no pkg"
+
+
+def test_help_states_a_default_once_and_keeps_the_whole_first_paragraph():
+  parser = cli.ArgumentParser(
+    prog="tool", description=cli.description(" A long line\nends here.\n\nMore.")
+  )
+  parser.add_argument("--families", default="", help="family names (default: all)")
+  text = parser.format_help()
+  assert "(default: all)" in text and "(default: )" not in text
+  assert "A long line\nends here." in text and "More." not in text
+
+
+class _Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+def test_progress_writes_whole_lines_off_a_terminal(monkeypatch):
+  monkeypatch.setattr(cli, "PROGRESS_LOG_INTERVAL_S", 0.0)  # every update a line
+  log = io.StringIO()
+  outer = cli.progress(range(3), desc="outer", file=log)
+  for _ in outer:
+    for _ in cli.progress(range(2), desc="inner", file=log, leave=False):  # a second position
+      pass
+  text = log.getvalue()
+  assert "\r" not in text and "\x1b" not in text and text.endswith("\n"), repr(text)
+  lines = text.splitlines()
+  assert lines[-1].startswith("outer: 100%") and "3/3" in lines[-1], lines
+  assert any(line.startswith("inner:") for line in lines)
+  assert all(a != b for a, b in zip(lines, lines[1:], strict=False))  # no repeated redraw
+  terminal = _Terminal()
+  for _ in cli.progress(range(2), desc="tty", file=terminal):
+    pass
+  assert "\r" in terminal.getvalue()  # on a terminal tqdm redraws in place
+
+
+def test_progress_off_a_terminal_is_throttled():
+  log = io.StringIO()
+  for _ in cli.progress(range(1000), desc="fast", file=log):
+    pass
+  assert len(log.getvalue().splitlines()) <= 2  # the start and the final state
+
+
+_LOGGING_MAIN = """
+import logging
+from absl import logging as absl_logging
+from tmax_jax import cli
+
+def main(argv):
+  del argv
+  logging.getLogger("tmax_jax.loop.demo").info("ours at info")
+  logging.getLogger("orbax.checkpoint").info("a library at info")
+  absl_logging.info("absl at info")
+  logging.getLogger("jax").warning("a library's warning")
+
+cli.run_absl(main)
+"""
+
+
+@pytest.mark.parametrize(
+  "args,shown,hidden",
+  [
+    ([], ["ours at info", "a library's warning"], ["a library at info", "absl at info"]),
+    (["-v", "0"], ["ours at info", "a library at info", "absl at info"], []),
+    (["--verbosity=-1"], ["a library's warning"], ["ours at info", "a library at info"]),
+  ],
+)
+def test_libraries_log_info_only_with_v(args, shown, hidden):
+  import subprocess
+  import sys
+
+  res = subprocess.run(
+    [sys.executable, "-c", _LOGGING_MAIN, *args], capture_output=True, text=True, timeout=120
+  )
+  assert res.returncode == 0, res.stderr[-2000:]
+  for text in shown:
+    assert text in res.stderr, res.stderr
+  for text in hidden:
+    assert text not in res.stderr, res.stderr
+
+
+def test_tuple_fields_check_their_items():
+  @dataclasses.dataclass(frozen=True)
+  class Job:
+    seeds: tuple[int, ...] = (0,)
+    rates: tuple[float, ...] = (0.5,)
+
+  with pytest.raises(
+    errors.ConfigError, match=r"^config\.seeds=\('zero',\): expected a tuple of int"
+  ):
+    from_config_dict(Job, {"seeds": ("zero",)})
+  with pytest.raises(errors.ConfigError, match="expected a tuple of int, got True"):
+    from_config_dict(Job, {"seeds": (True,)})
+  assert from_config_dict(Job, {"seeds": [1, 2], "rates": (1, 0.5)}) == Job((1, 2), (1, 0.5))

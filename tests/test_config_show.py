@@ -6,8 +6,9 @@ import pathlib
 import subprocess
 import sys
 
+from tmax_jax import cli, jobs
 from tmax_jax import config as config_show
-from tmax_jax import jobs
+from tmax_jax.inference.server import free_port
 
 ROOT = pathlib.Path(__file__).parents[1]
 
@@ -63,7 +64,8 @@ def test_show_without_a_file_prints_usage_and_exits_2():
   out = subprocess.run(
     [sys.executable, "-m", "tmax_jax.config"], cwd=ROOT, capture_output=True, text=True
   )
-  assert out.returncode == 2 and out.stderr.startswith("usage: python3 -m tmax_jax.config show")
+  assert out.returncode == 2 and out.stderr.startswith("error: expected `show CONFIG_FILE`")
+  assert "usage: python3 -m tmax_jax.config show" in out.stderr
 
 
 def test_show_takes_every_job_and_the_one_error_path():
@@ -84,3 +86,46 @@ def test_show_takes_every_job_and_the_one_error_path():
   typo = run("configs/serve_tiny.py", "--config.serving.prot=1")
   assert typo.returncode == 2 and "did you mean config.serving.port?" in typo.stderr
   assert "Traceback" not in missing.stderr + typo.stderr
+
+
+def test_every_launcher_help_lists_its_config_fields():
+  """Each launcher's --help names its config's top-level fields (read from the config class's
+  source, so --help loads no JAX) and points to `config show`."""
+  for job, cls, launcher, _ in jobs.JOBS:
+    fields = [f.name for f in dataclasses.fields(cls)]
+    assert cli.config_sections(job) == fields, job
+    out = subprocess.run(
+      [sys.executable, launcher, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    text = " ".join(out.stdout.split())
+    assert f"Top-level fields: {', '.join(fields)}." in text, launcher
+    assert "python3 -m tmax_jax.config show FILE" in text, launcher
+
+
+def test_show_stops_where_the_launcher_stops():
+  """`config show` and the launcher resolve a config through the same two steps (jobs.resolve):
+  an input the launcher refuses (here a server that does not answer) is the same one-line error
+  from both, after show's table."""
+  address = f"--config.address=127.0.0.1:{free_port()}"
+  show = subprocess.run(
+    [sys.executable, "-m", "tmax_jax.config", "show", "configs/eval_server.py", address],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  launch = subprocess.run(
+    [sys.executable, "launch/eval.py", "--config=configs/eval_server.py", address],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert show.returncode == launch.returncode == 2, show.stderr[-2000:] + launch.stderr[-2000:]
+  assert show.stdout.startswith("# EvalConfig") and "runs_per_task = " in show.stdout
+  errors = [
+    [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    for out in (show, launch)
+  ]
+  assert errors[0] == errors[1] and "nothing answers there" in errors[0][0], errors
+  assert "Traceback" not in show.stderr + launch.stderr

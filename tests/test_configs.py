@@ -5,9 +5,10 @@ the recipes name are validated with jax.eval_shape (no allocation)."""
 import pathlib
 
 import jax
+import numpy as np
 import pytest
 
-from tmax_jax import jobs, recipes
+from tmax_jax import jobs, recipes, rl
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import from_config_dict, load_config_file, to_config_dict
@@ -47,7 +48,7 @@ def test_recipe_config_is_table_13():
   assert cfg.train.optimizer.max_grad_norm == 1.0 and cfg.steps == 500
   assert cfg.train.loss.policy_loss == "dppo" and cfg.train.loss.hyper.divergence == "tv"
   assert cfg.train.loss.hyper.delta == 0.1 and cfg.train.loss.kl_beta == 0.0
-  assert cfg.train.loss.advantage == "centered"
+  assert cfg.train.loss.estimator == "centered"  # DPPO's own ("auto")
   assert cfg.worker.temperature == 1.0 and cfg.train.temperature == 1.0
   assert cfg.model.head_dtype == "float32" and cfg.model.compute_dtype == "bfloat16"
   assert cfg.episode.max_tool_calls == 64 and cfg.episode.turn_max_tokens == 16384
@@ -87,6 +88,32 @@ def test_loss_is_switchable_by_name_on_a_recipe_config():
   assert same["train"]["loss"].pop("policy_loss") == "dppo"
   assert other.pop("output_dir") != same.pop("output_dir")
   assert other == same  # nothing else differs from the DPPO run
+
+
+def test_grpo_arm_std_normalises_its_advantages():
+  """GRPO's advantage is (R - mean) / (std + 1e-8) per group: the GRPO config, and any recipe
+  switched to policy_loss=grpo, train on those; advantage=centered keeps DPPO's centred ones."""
+  rewards = np.array([1, 0, 0, 0, 1, 1, 1, 0], np.float32)
+  ids = np.repeat([0, 1], 4)
+  r = rewards.reshape(2, 4)
+  centred = (r - r.mean(1, keepdims=True)).ravel()
+  std_normalised = centred / (np.repeat(r.std(1), 4) + 1e-8)
+
+  def advantages(loss: LossConfig) -> np.ndarray:  # as loop/rl.py computes a step's advantages
+    return np.asarray(rl.get("advantage", loss.estimator)(rewards, ids))
+
+  ablation = from_config_dict(RLConfig, load_config_file(CONFIG_DIR / "tmax_qwen3_5_9b_grpo.py"))
+  np.testing.assert_allclose(advantages(ablation.train.loss), std_normalised, rtol=1e-6)
+  cd = load_config_file(CONFIG_DIR / "tmax_qwen3_5_9b.py")
+  np.testing.assert_allclose(advantages(from_config_dict(RLConfig, cd).train.loss), centred)
+  cd.train.loss.policy_loss = "grpo"
+  assert from_config_dict(RLConfig, cd).train.loss.estimator == "standard"
+  cd.train.loss.advantage = "centered"  # GRPO's objective on centred advantages
+  np.testing.assert_allclose(advantages(from_config_dict(RLConfig, cd).train.loss), centred)
+  assert LossConfig(policy_loss="grpo").estimator == "standard"
+  assert LossConfig(policy_loss="dppo").estimator == "centered"
+  assert LossConfig(policy_loss="sft").estimator == "centered"  # reads no advantages
+  assert LossConfig(policy_loss="dppo", advantage="standard").estimator == "standard"
 
 
 def test_train_config_is_hashable_and_hashes_its_hypers():

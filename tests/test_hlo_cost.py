@@ -50,6 +50,20 @@ def test_loops_count_their_trip_count():
   assert hlo_cost.compiled_cost(g).matmul_flops == 3 * 5 * 2 * 8 * 64 * 64
 
 
+# XLA:TPU's optimised HLO of a 10-step scan (trimmed from a v5p compile): the loop carries no
+# known_trip_count, its condition says `counter < 10`, and the matmul is a `convolution`.
+TPU_SCAN = (pathlib.Path(__file__).parent / "data" / "tpu_scan.hlo").read_text()
+
+
+def test_tpu_loops_count_the_trip_count_their_condition_states():
+  """XLA:TPU's HLO has no known_trip_count: the count comes from `counter < N` in the loop's
+  condition (scan / fori_loop start at 0 and step by 1), so a scanned model's layers count."""
+  assert hlo_cost.hlo_text_cost(TPU_SCAN).matmul_flops == 10 * 2 * 128 * 1024 * 1024
+  unknown = TPU_SCAN.replace("direction=LT", "direction=NE")
+  with pytest.raises(ValueError, match="no known trip count"):
+    hlo_cost.hlo_text_cost(unknown)
+
+
 @pytest.mark.slow  # test_train_step_flop_ratio_guard is the default guard
 def test_scanned_and_unrolled_models_cost_the_same():
   bench = _bench()

@@ -26,8 +26,9 @@ def recipe_configs(job: str | None = None) -> list[pathlib.Path]:
       name = jobs.job_of(load_config_file(path))[0]
     except ValueError:
       continue
-    if name == job or (job is None and name in ("rl", "sft", "eval")):
-      out.append(path)
+    endpoint = name == "eval" and load_config_file(path).get("policy") == "endpoint"
+    if (name == job or (job is None and name in ("rl", "sft", "eval"))) and not endpoint:
+      out.append(path)  # an endpoint eval's model is the user's (run.plan skips it)
   return out
 
 

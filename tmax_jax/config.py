@@ -1,5 +1,7 @@
 """Show a job config as its launcher resolves it: every field with its value, its default and its
-one-line meaning (the comment beside the field in the library's config dataclasses).
+one-line meaning (the comment beside the field in the library's config dataclasses); then the
+launcher's own input checks (preflight.check_inputs: a missing input, a server that does not
+answer), whose error, if any, follows the table with exit 2, as the launcher would stop on it.
 
 python3 -m tmax_jax.config show configs/X.py [--config.train.optimizer.warmup_ratio=0.1 ...]
 python3 -m tmax_jax.config show configs/X.py --changed   (only the fields that differ from default)
@@ -22,9 +24,13 @@ from absl import flags
 from ml_collections import config_flags
 
 from tmax_jax import cli, errors, jobs
-from tmax_jax.config_dict import load_config_file
+from tmax_jax.config_dict import load_config_file, syntax_error
+from tmax_jax.loop.preflight import check_inputs
 
-USAGE = "usage: python3 -m tmax_jax.config show CONFIG_FILE [--config.a.b=VALUE ...] [--changed]"
+USAGE = (
+  "usage: python3 -m tmax_jax.config show CONFIG_FILE [--config.a.b=VALUE ...] [--changed] "
+  "[--debug]"
+)
 
 
 @functools.cache
@@ -118,12 +124,18 @@ def render(cfg: Any, changed_only: bool = False) -> str:
 
 def load(path: str, overrides: list[str]):
   """The typed job config of config file `path` with `--config.a.b=v` overrides, as the launcher
-  parses them (absl + ml_collections, locked)."""
+  parses them (absl + ml_collections, locked) and types them (jobs.job_config); the launcher's
+  input checks are preflight.check_inputs, which `show` runs after the table."""
   values = flags.FlagValues()
   config_flags.DEFINE_config_file(
     "config", None, "job config", flag_values=values, lock_config=True
   )
-  values([sys.argv[0], f"--config={path}", *overrides])
+  try:
+    values([sys.argv[0], f"--config={path}", *overrides])
+  except flags.Error as e:  # a wrong-typed value: `flag --config.a.b=x: invalid literal ...`
+    raise errors.ConfigError(str(e).removeprefix("flag ")) from e
+  except SyntaxError as e:
+    raise syntax_error(e) from e
   return jobs.job_config(values.config)
 
 
@@ -143,13 +155,18 @@ def _check(path: str, overrides: list[str]) -> None:
 
 def main(args: list[str]) -> int:
   """`show CONFIG_FILE [--config.a.b=VALUE ...] [--changed]` (the program name not included)."""
+  if args and args[0] in ("-h", "--help"):
+    print(f"{USAGE}\n\n{__doc__.strip()}")
+    return 0
   if len(args) < 2 or args[0] != "show" or args[1].startswith("-"):
-    print(USAGE, file=sys.stderr)
-    return 2
+    cli.exit_user_error(f"expected `show CONFIG_FILE`; {USAGE}")
   changed = "--changed" in args
   overrides = [a for a in args[2:] if a not in ("--changed", cli.DEBUG_FLAG)]
   _check(args[1], overrides)
-  print(render(load(args[1], overrides), changed_only=changed))
+  cfg = load(args[1], overrides)
+  print(render(cfg, changed_only=changed))
+  sys.stdout.flush()
+  check_inputs(cfg)  # the launcher's checks: what would stop it is said (exit 2) after the table
   return 0
 
 

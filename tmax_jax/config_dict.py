@@ -17,7 +17,7 @@ from typing import Any
 
 import ml_collections
 
-from tmax_jax.errors import ConfigError, UserError
+from tmax_jax.errors import ConfigError
 
 
 def load_config_file(path: str | os.PathLike) -> ml_collections.ConfigDict:
@@ -26,8 +26,17 @@ def load_config_file(path: str | os.PathLike) -> ml_collections.ConfigDict:
   path = pathlib.Path(path)
   spec = importlib.util.spec_from_file_location(f"_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise syntax_error(e) from e
   return module.get_config()
+
+
+def syntax_error(e: SyntaxError) -> ConfigError:
+  """A config file that is not valid Python: `file:line: not valid Python (why)` and the line."""
+  text = f"{e.filename}:{e.lineno}: not valid Python ({e.msg})"
+  return ConfigError(f"{text}\n  {e.text.strip()}" if e.text and e.text.strip() else text)
 
 
 def to_config_dict(obj: Any) -> ml_collections.ConfigDict:
@@ -46,11 +55,29 @@ def to_config_dict(obj: Any) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(conv(obj))
 
 
+SCALARS = (bool, int, float, str)
+
+
+def _check_items(path: str, hint: Any, value: tuple) -> None:
+  """The items of a `tuple[X, ...]` field are X (ml_collections checks a scalar field's type on
+  an override, but not a tuple's items: --config.seeds=zero arrives as ('zero',))."""
+  args = typing.get_args(hint)
+  if len(args) != 2 or args[1] is not Ellipsis or args[0] not in SCALARS:
+    return
+  kind = args[0]
+  for item in value:
+    ok = isinstance(item, kind) and (kind is bool or not isinstance(item, bool))
+    ok = ok or (kind is float and isinstance(item, int) and not isinstance(item, bool))
+    if not ok:
+      raise ConfigError(f"{path}={value!r}: expected a tuple of {kind.__name__}, got {item!r}")
+
+
 def _coerce(path: str, hint: Any, value: Any) -> Any:
   origin = typing.get_origin(hint)
   if dataclasses.is_dataclass(hint):
     return from_config_dict(hint, value, path)
   if origin is tuple and isinstance(value, (list, tuple)):
+    _check_items(path, hint, value)
     return tuple(value)
   if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
     args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -78,7 +105,7 @@ def from_config_dict(cls: type, cd: Any, path: str = "config") -> Any:
   kwargs = {k: _coerce(f"{path}.{k}", hints[k], v) for k, v in data.items()}
   try:
     return cls(**kwargs)
-  except UserError:
+  except ConfigError:
     raise  # a nested config's error, already with its path
   except (ValueError, TypeError) as e:  # the dataclass's own validation (__post_init__)
     raise ConfigError(f"{path}: {e}") from e

@@ -3,11 +3,11 @@
 XLA's `compiled.cost_analysis()` visits a `while` body once, whatever its trip count, so a model
 with `scan`ned layers, a chunked head or blockwise attention reports a fraction of its real work
 (a 4-layer scanned Qwen3 train step: 0.34x the model FLOPs; unrolled: 1.10x). This module walks the
-optimised HLO text of the compiled module instead: matmul FLOPs (`dot`, `convolution`) of every
-computation, multiplied along the call graph by the `known_trip_count` XLA attaches to each
-while loop (conditional branches count as their most expensive branch), plus an estimate of the
-bytes each top-level instruction reads and writes (operands + result; fusion internals stay in
-registers/caches), multiplied the same way.
+optimised HLO text of the compiled module instead: matmul FLOPs (`dot`, `convolution`, and the
+cuBLAS GEMM custom calls XLA:GPU turns dots into) of every computation, multiplied along the call
+graph by the `known_trip_count` XLA attaches to each while loop (conditional branches count as
+their most expensive branch), plus an estimate of the bytes each top-level instruction reads and
+writes (operands + result; fusion internals stay in registers/caches), multiplied the same way.
 
 Only matmul FLOPs are counted: they are what "model FLOPs" (6 x matmul params x tokens +
 attention) estimates, so `matmul_flops / model_flops` measures wasted matmul work (recomputation,
@@ -30,6 +30,7 @@ _ARRAY = re.compile(
 )
 _PARAM = re.compile(r"([\w.\-]+): ((?:\([^)]*\))|(?:[\w]+\[[\d,]*\](?:\{[^}]*\})?))")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_GEMM = re.compile(r'"gemm_backend_config":\{.*?"lhs_contracting_dimensions":\[([^\]]*)\]')
 _BYTES = {
   "pred": 1,
   "s4": 1,
@@ -149,6 +150,19 @@ def _dot_flops(ins: _Instr, types: dict[str, str]) -> float:
   return 2.0 * math.prod(out) * contracting
 
 
+def _gemm_contracting(ins: _Instr) -> tuple[int, ...] | None:
+  """The lhs contracting dims of a cuBLAS GEMM custom call (XLA:GPU's rewritten `dot`: its result
+  and a scratch workspace, the dot's dimensions in its backend config), else None."""
+  m = _GEMM.search(ins.rest) if ins.op == "custom-call" else None
+  return tuple(int(d) for d in re.findall(r"\d+", m.group(1))) if m else None
+
+
+def _gemm_flops(ins: _Instr, types: dict[str, str], contracting: tuple[int, ...]) -> float:
+  out = _shapes(ins.type_text)[0][1]
+  lhs = _shapes(types[_operand_names(ins.rest)[0]])[0][1]
+  return 2.0 * math.prod(out) * math.prod(lhs[d] for d in contracting)
+
+
 def _conv_flops(ins: _Instr, types: dict[str, str]) -> float:
   out = _shapes(ins.type_text)[0][1]
   rhs_name = _operand_names(ins.rest)[1]
@@ -157,15 +171,29 @@ def _conv_flops(ins: _Instr, types: dict[str, str]) -> float:
   return 2.0 * math.prod(out) * math.prod(rhs) / rhs[labels.index("o")]
 
 
-def _called(ins: _Instr) -> tuple[list[str], float, bool]:
+def _condition_trip(cond: list[_Instr]) -> int | None:
+  """The trip count a loop condition states as `counter < constant(N)` (how scan and fori_loop
+  lower; the counter starts at 0 and steps by 1): XLA:TPU's optimised HLO carries no
+  known_trip_count attribute."""
+  root = next((i for i in cond if i.is_root), None)
+  if root is None or root.op != "compare" or "direction=LT" not in root.rest:
+    return None
+  by_name = {i.name: i for i in cond}
+  bound = by_name.get(_operand_names(root.rest)[1])
+  m = re.match(r"(\d+)\)", bound.rest) if bound is not None and bound.op == "constant" else None
+  return int(m.group(1)) if m else None
+
+
+def _called(ins: _Instr, comps: dict | None = None) -> tuple[list[str], float, bool]:
   """-> (called computations, multiplier, whether only the most expensive one runs)."""
   if ins.op == "while":
-    trip = _TRIP.search(ins.rest)
-    if trip is None:
-      raise ValueError(f"hlo_cost: while loop %{ins.name} has no known trip count")
     body = re.search(r"body=%([\w.\-]+)", ins.rest).group(1)
     cond = re.search(r"condition=%([\w.\-]+)", ins.rest).group(1)
-    return [body, cond], float(trip.group(1)), False
+    trip = _TRIP.search(ins.rest)
+    n = int(trip.group(1)) if trip else _condition_trip((comps or {}).get(cond, []))
+    if n is None:
+      raise ValueError(f"hlo_cost: while loop %{ins.name} has no known trip count")
+    return [body, cond], float(n), False
   if ins.op == "conditional":
     branches = re.search(r"branch_computations=\{([^}]*)\}", ins.rest)
     names = (
@@ -180,20 +208,22 @@ def _called(ins: _Instr) -> tuple[list[str], float, bool]:
 
 def _sliced_bytes(fused: list[_Instr], ftypes: dict[str, str]) -> tuple[dict[int, int], int]:
   """For a fused computation: {parameter index: bytes really touched} for parameters used only
-  through dynamic-slice / as the in-place target of a dynamic-update-slice, and the bytes the
-  fusion writes when its root updates a parameter in place (-1: its whole result)."""
+  through dynamic-slice or gather (the paged KV pool's pages) / as the in-place target of a
+  dynamic-update-slice, and the bytes the fusion writes when its root updates a parameter in place
+  (-1: its whole result)."""
   params = {i.name: int(re.match(r"(\d+)", i.rest).group(1)) for i in fused if i.op == "parameter"}
   touched: dict[int, int] = {}
   for name, index in params.items():
     users = [i for i in fused if name in _operand_names(i.rest)]
     if users and all(
-      u.op in ("dynamic-slice", "dynamic-update-slice") and _operand_names(u.rest)[0] == name
+      u.op in ("dynamic-slice", "gather", "dynamic-update-slice")
+      and _operand_names(u.rest)[0] == name
       for u in users
     ):
       touched[index] = sum(
-        type_bytes(u.type_text)
-        if u.op == "dynamic-slice"
-        else type_bytes(ftypes[_operand_names(u.rest)[1]])
+        type_bytes(ftypes[_operand_names(u.rest)[1]])
+        if u.op == "dynamic-update-slice"
+        else type_bytes(u.type_text)
         for u in users
       )
   root = next((i for i in fused if i.is_root), None)
@@ -219,6 +249,9 @@ def _moved_bytes(ins: _Instr, ctypes: dict[str, str], comps, types) -> int:
     fused = re.search(r"calls=%([\w.\-]+)", ins.rest).group(1)
     touched, written = _sliced_bytes(comps[fused], types[fused])
   out = type_bytes(ins.type_text) if written < 0 else written
+  if _gemm_contracting(ins) is not None:  # the result only, not cuBLAS's workspace
+    dt, dims = _shapes(ins.type_text)[0]
+    out = _BYTES[dt] * math.prod(dims)
   return out + sum(touched.get(k, type_bytes(ctypes.get(o, ""))) for k, o in enumerate(operands))
 
 
@@ -228,7 +261,10 @@ def _instr_flops(ins: _Instr, types: dict[str, str], flops_of, comps) -> float:
     return _dot_flops(ins, types)
   if ins.op == "convolution":
     return _conv_flops(ins, types)
-  called, mult, pick_max = _called(ins)
+  contracting = _gemm_contracting(ins)
+  if contracting is not None:
+    return _gemm_flops(ins, types, contracting)
+  called, mult, pick_max = _called(ins, comps)
   sub = [flops_of(c) for c in called if c in comps]
   if not sub:
     return 0.0
@@ -249,7 +285,7 @@ def _cost(hlo_text: str) -> Cost:
     total = _ZERO
     for ins in comps[comp]:
       if ins.op in ("while", "conditional", "call"):
-        called, mult, pick_max = _called(ins)
+        called, mult, pick_max = _called(ins, comps)
         sub = [cost_of(c) for c in called if c in comps]
         if sub:
           total += (

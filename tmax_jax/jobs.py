@@ -10,6 +10,8 @@ from tmax_jax.config_dict import from_config_dict
 from tmax_jax.harbor.run import HarborEvalConfig
 from tmax_jax.loop.config import DemoConfig, RLConfig, ServeConfig, SFTConfig
 from tmax_jax.loop.evaluate import EvalConfig
+from tmax_jax.loop.math_eval import MathEvalConfig
+from tmax_jax.loop.preflight import check_inputs
 
 # (job, its config class, its launcher, a top-level field only that class has)
 JOBS = (
@@ -19,6 +21,7 @@ JOBS = (
   ("eval", EvalConfig, "launch/eval.py", "runs_per_task"),
   ("serve", ServeConfig, "launch/serve.py", "ready_file"),
   ("harbor", HarborEvalConfig, "launch/harbor_eval.py", "n_concurrent"),
+  ("math_eval", MathEvalConfig, "launch/math_eval.py", "samples_per_problem"),
 )
 
 
@@ -33,6 +36,20 @@ def job_of(cd: ml_collections.ConfigDict) -> tuple[str, type, str]:
   )
 
 
-def job_config(cd: ml_collections.ConfigDict):
-  """The typed, validated job config of a config file's ConfigDict."""
-  return from_config_dict(job_of(cd)[1], cd)
+def job_class(job: str) -> type:
+  return next(cls for name, cls, *_ in JOBS if name == job)
+
+
+def job_config(cd: ml_collections.ConfigDict, job: str | None = None, root: str = "config"):
+  """The typed, validated job config of a config file's ConfigDict (`job`: the launcher's own
+  job; None: told by its sections). `root` names the flag in errors (--serve.a.b: "serve")."""
+  return from_config_dict(job_class(job) if job else job_of(cd)[1], cd, root)
+
+
+def resolve(cd: ml_collections.ConfigDict, job: str | None = None, root: str = "config"):
+  """The job config a launcher runs: typed and validated (job_config), then every input and server
+  it names checked (loop/preflight.check_inputs). Every launcher and `python3 -m tmax_jax.config
+  show` go through these two steps."""
+  cfg = job_config(cd, job, root)
+  check_inputs(cfg, root)
+  return cfg

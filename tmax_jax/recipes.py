@@ -4,7 +4,8 @@ RL (paper Table 13, exactly): DPPO binary TV delta 0.1, fp32 LM head, bf16 compu
 weights, remat; 8 prompts x 32 samples, async 4, active sampling + zero-std filter, temperature
 1.0, AdamW lr 1e-6 constant, grad norm 1.0, 500 steps, KL beta 0, one optimizer step per batch;
 prompt <= 2048, per turn <= 16384, response <= 65536 tokens (32768 for Qwen3-8B), <= 64 tool calls,
-120 s per command, tests under max(task, 600 s), 4 GB sandboxes.
+120 s per command, tests under max(task, 600 s), 4 GB sandboxes. Episodes in flight fill the
+server's slots; a model request may take as long as the longest legal turn (WorkerConfig).
 SFT: TMAX's (Qwen3-8B: lr 2e-5 linear, warmup 3%, wd 0, 2 epochs, global batch 128, 64k tokens)
 and TerminalHorizon's (Qwen3.5-27B: AdamW lr 1e-5, wd 0.1, cosine, 5% warmup).
 
@@ -126,7 +127,12 @@ def rl(preset: str, max_response: int = 65536) -> RLConfig:
       max_response_tokens=max_response,
       command_timeout_s=120.0,
     ),
-    worker=WorkerConfig(max_parallel_episodes=64, temperature=1.0),
+    # Derived (RLConfig.rollout_worker): episodes in flight = the server's slots, at most the
+    # batch x (1 + async) = 1,280 (256 on each shipped layout: 2 x 128 slots, the 27B's 2 x 32
+    # on each of 4 hosts); each model request gets the time of a 16,384-token turn at the
+    # worker's floors (8 tok/s decode, 1,000 tok/s prefill of the 67,584-token conversation, 120 s
+    # of waiting): 2,236 s (the 8B: 2,203 s). A command's 120 s is never inside a request.
+    worker=WorkerConfig(max_parallel_episodes=0, request_timeout_s=0.0, temperature=1.0),
     train=TrainConfig(
       optimizer=OptimizerConfig(
         learning_rate=1e-6, schedule="constant", max_grad_norm=1.0, weight_decay=0.0
@@ -136,7 +142,7 @@ def rl(preset: str, max_response: int = 65536) -> RLConfig:
         hypers={"dppo": DPPOHyper(divergence="tv", delta=0.1)},
         kl_beta=0.0,
         aggregation="token",
-        advantage="centered",
+        advantage="auto",  # DPPO's centred A; the GRPO arm (with_policy_loss) std-normalises
       ),
       global_batch=rollout.prompts_per_batch * rollout.group_size,
       epochs=1,
@@ -156,7 +162,8 @@ def rl(preset: str, max_response: int = 65536) -> RLConfig:
 
 def with_policy_loss(cfg: RLConfig, name: str) -> RLConfig:
   """`cfg` with policy loss `name` and its registered recipe defaults (e.g. "grpo": the PPO clip
-  0.2 / 0.272 baseline the recipe compares DPPO against); every other setting unchanged."""
+  0.2 / 0.272 baseline the recipe compares DPPO against, with GRPO's std-normalised advantages
+  through advantage="auto"); every other setting unchanged."""
   loss = dataclasses.replace(cfg.train.loss, policy_loss=name)
   out = f"{cfg.output_dir}_{name}"
   return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, loss=loss), output_dir=out)

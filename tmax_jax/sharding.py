@@ -59,6 +59,14 @@ def activation_sharding(mesh: Mesh, rules, axes: tuple[str | None, ...]) -> Name
   return logical_to_sharding(PartitionSpec(*axes), mesh, rules)
 
 
+def platform() -> str:
+  """The platform the program being traced is for: that of the mesh set by `use_mesh` /
+  `jax.set_mesh` (a TPU topology's compile-only devices under an AOT compile, while
+  `jax.default_backend()` stays "cpu"), else `jax.default_backend()`. Kernels are picked by this."""
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  return device.platform if device is not None else jax.default_backend()
+
+
 @contextlib.contextmanager
 def use_mesh(mesh: Mesh, rules) -> Iterator[None]:
   """Context in which the models' logical activation constraints apply to `mesh`."""

@@ -98,12 +98,40 @@ def lifetime_of(name: str, backend: str) -> int | None:
   pids = _procs(_pids_parent() / name)
   if pids is None:
     return GONE
-  host = _ns(1)
-  inner = {_ns(p) for p in pids} - {host, ""}
+  # This process runs in the host's namespace (/proc/1 may not be readable in a container: its
+  # '' once let the host namespace in, where every sandbox's nsenter parent carries `tmax-life N`).
+  host = _ns(os.getpid())
+  members = {p: (_ns(p), _started(p)) for p in pids}
+  inner = {ns for ns, _ in members.values()} - {host, ""}
   if not inner:
     return GONE
+  given = _watchdog_in(inner)
+  # A namespace's id is reused as soon as it is freed (the kernel hands out the lowest free one):
+  # a sandbox that ended during the scan may have passed its id to another sandbox, whose
+  # watchdog the scan then found. The answer is the sandbox's only if one of its processes lived
+  # through the whole scan (same pid, same start time, same namespace), keeping the id taken.
+  if not any(
+    ns in inner and started and (_ns(p), _started(p)) == (ns, started)
+    for p, (ns, started) in members.items()
+  ):
+    return GONE
+  return given
+
+
+def _started(pid: int) -> str:
+  """The process's start time in clock ticks since boot ('' when it is gone): with the pid, names
+  one process (a pid is reused, a pid and a start time are not)."""
+  with contextlib.suppress(OSError):
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[19]
+  return ""
+
+
+def _watchdog_in(namespaces: set[str]) -> int | None:
+  """The seconds of the lifetime watchdog running in one of `namespaces` (bubblewrap's: host
+  root, `sh -c ... tmax-life <seconds>`), None when there is none."""
   for proc in pathlib.Path("/proc").iterdir():
-    if not proc.name.isdigit() or _ns(int(proc.name)) not in inner:
+    if not proc.name.isdigit() or _ns(int(proc.name)) not in namespaces:
       continue
     with contextlib.suppress(OSError):
       if proc.stat().st_uid == 0:  # only the watchdog runs as host root in there

@@ -14,6 +14,7 @@ from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.oracle_data import read_jsonl
 from tmax_jax.horizon import audit, build, collect, patterns, record, teacher
 from tmax_jax.tasks import format as fmt
+from tmax_jax.tasks.generator import llm
 from tmax_jax.tasks.procedural import chains
 
 
@@ -173,8 +174,8 @@ def test_chat_messages_and_think_prefill(tokenizer):
   assert prefill == "<think>\n"
 
   class Canned:
-    def complete(self, messages, max_tokens=None):
-      return _call("ls")
+    def chat(self, messages, max_tokens=None, seed=None, tools=()):
+      return llm.ChatReply(_call("ls"))
 
   out = teacher.ChatTeacher(Canned(), tok35)(ids, 100)
   text = tok35.decode(out.token_ids, skip_special_tokens=False)

@@ -51,6 +51,7 @@ def _trainer(ckpt, attention_impl: str, **dtypes):
   return dataclasses.replace(cfg, attention_impl=attention_impl), params
 
 
+@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
 def test_fp32_head_closes_gap_to_trainer(tmp_path):
   """With a trainer whose attention has the served numerics (the reference kernel: softmax
   normalised before the bf16 PV matmul, as the paged decode does); the blockwise kernel rounds in

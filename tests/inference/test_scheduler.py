@@ -137,6 +137,7 @@ def test_multi_turn_episode_identical_with_and_without_prefix_cache(models, mode
   assert s_cached["prefill_tokens"] < s_plain["prefill_tokens"] / 2
 
 
+@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
 @pytest.mark.parametrize("model_type", ["qwen3", "qwen3_5"])
 def test_unrolled_serving_matches_the_scanned_stack(models, model_type):
   """One pool buffer per layer and unstacked params (`unrolled_layers`) serve what the scanned stack
@@ -335,3 +336,20 @@ def test_batch_invariant_request_is_bit_identical_alone_and_in_company(models, m
     np.array([e.logprob for e in together], np.float32),
     np.array([e.logprob for e in alone], np.float32),
   )
+
+
+def test_the_first_call_of_each_program_logs_its_compile(models, caplog):
+  sched = _sched(models)
+  with caplog.at_level("DEBUG", logger="tmax_jax.inference.scheduler"):
+    helpers.collect(sched, [_seq(0, helpers.prompts(1, seed=3, hi=20)[0], 6)])
+    helpers.collect(sched, [_seq(1, helpers.prompts(1, seed=4, hi=20)[0], 6)])  # shapes seen
+  info = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+  assert [m.split(" (")[0] for m in info] == [
+    "compiling the prefill program",
+    "compiled the prefill program",
+    "compiling the decode program",
+    "compiled the decode program",
+  ], info
+  assert info[0].endswith("; requests wait for it") and " s" in info[1]
+  again = [r for r in caplog.records if "compiling" in r.getMessage()]
+  assert len({r.getMessage() for r in again}) == len(again)  # each shape once

@@ -16,6 +16,7 @@ from tests.conftest import require_base_rootfs
 from tmax_jax.agents import harnesses
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
+from tmax_jax.errors import UserError
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.loop import evaluate as E
 from tmax_jax.tasks import loader
@@ -51,12 +52,15 @@ AGG_KEYS = {
   "pass@k",
   "mean_reward",
   "num_errors",
+  "error_share",
+  "error_reasons",
   "unsupported_tasks",
   "status_counts",
   "mean_turns",
   "mean_tool_calls",
   "mean_response_tokens",
   "mean_duration_s",
+  "usage",
 }
 
 
@@ -222,8 +226,9 @@ def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
   res = E.evaluate(_cfg(tasks, tmp_path / "o", policy="oracle"), tokenizer=tok)
   rec = res["trials"][0]
   assert rec["status"] == "error" and "solve.sh is missing" in rec["error"]
-  assert res["aggregate"]["num_errors"] == 1 and rec["reward"] == 0.0
-  assert "WARNING: 1 trial(s) raised errors" in E.summary_text(res)
+  assert res["aggregate"]["num_errors"] == 1 and res["aggregate"]["num_trials"] == 0
+  assert res["aggregate"]["pass@1"] == {"mean": None, "stderr": None}  # not a 0: nothing scored
+  assert "ERRORED: 1 of 1 trial(s), not scored" in E.summary_text(res)
   # Nothing listens on the port: the server error is recorded per trial, not turned into a 0.
   import socket
 
@@ -244,6 +249,76 @@ def test_trial_errors_are_recorded_not_hidden(tmp_path, tok):
   rec = res["trials"][0]
   assert rec["status"] == "error" and "ServerUnavailableError" in rec["error"], rec
   assert res["aggregate"]["num_errors"] == 1
+
+
+def _without_oracle(tasks: pathlib.Path, name: str, seed: int):
+  """A procedural task whose solve.sh is gone: its oracle trials error (a setup failure)."""
+  task = registry.write("csv_aggregate", seed, 0, tasks / name)
+  (task.path / "solution" / "solve.sh").unlink()
+  return task
+
+
+def test_pass_at_1_is_over_scored_trials_and_errored_ones_are_listed(tmp_path, tok):
+  """Issue 47: an errored trial used to count as a 0 in pass@1 and as a one-line warning."""
+  require_base_rootfs()
+  tasks = tmp_path / "t"
+  registry.write("csv_aggregate", 2, 0, tasks / "good")
+  bad = _without_oracle(tasks, "bad", 3)
+  res = E.evaluate(_cfg(tasks, tmp_path / "o", policy="oracle", plot=False), tokenizer=tok)
+  agg = res["aggregate"]
+  assert agg["pass@1"] == {"mean": 1.0, "stderr": 0.0}  # the good task only
+  assert (agg["num_tasks"], agg["num_trials"], agg["num_errors"]) == (1, 1, 1)
+  assert agg["error_share"] == 0.5 and bad.name not in res["tasks"]
+  (reason,) = agg["error_reasons"]
+  assert reason["trials"] == 1 and "solve.sh is missing" in reason["reason"]
+  text = E.summary_text(res)
+  assert "ERRORED: 1 of 2 trial(s)" in text and f"1 x {reason['reason']}" in text
+  with pytest.raises(UserError, match=r"1 of 2 trials errored \(50% > max_error_share=10%\)"):
+    E.check_measured(res)
+  E.check_measured({**res, "config": {**res["config"], "max_error_share": 1.0}})
+
+
+def test_cli_fails_when_no_trial_was_scored(tmp_path):
+  """Issue 47: every trial errored, and the command printed pass@1 = 0.0000 and exited 0."""
+  require_base_rootfs()
+  _without_oracle(tmp_path / "t", "bad", 3)
+  cmd = [
+    sys.executable,
+    str(REPO / "launch" / "eval.py"),
+    f"--config={REPO}/configs/eval_oracle.py",
+    f"--config.tasks_dir={tmp_path / 't'}",
+    f"--config.output_dir={tmp_path / 'o'}",
+    "--config.runs_per_task=2",
+  ]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert (
+    "error: no trial was scored (2 of 2 errored; most frequent: ValueError: task" in proc.stderr
+  )
+  assert "solve.sh is missing" in proc.stderr and "Traceback" not in proc.stderr
+  assert "pass@1 =" not in proc.stdout and "pass@1: not measured" in proc.stdout
+  results = json.loads((tmp_path / "o" / "results.json").read_text())  # kept for inspection
+  assert results["aggregate"]["pass@1"]["mean"] is None
+
+
+def test_a_second_run_does_not_overwrite_the_first(proc_tasks, tmp_path, tok):
+  """Issue 47: a second eval into the same output_dir silently replaced the first's results."""
+  require_base_rootfs()
+  out = tmp_path / "o"
+  cfg = _cfg(proc_tasks / "fix_permissions", out, policy="oracle", plot=False)
+  first = E.evaluate(cfg, tokenizer=tok)
+  kept = (out / "results.json").read_bytes()
+  second = E.evaluate(cfg, tokenizer=tok)
+  assert first["config"]["output_dir"] == str(out)
+  assert second["config"]["output_dir"] == f"{out}-2"
+  assert (out / "results.json").read_bytes() == kept
+  assert (
+    json.loads(pathlib.Path(f"{out}-2/results.json").read_text())["started_at"]
+    == (second["started_at"])
+  )
+  third = E.evaluate(dataclasses.replace(cfg, overwrite=True), tokenizer=tok)
+  assert third["config"]["output_dir"] == str(out) and not pathlib.Path(f"{out}-3").exists()
+  assert json.loads((out / "results.json").read_text())["started_at"] == third["started_at"]
 
 
 def test_unsupported_tasks_are_reported_not_scored(tmp_path, tok):
@@ -307,9 +382,13 @@ def test_missing_dirs_are_named(tmp_path):
 
 @pytest.mark.parametrize("path", sorted(REPO.glob("configs/eval_*.py")), ids=lambda p: p.name)
 def test_config_files_build(path):
+  from tmax_jax import jobs
   from tmax_jax.config_dict import from_config_dict, load_config_file
 
-  cfg = from_config_dict(E.EvalConfig, load_config_file(path))
+  cd = load_config_file(path)
+  if jobs.job_of(cd)[1] is not E.EvalConfig:  # eval_aime.py: launch/math_eval.py's job
+    pytest.skip(f"{path.name} is the {jobs.job_of(cd)[0]} job's config (tests/test_configs.py)")
+  cfg = from_config_dict(E.EvalConfig, cd)
   assert cfg.policy in E.POLICIES and cfg.episode.harness in harnesses.names()
 
 
@@ -357,6 +436,36 @@ def test_aggregate_maths():
   table = E.category_table(s)
   assert table.splitlines()[2].split()[:4] == ["x", "2", "8", "0.500"]
   assert table.splitlines()[-1].split()[0] == "all"
+
+
+def test_errored_trials_are_left_out_of_every_score():
+  cfg = E.EvalConfig(tasks_dir="/x", output_dir="/y", runs_per_task=2, pass_ks=(1, 2))
+  lost = "sandbox_lost: the shell died"
+  recs = [
+    _rec("a", "x", 0, 1.0),
+    _rec("a", "x", 1, 0.0, status="error", error=f"InfrastructureError: {lost}"),
+    _rec("b", "x", 0, 0.0, status="build_failed", reward_reason="build_failed: no apt"),
+    _rec("b", "x", 1, 0.0, status="build_failed", reward_reason="build_failed: no apt"),
+    _rec("c", "y", 0, 0.0, status="no_episode", reward_reason="sandbox_start: no rootfs"),
+    _rec("c", "y", 1, 0.0),
+  ]
+  agg = E.aggregate(recs, cfg)["aggregate"]
+  assert agg["pass@1"]["mean"] == 0.5 and agg["mean_reward"] == 0.5  # a: 1/1, c: 0/1
+  assert (agg["num_tasks"], agg["num_trials"], agg["num_errors"]) == (2, 2, 4)
+  assert agg["pass@k"] == {} and agg["error_share"] == 4 / 6  # a task has 1 scored trial
+  assert agg["error_reasons"] == [
+    {"reason": "build_failed: no apt", "trials": 2},
+    {"reason": f"InfrastructureError: {lost}", "trials": 1},
+    {"reason": "sandbox_start: no rootfs", "trials": 1},
+  ]
+  summary = E.aggregate(recs[1:3], cfg)  # nothing scored
+  assert summary["aggregate"]["pass@1"] == {"mean": None, "stderr": None}
+  assert summary["aggregate"]["mean_reward"] is None and summary["tasks"] == {}
+  results = {**summary, "config": {"output_dir": "/y", "max_error_share": 1.0}}
+  assert "pass@1: not measured" in E.summary_text(results)
+  assert E.category_table(summary).splitlines()[-1].split()[1:] == ["0", "0", "-", "-", "-"]
+  with pytest.raises(UserError, match=r"no trial was scored \(2 of 2 errored; most frequent"):
+    E.check_measured(results)
 
 
 def test_plot_is_png(tmp_path):

@@ -8,6 +8,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from tests.conftest import require_base_rootfs
 from tests.inference import serve_process
 from tests.loop.rl_helpers import TINY
@@ -42,6 +44,7 @@ async def _served_version(address: str) -> tuple[int, str]:
     return s.version, s.instance_id
 
 
+@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
 def test_server_killed_mid_rollouts_is_reconnected_resynced_and_counted(tmp_path):
   require_base_rootfs()
   port = free_port()

@@ -1,6 +1,7 @@
 """The training attention kernels (models/attention): blockwise vs reference parity (values and
 grads, fp32, 1e-5) over packed, padded and odd-length rows with GQA, the platform switch, the cuDNN
-packed-layout offsets, the parity script's CPU mode, and whole models on each kernel."""
+packed-layout offsets, the parity script's CPU mode, splash in the interpreter (alone and per shard
+under a mesh), and whole models on each kernel."""
 
 import pathlib
 import subprocess
@@ -10,9 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
+from tmax_jax import sharding
 from tmax_jax.models import ModelConfig, attention, build_model, head_weight, init_params
-from tmax_jax.models.attention import blockwise, cudnn
+from tmax_jax.models.attention import blockwise, cudnn, splash
 from tmax_jax.models.logprobs import token_logprobs
 from tmax_jax.models.qwen3_5 import Qwen3_5Config
 
@@ -111,6 +114,42 @@ def test_splash_kernel_in_interpreter_matches_reference():
   assert errs["ok"], errs
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  "n, k, axes, q_spec, kv_spec, take",
+  [  # batch 2: split over data=2, replicated over fsdp=4 / data x fsdp = 4
+    (4, 2, dict(data=2, fsdp=1, tensor=4), P(("data", "fsdp"), None, "tensor", None), None, True),
+    (4, 2, dict(data=1, fsdp=4, tensor=2), P(None, None, "tensor", None), "same", False),
+    (6, 3, dict(data=2, fsdp=2, tensor=2), P(None, None, "tensor", None), None, True),
+  ],
+  ids=["kv-head-taken", "kv-heads-split", "kv-heads-gathered"],
+)
+def test_splash_under_a_mesh_runs_per_shard_and_matches_reference(
+  n, k, axes, q_spec, kv_spec, take
+):
+  """On 8 fake CPU devices the kernel sits in shard_map (what XLA:TPU needs for a Mosaic kernel),
+  each shard on its batch / head block, K/V heads split with the query heads or each shard taking
+  the ones its query heads read; the interpreter's values and grads still match the reference."""
+  b, t, _, _, h, block = attention_parity.SHAPES["tiny_splash"][0]
+  case = attention_parity.packed_inputs(b, t, n, k, h, jnp.float32)
+  mesh = sharding.make_mesh(**axes)
+  rules = ModelConfig().logical_axis_rules
+  with sharding.use_mesh(mesh, rules):
+    got_q, got_kv, got_take, _ = splash.shard_plan(case[0].shape, k)
+    errs = attention_parity.compare(
+      lambda q, kk, v: attention.self_attention(
+        q, kk, v, case[3], case[4], impl="splash", q_chunk=block
+      ),
+      case,
+      TOL,
+      rel=False,
+    )
+  assert got_q == q_spec
+  assert got_kv == (q_spec if kv_spec == "same" else P(q_spec[0], None, None, None))
+  assert (got_take is not None) == take
+  assert errs["ok"], errs
+
+
 DENSE = ModelConfig(
   vocab_size=64,
   hidden_size=32,
@@ -162,6 +201,7 @@ def assert_trees_close(a, b, tol):
     np.testing.assert_allclose(x, y, atol=tol * max(1.0, float(np.max(np.abs(y)))), rtol=tol)
 
 
+@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
 @pytest.mark.parametrize("cfg", [DENSE, QWEN3_5], ids=["dense", "qwen3_5"])
 def test_model_blockwise_equals_reference(cfg):
   """Whole models (dense GQA attention; Qwen3.5 gated attention + Gated DeltaNet) on packed rows:

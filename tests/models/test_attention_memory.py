@@ -14,7 +14,10 @@ import long_context  # noqa: E402  (bench/long_context.py: small models, compile
 T = 256
 
 
-@pytest.mark.parametrize("name", ["dense", pytest.param("qwen3_5", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.parametrize(
+  "name", ["dense", pytest.param("qwen3_5", marks=[pytest.mark.slow, pytest.mark.full])]
+)
 def test_train_step_memory_linear_blockwise_quadratic_reference(name):
   base = long_context.small_models(tiny=True)[name]
   blockwise = base.replace(attention_impl="blockwise", attention_q_chunk=64, attention_kv_chunk=64)

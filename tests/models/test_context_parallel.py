@@ -42,6 +42,7 @@ def test_ring_attention_equals_blockwise():
   assert errs["ok"], errs
 
 
+@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
 def test_gated_delta_rule_passes_state_across_shards():
   rng = np.random.default_rng(0)
   b, t, kh, n, h = 2, 64, 2, 4, 8
@@ -102,6 +103,7 @@ def test_qwen3_5_sequence_parallel_small():
   check_model(QWEN3_5, 256, 4)
 
 
+@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", [DENSE, QWEN3_5], ids=["dense", "qwen3_5"])
 def test_model_sequence_4_equals_unsharded_at_4096(cfg):
@@ -122,6 +124,7 @@ def train_step(cfg, mesh, batch):
 @pytest.mark.parametrize(
   "cfg", [DENSE, pytest.param(QWEN3_5, marks=pytest.mark.slow)], ids=["dense", "qwen3_5"]
 )
+@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
 def test_train_step_sequence_2_equals_sequence_1(cfg):
   """The whole DPPO step (ring attention; for Qwen3.5 also DeltaNet state passing and the conv
   halo; the per-shard head) on packed rows of uneven trajectories: same metrics and params."""
@@ -133,6 +136,7 @@ def test_train_step_sequence_2_equals_sequence_1(cfg):
   assert_trees_close(params_2, params_1, TOL)
 
 
+@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.timeout(1800, method="thread")  # a deadlock fails the run instead of hanging CI
 def test_qwen3_5_train_step_sequence_spanning_every_device():
@@ -150,6 +154,7 @@ def test_qwen3_5_train_step_sequence_spanning_every_device():
   assert_trees_close(params_8, params_1, TOL)
 
 
+@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dense", "qwen3_5"])
 def test_train_step_memory_per_device_falls_with_shards(name):

@@ -111,9 +111,20 @@ def test_pipeline_40_tasks_killed_resumed_published_trains(tmp_path):
   cats = {f"{r['stage']}:{r['category']}" for r in rejected}
   for want in ("build:build_failed", "validate:smoke", "validate:oracle", "validate:noop_passes"):
     assert want in cats, cats
-  for s in after.values():
+  for tid, s in after.items():
     if s["index"] % 10 in (1, 2, 3, 4) and outcome(s, STAGES) == "kept":
-      assert s["stages"]["write"]["attempts"] == (2 if s["index"] % 10 in (3, 4) else 1)
+      # a 429 or late answer is retried inside the client (one parse attempt); a malformed reply
+      # or body costs a second attempt. The kill can land between a malformed reply and its retry:
+      # then the resumed run's first call gets the "ok", and the write record counts that run's
+      # attempts only (CI run of 2026-12-06); no call is repeated either way.
+      key, attempts = keys[s["index"]], s["stages"]["write"]["attempts"]
+      if s["index"] % 10 in (1, 2):
+        assert attempts == 1
+        continue
+      killed_mid_write = before.get((tid, "write"), {}).get("status") != "done"
+      made_before = calls.get(key, 0) if killed_mid_write else 0
+      assert attempts == max(1, 2 - made_before)
+      assert writer.calls[key] == made_before + attempts if killed_mid_write else 2
   published = sources.load_tasks(out / "published")
   assert len(published) == report["kept"] >= 3  # RL below: 2 train + 1 held out
   assert all(p.config.metadata["generator"] == "tmax-llm" for p in published)

@@ -22,6 +22,41 @@ def test_centered_and_standard():
     )
 
 
+@pytest.mark.parametrize("name", ["centered", "standard"])
+def test_zero_std_groups_get_zero_advantages(name):
+  """An all-equal group has no learning signal: A is exactly 0, never (ulp error) / 1e-8. The
+  float mean of 7 x 0.1 misses 0.1 by an ulp, which the bare 1e-8 turned into A of about -0.43."""
+  rewards = np.concatenate([np.zeros(4), np.ones(4), np.full(7, 0.1), np.full(32, 0.3), [0, 1]])
+  groups = np.repeat([0, 1, 2, 3, 4], [4, 4, 7, 32, 2])
+  adv = np.asarray(rl.get("advantage", name)(rewards.astype(np.float32), groups))
+  assert np.all(adv[:-2] == 0.0)
+  np.testing.assert_allclose(adv[-2:], [-0.5, 0.5] if name == "centered" else [-1.0, 1.0], 1e-6)
+
+
+def test_standard_has_unit_std_in_every_group_the_zero_std_filter_keeps():
+  """GRPO's estimator: every group the zero-std filter keeps gets mean 0 and population std 1
+  (up to the 1e-8), however small its spread; the groups it drops get exactly 0."""
+  rng = np.random.default_rng(1)
+  rewards = np.concatenate(
+    [
+      rng.integers(0, 2, 64),  # binary rewards, groups of 8
+      np.ones(8),
+      np.full(4, 0.2),
+      [0.5, 0.5 + 1e-4, 0.5, 0.5],  # a small spread is scaled up like any other
+      rng.uniform(size=8),
+    ]
+  ).astype(np.float32)
+  groups = np.repeat(np.arange(12), [8] * 9 + [4, 4, 8])
+  adv = np.asarray(rl.get("advantage", "standard")(rewards, groups))
+  keep = rl.advantages.nonzero_std_groups(rewards, groups)
+  assert np.all(np.isfinite(adv)) and not keep.all() and keep.any()
+  np.testing.assert_array_equal(adv[~keep], 0.0)
+  for g in np.unique(groups[keep]):
+    a = adv[groups == g].astype(np.float64)
+    np.testing.assert_allclose([a.mean(), a.std()], [0.0, 1.0], atol=2e-3)
+    assert np.abs(a).max() <= np.sqrt(len(a) - 1) + 1e-5  # the bound for a unit-std group
+
+
 def test_advantage_bad_input():
   with pytest.raises(ValueError, match="non-empty"):
     rl.get("advantage", "centered")(np.zeros(0), np.zeros(0))

@@ -52,10 +52,14 @@ class EpisodeConfig:
   # generated + observation tokens after the first prompt (recipe: 65536)
   max_response_tokens: int = 65536
   command_timeout_s: float = 120.0  # per command (recipe: 120 s)
-  wall_time_s: float = 3600.0  # the episode's wall-clock budget
+  # The episode's wall-clock budget; 0 = each task's own [agent] timeout_sec (Terminal-Bench 2.0's
+  # protocol). Either is scaled by runner.timeout_multiplier per trial (worker.trial_episode).
+  wall_time_s: float = 3600.0
   enable_thinking: bool | None = None  # None: the template's default
 
   def __post_init__(self):
+    if self.wall_time_s < 0:
+      raise ValueError(f"EpisodeConfig.wall_time_s={self.wall_time_s}; expected >= 0")
     if not self.family:
       return
     try:

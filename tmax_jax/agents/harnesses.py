@@ -20,6 +20,9 @@ class Harness(Protocol):
   """What a harness provides (structural: any object with these members)."""
 
   name: str
+  # the function definitions (OpenAI format) its prompt renders with the chat template, whose
+  # calls it reads in the family's tool-call syntax; () for a harness that acts through text
+  tools: tuple[dict, ...]
 
   def run(
     self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer, cfg: EpisodeConfig

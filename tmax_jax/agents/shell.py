@@ -40,8 +40,6 @@ MINI_SWE_SYSTEM_PROMPT = (
   "When the task is done, reply with a block that runs `{submit}` alone."
 )
 
-_PROBE = [{"role": "user", "content": "q"}]
-
 
 @dataclasses.dataclass(frozen=True)
 class ShellHarness:
@@ -49,6 +47,10 @@ class ShellHarness:
 
   name: str
   native_tool: bool
+
+  @property
+  def tools(self) -> tuple[dict, ...]:
+    return (formats.BASH_TOOL,) if self.native_tool else ()
 
   def initial_prompt_ids(self, tokenizer, instruction: str, cfg: EpisodeConfig) -> list[int]:
     """System prompt (+ the bash tool schema for the native harness) and the task."""
@@ -60,7 +62,7 @@ class ShellHarness:
     return formats.prompt_ids(
       tokenizer,
       messages,
-      tools=[formats.BASH_TOOL] if self.native_tool else None,
+      tools=list(self.tools) or None,
       **template_kwargs(cfg),
     )
 
@@ -113,20 +115,9 @@ class ShellHarness:
     """The assistant turn (without its end-of-turn token) that runs `command`."""
     if not self.native_tool:
       return f"THOUGHT: I run the next step.\n\n```bash\n{command}\n```"
-    eos, tools, kw = tokenizer.eos_token, [formats.BASH_TOOL], template_kwargs(cfg)
-    prompt = tokenizer.apply_chat_template(
-      _PROBE, tools=tools, tokenize=False, add_generation_prompt=True, **kw
+    return formats.assistant_text(
+      tokenizer, formats.bash_call_message(command), [formats.BASH_TOOL], **template_kwargs(cfg)
     )
-    full = tokenizer.apply_chat_template(
-      _PROBE + [formats.bash_call_message(command)], tools=tools, tokenize=False, **kw
-    )
-    if not full.startswith(prompt) or eos not in full[len(prompt) :]:
-      raise ValueError(
-        "the chat template renders an assistant tool call that does not extend "
-        "its generation prompt; cannot script canonical tool calls for it"
-      )
-    text = full[len(prompt) :]
-    return text[: text.index(eos)]
 
   def script_step(
     self, tokenizer, script: str, index: int, cfg: EpisodeConfig, wait_s: float

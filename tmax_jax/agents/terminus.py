@@ -339,6 +339,7 @@ class TerminusHarness:
 
   name: str = "terminus"
   pane: TerminusConfig = TerminusConfig()
+  tools: tuple[dict, ...] = ()  # JSON replies in text: no native tools
 
   def run(
     self, sandbox: Sandbox, instruction: str, generate: GenerateFn, tokenizer, cfg: EpisodeConfig

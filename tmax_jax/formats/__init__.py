@@ -27,6 +27,7 @@ from tmax_jax.formats.terminus import TerminusAction, TerminusCommand, parse_ter
 from tmax_jax.formats.text_modes import EndlessAction, parse_endless, parse_fenced_bash
 from tmax_jax.formats.tokens import (
   TokenTrajectory,
+  assistant_text,
   continuation_ids,
   continuation_text,
   prompt_ids,
@@ -51,6 +52,7 @@ __all__ = [
   "TerminusAction",
   "TerminusCommand",
   "TokenTrajectory",
+  "assistant_text",
   "bash_call_message",
   "continuation_ids",
   "continuation_text",

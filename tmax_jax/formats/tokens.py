@@ -57,6 +57,28 @@ def continuation_ids(tokenizer, messages, **template_kwargs) -> list:
   return encode(tokenizer, continuation_text(tokenizer, messages, **template_kwargs))
 
 
+def assistant_text(tokenizer, message, tools=None, **template_kwargs) -> str:
+  """The text a model writes for the assistant `message` (content, tool_calls with arguments as
+  objects, reasoning_content) in the chat template's own rendering: what follows the generation
+  prompt, up to (without) the end-of-turn token. Canonical replies of scripted policies and of
+  chat endpoints (tool calls rendered in the family's syntax) are written with it."""
+  probe = [{"role": "user", "content": "q"}]
+  prompt = tokenizer.apply_chat_template(
+    probe, tools=tools, tokenize=False, add_generation_prompt=True, **template_kwargs
+  )
+  full = tokenizer.apply_chat_template(
+    probe + [message], tools=tools, tokenize=False, **template_kwargs
+  )
+  eos = tokenizer.eos_token
+  if not full.startswith(prompt) or eos not in full[len(prompt) :]:
+    raise ValueError(
+      "the chat template renders an assistant turn that does not extend its generation prompt; "
+      "cannot write canonical replies for it"
+    )
+  text = full[len(prompt) :]
+  return text[: text.index(eos)]
+
+
 def tool_observation_ids(tokenizer, observation: str, **template_kwargs) -> list:
   """Continuation ids for one tool result (the native bash-tool harness)."""
   return continuation_ids(tokenizer, [{"role": "tool", "content": observation}], **template_kwargs)

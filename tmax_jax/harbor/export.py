@@ -8,17 +8,15 @@ jobs/ take it as a job of theirs. Layout: <jobs_dir>/<job_name>/{config.json, re
 with no Harbor field (status, turns, tool calls, format errors, reward reason) go into
 agent_result.metadata; an errored trial gets exception_info (its error text).
 
-  <venv>/bin/python -m tmax_jax.harbor.export RESULTS_JSON JOBS_DIR [--job-name NAME]
+  <venv>/bin/python -m tmax_jax.harbor.export RESULTS JOBS_DIR [--job_name N] [--tasks_dir D]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import json
 import pathlib
-import sys
 import uuid
 
 from harbor.models.agent.context import AgentContext
@@ -29,6 +27,8 @@ from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfi
 from harbor.models.trial.result import AgentInfo, ExceptionInfo, ModelInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
 
+from tmax_jax import cli
+from tmax_jax.errors import UserError
 from tmax_jax.tasks import loader
 
 METADATA = ("status", "reward_reason", "turns", "tool_calls", "format_errors", "category", "run")
@@ -103,17 +103,27 @@ def _trial(rec: dict, task_dir: pathlib.Path, job_dir: pathlib.Path, ctx: dict) 
   )
 
 
-def export(results_path: pathlib.Path, jobs_dir: pathlib.Path, job_name: str = "") -> pathlib.Path:
-  """Writes the job directory; returns it. Raises ValueError naming what is missing."""
-  results = json.loads(results_path.read_text())
+def export(
+  results_path: pathlib.Path,
+  jobs_dir: pathlib.Path,
+  job_name: str = "",
+  tasks_dir: pathlib.Path | None = None,
+) -> pathlib.Path:
+  """Writes the job directory; returns it. `tasks_dir`: where the tasks' directories are (default:
+  the results' config.tasks_dir; jobs.export_eval passes a parquet's extraction). Raises UserError
+  naming what is missing."""
+  try:
+    results = json.loads(results_path.read_text(encoding="utf-8"))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise UserError(f"{results_path}: not JSON ({e}); expected an eval's results.json") from None
   config = results.get("config") or {}
-  tasks_dir = config.get("tasks_dir")
+  tasks_dir = tasks_dir or config.get("tasks_dir")
   if not tasks_dir or not pathlib.Path(tasks_dir).is_dir():
-    raise ValueError(f"{results_path}: config.tasks_dir {tasks_dir!r} is not a directory")
+    raise UserError(f"{results_path}: config.tasks_dir {tasks_dir!r} is not a directory")
   tasks = {t.name: t.path for t in loader.load_tasks(tasks_dir)}
   missing = sorted({r["task"] for r in results["trials"]} - set(tasks))
   if missing:
-    raise ValueError(f"{results_path}: trials of tasks not under {tasks_dir}: {missing[:5]}")
+    raise UserError(f"{results_path}: trials of tasks not under {tasks_dir}: {missing[:5]}")
   started = dt.datetime.fromisoformat(results["started_at"])
   job_name = job_name or started.strftime("%Y-%m-%d__%H-%M-%S")
   job_dir = jobs_dir / job_name
@@ -159,14 +169,20 @@ def export(results_path: pathlib.Path, jobs_dir: pathlib.Path, job_name: str = "
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("results", type=pathlib.Path, help="an eval output's results.json")
-  p.add_argument("jobs_dir", type=pathlib.Path)
-  p.add_argument("--job-name", default="")
+  p.add_argument("jobs_dir", type=pathlib.Path, help="Harbor's jobs dir to write the job into")
+  p.add_argument("--job_name", default="", help="the job's name (default: the start time)")
+  p.add_argument(
+    "--tasks_dir",
+    type=pathlib.Path,
+    default=None,
+    help="the tasks' directories (default: the results' config.tasks_dir)",
+  )
   args = p.parse_args(argv)
-  print(export(args.results, args.jobs_dir, args.job_name))
+  print(export(args.results, args.jobs_dir, args.job_name, args.tasks_dir))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

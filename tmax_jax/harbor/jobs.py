@@ -17,8 +17,11 @@ import subprocess
 from collections.abc import Sequence
 
 from tmax_jax import cli
+from tmax_jax.errors import UserError
 from tmax_jax.harbor import sandbox as harbor_sandbox
 from tmax_jax.harbor import venv
+from tmax_jax.tasks import format as fmt
+from tmax_jax.tasks import sources
 
 ENVIRONMENT = harbor_sandbox.PLUGIN
 
@@ -121,11 +124,16 @@ def outcomes(job_dir: str | pathlib.Path) -> dict[str, list[Outcome]]:
 def export_eval(
   results_json: str | pathlib.Path, jobs_dir: str | pathlib.Path, job_name: str = ""
 ) -> pathlib.Path:
-  """Writes an eval output's results.json as a Harbor job (export.py); returns its directory."""
+  """Writes an eval output's results.json as a Harbor job (export.py); returns its directory.
+  The eval's tasks may come from any task source (tasks/sources.py): export.py reads task
+  directories, so a parquet's are its extraction in the cache and tasks converted in memory (the
+  TMAX-15K release) are written under <jobs_dir>/.tasks/ first."""
   reason = venv.unavailable()
   if reason:
     raise RuntimeError(f"Harbor is not installed: {reason}")
-  argv = [str(results_json), str(jobs_dir), *(["--job-name", job_name] if job_name else [])]
+  tasks_dir = _task_directory(pathlib.Path(results_json), pathlib.Path(jobs_dir))
+  argv = [str(results_json), str(jobs_dir), "--tasks_dir", str(tasks_dir)]
+  argv += ["--job_name", job_name] if job_name else []
   res = subprocess.run(
     [str(venv.bin_path("python")), "-m", "tmax_jax.harbor.export", *argv],
     env=venv.environ(),
@@ -133,13 +141,42 @@ def export_eval(
     text=True,
     check=False,
   )
+  if res.returncode == cli.EXIT_USER_ERROR and "error: " in res.stderr:
+    raise UserError(res.stderr[res.stderr.index("error: ") + len("error: ") :].strip())
   if res.returncode != 0:
     raise RuntimeError(f"export of {results_json} failed: {(res.stdout + res.stderr)[-3000:]}")
   return pathlib.Path(res.stdout.strip().splitlines()[-1])
 
 
+def _task_directory(results_json: pathlib.Path, jobs_dir: pathlib.Path) -> pathlib.Path:
+  """A directory holding the task directories of the evaluation `results_json` describes."""
+  try:
+    results = json.loads(results_json.read_text(encoding="utf-8"))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise UserError(f"{results_json}: not JSON ({e}); expected an eval's results.json") from None
+  source = (results.get("config") or {}).get("tasks_dir") if isinstance(results, dict) else None
+  if not source or not isinstance(results.get("trials"), list):
+    raise UserError(
+      f"{results_json}: no config.tasks_dir or trials; expected an eval's results.json "
+      "(launch/eval.py writes it)"
+    )
+  try:
+    kind = sources.source_kind(source)
+  except FileNotFoundError as e:
+    raise UserError(f"{results_json}: config.tasks_dir: {e}") from None
+  if kind in ("directory", "set"):
+    return pathlib.Path(source)
+  if kind == "parquet":
+    return sources.extract_parquet(source)
+  out = jobs_dir / ".tasks" / pathlib.Path(source).name
+  for task in sources.load_tasks(source):
+    if not (out / task.name).is_dir():
+      fmt.write_task(task, out / task.name)
+  return out
+
+
 def main(argv: list[str] | None = None) -> int:
-  """`python3 -m tmax_jax.harbor.jobs RESULTS_JSON JOBS_DIR [--job-name N]`: export_eval."""
+  """`python3 -m tmax_jax.harbor.jobs RESULTS_JSON JOBS_DIR [--job_name N]`: export_eval."""
   p = cli.ArgumentParser(description="Our eval results.json as a Harbor job directory.")
   p.add_argument("results", type=pathlib.Path, help="our eval's results.json")
   p.add_argument("jobs_dir", type=pathlib.Path, help="Harbor's jobs dir to write the job into")

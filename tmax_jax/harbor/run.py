@@ -1,18 +1,21 @@
 """Our model under Harbor's harness in one command (launch/harbor_eval.py).
 
-Serves the model of a serving config (configs/serve_*.py: a checkpoint, or a preset at random init)
-with the OpenAI-compatible API on a free loopback port, runs `harbor run` with a Harbor agent
-(terminus-2 by default) pointed at it (`--model openai/<served name> --base-url .../v1`), stops the
-server and prints the job's mean reward. Harbor's own trial results land in <jobs_dir>/<job_name>.
+Serves the model of a serving config (configs/serve_*.py: a checkpoint, or random weights, e.g.
+configs/serve_random.py) with the OpenAI-compatible API on free loopback ports of its own, runs
+`harbor run` with a Harbor agent (terminus-2 by default) pointed at it (`--model openai/<served
+name> --base-url .../v1`), stops the server and prints the job's mean reward. Harbor's own trial
+results land in <jobs_dir>/<job_name>.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import logging
 import pathlib
+import shutil
 
 from tmax_jax.harbor import jobs
 from tmax_jax.harbor import tasks as harbor_tasks
@@ -49,19 +52,44 @@ def mean_reward(job_dir: pathlib.Path) -> tuple[float, int, int]:
   return total / max(1, len(found)), len(found), sum(o.reward is None for o in found)
 
 
+def private_ports(serve_config: ServeConfig) -> ServeConfig:
+  """`serve_config` on free ports, gRPC and HTTP: the job's server is its own (Harbor reaches it
+  through the base URL it is given), so a server already running from the same config, on the
+  ports it names, does not stop the job."""
+  return dataclasses.replace(
+    serve_config,
+    serving=dataclasses.replace(serve_config.serving, port=0),
+    openai=dataclasses.replace(serve_config.openai, port=0),
+  )
+
+
 def run_harbor_eval(cfg: HarborEvalConfig, serve_config: ServeConfig) -> pathlib.Path:
-  """Serves `serve_config`'s model, runs the Harbor job against it, returns the job dir."""
+  """Serves `serve_config`'s model, runs the Harbor job against it, returns the job dir. A run
+  that fails (the model does not serve, the job does not finish) removes the task views it wrote
+  (<jobs_dir>/<job_name>.tasks) and the directories it created that are left empty."""
   name = cfg.job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
+  jobs_dir = pathlib.Path(cfg.jobs_dir)
+  views = jobs_dir / f"{name}.tasks"
+  made = [d for d in (views, jobs_dir, *jobs_dir.parents) if not d.exists()]  # deepest first
+  try:
+    return _run(cfg, private_ports(serve_config), views)
+  except BaseException:
+    if views in made:
+      shutil.rmtree(views, ignore_errors=True)
+    for d in made:
+      with contextlib.suppress(OSError):
+        d.rmdir()  # only when empty: the job's log and anything else written there stay
+    raise
+
+
+def _run(cfg: HarborEvalConfig, serve_config: ServeConfig, views: pathlib.Path) -> pathlib.Path:
+  """Task views (when Harbor needs them) -> the server -> the job -> its summary line."""
+  name = views.name.removesuffix(".tasks")
   tasks, unbuilt = harbor_tasks.runnable(
-    pathlib.Path(cfg.tasks),
-    pathlib.Path(cfg.jobs_dir) / f"{name}.tasks",
-    podman_images=cfg.environment == "podman",
+    pathlib.Path(cfg.tasks), views, podman_images=cfg.environment == "podman"
   )
   for task, why in unbuilt.items():
     log.warning("%s: not run (%s)", task, why)
-  if serve_config.openai.port < 0:  # the API is the point here: a free port
-    openai = dataclasses.replace(serve_config.openai, port=0)
-    serve_config = dataclasses.replace(serve_config, openai=openai)
   server = serve.start_from_config(serve_config)
   try:
     spec = jobs.JobSpec(

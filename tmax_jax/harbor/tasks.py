@@ -20,8 +20,6 @@ import pathlib
 import re
 import tomllib
 
-import tqdm
-
 from tmax_jax import cli, json_io
 from tmax_jax.harbor import oci
 from tmax_jax.sandbox import podman
@@ -112,7 +110,7 @@ def prepare(
   dir name -> View, or the reason it has none (an image that does not build)."""
   tasks = loader.load_tasks(source, converted_dir=out / ".converted")
   views: dict[str, View | str] = {}
-  for task in tqdm.tqdm(tasks, desc="harbor task views"):
+  for task in cli.progress(tasks, desc="harbor task views"):
     key = task.path.name
     try:
       image = podman_image(task) if podman_images else None
@@ -136,7 +134,7 @@ def runnable(
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("source", type=pathlib.Path, help="a task dir or a tree of task dirs")
   p.add_argument("--out", type=pathlib.Path, required=True, help="where the Harbor views go")
   p.add_argument("--podman", action="store_true", help="import each task's image for podman")

@@ -168,19 +168,27 @@ def trials(job_dir: pathlib.Path) -> Iterator[pathlib.Path]:
       yield d
 
 
+def _read_json(path: pathlib.Path) -> dict:
+  try:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ATIFError(f"{path}: not JSON ({e})") from None
+  if not isinstance(doc, dict):
+    raise ATIFError(f"{path}: expected a JSON object")
+  return doc
+
+
 def trial_record(trial_dir: pathlib.Path, tokenizer, **template_kwargs) -> dict | None:
   """One record from a trial dir, or None when it has no trajectory (an agent without ATIF, or a
   trial that failed before the agent ran)."""
-  result = json.loads((trial_dir / "result.json").read_text())
+  result = _read_json(trial_dir / "result.json")
   path = trial_dir / "agent" / "trajectory.json"
   if not path.is_file():
     return None
   rewards = (result.get("verifier_result") or {}).get("rewards") or {}
   reward = rewards.get("reward", next(iter(rewards.values()), 0.0)) if rewards else 0.0
   exc = result.get("exception_info") or {}
-  tokens, mask = trajectory_tokens(
-    tokenizer, json.loads(path.read_text()), str(path), **template_kwargs
-  )
+  tokens, mask = trajectory_tokens(tokenizer, _read_json(path), str(path), **template_kwargs)
   return {
     "task": result.get("task_name") or trial_dir.name.rpartition("__")[0],
     "trial": result.get("trial_name") or trial_dir.name,
@@ -203,13 +211,19 @@ def job_records(
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("job_dir", type=pathlib.Path, help="a Harbor job directory (ATIF trajectories)")
   p.add_argument("--out", type=pathlib.Path, required=True, help="the SFT records (JSONL)")
   p.add_argument("--family", default="qwen3", help="the tokenizer family (its chat template)")
   p.add_argument("--min_reward", type=float, default=None, help="keep trials scoring at least")
   args = p.parse_args(argv)
-  records = job_records(args.job_dir, load_tokenizer(args.family), args.min_reward)
+  if not (args.job_dir / "config.json").is_file():  # before the tokenizer loads
+    raise ATIFError(f"{args.job_dir}: not a Harbor job directory (no config.json)")
+  try:
+    tokenizer = load_tokenizer(args.family)
+  except errors.UserError as e:
+    raise errors.UserError(f"--family={args.family}: {e}") from None
+  records = job_records(args.job_dir, tokenizer, args.min_reward)
   json_io.write_jsonl_atomic(records, args.out)
   print(f"{len(records)} records -> {args.out}")
   return 0

@@ -149,8 +149,11 @@ def main() -> int:
   try:
     path = ensure()
   except RuntimeError as err:
-    print(f"tmax_jax.harbor.venv: {err}", file=sys.stderr)
-    return 0 if find_python() is None else 1  # no 3.12 here: Harbor's uses are skipped
+    if find_python() is None:  # no 3.12 here: Harbor's uses are skipped
+      print(f"Harbor venv skipped: {err}", file=sys.stderr)
+      return 0
+    print(f"error: {err}", file=sys.stderr)
+    return 1
   print(path)
   return 0
 

@@ -16,6 +16,7 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tmax_jax.errors import UserError
 from tmax_jax.horizon import compose
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.generator import llm
@@ -48,19 +49,22 @@ class ProfessionalSeed:
 
 
 def load_seeds(path: str | pathlib.Path = SEEDS_FILE) -> list[ProfessionalSeed]:
-  """Seeds of professional work from a JSON list; errors name the entry and the field."""
-  data = json.loads(pathlib.Path(path).read_text())
+  """Seeds of professional work from a JSON list; UserErrors name the entry and the field."""
+  try:
+    data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise UserError(f"{path}: not JSON ({e}); expected a JSON list of seeds") from None
   if not isinstance(data, list):
-    raise ValueError(f"{path}: expected a JSON list of seeds")
+    raise UserError(f"{path}: expected a JSON list of seeds")
   out = []
   for i, s in enumerate(data):
     if not isinstance(s, dict) or set(s) != {"id", "job", "domain", "tools"}:
-      raise ValueError(
+      raise UserError(
         f"{path}[{i}]: expected keys id, job, domain, tools; got "
         f"{sorted(s) if isinstance(s, dict) else type(s).__name__}"
       )
     if not isinstance(s["tools"], list) or not all(isinstance(t, str) for t in s["tools"]):
-      raise ValueError(f"{path}[{i}].tools: expected a list of strings")
+      raise UserError(f"{path}[{i}].tools: expected a list of strings")
     out.append(ProfessionalSeed(str(s["id"]), s["job"], s["domain"], tuple(s["tools"])))
   return out
 

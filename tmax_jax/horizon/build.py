@@ -18,8 +18,6 @@ import os
 import pathlib
 from collections.abc import Callable
 
-import tqdm
-
 from tmax_jax import cli
 from tmax_jax.errors import UserError
 from tmax_jax.horizon import audit, authoring, compose, offline, record
@@ -64,11 +62,11 @@ class Builder:
     self.cfg, self.auditor, self.client = cfg, auditor, client
     self.out = pathlib.Path(cfg.out)
     self.log = record.BuildLog(self.out)
-    self.bar: tqdm.tqdm | None = None
+    self.bar = None  # the build's progress bar (cli.progress) while it runs
 
   def run(self) -> dict:
     self.out.mkdir(parents=True, exist_ok=True)
-    with tqdm.tqdm(desc="horizon build", unit="task") as self.bar:
+    with cli.progress(desc="horizon build", unit="task") as self.bar:
       if self.cfg.mode == "procedural":
         self._procedural()
       else:
@@ -300,7 +298,7 @@ def make_auditor(
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--out", required=True, help="build directory (resumed from its build.jsonl)")
   p.add_argument(
     "--mode",
@@ -348,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--api_key_env", default=None, help="environment variable holding the API key")
   p.add_argument("--backend", default=None, help="sandbox backend (default: the best available)")
   args = p.parse_args(argv)
+  if args.mode == "llm" and args.professional_seeds:  # read before any endpoint is asked
+    authoring.load_seeds(args.professional_seeds)
   client = None
   if args.base_url:
     cli.check_reachable("--base_url", args.base_url)

@@ -45,6 +45,16 @@ class RolloutError(RuntimeError):
   """A request the server rejected (bad arguments, bad weights): not retried."""
 
 
+class ContextTooLongError(RolloutError):
+  """The prompt (the conversation so far) and max_tokens exceed the server's max_prefill_length /
+  max_len (OUT_OF_RANGE): the request's fault, not the server's, and resending it fails the same
+  way. Its kind is the episode's PromptTooLongError's: the RL loop drops the episode, never
+  scores it and never reruns its group."""
+
+  kind = "prompt_too_long"
+  retryable = False
+
+
 class ServerUnavailableError(RolloutError):
   """The server could not be reached (or kept failing) within the request's deadline."""
 
@@ -155,6 +165,10 @@ class RolloutClient:
         if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
           last = "DEADLINE_EXCEEDED"
           break
+        if e.code() == grpc.StatusCode.ABORTED:  # a router's replica died under the request
+          raise ServerRestartedError(f"{what} lost by {self.address}: {e.details()}") from e
+        if e.code() == grpc.StatusCode.OUT_OF_RANGE:
+          raise ContextTooLongError(f"{what} rejected by {self.address}: {e.details()}") from e
         if e.code() not in TRANSIENT:
           raise RolloutError(
             f"{what} rejected by {self.address}: {e.code().name}: {e.details()}"
@@ -180,9 +194,11 @@ class RolloutClient:
     request_id: str = "",
     timeout_s: float | None = None,
     top_logprobs: int = 0,
+    session_id: str = "",
   ) -> Completion:
     """Token-id prompt (the whole conversation for multi-turn) -> Completion. The server's
-    prefix cache makes resending the conversation cost only its new tokens."""
+    prefix cache makes resending the conversation cost only its new tokens; behind a router
+    (router.py), `session_id` (one per episode) keeps an episode's turns on one replica."""
     req = rl_proto.GenerateRequest(
       prompt_token_ids=list(prompt_token_ids),
       max_tokens=max_tokens,
@@ -193,6 +209,7 @@ class RolloutClient:
       stop_token_ids=list(stop_token_ids),
       request_id=request_id,
       top_logprobs=top_logprobs,
+      session_id=session_id,
     )
     k = top_logprobs
 

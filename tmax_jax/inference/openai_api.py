@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tmax_jax import tokenizers
+from tmax_jax import cli, tokenizers
 from tmax_jax.inference import compat, openai_chat
 from tmax_jax.inference import driver as driver_lib
 from tmax_jax.inference.openai_chat import APIError
@@ -139,7 +139,13 @@ class OpenAIServer:
     )
     await self._runner.setup()
     site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port or 0, reuse_address=True)
-    await site.start()
+    try:
+      await site.start()
+    except OSError:
+      await self.stop()
+      # A UserError naming the port when it is taken (or the host is not an address here).
+      cli.check_port_free("OpenAIConfig.port", self.cfg.host, self.cfg.port)
+      raise
     self.port = site._server.sockets[0].getsockname()[1]
     log.info("OpenAI API on %s (model %r)", self.base_url, self.model_name)
 

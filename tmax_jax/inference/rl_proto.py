@@ -16,6 +16,7 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     uint64 seed = 7;
     string request_id = 8;
     int32 top_logprobs = 9;               // K: also return each token's top-K (<= server max_topk)
+    string session_id = 10;               // a router's affinity key (router.py); servers ignore it
   }
   message GenerateResponse {              // the steps delivered since the last one (streamed)
     repeated int32 token_ids = 1;
@@ -50,6 +51,8 @@ built from a FileDescriptorProto below, equivalent to this .proto:
     int32 pages_free = 13; int32 pages_cached = 14;     // cached: held only by the prefix cache
     int32 waiting_requests = 15;                        // queued for slots/pages, or prefilling
     int64 prefill_tokens = 16; int64 cached_prompt_tokens = 17;  // computed / reused from cache
+    repeated StatusResponse replica_status = 18;  // a router's: each replica's last Status
+    string address = 19;                          // on replica_status entries: the replica's
   }
   service Rollout {
     rpc Generate(GenerateRequest) returns (stream GenerateResponse);
@@ -75,6 +78,7 @@ _MESSAGES = {
     ("seed", _F.TYPE_UINT64, False),
     ("request_id", _F.TYPE_STRING, False),
     ("top_logprobs", _F.TYPE_INT32, False),
+    ("session_id", _F.TYPE_STRING, False),
   ],
   "GenerateResponse": [
     ("token_ids", _F.TYPE_INT32, True),
@@ -125,6 +129,8 @@ _MESSAGES = {
     ("waiting_requests", _F.TYPE_INT32, False),
     ("prefill_tokens", _F.TYPE_INT64, False),
     ("cached_prompt_tokens", _F.TYPE_INT64, False),
+    ("replica_status", "StatusResponse", True),
+    ("address", _F.TYPE_STRING, False),
   ],
 }
 

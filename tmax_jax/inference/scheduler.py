@@ -23,9 +23,12 @@ token comes from a decode step (JetStream 0.2.2's protocol).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +36,8 @@ import numpy as np
 
 from tmax_jax.inference import decode, paged, sampling
 from tmax_jax.models import paged_attention
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(eq=False)
@@ -128,6 +133,7 @@ class Scheduler:
     )
     self._status_lock = threading.Lock()
     self._status: dict[str, int] = {}
+    self._shapes_called: set[tuple] = set()  # (program, *shape) called at least once
     self._publish_status()
 
   # ---- thread-safe entry points ---------------------------------------------------------------
@@ -296,9 +302,10 @@ class Scheduler:
       segments[i, :n] = 1
       slots[i], cached[i], table[i] = s.slot, s.written, self.table[s.slot, :nb]
     params = self.box.get()[0]["params"]
-    self.state = self.core.prefill(
-      params, self.state, tokens, positions, segments, slots, table, cached
-    )
+    with self._first_call("prefill", rows=r, chunk=c, pages=nb):
+      self.state = self.core.prefill(
+        params, self.state, tokens, positions, segments, slots, table, cached
+      )
     self.stats["prefill_calls"] += 1
     self.stats["prefill_tokens"] += sum(lens)
     if self.trace is not None:
@@ -349,15 +356,34 @@ class Scheduler:
     if self.cfg.batch_invariant:
       nb = shape.max_pages
     served, version = self.box.get()
-    self.state, data = self.core.decode_program(steps)(
-      served, self.state, self.table[:, :nb].copy(), np.int32(version)
-    )
+    with self._first_call("decode", steps=steps, pages=nb):
+      self.state, data = self.core.decode_program(steps)(
+        served, self.state, self.table[:, :nb].copy(), np.int32(version)
+      )
     self.stats["decode_calls"] += 1
     self.stats["decode_steps"] += steps
     self.stats["peak_pages_in_use"] = max(self.stats["peak_pages_in_use"], self.pool.in_use)
     if self.trace is not None:
       self.trace.append(("decode", len(self.decoding), steps))
     return data, list(self.decoding.items())
+
+  @contextlib.contextmanager
+  def _first_call(self, program: str, **shape: int):
+    """Logs around the first call of a program at a shape, which waits for XLA to compile it (a
+    server's first request would otherwise wait in silence): the first shape of each program at
+    INFO, the later buckets at DEBUG."""
+    key = (program, *shape.items())
+    if key in self._shapes_called:
+      yield
+      return
+    first = not any(k[0] == program for k in self._shapes_called)
+    self._shapes_called.add(key)
+    level = logging.INFO if first else logging.DEBUG
+    what = f"{program} program ({', '.join(f'{k} {v}' for k, v in shape.items())})"
+    log.log(level, "compiling the %s; requests wait for it", what)
+    start = time.perf_counter()
+    yield
+    log.log(level, "compiled the %s in %.1f s", what, time.perf_counter() - start)
 
   def _process(self, data, live) -> list[Event]:
     """Reads back a decode call's tokens -> their events; finished sequences are freed here."""

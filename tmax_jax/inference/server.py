@@ -2,10 +2,12 @@
 service.
 
 `start_server` follows `jetstream.core.server_lib.run` step for step (engines from a
-`config_lib.ServerConfig`, params from `load_params`, a Driver, a `JetStreamServer`), with two
-differences that `server_lib.run` has no hook for: the Driver is our `RLDriver`, and the Rollout
-service (rl_proto.py) is added to the same grpc.aio server before it starts. JetStream's own
-`Orchestrator.Decode` / `HealthCheck` stay available on the same port. Binds 127.0.0.1 by default.
+`config_lib.ServerConfig`, params from `load_params`, a Driver, a `JetStreamServer`), with three
+differences that `server_lib.run` has no hook for: the Driver is our `RLDriver`, the Rollout
+service (rl_proto.py) is added to the same grpc.aio server before it starts, and that server does
+not share its port (GRPC_OPTIONS: a taken port is a UserError, not a second server beside the
+first). JetStream's own `Orchestrator.Decode` / `HealthCheck` stay available on the same port.
+Binds 127.0.0.1 by default.
 """
 
 from __future__ import annotations
@@ -15,18 +17,22 @@ import dataclasses
 import logging
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Sequence
+from concurrent import futures
 from typing import Any
 
 import grpc
 
+from tmax_jax import cli
 from tmax_jax.errors import UserError
 from tmax_jax.inference import compat
 
 compat.apply()
 
-from jetstream.core import server_lib
+from jetstream.core import orchestrator, server_lib
+from jetstream.core.proto import jetstream_pb2_grpc
 
 from tmax_jax.inference import channel as channel_lib
 from tmax_jax.inference import driver as driver_lib
@@ -60,12 +66,11 @@ def validate(
   n = len(prompt_ids)
   if n < 1:
     return "the prompt is empty"
-  if n > cfg.max_prefill_length:
-    return f"prompt of {n} tokens exceeds max_prefill_length={cfg.max_prefill_length}"
   if max_tokens < 1:
     return f"max_tokens must be >= 1, got {max_tokens}"
-  if n + max_tokens > cfg.max_len:
-    return f"prompt {n} + max_tokens {max_tokens} exceeds max_len={cfg.max_len}"
+  too_long = context_too_long(cfg, n, max_tokens)
+  if too_long:
+    return too_long
   if not 0 <= top_logprobs <= cfg.max_topk:
     return (
       f"top_logprobs={top_logprobs} must be in [0, max_topk={cfg.max_topk}] "
@@ -75,6 +80,20 @@ def validate(
   if bad:
     return f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})"
   return ""
+
+
+def context_too_long(cfg: engine_lib.EngineConfig, n: int, max_tokens: int) -> str:
+  """ "" if a prompt of `n` tokens and `max_tokens` more fit the engine's lengths, else why not."""
+  if n > cfg.max_prefill_length:
+    return f"prompt of {n} tokens exceeds max_prefill_length={cfg.max_prefill_length}"
+  if n + max_tokens > cfg.max_len:
+    return f"prompt {n} + max_tokens {max_tokens} exceeds max_len={cfg.max_len}"
+  return ""
+
+
+class ContextTooLong(ValueError):
+  """A request longer than the engine's max_prefill_length / max_len: the Rollout service answers
+  OUT_OF_RANGE (the client's ContextTooLongError: the prompt's fault, never retried)."""
 
 
 def submit(
@@ -92,7 +111,8 @@ def submit(
   the OpenAI API alike."""
   error = validate(engine, prompt_ids, max_tokens, top_logprobs)
   if error:
-    raise ValueError(error)
+    too_long = error == context_too_long(engine.cfg, len(prompt_ids), max_tokens)
+    raise (ContextTooLong if too_long else ValueError)(error)
   channel = channel_lib.StepChannel()
   driver.place_request_on_prefill_queue(
     driver_lib.RLActiveRequest(
@@ -144,6 +164,8 @@ class RolloutServicer:
         req.stop_token_ids,
         req.top_logprobs,
       )
+    except ContextTooLong as e:
+      await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(e))
     except ValueError as e:
       await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
     context.add_done_callback(channel.cancel)
@@ -238,18 +260,50 @@ class RolloutServicer:
     return grpc.method_handlers_generic_handler(rl_proto.SERVICE, handlers)
 
 
+# gRPC sets SO_REUSEPORT by default: a second server on a port already served would bind beside
+# the first, and clients' requests (and weight pushes) would be split between two models. Without
+# it the second bind fails, and a server of ours is never joined by another either.
+GRPC_OPTIONS = (("grpc.so_reuseport", 0),)
+
+
 class RolloutServer(server_lib.JetStreamServer):
-  """JetStreamServer + the Rollout service, bound to `host`."""
+  """JetStreamServer + the Rollout service, bound to `host`, alone on its port."""
 
   def __init__(self, driver, engine, threads: int, port: int, host: str):
-    with compat.bind_host(host):
-      super().__init__(driver, threads, port, grpc.insecure_server_credentials())
+    # JetStreamServer.__init__'s steps, with server options (GRPC_OPTIONS), which it has no hook
+    # for, and the host passed in (compat.bind_host is not needed).
+    self._executor = futures.ThreadPoolExecutor(max_workers=threads)
+    self._loop = asyncio.new_event_loop()
+    self._loop.set_default_executor(self._executor)
+    self._loop_thread = threading.Thread(target=self._loop.run_forever)
+    self._loop_thread.start()
+    self._driver = driver
+    try:
+      port = asyncio.run_coroutine_threadsafe(self._bind(host, port), self._loop).result()
+    except RuntimeError as e:  # grpc: "Failed to bind to address ..."
+      self._stop_loop()
+      cli.check_port_free("ServerConfig.port", host, port)  # says why: in use, no such address
+      raise UserError(f"ServerConfig.port={port}: gRPC cannot listen on {host}:{port} ({e})") from e
     self.port, self.host, self.driver, self.engine = port, host, driver, engine
     self.instance_id = secrets.token_hex(8)  # clients tell a restarted server by a new one
     self.openai: openai_api.OpenAIServer | None = None
     self._grpc_server.add_generic_rpc_handlers(
       (RolloutServicer(driver, engine, self.instance_id).generic_handler(),)
     )
+
+  async def _bind(self, host: str, port: int) -> int:
+    """Builds the grpc.aio server (on the loop, as JetStream does) and binds `host:port` (0: a
+    free port, chosen by the bind itself); -> the bound port."""
+    self._grpc_server = grpc.aio.server(self._executor, options=GRPC_OPTIONS)
+    jetstream_pb2_grpc.add_OrchestratorServicer_to_server(
+      orchestrator.LLMOrchestrator(driver=self._driver), self._grpc_server
+    )
+    return self._grpc_server.add_secure_port(f"{host}:{port}", grpc.insecure_server_credentials())
+
+  def _stop_loop(self) -> None:
+    self._loop.call_soon_threadsafe(self._loop.stop)
+    self._loop_thread.join()
+    self._executor.shutdown(wait=False)
 
   @property
   def address(self) -> str:
@@ -303,10 +357,13 @@ def start_server(
   engine: engine_lib.TmaxEngine, cfg: ServerConfig = ServerConfig()
 ) -> RolloutServer:
   """Builds the orchestrator around `engine` (one scheduler per replica) and starts serving."""
-  port = cfg.port or free_port(cfg.host)
   driver = driver_lib.RLDriver(engine)
   threads = cfg.threads or max(driver.get_total_concurrent_requests(), 64)
-  server = RolloutServer(driver, engine, threads, port, cfg.host)
+  try:
+    server = RolloutServer(driver, engine, threads, cfg.port, cfg.host)
+  except Exception:
+    driver.stop()  # its threads would keep the process alive
+    raise
   server.start()
   log.info(
     "serving %s on %s (%d replicas x %d slots)",

@@ -5,15 +5,16 @@ in the component config it nests. tmax_jax/recipes.py builds the recipe's runs f
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.rollout import RolloutConfig
-from tmax_jax.agents.worker import WorkerConfig
+from tmax_jax.agents.worker import WorkerConfig, episodes_in_flight, request_timeout_s
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.inference.openai_api import OpenAIConfig
 from tmax_jax.loop.rollout_batch import rollout_inputs
 from tmax_jax.models import registry
-from tmax_jax.models.config import load_hf_dict
+from tmax_jax.models.config import check_dtype, load_hf_dict
 from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train.config import BatchInputs, LossConfig, TrainConfig
@@ -76,7 +77,11 @@ def check_temperature(train: TrainConfig, worker: WorkerConfig, where: str = "")
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-  """Where the policy comes from: an HF checkpoint dir, or a preset (+ overrides) at random init."""
+  """Where the policy comes from: an HF checkpoint dir, or a preset (+ overrides) at random init.
+
+  Random weights (a preset without a checkpoint, or `random` with one) serve with the vocabulary
+  of the preset or config.json (151936 for Qwen3: every id of its tokenizer); a `vocab_size`
+  override smaller than the tokenizer's leaves the OpenAI API unable to serve them."""
 
   checkpoint: str = ""  # an HF checkpoint directory ('' = the preset at random init)
   preset: str = "qwen3-0.6b"  # model preset (registry.preset), e.g. qwen3-8b, qwen3.5-9b
@@ -85,7 +90,27 @@ class ModelSpec:
   param_dtype: str = "float32"  # dtype the params are stored in (fp32 masters)
   compute_dtype: str = "float32"  # dtype of the activations and matmuls
   head_dtype: str = "float32"  # dtype of the LM head matmul and logits (the recipe's fp32 head)
-  seed: int = 0  # init seed of a random-init preset
+  seed: int = 0  # init seed of random weights
+  # Random weights with a checkpoint too: its config.json's architecture, no weights read (vLLM's
+  # --load-format dummy); a preset without a checkpoint is random anyway
+  random: bool = False
+  # Random weights only: replies sampled at temperature 1 end after about this many tokens
+  # (models/dummy_weights.py: same cost per token, layers zeroed); 0 = a plain random init, whose
+  # replies run to max_tokens. Ignored (logged) when the weights are a checkpoint's
+  random_reply_tokens: int = 0
+
+  def __post_init__(self):
+    for name in ("param_dtype", "compute_dtype", "head_dtype"):
+      check_dtype(name, getattr(self, name))  # before any weight is loaded
+    if self.random_reply_tokens < 0 or self.random_reply_tokens == 1:
+      raise ValueError(
+        f"model.random_reply_tokens={self.random_reply_tokens}; expected 0 (off) or >= 2"
+      )
+
+  @property
+  def random_weights(self) -> bool:
+    """Whether the params are a random init (no checkpoint weights read)."""
+    return self.random or not self.checkpoint
 
 
 PLACEMENTS = ("colocated", "disaggregated")
@@ -184,6 +209,8 @@ class ServingConfig:
       raise ValueError(
         f"serving.replicas={self.replicas}, serving.tensor={self.tensor}; expected both >= 1"
       )
+    if self.param_dtype:
+      check_dtype("serving.param_dtype", self.param_dtype)
 
   def engine_for(self, stop_token_ids=(), max_topk: int = 0, deterministic: bool = False):
     """The EngineConfig an in-process server runs with: `engine` plus what the job derives."""
@@ -263,6 +290,23 @@ class RLConfig:
     self.train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len)
     check_temperature(self.train, self.worker)
     _derive_family(self)
+
+  def rollout_worker(self, processes: int = 1) -> WorkerConfig:
+    """`worker` as one of `processes` processes runs it, its derived fields (0) filled in:
+    max_parallel_episodes = this process's server slots (serving.replicas x
+    engine.max_concurrent_decodes; an external server at `address` is taken to be that size), at
+    most its share of the episodes the scheduler may hold (prompts_per_batch / processes x
+    group_size x (1 + async_steps)), so the server is full; request_timeout_s from the episode's
+    caps (agents/worker.request_timeout_s), times the turns a request may queue behind when more
+    episodes than slots run (an explicit max_parallel_episodes; never the derived one)."""
+    w, r = self.worker, self.rollout
+    slots = self.serving.replicas * self.serving.engine.max_concurrent_decodes
+    batch = max(1, r.prompts_per_batch // processes) * r.group_size
+    episodes = w.max_parallel_episodes or episodes_in_flight(slots, batch, r.async_steps)
+    timeout = request_timeout_s(w, self.episode)
+    if not w.request_timeout_s:
+      timeout *= math.ceil(episodes / slots)
+    return dataclasses.replace(w, max_parallel_episodes=episodes, request_timeout_s=timeout)
 
 
 @dataclasses.dataclass(frozen=True)

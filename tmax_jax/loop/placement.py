@@ -149,10 +149,20 @@ def resolve(
     )
   trainer_mesh = build_mesh(mesh_cfg, train_devices, mesh_field, f"the trainer under {where}")
   _check_process_split(trainer_mesh, mesh_field)
-  server_mesh = Mesh(
-    np.asarray(serve_devices).reshape(serving.replicas, serving.tensor), SERVING_AXES
+  return Placement(
+    trainer_mesh, server_mesh(serving, serve_devices, trainer_mesh), serving.placement
   )
-  return Placement(trainer_mesh, server_mesh, serving.placement)
+
+
+def server_mesh(serving: ServingConfig, devices: list, trainer: Mesh | None = None) -> Mesh:
+  """The ("replica", "tensor") mesh of `devices`; over exactly the trainer's devices it takes the
+  trainer mesh's device order (a TPU mesh orders devices by the chips' topology, and the weight
+  sync's one jit writes into the server's shardings only when both orders agree)."""
+  if trainer is not None:
+    order = list(np.asarray(trainer.devices).flat)
+    if set(order) == set(devices):
+      devices = order
+  return Mesh(np.asarray(devices).reshape(serving.replicas, serving.tensor), SERVING_AXES)
 
 
 def _process_devices(process: int) -> list:

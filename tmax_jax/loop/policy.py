@@ -1,6 +1,6 @@
-"""The policy's params for every job: an HF checkpoint or a preset at random init, loaded straight
-into a mesh's shardings; and the in-process server that serves them (eval, the demo, the RL loop's
-InProcessServer)."""
+"""The policy's params for every job: an HF checkpoint, or random weights (a preset, or a
+checkpoint's config.json with `random`), loaded straight into a mesh's shardings; and the
+in-process server that serves them (eval, the demo, the RL loop's InProcessServer)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
 from tmax_jax.loop import placement
 from tmax_jax.loop.config import ModelSpec, ServingConfig, with_family
-from tmax_jax.models import hf_io, registry
+from tmax_jax.models import dummy_weights, hf_io, registry
 from tmax_jax.models.config import (
   DEFAULT_LOGICAL_AXIS_RULES,
   DtypePolicy,
@@ -64,10 +64,25 @@ def model_from_spec(
   replace ModelConfig fields (e.g. the serving mesh's logical_axis_rules)."""
   cfg = model_config(spec, **cfg_overrides)
   shardings = None if mesh is None else registry.param_shardings(cfg, mesh)
-  if spec.checkpoint:
+  if not spec.random_weights:
+    if spec.random_reply_tokens:
+      log.info(
+        "model.random_reply_tokens=%d: not applied, the weights are %s's",
+        spec.random_reply_tokens,
+        spec.checkpoint,
+      )
     params = hf_io.load_params(spec.checkpoint, cfg, shardings)
     return cfg, lambda: params
-  return cfg, lambda: registry.init_params(cfg, jax.random.key(spec.seed), shardings)
+  return cfg, lambda: random_params(spec, cfg, shardings)
+
+
+def random_params(spec: ModelSpec, cfg: ModelConfig, shardings: Any = None) -> Any:
+  """The random init of `cfg` at spec.seed (in `shardings` when given); with
+  spec.random_reply_tokens, reshaped so that replies end after about that many tokens."""
+  params = registry.init_params(cfg, jax.random.key(spec.seed), shardings)
+  if not spec.random_reply_tokens:
+    return params
+  return dummy_weights.end_replies(params, cfg, spec.random_reply_tokens, shardings)
 
 
 def load_policy(spec: ModelSpec, episode, where: str = "", mesh: Mesh | None = None):

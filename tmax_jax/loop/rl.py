@@ -171,10 +171,16 @@ async def _rl_async(job: _Job) -> None:
       await server.resync(job.state.params, version)
 
   client_cfg = ClientConfig(max_attempts=cfg.serving.max_attempts, backoff_max_s=2.0)
+  worker_cfg = cfg.rollout_worker(jax.process_count())
+  log.info(
+    "rollouts: %d episodes in flight, %.0f s per model request",
+    worker_cfg.max_parallel_episodes,
+    worker_cfg.request_timeout_s,
+  )
   async with RolloutClient(server.address, client_cfg, on_restart=resync) as client:
-    status = await client.wait_until_ready(timeout_s=cfg.worker.request_timeout_s)
-    check_top_logprobs(status, cfg.worker.top_logprobs, client.address)
-    worker = EpisodeWorker.served(client, tokenizer, cfg.episode, cfg.runner, cfg.worker)
+    status = await client.wait_until_ready(timeout_s=worker_cfg.request_timeout_s)
+    check_top_logprobs(status, worker_cfg.top_logprobs, client.address)
+    worker = EpisodeWorker.served(client, tokenizer, cfg.episode, cfg.runner, worker_cfg)
     stream = task_stream.stream(
       train_tasks, cfg.tasks.seed, job.position, jax.process_index(), jax.process_count()
     )
@@ -196,7 +202,7 @@ async def _rl_async(job: _Job) -> None:
         ready = all(distributed.allgather_json(bool(groups)))
         local = None
         if ready:
-          trajs = rollout_batch.to_trajectories(groups, cfg.train.loss.advantage)
+          trajs = rollout_batch.to_trajectories(groups, cfg.train.loss.estimator)
           local = job.trainer.make_batch(trajs, cfg.seq_len, num_rows=rows, pack_rows=False)
         async with step_lock:
           m = await loop.run_in_executor(None, _train, job, step, local, extra)

@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 
-from tmax_jax import json_io
+from tmax_jax import cli, json_io
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import sampling
 from tmax_jax.inference import server as server_lib
@@ -34,8 +34,17 @@ def engine_from_config(cfg: ServeConfig) -> engine_lib.TmaxEngine:
   return engine_lib.TmaxEngine(served, engine_cfg, params_fn, mesh=mesh)
 
 
+def check_ports(cfg: ServeConfig) -> None:
+  """UserError when a port `cfg` serves on is taken: said in a second, before the model is built
+  (the servers' own binds refuse a taken port too, but only once the model is built)."""
+  cli.check_port_free("config.serving.port", cfg.host, cfg.serving.port)
+  if cfg.openai.enabled:
+    cli.check_port_free("config.openai.port", cfg.openai.host, cfg.openai.port)
+
+
 def start_from_config(cfg: ServeConfig) -> server_lib.RolloutServer:
   """The running server of `cfg` (gRPC, and the OpenAI API when openai.port >= 0)."""
+  check_ports(cfg)
   return server_lib.start_server(
     engine_from_config(cfg),
     server_lib.ServerConfig(
@@ -47,9 +56,8 @@ def start_from_config(cfg: ServeConfig) -> server_lib.RolloutServer:
 def serve_forever(cfg: ServeConfig) -> None:
   """Starts the server, waits for SIGINT/SIGTERM, then shuts down cleanly (streams get
   UNAVAILABLE)."""
-  # JetStream logs every decode step at INFO on the root logger; keep ours at INFO.
-  logging.getLogger().setLevel(logging.WARNING)
-  logging.getLogger("tmax_jax").setLevel(logging.INFO)
+  # (JetStream logs every decode step at INFO on the root logger: the launcher's cli.run_absl
+  # keeps the libraries' loggers at WARNING unless -v asks for more.)
   server = start_from_config(cfg)
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):

@@ -51,10 +51,10 @@ def sft_records(cfg: SFTConfig, tokenizer) -> list[dict]:
   """The trajectories to train on: the JSONL, the records an earlier attempt of this run made, or
   oracle runs of the train tasks (then written to <output_dir>/records.jsonl)."""
   if cfg.trajectories:
-    return oracle_data.read_jsonl(cfg.trajectories)
+    return oracle_data.read_jsonl(cfg.trajectories, cfg.seq_len)
   kept = pathlib.Path(cfg.output_dir) / RECORDS_FILE
   if kept.exists():
-    return oracle_data.read_jsonl(kept)
+    return oracle_data.read_jsonl(kept, cfg.seq_len)
   train_tasks, _ = sources.load_split(cfg.tasks)
   records = oracle_data.oracle_records(train_tasks, tokenizer, cfg.episode, cfg.runner)
   failed = [r["task"] for r in records if r["reward"] < 1.0]
@@ -67,6 +67,13 @@ def sft_records(cfg: SFTConfig, tokenizer) -> list[dict]:
   if jax.process_index() == 0:
     oracle_data.write_jsonl(records, kept)
   return records
+
+
+def check_rows(records: list[dict], seq_len: int, source: str) -> None:
+  """Every record fits one row of `seq_len` tokens (oracle_data.check_fits), before any step."""
+  for i, r in enumerate(records, 1):
+    task = f" (task {r['task']})" if "task" in r else ""
+    oracle_data.check_fits(len(r["tokens"]), seq_len, f"{source}: record {i}{task}")
 
 
 def epoch_batches(records: list[dict], cfg: SFTConfig, epoch: int, trainer: Trainer) -> Iterator:
@@ -104,6 +111,10 @@ def _batches_from(records, cfg: SFTConfig, trainer: Trainer, data: dict) -> Iter
 def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFTResult:
   """Trains `params` (default: cfg.model) on the SFT trajectories, or resumes the run from its
   latest checkpoint; exports to export_dir (default <output_dir>/hf)."""
+  if records is None and cfg.trajectories:  # the data is checked before the model loads
+    records = oracle_data.read_jsonl(cfg.trajectories, cfg.seq_len)
+  elif records is not None:
+    check_rows(records, cfg.seq_len, "the SFT records")
   mesh = placement.trainer_only(cfg.mesh)
   if not cfg.train.packing.enabled:  # packed micro-batches are sized for the mesh already
     placement.check_batch(
@@ -117,7 +128,9 @@ def run_sft(cfg: SFTConfig, *, model_cfg=None, params=None, records=None) -> SFT
     episode = with_family(cfg.episode, model_cfg.model_type)
   cfg = dataclasses.replace(cfg, episode=episode)
   pathlib.Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
-  records = records if records is not None else sft_records(cfg, load_tokenizer(episode.family))
+  if records is None:  # oracle trajectories (made now, or kept by an earlier attempt)
+    records = sft_records(cfg, load_tokenizer(episode.family))
+    check_rows(records, cfg.seq_len, str(pathlib.Path(cfg.output_dir) / RECORDS_FILE))
   if not records:
     raise ValueError("SFT: no trajectories to train on")
   total = total_steps(cfg, len(records))

@@ -23,8 +23,8 @@ import pathlib
 from collections.abc import Iterator
 
 import jax
-import tqdm
 
+from tmax_jax import cli
 from tmax_jax.models import hf_io
 from tmax_jax.tokenizers.builder import tokenizer_dir
 from tmax_jax.train.checkpoint import Checkpointer
@@ -75,9 +75,8 @@ class StepDriver:
       log.info(
         "%s: the checkpoint is at step %d of %d: nothing to run", self.desc, self.start, self.total
       )
-    self._bar = tqdm.trange(
-      self.start,
-      self.total,
+    self._bar = cli.progress(
+      range(self.start, self.total),
       desc=self.desc,
       initial=self.start,
       total=self.total,

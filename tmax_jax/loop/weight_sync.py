@@ -5,7 +5,8 @@ tree an engine serves (the server's param dtype, `TmaxEngine.param_shardings()` 
 ("replica", "tensor") mesh) without a host copy; `TmaxEngine.swap` then takes each replica's shards
 as they are and prepares the head [D, V] in the head dtype on device (decode.PagedCore.prepare):
   * the cast runs on the trainer's devices under jit (so a bf16 server moves half the bytes);
-  * same devices (colocated, one process): the jit writes straight into the server's shardings;
+  * same devices in the same order (colocated, one process): the jit writes straight into the
+    server's shardings;
   * otherwise the jit writes a staging copy, replicated per process and split over that process's
     trainer devices so that each staged shard holds whole server blocks (one collective over the
     trainer mesh); then every server block is sliced on the trainer device that holds it and
@@ -40,8 +41,10 @@ def served_target(served_cfg: ModelConfig, mesh: Mesh) -> Any:
   )
 
 
-def _devices(tree: Any) -> frozenset:
-  return frozenset(d for leaf in jax.tree.leaves(tree) for d in leaf.sharding.device_set)
+def _device_order(tree: Any) -> list | None:
+  """The device order every leaf's mesh shares (None when they differ)."""
+  orders = {tuple(np.asarray(leaf.sharding.mesh.devices).flat) for leaf in jax.tree.leaves(tree)}
+  return list(orders.pop()) if len(orders) == 1 else None
 
 
 def _staging_split(shape: tuple[int, ...], target: NamedSharding, n_local: int) -> tuple[int, int]:
@@ -64,8 +67,10 @@ class WeightSync:
   def __init__(self, trainer_mesh: Mesh, target: Any):
     self.target = target
     self._targets = jax.tree.map(lambda t: t.sharding, target)
-    trainer = sorted(np.asarray(trainer_mesh.devices).flat, key=lambda d: (d.process_index, d.id))
-    self._direct = _devices(target) == frozenset(trainer) and jax.process_count() == 1
+    # the trainer mesh's own device order within each process: one jit's arguments and outputs
+    # must share a device order, and a TPU mesh orders its devices by the chips' topology
+    trainer = sorted(np.asarray(trainer_mesh.devices).flat, key=lambda d: d.process_index)
+    self._direct = _device_order(target) == trainer and jax.process_count() == 1
     out = self._targets
     if not self._direct:
       self._n_local = len(trainer) // jax.process_count()

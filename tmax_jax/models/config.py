@@ -53,6 +53,20 @@ class UnsupportedConfigError(UserError):
   """A config field holds a value this implementation does not support (the message names both)."""
 
 
+DTYPE_EXAMPLES = ("float32", "bfloat16", "float16")
+
+
+def check_dtype(field: str, value: str) -> None:
+  """`value` names a dtype numpy/JAX know (e.g. "bfloat16"), else UnsupportedConfigError naming
+  `field` (jnp.dtype's own TypeError names neither the field nor the spellings)."""
+  try:
+    jnp.dtype(value)
+  except TypeError:
+    raise UnsupportedConfigError(
+      f"{field}={value!r}: not a dtype; expected a name such as {', '.join(DTYPE_EXAMPLES)}"
+    ) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
   """HF `rope_scaling` / `rope_parameters` (minus rope_theta) for the types we support."""
@@ -148,7 +162,7 @@ class ModelConfig:
         f"num_key_value_heads={self.num_key_value_heads}"
       )
     for name in ("param_dtype", "compute_dtype", "head_dtype"):
-      jnp.dtype(getattr(self.dtypes, name))  # fails early on a misspelt dtype
+      check_dtype(f"dtypes.{name}", getattr(self.dtypes, name))  # fails early on a misspelt dtype
 
   def replace(self, **changes) -> ModelConfig:
     return dataclasses.replace(self, **changes)

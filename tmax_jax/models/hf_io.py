@@ -25,9 +25,9 @@ from typing import Any
 import jax
 import ml_dtypes
 import numpy as np
-import tqdm
 from jax.experimental import multihost_utils
 
+from tmax_jax import cli
 from tmax_jax.errors import UserError
 from tmax_jax.models import registry
 from tmax_jax.models.config import ModelConfig
@@ -311,7 +311,9 @@ def load_params(ckpt_dir: str | pathlib.Path, cfg: ModelConfig, shardings: Any =
   for entry in entries:
     _check_entry(entry, refs, _get(abstract, entry.path).shape)
   params: dict = {}
-  bar = tqdm.tqdm(entries, desc="load checkpoint", unit="tensor", disable=jax.process_index() > 0)
+  bar = cli.progress(
+    entries, desc="load checkpoint", unit="tensor", disable=jax.process_index() > 0
+  )
   for entry in bar:
     sharding = None if shardings is None else _get(shardings, entry.path)
     _set(params, entry.path, _leaf_array(entry, refs, _get(abstract, entry.path), sharding))
@@ -399,7 +401,7 @@ def _write_weights(
   pending: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
   want = {n: len(keys) for n, keys in zip(names, groups, strict=True)}
   total = 0
-  tensors = tqdm.tqdm(
+  tensors = cli.progress(
     hf_tensors(params, cfg, dtype), total=len(file_of), desc="export checkpoint", unit="tensor"
   )
   for key, arr in tensors:

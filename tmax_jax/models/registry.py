@@ -173,7 +173,9 @@ def tokenizer_spec(name: str) -> TokenizerSpec:
   """The registered tokenizer spec named `name` (TokenizerSpec.family)."""
   specs = {s.family: s for f in families() for s in f.tokenizers.values()}
   if name not in specs:
-    raise ValueError(f"unknown tokenizer family {name!r}; expected one of {sorted(specs)}")
+    raise UnsupportedConfigError(
+      f"unknown tokenizer family {name!r}; expected one of {sorted(specs)}"
+    )
   return specs[name]
 
 

@@ -1,6 +1,8 @@
-"""CLI of the task pipeline (see tmax_jax/pipeline/__init__.py). Defaults come from the config
-dataclasses. Exit status: 0 done, 2 an endpoint is unusable before any work (unreachable, wrong
-key, URL or model) or the output directory cannot be used, 3 the run stopped (an endpoint became
+"""The TMAX task pipeline (tmax_jax/pipeline/__init__.py): axis samples written into tasks by an
+OpenAI-compatible model, built, validated, calibrated against a reference policy, decontaminated
+and published. Flag defaults come from the config dataclasses. Exit status: 0 done; 2 (`error:
+...`) a flag or file is wrong, an endpoint is unusable before any work (unreachable, wrong key,
+URL or model) or the output directory cannot be used; 3 the run stopped (an endpoint became
 unusable, or tasks failed on it): what finished is kept, `--resume` continues."""
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ P, C, W, G, R = PipelineConfig, CalibrationConfig, ChatConfig, GenerationConfig,
 
 
 def _parser() -> cli.ArgumentParser:
-  p = cli.ArgumentParser(prog="python3 -m tmax_jax.pipeline", description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(prog="python3 -m tmax_jax.pipeline", description=cli.description(__doc__))
   a = p.add_argument
   a("--endpoint", required=True, help="the writer's OpenAI-compatible base URL (http://HOST/v1)")
   a("--model", required=True, help="the writer model's name at that endpoint")
@@ -169,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(str(err))
   try:
     return run(cfg, argv)
-  except StateError as err:
-    print(f"pipeline: {err}", file=sys.stderr)
+  except StateError as err:  # the output directory cannot be used
+    print(f"error: {err}", file=sys.stderr)
     return EXIT_UNUSABLE
 
 

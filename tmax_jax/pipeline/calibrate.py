@@ -2,11 +2,12 @@
 the verifier knob moved towards the target band for a bounded number of rounds.
 
 The reference policy is any OpenAI-compatible chat endpoint (ours included): the harness renders
-each turn with the chat template of `calibration.family` and tasks/horizon/teacher.ChatTeacher
-sends it as chat messages, with a per-episode `seed` (agents/worker.episode_seed of the run seed,
-the task, the round and the episode). Episodes run through agents/worker.EpisodeWorker, the path
-RL and evaluation use, and are recorded as the evaluation runner's trial records (plus `round`
-and `setting`), so tasks/difficulty.load_rollouts reads them.
+each turn with the chat template of `calibration.family` and horizon/teacher.ChatTeacher sends it
+as chat messages (text mode), with a per-episode `seed` (horizon/teacher.EndpointPolicy:
+agents/worker.episode_seed of the run seed, the task, the round and the episode). Episodes run
+through agents/worker.EpisodeWorker, the path RL and evaluation use, and are recorded as the
+evaluation runner's trial records (plus `round` and `setting`), so tasks/difficulty.load_rollouts
+reads them.
 
 The state holds the truth: `calibration.spec` (the current verifier spec) and `rounds` are saved
 before the task directory is rewritten from them (knobs.render fills the instruction's
@@ -21,8 +22,8 @@ import json
 from collections.abc import Callable
 
 from tmax_jax.agents.episode import EpisodeConfig
-from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig, episode_seed
-from tmax_jax.horizon.teacher import ChatTeacher
+from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig
+from tmax_jax.horizon.teacher import EndpointPolicy
 from tmax_jax.loop.evaluate.trials import trial_record
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.stages import StageResult, done, endpoint_error, rejected
@@ -34,20 +35,6 @@ from tmax_jax.tasks.verifiers import knobs
 from tmax_jax.tokenizers import load_tokenizer
 
 SPEC = "spec.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class EndpointPolicy:
-  """EpisodeWorker policy provider: a chat endpoint, one seeded ChatTeacher per episode."""
-
-  client: ChatClient
-  tokenizer: object
-  seed: int = 0
-
-  def generate_fn(self, task, group: int, sample: int) -> ChatTeacher:
-    return ChatTeacher(
-      self.client, self.tokenizer, seed=episode_seed(self.seed, task.name, group, sample)
-    )
 
 
 def spec_json(spec: dict) -> bytes:

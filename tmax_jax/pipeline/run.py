@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import pathlib
 import sys
 from collections.abc import Callable
 
-from tqdm import tqdm
-
+from tmax_jax import cli
+from tmax_jax.agents import harnesses
+from tmax_jax.errors import UserError
+from tmax_jax.models import registry
 from tmax_jax.pipeline import publish, stages
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.state import DONE, ERROR, Store, first_open
@@ -40,7 +43,7 @@ class Pipeline:
     self.taxonomy = load_taxonomy(cfg.taxonomy) if cfg.taxonomy else default_taxonomy()
     self.stop_reason = ""
     self._failures = 0
-    self.bars: dict[str, tqdm] = {}
+    self.bars: dict = {}  # stage -> its progress bar (cli.progress)
 
   # ------------------------------------------------------------------------------------------
   # the endpoint breaker
@@ -113,7 +116,7 @@ class Pipeline:
   def _open_bars(self, states: list[dict]) -> None:
     for pos, stage in enumerate(self.stages):
       todo = sum(publish.needs(s, stage) for s in states)
-      self.bars[stage] = tqdm(
+      self.bars[stage] = cli.progress(
         total=todo, desc=f"{stage:>13}", unit="task", position=pos, disable=not self.cfg.progress
       )
 
@@ -140,6 +143,26 @@ class Pipeline:
       self.pool.shutdown(wait=True)
 
 
+def check_local(cfg: PipelineConfig) -> None:
+  """What needs no endpoint, checked first (UserError naming the flag): the taxonomy file, the
+  calibration's harness and tokenizer family, the benchmark directories."""
+  if cfg.taxonomy:
+    load_taxonomy(cfg.taxonomy)
+  if "calibrate" in cfg.stages():
+    if cfg.calibration.harness not in harnesses.names():
+      raise UserError(
+        f"--harness={cfg.calibration.harness}: no such harness; expected one of "
+        f"{list(harnesses.names())}"
+      )
+    try:
+      registry.tokenizer_spec(cfg.calibration.family)
+    except UserError as e:
+      raise UserError(f"--family={cfg.calibration.family}: {e}") from None
+  for benchmark in cfg.benchmarks if "decontaminate" in cfg.stages() else ():
+    if not pathlib.Path(benchmark).is_dir():
+      raise UserError(f"--benchmark={benchmark}: no such directory (expected a TB1/TB2 task set)")
+
+
 def preflight(cfg: PipelineConfig) -> None:
   """The writer (and the reference policy) must answer before any work starts."""
   ChatClient(cfg.writer).preflight()
@@ -148,12 +171,14 @@ def preflight(cfg: PipelineConfig) -> None:
 
 
 def run(cfg: PipelineConfig, argv: list[str] | None = None, log: Callable = print) -> int:
-  """Runs (or resumes) the pipeline -> exit status (0 done, 2 unusable endpoint, 3 stopped)."""
+  """Runs (or resumes) the pipeline -> exit status (0 done, 2 unusable endpoint, 3 stopped).
+  A mistake that needs no endpoint to find (check_local) raises UserError."""
+  check_local(cfg)
   store = Store(cfg.out)
   try:
     preflight(cfg)
   except EndpointError as err:
-    log(f"pipeline: {err}", file=sys.stderr)
+    log(f"error: {err}", file=sys.stderr)
     return EXIT_UNUSABLE
   with store.locked():
     identity = {"seed": cfg.seed, "taxonomy": cfg.taxonomy}
@@ -170,14 +195,14 @@ def run(cfg: PipelineConfig, argv: list[str] | None = None, log: Callable = prin
     unfinished = publish.unfinished(states, pipe.stages)
   if pipe.stop_reason:
     log(
-      f"pipeline: stopped: {pipe.stop_reason}; {len(unfinished)} task(s) unfinished, "
+      f"error: stopped: {pipe.stop_reason}; {len(unfinished)} task(s) unfinished, "
       "run again with --resume",
       file=sys.stderr,
     )
     return EXIT_STOPPED
   if unfinished:
     log(
-      f"pipeline: {len(unfinished)} task(s) failed (their state's error records say why: "
+      f"error: {len(unfinished)} task(s) failed (their state's error records say why: "
       f"{unfinished[:5]}); run again with --resume",
       file=sys.stderr,
     )

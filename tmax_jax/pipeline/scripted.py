@@ -62,21 +62,32 @@ def _completion(model: str, content: str) -> dict:
 
 
 class ScriptedEndpoint:
-  """`with ScriptedEndpoint(respond) as ep: ep.base_url`; `ep.requests` logs every chat body."""
+  """`with ScriptedEndpoint(respond) as ep: ep.base_url`; `ep.requests` logs every chat body.
+  With `api_key`, a request without `Authorization: Bearer <api_key>` is answered 401."""
 
-  def __init__(self, respond: Respond, model: str = "scripted"):
-    self.respond, self.model = respond, model
+  def __init__(self, respond: Respond, model: str = "scripted", api_key: str | None = None):
+    self.respond, self.model, self.api_key = respond, model, api_key
     self.requests: list[dict] = []
     self._lock = threading.Lock()
     self._loop = asyncio.new_event_loop()
     self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
     self.base_url = ""
 
+  def _refused(self, request: web.Request) -> web.Response | None:
+    """OpenAI's 401 answer when the request lacks the key, else None."""
+    if self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}":
+      return None
+    error = {"message": "Incorrect API key provided", "type": "invalid_request_error"}
+    return web.json_response({"error": {**error, "code": "invalid_api_key"}}, status=401)
+
   async def _models(self, request: web.Request) -> web.Response:
-    del request
+    if refused := self._refused(request):
+      return refused
     return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
   async def _chat(self, request: web.Request) -> web.Response:
+    if refused := self._refused(request):
+      return refused
     body = await request.json()
     with self._lock:
       self.requests.append(body)

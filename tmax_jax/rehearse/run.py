@@ -58,6 +58,10 @@ def plan(name: str, config_dict, out: str | pathlib.Path, steps: int = shrink.ST
     return job, None, f"a {job} config ({launcher}) is not a recipe run"
   out = pathlib.Path(out).resolve()
   shipped = jobs.job_config(config_dict)
+  if job == "eval" and shipped.policy == "endpoint":
+    why = "policy=endpoint is not a model of ours to rehearse: its model is the user's endpoint "
+    why += "(tests/loop/test_evaluate_endpoint.py runs that path against our own OpenAI API)"
+    return job, None, why
   if job == "rl" or (job == "eval" and shipped.policy == "server"):
     problem = shrink.engine_holds_episode(shipped.serving.engine, shipped.episode)
     _check(not problem, name, f"the shipped serving shape does not hold its episodes: {problem}")

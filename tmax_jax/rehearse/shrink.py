@@ -10,6 +10,7 @@ from typing import Any
 
 from tmax_jax import config as config_show
 from tmax_jax import plan
+from tmax_jax.agents.worker import request_timeout_s
 from tmax_jax.loop import policy
 from tmax_jax.loop.config import MeshConfig, ModelSpec, RLConfig, ServingConfig, SFTConfig
 from tmax_jax.loop.evaluate import EvalConfig
@@ -433,7 +434,7 @@ def _rl_kept(cfg: RLConfig) -> list[tuple[str, Any]]:
   loss, ep, ro = cfg.train.loss, cfg.episode, cfg.rollout
   return [
     *_model_facts(cfg.model, cfg.serving, cfg.mesh.sequence),
-    ("loss", f"{loss.policy_loss} {loss.hyper}, kl_beta {loss.kl_beta}, {loss.advantage}"),
+    ("loss", f"{loss.policy_loss} {loss.hyper}, kl_beta {loss.kl_beta}, {loss.estimator}"),
     *_train_facts(cfg.train, cfg.mesh, cfg.seq_len),
     (
       "serving",
@@ -470,17 +471,19 @@ def _train_facts(train, mesh: MeshConfig, seq_len: int) -> list[tuple[str, Any]]
 
 
 def _episode_facts(ep, runner) -> list[tuple[str, Any]]:
+  """The harness and the caps; time limits as runner.agent_timeout_s / verifier_timeout_s apply."""
+  times = f" x {runner.timeout_multiplier}" if runner.timeout_multiplier != 1.0 else ""
+  wall = f"{ep.wall_time_s} s" if ep.wall_time_s else "the task's"
+  least = runner.min_verifier_timeout_s
+  tests = f"max(task{times}, {least} s)" if least else f"task{times}"
   return [
     ("harness", f"{ep.harness} ({ep.family} tool calls)"),
     (
       "caps",
       f"prompt {ep.max_prompt_tokens or 'none'}, tool calls {ep.max_tool_calls}, turns "
-      f"{ep.max_turns}, command {ep.command_timeout_s} s, wall {ep.wall_time_s} s",
+      f"{ep.max_turns}, command {ep.command_timeout_s} s, wall {wall}{times}",
     ),
-    (
-      "verifier timeout",
-      f"max(task, {runner.min_verifier_timeout_s} s); sandbox {runner.memory_mb} MB",
-    ),
+    ("verifier timeout", f"{tests}; sandbox {runner.memory_mb} MB"),
   ]
 
 
@@ -536,7 +539,7 @@ def shrink_eval(name: str, shipped: EvalConfig, tasks_dir: str, out: str) -> Reh
     ("policy", cfg.policy),
     ("runs per task", cfg.runs_per_task),
     ("temperature", cfg.worker.temperature),
-    ("request timeout", f"{cfg.worker.request_timeout_s} s"),
+    ("request timeout", f"{request_timeout_s(cfg.worker, cfg.episode)} s"),
     *_episode_facts(cfg.episode, cfg.runner),
   ]
   if cfg.policy == "server":

@@ -26,6 +26,15 @@ def _group_mean(x: jax.Array, index: jax.Array, num_groups: int) -> jax.Array:
   return (total / count)[index]  # [N]
 
 
+def _centred(r: jax.Array, index: jax.Array, num_groups: int) -> jax.Array:
+  """R - mean_group(R), exactly 0 in a group whose rewards are all equal (zero std, as
+  `nonzero_std_groups` and the rollout's filter define it): the float mean of equal rewards can miss
+  them by an ulp (0.1 x 7), which std normalisation would turn into advantages of about +-1."""
+  hi = jax.ops.segment_max(r, index, num_segments=num_groups)[index]
+  lo = jax.ops.segment_min(r, index, num_segments=num_groups)[index]
+  return jnp.where(hi > lo, r - _group_mean(r, index, num_groups), 0.0)
+
+
 def _check(rewards, group_ids) -> jax.Array:
   r = jnp.asarray(rewards, jnp.float32)
   if r.ndim != 1 or r.shape[0] == 0:
@@ -39,18 +48,21 @@ def _check(rewards, group_ids) -> jax.Array:
 
 @register("advantage", "centered")
 def centered(rewards, group_ids) -> jax.Array:
-  """A = R - mean_group(R) (the recipe's default). [N] -> [N]."""
+  """A = R - mean_group(R) (the recipe's, DPPO's). [N] -> [N]."""
   r = _check(rewards, group_ids)
   index, g = _group_index(group_ids)
-  return r - _group_mean(r, index, g)
+  return _centred(r, index, g)
 
 
 @register("advantage", "standard")
 def standard(rewards, group_ids) -> jax.Array:
-  """A = (R - mean_group) / (population std_group + 1e-8). [N] -> [N]."""
+  """A = (R - mean_group) / (population std_group + 1e-8) (GRPO's). [N] -> [N].
+
+  A zero-std group gets A = 0 (no division by the bare 1e-8); with the zero-std filter on (the
+  recipe) no such group reaches the estimator."""
   r = _check(rewards, group_ids)
   index, g = _group_index(group_ids)
-  centred = r - _group_mean(r, index, g)
+  centred = _centred(r, index, g)
   std = jnp.sqrt(_group_mean(centred * centred, index, g))
   return centred / (std + STD_EPS)
 

@@ -2,9 +2,11 @@
 
 Every policy loss has the signature `fn(x: PolicyInputs, hyper) -> PolicyTerms` and is registered
 under kind "policy_loss" with its hyperparameter dataclass (`hyper` is an instance of it, None for a
-loss without hyperparameters) and the batch fields it reads. Per-token losses are NOT aggregated
-here: the trainer multiplies them by the aggregation weights of the whole optimizer batch (see
-aggregation.py), which keeps gradient accumulation exact. Formulas: ../shared/docs/recipe.md (DPPO).
+loss without hyperparameters), the batch fields it reads and the advantage estimator its objective
+is defined with (DPPO, the recipe: centred; GRPO: std-normalised). Per-token losses are NOT
+aggregated here: the trainer multiplies them by the aggregation weights of the whole optimizer
+batch (see aggregation.py), which keeps gradient accumulation exact. Formulas:
+../shared/docs/recipe.md (DPPO).
 """
 
 import dataclasses
@@ -152,7 +154,7 @@ def dppo_inputs(hyper: DPPOHyper) -> tuple[str, ...]:
   return RL_INPUTS + (TOPK_INPUTS if DIVERGENCES[hyper.divergence].topk else ())
 
 
-@register("policy_loss", "dppo", hyper=DPPOHyper, inputs=dppo_inputs)
+@register("policy_loss", "dppo", hyper=DPPOHyper, inputs=dppo_inputs, advantage="centered")
 def dppo(x: PolicyInputs, hyper: DPPOHyper = DPPOHyper()) -> PolicyTerms:
   """DPPO: loss -A * r per kept token (r = pi/mu, not detached, no clip).
 
@@ -185,9 +187,13 @@ class GRPOHyper:
       )
 
 
-@register("policy_loss", "grpo", hyper=GRPOHyper, inputs=RL_INPUTS)
+@register("policy_loss", "grpo", hyper=GRPOHyper, inputs=RL_INPUTS, advantage="standard")
 def grpo(x: PolicyInputs, hyper: GRPOHyper = GRPOHyper()) -> PolicyTerms:
   """PPO clip against the behaviour logprobs: -min(r A, clip(r, 1-clip_low, 1+clip_high) A).
+
+  GRPO's A is std-normalised, (R - mean) / (std + 1e-8) per group, as its registration says (the
+  estimator a config with advantage="auto" takes); LossConfig.advantage="centered"
+  keeps DPPO's centred A instead.
 
   `kept` marks tokens whose gradient is not clipped away.
   """

@@ -4,7 +4,9 @@ Configs select components by name (`LossConfig.policy_loss = "dppo"`); the train
 here. A component declares, where it has them, its hyperparameters (a frozen dataclass whose
 instance it receives as `hyper`) and the trainer-batch fields it reads (`train.batch.TrainBatch`
 field names, possibly depending on the hyperparameters), so that a config can be validated against
-what its data path produces before anything is traced.
+what its data path produces before anything is traced. A policy loss also names the group advantage
+estimator its objective is defined with (GRPO's is std-normalised), which a config takes unless it
+names another.
 """
 
 import dataclasses
@@ -22,13 +24,15 @@ class Entry:
 
   fn: the function. hyper: its hyperparameter dataclass (None: it takes none). inputs:
   hyper instance (or None) -> the TrainBatch fields it needs beyond tokens / positions /
-  segment_ids / targets / loss_mask, which every batch has.
+  segment_ids / targets / loss_mask, which every batch has. advantage: a policy loss's own
+  advantage estimator (a name of kind "advantage"; None: it reads no advantages).
   """
 
   name: str
   fn: Callable
   hyper: type | None = None
   inputs: Callable[[Any], tuple[str, ...]] = lambda hyper: ()
+  advantage: str | None = None
 
 
 _TABLES: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
@@ -46,9 +50,11 @@ def register(
   *,
   hyper: type | None = None,
   inputs: Sequence[str] | Callable[[Any], Sequence[str]] = (),
+  advantage: str | None = None,
 ) -> Callable[[F], F]:
   """Decorator: registers `fn` as `name` under `kind` (one of KINDS), with its hyperparameter
-  dataclass and the batch fields it reads (a tuple, or a function of the hyperparameters)."""
+  dataclass, the batch fields it reads (a tuple, or a function of the hyperparameters) and, for a
+  policy loss, its own advantage estimator."""
   table = _table(kind)
   if hyper is not None and not dataclasses.is_dataclass(hyper):
     raise TypeError(f"{kind} {name!r}: hyper must be a dataclass type, got {hyper!r}")
@@ -57,7 +63,7 @@ def register(
   def wrap(fn: F) -> F:
     if name in table:
       raise KeyError(f"{kind} {name!r} is already registered")
-    table[name] = Entry(name, fn, hyper, lambda h: tuple(needs(h)))
+    table[name] = Entry(name, fn, hyper, lambda h: tuple(needs(h)), advantage)
     return fn
 
   return wrap

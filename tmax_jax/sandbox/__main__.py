@@ -6,7 +6,9 @@ python3 -m tmax_jax.sandbox [--force] [--mirror URL] [--podman] [--prune] [--har
 
 from __future__ import annotations
 
+import argparse
 import sys
+import urllib.parse
 
 from tmax_jax import cli
 from tmax_jax.sandbox import images, mirror, podman
@@ -16,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(description="Build (once) and print the base task rootfs path.")
   parser.add_argument("--force", action="store_true", help="rebuild even when the cache has it")
   parser.add_argument(
-    "--mirror", default=None, help="Debian mirror (default: the one apt uses here)"
+    "--mirror",
+    type=_mirror_url,
+    default=None,
+    help="Debian mirror, an http(s):// or file:// URL (default: the one apt uses here)",
   )
   parser.add_argument(
     "--podman", action="store_true", help="also import the rootfs as a podman image"
@@ -40,6 +45,16 @@ def main(argv: list[str] | None = None) -> int:
   if args.harness:
     print(mirror.harness_dir())
   return 0
+
+
+def _mirror_url(value: str) -> str:
+  """A mirror debootstrap can use (argparse reports the ValueError as `argument --mirror: ...`)."""
+  scheme = urllib.parse.urlsplit(value).scheme
+  if scheme not in ("http", "https", "file"):
+    raise argparse.ArgumentTypeError(
+      f"{value!r} is not a mirror URL (expected http://HOST/debian, https://... or file:///DIR)"
+    )
+  return value
 
 
 if __name__ == "__main__":

@@ -212,7 +212,7 @@ class _Builder:
     finalize: bool,
   ) -> None:
     global_args: dict = {}
-    steps = tqdm.tqdm(ins, desc=f"build {self.context.name}", unit="step", disable=self.quiet)
+    steps = cli.progress(ins, desc=f"build {self.context.name}", unit="step", disable=self.quiet)
     for i in steps:
       if i.cmd == "FROM":
         if self.base is not None:
@@ -693,9 +693,20 @@ def main(argv: list[str] | None = None) -> int:
     raise UserError(f"{context}: {what} (expected a task's environment/ directory)")
   if args.apptainer:
     print(apptainer_def(context))
-  else:
+    return 0
+  try:
     print(build_image(context, quiet=False).path)
+  except SandboxError as e:  # a step of the user's Dockerfile failed (its output streamed above)
+    raise UserError(failed_step_message(e)) from e
   return 0
+
+
+def failed_step_message(error: SandboxError) -> str:
+  """A failed build in the error path's few lines: the failing step (the first line: the
+  Dockerfile and line) and the last line of its output, the one that usually says why."""
+  head, _, output = str(error).partition("\n")
+  lines = [line for line in output.splitlines() if line.strip()]
+  return f"{head}\n{lines[-1].strip()}" if lines else head
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import yaml
 
 from tmax_jax import cli, json_io
+from tmax_jax.errors import UserError
 
 NGRAM = 13
 _WORD = re.compile(r"[a-z0-9]+")
@@ -50,9 +51,9 @@ def _trial_records(path: str | os.PathLike) -> list[tuple[str, object]]:
     try:
       doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
-      raise ValueError(f"{path}: not a readable JSON file ({err})") from None
+      raise UserError(f"{path}: not a readable JSON file ({err})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("trials"), list):
-      raise ValueError(f"{path}: expected a results.json with a 'trials' list")
+      raise UserError(f"{path}: expected a results.json with a 'trials' list")
     return [(f"{path}:trials[{i}]", rec) for i, rec in enumerate(doc["trials"])]
   return [(f"{path}:{no}", rec) for no, rec in json_io.read_objects(path)]
 
@@ -69,7 +70,7 @@ def load_rollouts(path: str | os.PathLike) -> list[dict]:
       or isinstance(reward, bool)
       or not isinstance(reward, (int, float))
     ):
-      raise ValueError(
+      raise UserError(
         f"{where}: expected a trial record {{task: str, reward: number}} (the evaluation "
         f"runner's schema), got {json.dumps(rec)[:200]}"
       )
@@ -226,7 +227,7 @@ def decontaminate(
 
 def main(argv: Sequence[str] | None = None) -> int:
   """CLI: pass@k + soft filter from a rollouts JSONL, and/or decontamination of task dirs."""
-  p = cli.ArgumentParser(description="pass@k, soft filter and 13-gram decontamination")
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument(
     "--rollouts", help="trial records {task, reward}: an eval trials.jsonl or results.json"
   )

@@ -1,4 +1,4 @@
-"""CLI: write N 9-axis samples as JSONL (atomically) and report the balance score.
+"""Writes N 9-axis samples as JSONL (atomically) and report the balance score.
 
   python3 -m tmax_jax.tasks.generate_axes --n 10000 --seed 0 --out axes.jsonl
 Prints one JSON summary line: n, seed, seconds, domain balance score exp(H)/N, marginals.
@@ -11,8 +11,6 @@ import os
 import pathlib
 import tempfile
 import time
-
-from tqdm import tqdm
 
 from tmax_jax import cli
 from tmax_jax.tasks.generator.axes import (
@@ -36,7 +34,9 @@ def write_samples(
   fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
   try:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-      for i in tqdm(range(n), desc="axes", unit="task", disable=not progress, mininterval=1.0):
+      for i in cli.progress(
+        range(n), desc="axes", unit="task", disable=not progress, mininterval=1.0
+      ):
         s = sample_axes(seed, i, tx)
         samples.append(s)
         f.write(json.dumps(s.to_json(), sort_keys=True) + "\n")
@@ -67,7 +67,7 @@ def write_samples(
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument("--n", type=int, default=10000, help="number of axis samples")
   p.add_argument("--seed", type=int, default=0, help="sampling seed (sample i of a seed is fixed)")
   p.add_argument("--out", required=True, help="JSONL to write (one sample per line)")

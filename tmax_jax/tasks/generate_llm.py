@@ -1,4 +1,4 @@
-"""CLI: write tasks with an LLM behind any OpenAI-compatible endpoint, keeping only those whose
+"""Writes tasks with an LLM behind any OpenAI-compatible endpoint, keeping only those whose
 environment builds, whose smoke test runs and whose oracle passes in a sandbox.
 
   python3 -m tmax_jax.tasks.generate_llm --base_url http://127.0.0.1:8000/v1 --model M \
@@ -25,7 +25,7 @@ from tmax_jax.tasks.runner import RunnerConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=cli.description(__doc__))
   p.add_argument(
     "--base_url", required=True, help="OpenAI-compatible endpoint, e.g. http://h:8000/v1"
   )
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
       sample_many(args.n, args.seed, start=args.start), client, args.out, config
     )
   except EndpointError as err:
-    print(f"generate_llm: stopped, the endpoint became unusable: {err}", file=sys.stderr)
+    print(f"error: stopped, the endpoint became unusable: {err}", file=sys.stderr)
     return 3
   print(json.dumps(summary))
   return 0

@@ -11,11 +11,14 @@ tests run what the agent left). A failure of the infrastructure is never a rewar
 A task whose docker-compose.yaml has several services runs as a podman pod (tasks/compose.py,
 sandbox/pod.py): the agent and the verifier in the main service, the others next to it; off
 podman it raises TaskUnsupportedError (reported, never a zero).
+With artifacts=True a trial also keeps its verifier's files and the packages its sandbox resolved
+(tasks/artifacts.py); RunnerConfig.packages_before dates the tests' package installs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import importlib
 import json
 import math
@@ -25,9 +28,11 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 
-from tmax_jax.sandbox import open_pod, open_sandbox, pod_unsupported, runtime
+from tmax_jax.errors import UserError
+from tmax_jax.sandbox import BACKENDS, open_pod, open_sandbox, pod_unsupported, runtime
 from tmax_jax.sandbox.api import CommandResult, Limits, PodSpec, Sandbox, SandboxError
 from tmax_jax.sandbox.dockerfile import DockerfileError
+from tmax_jax.tasks import artifacts as artifacts_lib
 from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import environment as envlib
 from tmax_jax.tasks.format import Files, Task, TaskFormatError, write_task
@@ -57,6 +62,7 @@ class RewardError(RuntimeError):
 
   kind = "verifier_error"
   sandbox = ""  # the sandbox the verifier ran in (set by run_trial)
+  artifacts: Mapping[str, str] = {}  # the trial's artifacts (run_trial(artifacts=True))
 
   def __init__(self, message: str, logs: Mapping[str, str] | None = None):
     super().__init__(message)
@@ -89,11 +95,78 @@ class RunnerConfig:
   image: str | None = None
   memory_mb: int | None = 4096  # sandbox memory limit (None = the task's; recipe: 4096)
   enforce_limits: bool = True  # False: run without per-sandbox cgroups (a warning per trial)
-  # The recipe runs tests under max(task value, 600 s); 0 = exactly the task's verifier.timeout_sec.
+  # Harbor's --timeout-multiplier: scales the agent's and the verifier's time limits of every task
+  # (agent_timeout_s, verifier_timeout_s), e.g. for slower hardware than the benchmark's.
+  timeout_multiplier: float = 1.0
+  # Tests run under max(task's verifier timeout_sec x multiplier, this). The recipe's RL rule is
+  # 600 s; 0 = exactly the task's (Terminal-Bench 2.0's protocol: evaluation's default).
   min_verifier_timeout_s: float = 600.0
   allow_network: bool = False  # give sandboxes a network (off: loopback only)
   verifier_in_shell: bool = False  # run test.sh in the persistent shell instead of a fresh process
   sandbox_lifetime_s: int = Limits.lifetime_s  # each sandbox's hard lifetime (api.Limits)
+  # An ISO date or datetime (naive = UTC), e.g. a benchmark's release date: the tests' package
+  # installs resolve against uploads before it (verifier_env: UV_EXCLUDE_NEWER for uv/uvx,
+  # PIP_UPLOADED_PRIOR_TO for pip >= 26.0; older pips ignore it). "" = the newest.
+  packages_before: str = ""
+
+  def __post_init__(self):
+    known = self.backend in (None, "", "auto", *BACKENDS) or self.backend.startswith("harbor:")
+    if not known:  # before any task builds (a job config, or a tool's --backend)
+      raise UserError(
+        f"backend={self.backend!r}: not a sandbox backend; expected auto, "
+        f"{', '.join(BACKENDS)} or harbor:<environment type>"
+      )
+    if not self.timeout_multiplier > 0:
+      raise ValueError(f"RunnerConfig.timeout_multiplier={self.timeout_multiplier}; expected > 0")
+    if self.min_verifier_timeout_s < 0:
+      raise ValueError(
+        f"RunnerConfig.min_verifier_timeout_s={self.min_verifier_timeout_s}; expected >= 0"
+      )
+    if self.packages_before:
+      packages_cutoff(self.packages_before)  # a date that does not parse fails here
+
+
+def packages_cutoff(value: str) -> str:
+  """RunnerConfig.packages_before as an RFC 3339 UTC timestamp ("2025-11-07" ->
+  "2025-11-07T00:00:00Z"): the one form both uv and pip read the same on every host."""
+  try:
+    when = datetime.datetime.fromisoformat(value)
+  except ValueError:
+    raise ValueError(
+      f"RunnerConfig.packages_before={value!r}: expected an ISO date (2025-11-07) or datetime"
+    ) from None
+  if when.tzinfo is not None:
+    when = when.astimezone(datetime.UTC).replace(tzinfo=None)
+  return when.isoformat(timespec="seconds") + "Z"
+
+
+def verifier_env(task: Task, config: RunnerConfig = RunnerConfig()) -> dict[str, str]:
+  """The environment test.sh runs with: packages_before's cutoff for uv and pip, then the task's
+  own [verifier.env] (which wins)."""
+  env = {}
+  if config.packages_before:
+    cutoff = packages_cutoff(config.packages_before)
+    env = {"UV_EXCLUDE_NEWER": cutoff, "PIP_UPLOADED_PRIOR_TO": cutoff}
+  return {**env, **task.config.verifier.env}
+
+
+def agent_timeout_s(
+  task: Task, config: RunnerConfig = RunnerConfig(), budget_s: float = 0.0
+) -> float:
+  """The agent's time limit in a trial of `task` (seconds): `budget_s` when > 0 (one budget for
+  every task: the RL episode's wall time, TerminalHorizon's 3 hours; Harbor's
+  agent.override_timeout_sec), else the task's own [agent] timeout_sec (Terminal-Bench 2.0's
+  protocol; the format's 600 s when task.toml names none, as Harbor's), x timeout_multiplier
+  (which Harbor applies to an override too). The oracle runs under it as well."""
+  return (budget_s or task.config.agent.timeout_sec) * config.timeout_multiplier
+
+
+def verifier_timeout_s(task: Task, config: RunnerConfig = RunnerConfig()) -> float:
+  """The tests' time limit in a trial of `task` (seconds): its [verifier] timeout_sec x
+  timeout_multiplier, raised to min_verifier_timeout_s (the recipe's RL rule, max(task, 600 s);
+  0 in evaluation, where the benchmark's own value is the protocol)."""
+  scaled = task.config.verifier.timeout_sec * config.timeout_multiplier
+  return max(scaled, config.min_verifier_timeout_s)
 
 
 # RunResult.reason prefix of an environment that did not build (the error follows; a failure that
@@ -107,7 +180,8 @@ class RunResult:
   """reward in [0, 1]; rewards: the full reward.json (or {"reward": r}); reason "ok" or why 0.
   failure: "" for a scored trial, else its INFRA_FAILURES kind (reward is then 0 and means
   nothing: never use it as a score). sandbox: the sandbox's name; verified_at: the wall time
-  (time.time) the reward was read (0 when none was)."""
+  (time.time) the reward was read (0 when none was). artifacts: {name: text} with
+  run_trial(artifacts=True) (tasks/artifacts.py), else empty."""
 
   reward: float
   rewards: Mapping[str, float]
@@ -117,6 +191,7 @@ class RunResult:
   failure: str = ""
   sandbox: str = ""
   verified_at: float = 0.0
+  artifacts: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def infra_result(kind: str, reason: str, logs: Mapping[str, str], sandbox: str = "") -> RunResult:
@@ -218,36 +293,49 @@ def upload_dir(sb: Sandbox, host_dir: pathlib.Path, sandbox_dir: str) -> None:
   )
 
 
-def run_solution(sb: Sandbox, task: Task, solution_dir: pathlib.Path) -> CommandResult:
+def run_solution(
+  sb: Sandbox, task: Task, solution_dir: pathlib.Path, config: RunnerConfig = RunnerConfig()
+) -> CommandResult:
   """Uploads `solution_dir` to /solution and runs solve.sh in the persistent shell (so services it
   starts in the background stay up for the verifier), under the agent timeout."""
   upload_dir(sb, solution_dir, "/solution")
   env = {"DEBIAN_FRONTEND": "noninteractive", **task.config.solution.env}
   cmd = f"mkdir -p /logs/agent; {_exports(env)}{ORACLE_COMMAND}"
-  return sb.run(cmd, timeout_s=task.config.agent.timeout_sec)
+  return sb.run(cmd, timeout_s=agent_timeout_s(task, config))
 
 
-def verify(sb: Sandbox, task: Task, config: RunnerConfig = RunnerConfig()) -> RunResult:
-  """Uploads /tests, runs test.sh, reads the reward. Raises RewardMissingError/RewardFormatError."""
+def verify(
+  sb: Sandbox,
+  task: Task,
+  config: RunnerConfig = RunnerConfig(),
+  artifacts: dict[str, str] | None = None,
+) -> RunResult:
+  """Uploads /tests, runs test.sh (in verifier_env) under verifier_timeout_s, reads the reward.
+  `artifacts` (a dict) receives the packages after the tests and the verifier's files. Raises
+  RewardMissingError/RewardFormatError."""
   start = time.monotonic()
   assert task.path is not None, "verify needs a task on disk"
   upload_dir(sb, task.path / "tests", "/tests")
-  timeout = max(task.config.verifier.timeout_sec, config.min_verifier_timeout_s)
+  timeout = verifier_timeout_s(task, config)
   # A reward file the agent left behind must not count when the tests write none.
   cmd = (
     f"mkdir -p {VERIFIER_LOGS}; rm -f {VERIFIER_LOGS}/reward.txt {VERIFIER_LOGS}/reward.json; "
-    f"{_exports(task.config.verifier.env)}{TEST_COMMAND}"
+    f"{_exports(verifier_env(task, config))}{TEST_COMMAND}"
   )
   if config.verifier_in_shell:
     res = sb.run(cmd, timeout_s=timeout)
   else:
     res = sb.exec(["bash", "-c", cmd], timeout_s=timeout)
+  if artifacts is not None:
+    artifacts[artifacts_lib.PACKAGES_AFTER_TESTS] = artifacts_lib.list_packages(sb)
   with runtime.scratch_dir("verifier-") as tmp:
     host = pathlib.Path(tmp) / "verifier"
     try:
       sb.download(VERIFIER_LOGS, host)
     except (SandboxError, OSError):
       host.mkdir(exist_ok=True)
+    if artifacts is not None:
+      artifacts.update(artifacts_lib.verifier_files(host))
     stdout_file = host / "test-stdout.txt"
     logs = {
       "test-stdout.txt": stdout_file.read_text(errors="replace")[-LOG_CHARS:]
@@ -418,32 +506,38 @@ def _on_disk(task: Task, keep: list) -> Task:
   return write_task(task, pathlib.Path(tmp.name) / (task.name or "task"))
 
 
-def _solve(sb: Sandbox, task: Task, solution: Files, tmp: str, logs: dict) -> RunResult | None:
+def _solve(
+  sb: Sandbox, task: Task, solution: Files, tmp: str, logs: dict, config: RunnerConfig
+) -> RunResult | None:
   """Runs `solution` as the oracle; a RunResult when it ran out of memory (reward 0)."""
   sol_dir = pathlib.Path(tmp) / "solution"
   for rel, data in solution.items():
     (sol_dir / rel).parent.mkdir(parents=True, exist_ok=True)
     (sol_dir / rel).write_bytes(data)
-  res = run_solution(sb, task, sol_dir)
+  res = run_solution(sb, task, sol_dir, config)
   logs["oracle.txt"] = _download_text(sb, "/logs/agent/oracle.txt", pathlib.Path(tmp))
   if res.status == "oom" or (res.exit_code != 0 and _OOM_RE.search(logs["oracle.txt"][-4000:])):
     return RunResult(0.0, {"reward": 0.0}, "agent_oom", logs)
   return None
 
 
-def _in_sandbox(sb: Sandbox, task, agent, config, solution, before, logs: dict) -> RunResult:
+def _in_sandbox(
+  sb: Sandbox, task, agent, config, solution, before, logs: dict, artifacts: dict | None
+) -> RunResult:
   """The trial's steps in its started sandbox; a sandbox that stopped working at any point (its
   `lost()`) makes it an infrastructure failure whatever the verifier said."""
   name = getattr(sb, "name", "")
   with runtime.scratch_dir("trial-") as tmp:
     try:
+      if artifacts is not None:
+        artifacts[artifacts_lib.PACKAGES_START] = artifacts_lib.list_packages(sb)
       if before is not None:
         before(sb)
-      result = _solve(sb, task, solution, tmp, logs) if solution is not None else None
+      result = _solve(sb, task, solution, tmp, logs, config) if solution is not None else None
       if result is None:
         if agent is not None:
           agent(sb)
-        result = verify(sb, task, config)
+        result = verify(sb, task, config, artifacts)
     except SandboxError as err:
       return infra_result("sandbox_lost", f"sandbox_error: {err}", logs, name)
     except RewardError as err:
@@ -469,16 +563,20 @@ def run_trial(
   solution: Files | None = None,
   open_fn: Callable | None = None,
   before: Agent | None = None,
+  artifacts: bool = False,
 ) -> RunResult:
   """One trial. `solution` (files with a solve.sh) replaces the task's own for wrong-solution
   checks; `agent(sandbox)` acts before the verifier; with neither, the agent does nothing.
   `before(sandbox)` runs first, right after the environment is built (e.g. a smoke test).
   A multi-service compose task runs in a podman pod (its services' output goes to
   logs["service-<name>.txt"]; open_fn then gets the PodSpec), or raises TaskUnsupportedError.
-  An infrastructure failure (INFRA_FAILURES) is returned with `failure` set, never as a score."""
+  An infrastructure failure (INFRA_FAILURES) is returned with `failure` set, never as a score.
+  artifacts: keep the trial's artifacts (tasks/artifacts.py) in the result, or on the RewardError
+  it raises."""
   start, keep = time.monotonic(), []
   task = _on_disk(task, keep)
   logs: dict[str, str] = {}
+  kept: dict[str, str] | None = {} if artifacts else None
   try:
     try:  # TaskUnsupportedError (a pod off podman, a compose feature pods lack) goes up
       sb = _start(task, config, logs, open_fn)
@@ -491,8 +589,14 @@ def run_trial(
         warning = f"warning: {sb.limit_warning}\n"
         logs["environment.txt"] = logs.get("environment.txt", "") + warning
       with sb:
-        result = _in_sandbox(sb, task, agent, config, solution, before, logs)
-    return dataclasses.replace(result, duration_s=time.monotonic() - start)
+        try:
+          result = _in_sandbox(sb, task, agent, config, solution, before, logs, kept)
+        except RewardError as err:
+          err.artifacts = dict(kept or {})
+          raise
+    return dataclasses.replace(
+      result, duration_s=time.monotonic() - start, artifacts=dict(kept or {})
+    )
   finally:
     for t in keep:
       t.cleanup()

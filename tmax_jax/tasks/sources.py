@@ -10,7 +10,10 @@ A source is a path:
   task directory): the procedural library's output (`tasks.procedural.cli --out x.parquet`) and
   the OpenThoughts-Agent RL layout. Each tarball is extracted once into
   `<cache>/task_sources/<sha256 of the file>/` (atomic rename; extraction uses tarfile's "data"
-  filter, so no member can escape that directory) and loaded from there.
+  filter, so no member can escape that directory) and loaded from there;
+- the TMAX-15K release (tasks/tmax15k.py): its Hugging Face dataset directory (data/*.parquet with
+  the release's columns, tasks.zip), that parquet itself, or a directory of its task folders
+  (task.json + container.def); each task converted to TB2 as the public Harbor conversion does.
 Without a path, jobs use procedural families built in memory (`procedural_tasks`).
 Task names must be unique within a source: they key trials, groups and sampling seeds.
 """
@@ -30,9 +33,10 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 
+from tmax_jax.errors import UserError
 from tmax_jax.sandbox import images
 from tmax_jax.tasks import format as fmt
-from tmax_jax.tasks import loader
+from tmax_jax.tasks import loader, tmax15k
 
 SET_FILE = "set.json"
 SET_SCHEMA = "tmax-task-set/1"
@@ -55,15 +59,18 @@ class TaskSource:
 
 
 def source_kind(source: str | os.PathLike) -> str:
-  """'parquet', 'set' (a published pipeline set) or 'directory'; FileNotFoundError otherwise."""
+  """'parquet', 'set' (a published pipeline set), 'tmax15k' (tasks/tmax15k.py) or 'directory';
+  FileNotFoundError otherwise."""
   path = pathlib.Path(source)
   if path.is_file() and path.suffix == ".parquet":
-    return "parquet"
+    return "tmax15k" if tmax15k.is_release(path) else "parquet"
   if path.is_dir():
-    return "set" if (path / SET_FILE).is_file() else "directory"
+    if (path / SET_FILE).is_file():
+      return "set"
+    return "tmax15k" if tmax15k.is_release(path) else "directory"
   raise FileNotFoundError(
     f"task source {path}: expected a task directory, a published set (a directory with "
-    f"{SET_FILE}) or a .parquet of task tarballs"
+    f"{SET_FILE}), a .parquet of task tarballs or the TMAX-15K release"
   )
 
 
@@ -71,7 +78,7 @@ def _check_unique(tasks: list[fmt.Task], source) -> list[fmt.Task]:
   counts = collections.Counter(t.name for t in tasks)
   dup = sorted(n for n, c in counts.items() if c > 1)
   if dup:
-    raise ValueError(f"task source {source}: duplicate task names {dup}")
+    raise UserError(f"task source {source}: duplicate task names {dup}")
   return tasks
 
 
@@ -82,14 +89,14 @@ def load_set(directory: str | os.PathLike, max_tasks: int = 0) -> list[fmt.Task]
   try:
     doc = json.loads(file.read_text(encoding="utf-8"))
   except (OSError, json.JSONDecodeError) as err:
-    raise ValueError(f"{file}: not a readable JSON file ({err})") from None
+    raise UserError(f"{file}: not a readable JSON file ({err})") from None
   if not isinstance(doc, dict) or doc.get("schema") != SET_SCHEMA:
-    raise ValueError(f"{file}: schema: expected {SET_SCHEMA!r}, got {doc.get('schema')!r}")
+    raise UserError(f"{file}: schema: expected {SET_SCHEMA!r}, got {doc.get('schema')!r}")
   entries = doc.get("tasks")
   if not isinstance(entries, list) or not all(
     isinstance(e, dict) and isinstance(e.get("dir"), str) for e in entries
   ):
-    raise ValueError(f"{file}: tasks: expected a list of {{dir: str, ...}}")
+    raise UserError(f"{file}: tasks: expected a list of {{dir: str, ...}}")
   tasks = []
   for i, entry in enumerate(entries[: max_tasks or None]):
     task_dir = directory / entry["dir"]
@@ -112,12 +119,17 @@ def _file_digest(path: pathlib.Path) -> str:
 
 
 def _read_parquet(path: pathlib.Path) -> tuple[list[str], list[bytes]]:
-  import pyarrow.parquet as pq  # noqa: PLC0415  (not in the Harbor venv)
+  import pyarrow as pa  # noqa: PLC0415  (not in the Harbor venv)
+  import pyarrow.parquet as pq  # noqa: PLC0415
 
-  table = pq.read_table(path)
+  try:
+    table = pq.read_table(path)
+  except (pa.ArrowException, OSError) as err:  # ArrowInvalid: not a parquet, or truncated
+    detail = str(err).split("': ", 1)[-1].split(". ")[0]  # without pyarrow's repeat of the path
+    raise UserError(f"{path}: not a readable parquet file ({detail})") from None
   missing = [c for c in PARQUET_COLUMNS if c not in table.column_names]
   if missing:
-    raise ValueError(
+    raise UserError(
       f"{path}: columns {missing} missing; a task parquet has {list(PARQUET_COLUMNS)} "
       f"(found {table.column_names})"
     )
@@ -139,14 +151,14 @@ def extract_parquet(
   try:
     for i, (name, blob) in enumerate(zip(names, blobs, strict=True)):
       if not isinstance(blob, bytes):
-        raise ValueError(f"{path}: row {i} ({name!r}): task_binary is not bytes")
+        raise UserError(f"{path}: row {i} ({name!r}): task_binary is not bytes")
       try:
         with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob)), mode="r:") as tf:
           tf.extractall(tmp / f"{i:07d}", filter="data")
       except tarfile.FilterError as err:
-        raise ValueError(f"{path}: row {i} ({name!r}): unsafe tar member ({err})") from None
+        raise UserError(f"{path}: row {i} ({name!r}): unsafe tar member ({err})") from None
       except (OSError, tarfile.TarError, EOFError) as err:
-        raise ValueError(f"{path}: row {i} ({name!r}): not a gzipped tar ({err})") from None
+        raise UserError(f"{path}: row {i} ({name!r}): not a gzipped tar ({err})") from None
     (tmp / ".complete").write_text(json.dumps({"source": str(path), "rows": len(names)}))
     try:
       os.replace(tmp, target)
@@ -168,7 +180,7 @@ def load_parquet(
   for row in rows[: max_tasks or None]:
     found = loader.find_task_dirs(row)
     if len(found) != 1:
-      raise ValueError(f"{path}: row {int(row.name)}: expected one task directory, got {found}")
+      raise UserError(f"{path}: row {int(row.name)}: expected one task directory, got {found}")
     tasks.append(loader.load_task_dir(found[0]))
   return tasks
 
@@ -187,6 +199,8 @@ def load_tasks(
     tasks = load_parquet(source, max_tasks, extract_dir)
   elif kind == "set":
     tasks = load_set(source, max_tasks)
+  elif kind == "tmax15k":
+    tasks = tmax15k.load_release(source, max_tasks)
   else:
     tasks = loader.load_tasks(source, converted_dir, max_tasks)
   return _check_unique(tasks, source)

@@ -1,4 +1,4 @@
-"""CLI: write a tokenizer directory (atomically); --family is any registered tokenizer name.
+"""Writes a tokenizer directory (atomically); --family is any registered tokenizer name.
 
 python3 -m tmax_jax.tokenizers.build --family qwen3|qwen3_5 --out DIR [--overwrite]
 """
@@ -12,7 +12,7 @@ from tmax_jax.tokenizers.builder import write_tokenizer_dir
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(description=cli.description(__doc__))
   names = sorted({s.family for f in registry.families() for s in f.tokenizers.values()})
   parser.add_argument("--family", required=True, choices=names, help="tokenizer family")
   parser.add_argument("--out", required=True, help="directory to write (must not exist)")

@@ -10,6 +10,7 @@ from tmax_jax.config_dict import from_config_dict
 SCHEDULES = ("constant", "linear", "cosine")
 ON_NONFINITE = ("raise", "skip")
 REF_INPUT = "ref_logp"  # what kl_beta > 0 reads: the reference policy's logprob of each token
+AUTO = "auto"  # LossConfig.advantage: the policy loss's own estimator
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -92,6 +93,9 @@ class LossConfig:
   `--config.train.loss.policy_loss=grpo` switches losses with GRPO's own settings, overridable as
   `--config.train.loss.hypers.grpo.clip_high=0.3`. A dict value (from a ConfigDict) is converted.
   `hyper` is the selected loss's entry (None for a loss without hyperparameters).
+  `advantage` "auto" takes the selected loss's own estimator (`estimator`: DPPO, the recipe,
+  centred; GRPO std-normalised), so switching the loss switches it too; a registered name (e.g.
+  "centered" for a centre-only GRPO ablation) overrides it.
   """
 
   policy_loss: str = "dppo"  # dppo | grpo | sft (rl.losses registry)
@@ -99,12 +103,13 @@ class LossConfig:
   hypers: dict = dataclasses.field(default_factory=dict)
   kl_beta: float = 0.0  # > 0 adds kl_beta * k3 KL(pi || ref) per token: needs `ref_logp`
   aggregation: str = "token"  # token | sequence: how per-token losses are averaged
-  advantage: str = "centered"  # group advantage estimator (rl.advantages; recipe: centered)
+  # group advantage estimator (rl.advantages), "auto" = the policy loss's own (see above)
+  advantage: str = AUTO
 
   def __post_init__(self):
     _choice("loss.policy_loss", self.policy_loss, rl.names("policy_loss"))
     _choice("loss.aggregation", self.aggregation, rl.names("aggregation"))
-    _choice("loss.advantage", self.advantage, rl.names("advantage"))
+    _choice("loss.advantage", self.advantage, (AUTO, *rl.names("advantage")))
     if self.kl_beta < 0:
       raise ValueError(f"loss.kl_beta={self.kl_beta}; expected >= 0")
     with_hyper = {n: rl.entry("policy_loss", n).hyper for n in rl.names("policy_loss")}
@@ -132,6 +137,14 @@ class LossConfig:
     argument: `hypers` (a dict of frozen hyper dataclasses) hashes by its sorted items."""
     hypers = tuple(sorted(self.hypers.items()))
     return hash((self.policy_loss, hypers, self.kl_beta, self.aggregation, self.advantage))
+
+  @property
+  def estimator(self) -> str:
+    """The advantage estimator in force: `advantage`, or with "auto" the one the policy loss is
+    registered with (centred for a loss that reads no advantages)."""
+    if self.advantage != AUTO:
+      return self.advantage
+    return rl.entry("policy_loss", self.policy_loss).advantage or "centered"
 
   @property
   def hyper(self) -> Any:

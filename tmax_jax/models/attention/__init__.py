@@ -4,7 +4,9 @@
   blockwise  flash-style tiles in pure JAX with a custom VJP (O(T) memory); any platform
   cudnn      cuDNN fused attention (GPU, bf16/fp16)
   splash     the Pallas splash kernel (TPU)
-  auto       per platform: splash on TPU, cudnn on GPU for bf16/fp16 compute, else blockwise
+  auto       per platform: splash on TPU, cudnn on GPU for bf16/fp16 compute, else blockwise;
+             the platform is the mesh's (sharding.platform), so a compile for a TPU topology on a
+             CPU host picks splash (the Mosaic kernel) while jax.default_backend() says "cpu"
 
 All take packed rows (segment ids), causal masking and GQA; Qwen3.5's output gate is applied by the
 caller (layers.Attention) on every path. Under a mesh whose `sequence` axis is > 1 (context
@@ -19,6 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from tmax_jax import sharding
 from tmax_jax.models import context_parallel as cp
 from tmax_jax.models.attention import blockwise, cudnn, reference, ring
 from tmax_jax.models.attention.reference import attention_mask, dot_product_attention
@@ -26,12 +29,13 @@ from tmax_jax.models.config import ATTENTION_IMPLS as IMPLS
 
 
 def resolve(impl: str, dtype=jnp.float32, platform: str | None = None) -> str:
-  """`impl` with "auto" replaced by the platform's kernel for `dtype`."""
+  """`impl` with "auto" replaced by the platform's kernel for `dtype`; platform None = the mesh
+  being traced under (sharding.platform)."""
   if impl not in IMPLS:
     raise ValueError(f"attention_impl={impl!r}; expected one of {list(IMPLS)}")
   if impl != "auto":
     return impl
-  platform = platform or jax.default_backend()
+  platform = platform or sharding.platform()
   if platform == "tpu":
     return "splash"
   if platform == "gpu" and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
@@ -55,7 +59,8 @@ def self_attention(
 
   q [B,T,N,H], k/v [B,T,K,H], positions/segment_ids [B,T] int32 (segment 0 = padding)
   -> [B,T,N,H] in q's dtype. q_chunk / kv_chunk: tile (block) sizes; for `reference` q_chunk is its
-  query chunk. `splash` off TPU runs in the Pallas interpreter (slow; for CPU tests).
+  query chunk. `splash` off TPU runs in the Pallas interpreter (slow; for CPU tests); under a mesh
+  it runs per shard inside shard_map (splash.py).
   """
   impl = resolve(impl, q.dtype)
   if impl == "reference":

@@ -119,7 +119,12 @@ def _axis(spec: Any, file: str, name: str) -> Axis:
 def load_taxonomy(path: str | pathlib.Path = TAXONOMY_FILE) -> Taxonomy:
   """Reads and checks taxonomy.json (the recipe's cardinalities per domain)."""
   file = str(path)
-  doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+  try:
+    doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise TaxonomyError(f"{file}: not JSON ({e})") from None
+  if not isinstance(doc, dict):
+    raise TaxonomyError(f"{file}: expected a JSON object with 'axes' and 'domains'")
   axes = {name: _axis(spec, file, name) for name, spec in doc.get("axes", {}).items()}
   for name in (
     "domain",

@@ -2,10 +2,12 @@
 
 `ChatClient` calls {base_url}/chat/completions through the `openai` package, which retries 408,
 409, 429, 5xx, timeouts and connection errors with exponential backoff and jitter and honours the
-server's Retry-After (see BUILD_NOTES "tasks"). `render_prompt` fills prompts/{system,user}.txt
-from an AxisSample. `parse_task_reply` is strict: the reply must be exactly one JSON object (bare or
-in one ```json fence) with exactly the documented keys and types, and its verifier kind must be the
-sampled one; anything else raises ReplyError, whose message is fed back to the model on retry.
+server's Retry-After (see BUILD_NOTES "tasks"): `complete` returns the reply text, `chat` the reply
+with its tool calls and token usage (`tools` sent as OpenAI function definitions). `render_prompt`
+fills prompts/{system,user}.txt from an AxisSample. `parse_task_reply` is strict: the reply must
+be exactly one JSON object (bare or in one ```json fence) with exactly the documented keys and
+types, and its verifier kind must be the sampled one; anything else raises ReplyError, whose
+message is fed back to the model on retry.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ REQUIRED = {
 ENVIRONMENT_KEYS = ("seeds", "files", "dockerfile")
 DIFFICULTIES = ("easy", "medium", "hard")
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
+MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
 
 
 class ReplyError(ValueError):
@@ -70,6 +73,29 @@ class ChatConfig:
   max_tokens: int = 8192
   timeout_s: float = 300.0  # per request attempt
   max_retries: int = 5  # on 408/409/429/5xx/timeouts/connection errors, with backoff
+  # the request field that caps the reply: OpenAI's reasoning models take only
+  # "max_completion_tokens"; older OpenAI-compatible servers only "max_tokens"
+  max_tokens_param: str = "max_tokens"
+
+  def __post_init__(self):
+    if self.max_tokens_param not in MAX_TOKENS_PARAMS:
+      raise ValueError(
+        f"max_tokens_param={self.max_tokens_param!r}; expected one of {MAX_TOKENS_PARAMS}"
+      )
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatReply:
+  """One chat completion: the message's `content` (None when it only calls tools), its
+  `tool_calls` as (name, arguments JSON text), `reasoning` (the reasoning_content that vLLM-style
+  servers, ours included, return; None otherwise) and the response's `usage` token counts (0
+  where the endpoint reports none)."""
+
+  content: str | None
+  tool_calls: tuple[tuple[str, str], ...] = ()
+  reasoning: str | None = None
+  prompt_tokens: int = 0
+  completion_tokens: int = 0
 
 
 _FATAL = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
@@ -108,28 +134,58 @@ class ChatClient:
   ) -> str:
     """The reply text; `max_tokens` caps this call below the configured limit; `seed` asks the
     endpoint for reproducible sampling (OpenAI's best-effort `seed`)."""
+    content = self.chat(messages, max_tokens, seed).content
+    if not isinstance(content, str):
+      raise ChatError(f"{self.url}: message content is {type(content).__name__}, expected a string")
+    return content
+
+  def chat(
+    self,
+    messages: Sequence[Mapping[str, Any]],
+    max_tokens: int | None = None,
+    seed: int | None = None,
+    tools: Sequence[Mapping[str, Any]] = (),
+  ) -> ChatReply:
+    """One chat completion with `tools` (OpenAI function definitions; none: a text reply) ->
+    ChatReply. Raises ChatError (this request) or EndpointError (the endpoint) as `complete`."""
     c = self.config
     limit = c.max_tokens if max_tokens is None else min(c.max_tokens, max_tokens)
-    extra = {} if seed is None else {"seed": seed}
+    extra = {c.max_tokens_param: limit}
+    if seed is not None:
+      extra["seed"] = seed
+    if tools:
+      extra["tools"] = list(tools)
     try:
       resp = self._client.chat.completions.create(
-        model=c.model,
-        messages=list(messages),
-        temperature=c.temperature,
-        max_tokens=limit,
-        **extra,
+        model=c.model, messages=list(messages), temperature=c.temperature, **extra
       )
     except openai.OpenAIError as err:
       raise _chat_error(self.url, err) from None
     except ValueError as err:  # a 200 whose body is not JSON
       raise ChatError(f"{self.url}: malformed response body: {err}") from None
+    return self._reply(resp)
+
+  def _reply(self, resp) -> ChatReply:
     try:
-      content = resp.choices[0].message.content
+      msg = resp.choices[0].message
+      calls = tuple((t.function.name, t.function.arguments) for t in msg.tool_calls or ())
     except (AttributeError, IndexError, TypeError):
-      raise ChatError(f"{self.url}: no choices[0].message.content in {str(resp)[:300]}") from None
-    if not isinstance(content, str):
-      raise ChatError(f"{self.url}: message content is {type(content).__name__}, expected a string")
-    return content
+      raise ChatError(f"{self.url}: no choices[0].message in {str(resp)[:300]}") from None
+    if msg.content is not None and not isinstance(msg.content, str):
+      raise ChatError(
+        f"{self.url}: message content is {type(msg.content).__name__}, expected a string"
+      )
+    if not all(isinstance(n, str) and isinstance(a, str) for n, a in calls):
+      raise ChatError(f"{self.url}: tool_calls without a function name and arguments: {calls}")
+    reasoning = (msg.model_extra or {}).get("reasoning_content")
+    usage = resp.usage
+    return ChatReply(
+      msg.content,
+      calls,
+      reasoning if isinstance(reasoning, str) else None,
+      int(getattr(usage, "prompt_tokens", 0) or 0),
+      int(getattr(usage, "completion_tokens", 0) or 0),
+    )
 
   def preflight(self) -> list[str]:
     """Checks that the endpoint answers and serves `model` before any work starts -> the model

@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from tqdm import tqdm
-
+from tmax_jax import cli
 from tmax_jax.sandbox.api import Sandbox
 from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import runner
@@ -212,7 +211,8 @@ def generate_dataset(
   """Generates every sample; returns kept/rejected counts and the balance score of the kept set."""
   samples = list(samples)
   results = [
-    generate_task(s, client, out_dir, config) for s in tqdm(samples, desc="tasks", unit="task")
+    generate_task(s, client, out_dir, config)
+    for s in cli.progress(samples, desc="tasks", unit="task")
   ]
   kept = [r for r in results if r.status == "kept"]
   by_id = {s.id: s for s in samples}

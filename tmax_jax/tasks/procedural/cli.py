@@ -25,8 +25,6 @@ import tarfile
 import tempfile
 import time
 
-from tqdm import tqdm
-
 from tmax_jax import cli
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.procedural import core, registry
@@ -124,7 +122,7 @@ def generate(
     with open(manifest_tmp, "w") as man:
       pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
       it = pool.imap(_build, plans, chunksize=8) if pool else map(_build, plans)
-      for p, task in tqdm(it, total=n, disable=not progress, desc="tasks", unit="task"):
+      for p, task in cli.progress(it, total=n, disable=not progress, desc="tasks", unit="task"):
         blob = task_tarball(task, p.name)
         man.write(_manifest_line(p, blob) + "\n")
         if as_parquet:
@@ -161,9 +159,14 @@ def _write_parquet(path: pathlib.Path, paths: list[str], blobs: list[bytes]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-  ap = cli.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument("--n", type=int, help="number of tasks")
-  ap.add_argument("--seed", type=int, default=0, help="seed of the first task (task i: seed + i)")
+  ap.add_argument(
+    "--seed",
+    type=int,
+    default=0,
+    help="the set's seed: task i is generated with seed SEED * 1000000 + i",
+  )
   ap.add_argument("--out", help="a directory, or a file ending in .parquet")
   ap.add_argument("--overwrite", action="store_true", help="replace an existing --out")
   ap.add_argument("--families", default="", help="comma-separated family names (default: all)")

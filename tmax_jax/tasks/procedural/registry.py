@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 from tmax_jax.errors import UserError
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks.procedural import (
@@ -73,8 +75,11 @@ def get_family(name: str) -> core.Family:
   try:
     return FAMILIES[name]
   except KeyError:
+    close = difflib.get_close_matches(name, FAMILIES, n=3)
+    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
     raise UnknownNameError(
-      f"unknown procedural family {name!r}; known: {sorted(FAMILIES)}"
+      f"unknown procedural family {name!r}{hint}; `python3 -m tmax_jax.tasks.procedural.cli "
+      f"--list` lists the {len(FAMILIES)} families"
     ) from None
 
 

@@ -24,8 +24,8 @@ and its decode memory (`server_cache_bytes`: the paged engine's page pool and st
 Colocated: a device holds both; disaggregated: each side must fit its own devices.
 
 Caveat: the fake devices are CPU devices, so the activation figure is XLA:CPU's buffer assignment
-(its fusion and bf16 handling differ from GPU/TPU); it is what the issue asks for (a compiled
-figure, not a hand formula) and is checked against a fully compiled small config
+(its fusion and bf16 handling differ from GPU/TPU); it is a compiled figure, not a hand
+formula, and is checked against a fully compiled small config
 (tests/test_plan.py: within 10%).
 """
 
@@ -33,26 +33,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import os
-import sys
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tqdm
-from absl import flags
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from ml_collections import config_flags
 
-from tmax_jax import cli, jobs, sharding
-from tmax_jax.config_dict import load_config_file
-from tmax_jax.errors import UserError
+from tmax_jax import cli, sharding
 from tmax_jax.inference import decode
 from tmax_jax.loop import placement, policy
-from tmax_jax.loop.config import RLConfig, SFTConfig
 from tmax_jax.loop.weight_sync import served_target
 from tmax_jax.models import decoder, registry
 from tmax_jax.models.config import ModelConfig
@@ -63,30 +54,6 @@ from tmax_jax.train import step as step_lib
 from tmax_jax.train.config import TrainConfig
 
 GB = 1e9
-
-
-def _device_count(argv: list[str]) -> int:
-  """--devices=N, else the config's topology.devices (an override on the command line or the
-  config file's own; 0 = neither names it)."""
-  values = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
-  if values.get("devices", "").isdigit() and int(values["devices"]):
-    return int(values["devices"])
-  if values.get("config.topology.devices", "").isdigit():
-    return int(values["config.topology.devices"])
-  if not os.path.isfile(values.get("config", "")):
-    return 0  # absl's parse reports a missing --config or a malformed --devices
-  topology = load_config_file(values["config"]).get("topology")
-  return int(topology.devices) if topology is not None else 0
-
-
-def _force_fake_devices(argv: list[str]) -> None:
-  """The topology's devices must become that many fake CPU devices before jax initialises its
-  backends."""
-  n = _device_count(argv)
-  if n:
-    flag = f"--xla_force_host_platform_device_count={n}"
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 @dataclasses.dataclass
@@ -190,11 +157,10 @@ def abstract_batch(train_cfg: TrainConfig, mesh: Mesh, rows: int, seq_len: int):
   )
 
 
-def compiled_step_memory(
+def lowered_step(
   model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, seq_len: int
-) -> dict[str, float]:
-  """XLA's memory analysis of the jitted train step (per device): argument, output, alias and
-  temp bytes, and `total` = what the step needs at its peak (donated state aliased)."""
+):
+  """The jitted train step (fixed rows) lowered on `mesh` with the state donated."""
   state, optimizer = abstract_state(model_cfg, train_cfg, mesh)
   batch = abstract_batch(train_cfg, mesh, rows, seq_len)
   step_fn = step_lib.make_step_fn(
@@ -205,14 +171,22 @@ def compiled_step_memory(
     step_fn, donate_argnums=(0,), out_shardings=(shardings, NamedSharding(mesh, P()))
   )
   with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
-    what = f"step, {model_cfg.num_hidden_layers} layers, [{rows}, {seq_len}]"
-    return _memory(_compiled(jitted.lower(state, batch), what))
+    return jitted.lower(state, batch)
+
+
+def compiled_step_memory(
+  model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, seq_len: int
+) -> dict[str, float]:
+  """XLA's memory analysis of the jitted train step (per device): argument, output, alias and
+  temp bytes, and `total` = what the step needs at its peak (donated state aliased)."""
+  what = f"step, {model_cfg.num_hidden_layers} layers, [{rows}, {seq_len}]"
+  return _memory(_compiled(lowered_step(model_cfg, train_cfg, mesh, rows, seq_len), what))
 
 
 def _compiled(lowered, what: str):
   """The compiled program's memory analysis; one progress bar per compile on stderr (a recipe
   model's compile takes a minute or more on CPU)."""
-  with tqdm.tqdm(total=1, desc=f"plan: compile {what}", unit="compile") as bar:
+  with cli.progress(total=1, desc=f"plan: compile {what}", unit="compile") as bar:
     mem = lowered.compile().memory_analysis()
     bar.set_postfix_str(f"temp {mem.temp_size_in_bytes / GB:.2f} GB", refresh=False)
     bar.update(1)
@@ -258,26 +232,32 @@ def _abstract_sums(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, r
   return state, optimizer, mb, acc, loss_fn
 
 
+def lowered_micro(
+  model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
+):
+  """The packed step's accumulation (step.make_micro_fn, the sums donated as Trainer jits it)
+  lowered on `mesh` for one [rows, row_len] micro-batch."""
+  state, _, mb, acc, loss_fn = _abstract_sums(model_cfg, train_cfg, mesh, rows, row_len)
+  jitted = jax.jit(step_lib.make_micro_fn(loss_fn), donate_argnums=(0,))
+  with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
+    return jitted.lower(acc, state.params, mb)
+
+
 @functools.cache  # the worst bucket's scan compile is reused for its plan
 def compiled_micro_memory(
   model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
 ) -> dict[str, float]:
-  """XLA's memory analysis of the packed step's accumulation (step.make_micro_fn, jitted with the
-  sums donated as Trainer does) for one [rows, row_len] micro-batch, per device; the optimizer
-  state is live on the device but no argument of it (add it)."""
-  state, _, mb, acc, loss_fn = _abstract_sums(model_cfg, train_cfg, mesh, rows, row_len)
-  jitted = jax.jit(step_lib.make_micro_fn(loss_fn), donate_argnums=(0,))
-  with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
-    what = f"micro-batch, {model_cfg.num_hidden_layers} layers, [{rows}, {row_len}]"
-    return _memory(_compiled(jitted.lower(acc, state.params, mb), what))
+  """XLA's memory analysis of `lowered_micro` per device; the optimizer state is live on the
+  device but no argument of it (add it)."""
+  what = f"micro-batch, {model_cfg.num_hidden_layers} layers, [{rows}, {row_len}]"
+  return _memory(_compiled(lowered_micro(model_cfg, train_cfg, mesh, rows, row_len), what))
 
 
-def compiled_update_memory(
+def lowered_update(
   model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
-) -> dict[str, float]:
-  """XLA's memory analysis of the packed step's final update (normalise the sums, clip, AdamW;
-  state donated, as Trainer jits it), per device: no model forward, so it compiles quickly at the
-  full layer count."""
+):
+  """The packed step's final update (normalise the sums, clip, AdamW; state donated, as Trainer
+  jits it) lowered on `mesh`: no model forward."""
   state, optimizer, _, acc, _ = _abstract_sums(model_cfg, train_cfg, mesh, rows, row_len)
   apply_fn = step_lib.make_apply_fn(train_cfg, optimizer)
   shardings = jax.tree.map(lambda x: x.sharding, state)
@@ -287,7 +267,15 @@ def compiled_update_memory(
 
   jitted = jax.jit(finish, donate_argnums=(0,), out_shardings=(shardings, acc[0].sharding))
   with sharding.use_mesh(mesh, model_cfg.logical_axis_rules):
-    return _memory(_compiled(jitted.lower(state, acc), "update"))
+    return jitted.lower(state, acc)
+
+
+def compiled_update_memory(
+  model_cfg: ModelConfig, train_cfg: TrainConfig, mesh: Mesh, rows: int, row_len: int
+) -> dict[str, float]:
+  """XLA's memory analysis of `lowered_update` per device (compiles quickly at the full layer
+  count)."""
+  return _memory(_compiled(lowered_update(model_cfg, train_cfg, mesh, rows, row_len), "update"))
 
 
 def _extrapolated(compile_at, model_cfg: ModelConfig, layers: tuple[int, int] | None) -> float:
@@ -395,10 +383,7 @@ def _meshes(job, devices: list, processes: int):
       "serving device(s) per host"
     )
   trainer = placement.build_mesh(job.mesh, train, "mesh", f"{len(train)} trainer devices")
-  server = Mesh(
-    np.asarray(serve[:n_serve]).reshape(serving.replicas, serving.tensor), placement.SERVING_AXES
-  )
-  return trainer, server
+  return trainer, placement.server_mesh(serving, serve[:n_serve], trainer)
 
 
 def _packed_bucket(job, model_cfg: ModelConfig, mesh: Mesh, bucket: int) -> tuple[int, int]:
@@ -453,69 +438,3 @@ def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1)
     )
   # a trainer-only job is judged like a disaggregated one (each side on its own devices)
   return Plan(trainer, server, place, device_memory_gb * GB, notes)
-
-
-def _job(config_dict):
-  job = jobs.job_config(config_dict)
-  if not isinstance(job, (RLConfig, SFTConfig)):
-    raise ValueError(f"the memory plan is of RL and SFT jobs, not of a {type(job).__name__}")
-  return job
-
-
-def main(argv) -> None:
-  del argv
-  f = flags.FLAGS
-  job = _job(f.config)
-  topology = job.topology
-  devices = f.devices or topology.devices
-  memory = f.device_memory_gb or topology.device_memory_gb
-  processes = f.processes or topology.processes
-  if not devices or not memory:
-    raise UserError(
-      "--devices / --device_memory_gb not given and the config's topology names none "
-      f"(topology.devices={topology.devices}, topology.device_memory_gb="
-      f"{topology.device_memory_gb})"
-    )
-  if jax.device_count() != devices:
-    raise UserError(
-      f"--devices={devices} but jax sees {jax.device_count()} devices (run as "
-      "python3 -m tmax_jax.plan so the fake devices are set up first)"
-    )
-  result = plan_job(job, memory, processes, f.bucket)
-  if topology.name and (devices, memory) == (topology.devices, topology.device_memory_gb):
-    result.notes.insert(0, f"topology {topology.name} (the config's)")
-  if f.json:
-    print(
-      json.dumps(
-        {
-          "trainer": result.trainer,
-          "server": result.server,
-          "peak": result.peak,
-          "fits": result.fits,
-          "device_bytes": result.device_bytes,
-          "topology": topology.name,
-          "notes": result.notes,
-        }
-      )
-    )
-  else:
-    print(result.table())
-
-
-if __name__ == "__main__":
-  with cli.user_errors_exit(cli.wants_debug(sys.argv[1:])):  # reads the config file first
-    _force_fake_devices(sys.argv)  # before jax initialises its backends (at the first device use)
-  config_flags.DEFINE_config_file("config", None, "job config (configs/*.py)", lock_config=True)
-  flags.DEFINE_integer(
-    "devices", 0, "devices of the topology (fake CPU devices here); 0 = config's topology"
-  )
-  flags.DEFINE_float(
-    "device_memory_gb", 0.0, "memory of one device, GB (1e9 bytes); 0 = config's topology"
-  )
-  flags.DEFINE_integer("processes", 0, "hosts the devices are split over; 0 = topology's")
-  flags.DEFINE_integer(
-    "bucket", -1, "packed jobs: plan this bucket of train.packing (-1 = the worst one)"
-  )
-  flags.DEFINE_bool("json", False, "print JSON instead of the table")
-  flags.mark_flags_as_required(["config"])
-  cli.run_absl(main)

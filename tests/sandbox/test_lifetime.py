@@ -8,6 +8,7 @@ project's own markers (sandbox/census.py)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import signal
 import subprocess
@@ -75,6 +76,20 @@ def test_a_sandbox_killed_from_the_host_is_lost_for_good(make_sb):
   lost = sb.lost()
   assert lost.startswith((f"its {sb.backend} anchor process ended", "its shell")), lost
   assert sb.run("echo again").output.strip() == "again" and sb.lost()
+
+
+def test_a_shell_that_dies_between_the_check_and_the_send_is_restarted(make_sb):
+  """The race of a kill from the host: the shell still looks alive to run()'s check, but its
+  stdin is already a broken pipe. The command runs in a restarted shell and the loss is kept."""
+  sb = make_sb()
+  assert sb.run("echo up").output.strip() == "up"
+  read_end, write_end = os.pipe()
+  os.close(read_end)
+  real_stdin, sb._proc.stdin = sb._proc.stdin, os.fdopen(write_end, "wb")
+  real_stdin.close()
+  assert sb._proc.poll() is None
+  assert sb.run("echo after").output.strip() == "after"
+  assert sb.lost().startswith("its shell had died"), sb.lost()
 
 
 CHILD = """

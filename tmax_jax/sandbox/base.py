@@ -100,6 +100,10 @@ def _validate_limits(lim: Limits) -> None:
     _bad("limits.cpu_seconds", "None or a positive int", lim.cpu_seconds)
 
 
+class _ShellGone(SandboxError):
+  """The shell's stdin is closed: it died (or was killed from the host) after the last check."""
+
+
 class SandboxBase(HostProcesses, FileTransfer, Sandbox):
   """A started sandbox; see the module docstring for the backend hooks."""
 
@@ -321,7 +325,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
       self._proc.stdin.write(text.encode())
       self._proc.stdin.flush()
     except (BrokenPipeError, OSError, AttributeError) as err:
-      raise SandboxError(f"{self.backend} sandbox {self.name}: the shell is gone ({err})") from err
+      raise _ShellGone(f"{self.backend} sandbox {self.name}: the shell is gone ({err})") from err
 
   def _cancel(self, cmd_id: int) -> None:
     with contextlib.suppress(OSError):
@@ -373,7 +377,11 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
         raise SandboxError(f"{self.backend} sandbox {self.name} is closed")
       if self._proc is None or self._proc.poll() is not None:
         self._hard_restart(lost="its shell had died")
-      return self._run_locked(command, timeout_s, max_output_chars)
+      try:
+        return self._run_locked(command, timeout_s, max_output_chars)
+      except _ShellGone:  # it died after the check above, before the command was sent
+        self._hard_restart(lost="its shell had died")
+        return self._run_locked(command, timeout_s, max_output_chars)
 
   def _run_locked(self, command: str, timeout_s: float, max_chars: int) -> CommandResult:
     cmd_id = next(self._ids)
@@ -382,7 +390,12 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     before = self._limit_stats()
     capture = shell.OutputCapture(4 * max_chars)
     timeout = max(1, int(round(timeout_s)))
-    self._send(f"__tmax_run {cmd_id} {timeout}\n")
+    try:
+      self._send(f"__tmax_run {cmd_id} {timeout}\n")
+    except _ShellGone:
+      with contextlib.suppress(OSError):
+        (self.ctl / f"cmd.{cmd_id}").unlink()
+      raise
     kind, rc, why = self._reader.read_until(
       cmd_id,
       capture,

@@ -223,7 +223,7 @@ def torch_side(factory: str, *args, malloc: str = "default", **kwargs) -> Worker
   ("default"), or with the settings importing tmax_jax applies ("tuned", host_memory)."""
   if malloc not in MALLOC_CHOICES:
     raise ValueError(f"malloc={malloc!r}; expected one of {MALLOC_CHOICES}")
-  env = {host_memory.ENV: "default"} if malloc == "default" else {}
+  env = {host_memory.ENV: "default" if malloc == "default" else "reuse"}
   return WorkerSide(factory, *args, env=env, **kwargs)
 
 

@@ -93,6 +93,20 @@ def test_verifier_env_task_wins(tmp_path):
   assert verifier_env(own, cfg)["UV_EXCLUDE_NEWER"] == "2024-01-01"
 
 
+def test_packages_before_release_dates_each_task_by_its_benchmark(tmp_path):
+  cfg = RunnerConfig(packages_before="release")
+  tb2 = load_task(_task(tmp_path, "tb2", PASS))
+  assert verifier_env(tb2, cfg)["UV_EXCLUDE_NEWER"] == "2025-11-01T00:00:00Z"
+  tb1 = dataclasses.replace(
+    tb2,
+    config=dataclasses.replace(tb2.config, metadata={"source_format": "terminal-bench-1"}),
+  )
+  assert verifier_env(tb1, cfg) == {
+    "UV_EXCLUDE_NEWER": "2025-05-01T00:00:00Z",
+    "PIP_UPLOADED_PRIOR_TO": "2025-05-01T00:00:00Z",
+  }
+
+
 def test_verifier_files_are_capped(tmp_path, monkeypatch):
   monkeypatch.setattr(A, "ARTIFACT_BYTES", 10)
   monkeypatch.setattr(A, "ARTIFACT_FILES", 2)

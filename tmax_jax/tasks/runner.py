@@ -106,7 +106,8 @@ class RunnerConfig:
   sandbox_lifetime_s: int = Limits.lifetime_s  # each sandbox's hard lifetime (api.Limits)
   # An ISO date or datetime (naive = UTC), e.g. a benchmark's release date: the tests' package
   # installs resolve against uploads before it (verifier_env: UV_EXCLUDE_NEWER for uv/uvx,
-  # PIP_UPLOADED_PRIOR_TO for pip >= 26.0; older pips ignore it). "" = the newest.
+  # PIP_UPLOADED_PRIOR_TO for pip >= 26.0; older pips ignore it). "release" = each task's
+  # benchmark's (BENCHMARK_RELEASES, by the task's source format). "" = the newest.
   packages_before: str = ""
 
   def __post_init__(self):
@@ -122,8 +123,21 @@ class RunnerConfig:
       raise ValueError(
         f"RunnerConfig.min_verifier_timeout_s={self.min_verifier_timeout_s}; expected >= 0"
       )
-    if self.packages_before:
+    if self.packages_before and self.packages_before != RELEASE:
       packages_cutoff(self.packages_before)  # a date that does not parse fails here
+
+
+# packages_before="release": the first day of each benchmark's release month (May 2025 and
+# November 2025; the exact days are not confirmed here, and the month's first day is never later
+# than the release), by the task's metadata.source_format (tasks/tb1.py sets terminal-bench-1;
+# Harbor-format tasks, TB2's and ours, have none).
+RELEASE = "release"
+BENCHMARK_RELEASES = {"terminal-bench-1": "2025-05-01", "terminal-bench-2": "2025-11-01"}
+
+
+def release_date(task: Task) -> str:
+  """The release date (ISO) of the benchmark `task` comes from (TB2's for Harbor-format tasks)."""
+  return BENCHMARK_RELEASES[task.config.metadata.get("source_format", "terminal-bench-2")]
 
 
 def packages_cutoff(value: str) -> str:
@@ -145,7 +159,8 @@ def verifier_env(task: Task, config: RunnerConfig = RunnerConfig()) -> dict[str,
   own [verifier.env] (which wins)."""
   env = {}
   if config.packages_before:
-    cutoff = packages_cutoff(config.packages_before)
+    before = config.packages_before
+    cutoff = packages_cutoff(release_date(task) if before == RELEASE else before)
     env = {"UV_EXCLUDE_NEWER": cutoff, "PIP_UPLOADED_PRIOR_TO": cutoff}
   return {**env, **task.config.verifier.env}
 

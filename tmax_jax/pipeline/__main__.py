@@ -108,6 +108,36 @@ def _calibration_flags(a) -> None:
   )
   a("--max_tool_calls", type=int, default=C.max_tool_calls, help="per calibration episode")
   a("--calibrate_seed", type=int, default=C.seed, help="seed of the episodes' sampling seeds")
+  a(
+    "--target_pass_at_1",
+    type=float,
+    default=C.target_pass_at_1,
+    help="the published set's target mean pass@1 of the reference policy (recipe: 0.42)",
+  )
+  a(
+    "--target_pass_at_8",
+    type=float,
+    default=C.target_pass_at_8,
+    help="its target mean pass@8 (recipe: 0.53; estimated and targeted when --k >= 8)",
+  )
+  a(
+    "--set_max_drop",
+    type=float,
+    default=C.set_max_drop,
+    help="fraction of the set the selection may drop toward the target (0 = report only)",
+  )
+  a(
+    "--calibrate_price_in",
+    type=float,
+    default=C.price_per_mtok_in,
+    help="USD per million prompt tokens of the reference policy (0 = cost not priced)",
+  )
+  a(
+    "--calibrate_price_out",
+    type=float,
+    default=C.price_per_mtok_out,
+    help="USD per million completion tokens of the reference policy (0 = cost not priced)",
+  )
 
 
 def _key(env: str) -> str | None:
@@ -136,6 +166,11 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     family=args.family,
     max_tool_calls=args.max_tool_calls,
     seed=args.calibrate_seed,
+    target_pass_at_1=args.target_pass_at_1,
+    target_pass_at_8=args.target_pass_at_8,
+    set_max_drop=args.set_max_drop,
+    price_per_mtok_in=args.calibrate_price_in,
+    price_per_mtok_out=args.calibrate_price_out,
   )
   generation = GenerationConfig(
     max_attempts=args.max_attempts,

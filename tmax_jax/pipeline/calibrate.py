@@ -12,6 +12,12 @@ reads them.
 The state holds the truth: `calibration.spec` (the current verifier spec) and `rounds` are saved
 before the task directory is rewritten from them (knobs.render fills the instruction's
 placeholders), so a run killed mid-round resumes at that round with the same knob.
+
+Each trial record carries the endpoint's `usage` of its episode (requests, token counts, cost_usd
+at the configured prices, as the evaluation runner's records do) and each round its sum, so the
+report can state calibration's cost. The per-task band is this stage's only steering; the set's
+pass@1 / pass@8 against the recipe's target, and the selection that moves the published set
+toward it, are pipeline/set_target.py's (its docstring says why the set is steered there).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from collections.abc import Callable
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig
 from tmax_jax.horizon.teacher import EndpointPolicy
+from tmax_jax.loop.evaluate.config import EndpointConfig
+from tmax_jax.loop.evaluate.endpoint import usage_record
+from tmax_jax.loop.evaluate.report import total_usage
 from tmax_jax.loop.evaluate.trials import trial_record
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.stages import StageResult, done, endpoint_error, rejected
@@ -55,7 +64,8 @@ def materialize(store: Store, task_id: str, spec: dict, template: str) -> Task:
 
 def round_stats(records: list[dict], k: int) -> dict:
   n, c = len(records), sum(r["passed"] for r in records)
-  return {"n": n, "c": c, "pass@1": c / n, f"pass@{k}": difficulty.pass_at_k(n, c, k)}
+  stats = {"n": n, "c": c, "pass@1": c / n, f"pass@{k}": difficulty.pass_at_k(n, c, k)}
+  return {**stats, "usage": total_usage(records)}
 
 
 class Calibrator:
@@ -66,6 +76,10 @@ class Calibrator:
     self.cfg, self.cal, self.store, self.slots = cfg, c, store, slots
     tokenizer = load_tokenizer(c.family)
     self.client = ChatClient(cfg.policy_chat())
+    self.prices = EndpointConfig(
+      price_per_mtok_in=c.price_per_mtok_in, price_per_mtok_out=c.price_per_mtok_out
+    )
+    self.policy = EndpointPolicy(self.client, tokenizer, c.seed, track_usage=True)
     episode = EpisodeConfig(
       harness=c.harness,
       family=c.family,
@@ -74,7 +88,7 @@ class Calibrator:
       turn_max_tokens=c.turn_max_tokens,
     )
     self.worker = EpisodeWorker(
-      EndpointPolicy(self.client, tokenizer, c.seed),
+      self.policy,
       tokenizer,
       episode,
       cfg.generation.runner,
@@ -89,16 +103,18 @@ class Calibrator:
 
     async def one(sample: int):
       async with self.slots:
-        return sample, await self.worker.trial(task, rnd, sample)
+        trial = await self.worker.trial(task, rnd, sample)
+      return sample, trial, self.policy.usage(task.name, rnd, sample)
 
     records = []
-    for sample, trial in await asyncio.gather(*(one(s) for s in range(self.cal.k))):
+    for sample, trial, usage in await asyncio.gather(*(one(s) for s in range(self.cal.k))):
       if isinstance(trial.error, EndpointError):
         return endpoint_error(trial.error)
       if isinstance(trial.error, runner.RewardError):
         return rejected(f"calibration episode: verifier: {trial.error}", "verifier")
       rec = trial_record(task, sample, trial, 1.0)
-      records.append({**rec, "round": rnd, "setting": setting})
+      usage = usage_record(usage, self.prices)
+      records.append({**rec, "round": rnd, "setting": setting, "usage": usage})
     return records
 
   async def _oracle_ok(self, task: Task) -> bool:

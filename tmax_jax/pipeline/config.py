@@ -20,7 +20,13 @@ class CalibrationConfig:
   chat template and sends it to the endpoint, as tasks/horizon/teacher.py does); a task whose
   pass@1 lies in `band` (inclusive) is kept at that knob setting, otherwise its verifier knob
   moves one step harder (above the band) or easier (below) and it plays again, at most
-  `max_rounds` moves; a task still outside, or whose knob is at its limit, is dropped."""
+  `max_rounds` moves; a task still outside, or whose knob is at its limit, is dropped.
+
+  The set as a whole is steered toward the recipe's target (`target_pass_at_1`,
+  `target_pass_at_8`: the reference policy's mean pass@1 / pass@8 over the published set) by the
+  selection at publish (pipeline/set_target.py), which may drop up to `set_max_drop` of the tasks
+  that passed every stage; pass@8 is estimated (and targeted) only with k >= 8. The endpoint's
+  token usage is recorded per episode, priced at `price_per_mtok_in` / `_out` USD when set."""
 
   enabled: bool = True
   base_url: str = ""  # "" = the writer's endpoint
@@ -36,6 +42,11 @@ class CalibrationConfig:
   turn_max_tokens: int = 16384
   temperature: float = 1.0
   seed: int = 0
+  target_pass_at_1: float = 0.42  # recipe.md: a strong model's pass@1 ~42% over the set
+  target_pass_at_8: float = 0.53  # ... and pass@8 ~53%
+  set_max_drop: float = 0.25  # fraction of the set the selection may drop; 0 = report only
+  price_per_mtok_in: float = 0.0  # USD per million prompt tokens (0 = no cost recorded)
+  price_per_mtok_out: float = 0.0  # USD per million completion tokens (0 = no cost recorded)
 
   def __post_init__(self):
     lo, hi = self.band
@@ -43,6 +54,18 @@ class CalibrationConfig:
       raise ValueError(f"calibration.band={self.band}: expected 0 <= low <= high <= 1")
     if self.k < 1 or self.max_rounds < 0:
       raise ValueError(f"calibration k={self.k}, max_rounds={self.max_rounds}: expected >= 1, >= 0")
+    if not 0.0 <= self.target_pass_at_1 <= self.target_pass_at_8 <= 1.0:
+      raise ValueError(
+        f"calibration target_pass_at_1={self.target_pass_at_1}, target_pass_at_8="
+        f"{self.target_pass_at_8}: expected 0 <= pass@1 <= pass@8 <= 1"
+      )
+    if not 0.0 <= self.set_max_drop < 1.0:
+      raise ValueError(f"calibration.set_max_drop={self.set_max_drop}: expected 0 <= it < 1")
+    if self.price_per_mtok_in < 0 or self.price_per_mtok_out < 0:
+      raise ValueError(
+        f"calibration price_per_mtok_in={self.price_per_mtok_in}, price_per_mtok_out="
+        f"{self.price_per_mtok_out}: expected >= 0"
+      )
 
 
 @dataclasses.dataclass(frozen=True)

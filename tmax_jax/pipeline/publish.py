@@ -4,7 +4,9 @@ calibration outputs.
 
 <out>/published/             set.json (sources.SET_SCHEMA: the tasks in order, their axes and
                              calibration) + tasks/<name>/ (replaced atomically on every publish)
-<out>/report.json            the report; <out>/table.txt the printed table
+<out>/report.json            the report (with calibration: the set's pass@1 / pass@8 against the
+                             recipe's target and calibration's cost, set_target.py); <out>/table.txt
+                             the printed table
 <out>/rejected.jsonl         every rejected task: id, stage, category, reason, axes
 <out>/calibration/           calibration.json (per task rounds, per knob setting, histograms of
                              pass@1 before/after), pass_at_1.png, rollouts.jsonl (every round's
@@ -23,6 +25,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 
 from tmax_jax import json_io
+from tmax_jax.pipeline import set_target
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.state import DONE, Store, now, outcome, rejection
 from tmax_jax.tasks import sources, vocabulary
@@ -168,8 +171,25 @@ def _write_set(store: Store, kept: Sequence[dict]) -> pathlib.Path:
   return final
 
 
-def publish(cfg: PipelineConfig, store: Store, states, stages, benchmarks) -> dict:
-  """Writes the published set and every report; returns the report."""
+def _select(cfg: PipelineConfig, store: Store, states, stages, run: int) -> dict | None:
+  """The set-level selection afresh (set_target.py) -> the report's set section (None without
+  calibration); every state whose selection record appears, changes or goes is saved."""
+  had = {s["id"] for s in states if set_target.SELECT in s["stages"]}
+  set_target.clear(states)
+  section = None
+  if "calibrate" in stages:
+    kept = [s for s in states if outcome(s, stages) == "kept"]
+    section = set_target.steer(cfg.calibration, states, kept, run)
+  for s in states:
+    if s["id"] in had or set_target.SELECT in s["stages"]:
+      store.save(s)
+  return section
+
+
+def publish(cfg: PipelineConfig, store: Store, states, stages, benchmarks, run: int = 0) -> dict:
+  """Selects the set (set_target.steer, with calibration), writes the published set and every
+  report; returns the report. `run`: this invocation's id, on the selection's records."""
+  set_section = _select(cfg, store, states, stages, run)
   kept = [s for s in states if outcome(s, stages) == "kept"]
   rejected = [s for s in states if is_rejected(s)]
   per_stage = {
@@ -194,6 +214,9 @@ def publish(cfg: PipelineConfig, store: Store, states, stages, benchmarks) -> di
   }
   if "calibrate" in stages:
     report["calibration"] = _write_calibration(cfg, store.out, states, kept)
+    done = set_target.calibrated(states)
+    report["calibration"]["set"] = set_section
+    report["calibration"]["cost"] = set_target.cost(done, len(kept))
   json_io.write_jsonl_atomic(
     ({"id": s["id"], **rejection(s), "sample": s["sample"]} for s in rejected),
     store.out / "rejected.jsonl",
@@ -209,6 +232,9 @@ def table(report: Mapping) -> str:
     f"requested {report['requested']}  kept {report['kept']}  rejected {report['rejected']}  "
     f"unfinished {report['unfinished']}  domain balance exp(H)/N {report['balance_score']:.3f}"
   ]
+  cal = report.get("calibration") or {}
+  if cal.get("set"):
+    lines += ["", *set_target.summary(cal["set"], cal["cost"])]
   for axis, rows in report["axes"].items():
     lines += ["", f"{axis:<26} {'req':>5} {'kept':>5} {'rej':>5}  rejection reasons"]
     for value, row in rows.items():

@@ -190,7 +190,7 @@ def run(cfg: PipelineConfig, argv: list[str] | None = None, log: Callable = prin
     asyncio.run(pipe.main(states))
     report = None
     if cfg.until == "publish" and not pipe.stop_reason:
-      report = publish.publish(cfg, store, states, pipe.stages, pipe.ctx.benchmarks)
+      report = publish.publish(cfg, store, states, pipe.stages, pipe.ctx.benchmarks, run_id)
       log(publish.table(report))
     unfinished = publish.unfinished(states, pipe.stages)
   if pipe.stop_reason:

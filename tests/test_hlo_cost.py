@@ -116,3 +116,81 @@ def test_hlo_census_of_a_tiny_fwd_bwd(capsys):
   assert s["matmul_flops"] > 0 and s["by_kind"]["dot"]["count"] > 0
   assert {"attention", "mlp", "head", "qkv_proj", "o_proj"} <= set(s["by_module"])
   assert len(s["top"]) == 5 and "top instructions by bytes" in capsys.readouterr().out
+
+
+# One layer's matmuls of serve_tiny's decode as XLA:TPU compiles them (trimmed from its v5p HLO):
+# q_proj and o_proj as convolutions whose window taps partly hit padding, and the batched q.K^T and
+# P.V over the paged cache as lhs-dilated convolutions (one real tap in each 8 x 2 window).
+TPU_DECODE = (pathlib.Path(__file__).parent / "data" / "tpu_decode_attention.hlo").read_text()
+
+
+def test_tpu_decode_attention_counts_its_real_taps():
+  """8 slots x 4 heads (2 KV heads) x head_dim 16 over 256 cached tokens, hidden 64: the FLOPs
+  of the matmuls, not of the dilated windows (the full-size 8B decode read ~100x its FLOPs)."""
+  slots, heads, head_dim, context, hidden = 8, 4, 16, 256, 64
+  proj = 2 * slots * hidden * heads * head_dim  # q_proj, and o_proj the same
+  attention = 2 * slots * heads * head_dim * context  # q.K^T, and P.V the same
+  assert hlo_cost.hlo_text_cost(TPU_DECODE).matmul_flops == 2 * proj + 2 * attention
+
+
+def _brute_force_flops(lhs, rhs, **conv) -> float:
+  """2 x the multiply-adds of a convolution counted by running it on ones: each output element
+  is then the number of real (input, weight) products it sums."""
+  ones = lambda s: jnp.ones(s, jnp.float32)  # noqa: E731
+  return 2.0 * float(jnp.sum(jax.lax.conv_general_dilated(ones(lhs), ones(rhs), **conv)))
+
+
+_CONVS = {  # NCH / OIH (NCHW / OIHW) shapes, then lax.conv_general_dilated's keywords
+  "padded_strided": ((2, 4, 7), (6, 4, 3), dict(window_strides=(2,), padding=[(2, 1)])),
+  "grouped_dilated": (
+    (2, 4, 5),
+    (6, 2, 3),
+    dict(
+      window_strides=(2,),
+      padding=[(1, 2)],
+      lhs_dilation=(3,),
+      rhs_dilation=(2,),
+      feature_group_count=2,
+    ),
+  ),
+  "2d_dilated": (
+    (1, 3, 5, 6),
+    (4, 3, 2, 3),
+    dict(window_strides=(1, 1), padding=[(1, 1), (0, 2)], lhs_dilation=(2, 1), rhs_dilation=(1, 2)),
+  ),
+  "tpu_decode_window": (  # the q.K^T window above: 256 tokens x 16 head dims, 8 slots x 2 KV heads
+    (256, 16, 8, 2),
+    (2, 16, 8, 2),
+    dict(window_strides=(7, 1), padding=[(0, 0), (0, 0)], lhs_dilation=(8, 2)),
+  ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CONVS))
+def test_convolution_flops_match_a_brute_force_count(case):
+  """XLA:CPU's optimised HLO of one convolution (padding, stride, lhs/rhs dilation, feature
+  groups) costs what running it on ones counts."""
+  lhs, rhs, conv = _CONVS[case]
+  text = _compile(lambda x, w: jax.lax.conv_general_dilated(x, w, **conv), lhs, rhs).as_text()
+  assert text.count(" convolution(") == 1  # XLA kept it one convolution
+  assert hlo_cost.hlo_text_cost(text).matmul_flops == _brute_force_flops(lhs, rhs, **conv)
+
+
+def test_batch_grouped_convolution_flops_match_a_brute_force_count():
+  """batch_group_count=2 (how XLA writes a weight gradient of a grouped convolution) splits the
+  batch, each output feature summing over all input features. XLA:CPU rewrites it, so the module
+  is written here as XLA prints one."""
+  lhs, rhs = (4, 3, 5), (6, 3, 2)
+  conv = dict(window_strides=(1,), padding=[(1, 0)], batch_group_count=2)
+  out = jax.eval_shape(
+    lambda x, w: jax.lax.conv_general_dilated(x, w, **conv),
+    *[jax.ShapeDtypeStruct(s, jnp.float32) for s in (lhs, rhs)],
+  ).shape
+  f32 = lambda s: f"f32[{','.join(map(str, s))}]"  # noqa: E731
+  text = (
+    f"ENTRY %main (a: {f32(lhs)}, b: {f32(rhs)}) -> {f32(out)} {{\n"
+    f"  %a = {f32(lhs)} parameter(0)\n  %b = {f32(rhs)} parameter(1)\n"
+    f"  ROOT %c = {f32(out)} convolution(%a, %b), window={{size=2 pad=1_0}}, "
+    "dim_labels=bf0_oi0->bf0, batch_group_count=2\n}\n"
+  )
+  assert hlo_cost.hlo_text_cost(text).matmul_flops == _brute_force_flops(lhs, rhs, **conv)

@@ -4,7 +4,9 @@ XLA's `compiled.cost_analysis()` visits a `while` body once, whatever its trip c
 with `scan`ned layers, a chunked head or blockwise attention reports a fraction of its real work
 (a 4-layer scanned Qwen3 train step: 0.34x the model FLOPs; unrolled: 1.10x). This module walks the
 optimised HLO text of the compiled module instead: matmul FLOPs (`dot`, `convolution`, and the
-cuBLAS GEMM custom calls XLA:GPU turns dots into) of every computation, multiplied along the call
+cuBLAS GEMM custom calls XLA:GPU turns dots into; a convolution counts only the window taps that
+land on real input, as XLA:TPU writes a decode's batched attention as an lhs-dilated convolution
+with one real tap per window) of every computation, multiplied along the call
 graph by the `known_trip_count` XLA attaches to each while loop (conditional branches count as
 their most expensive branch), plus an estimate of the bytes each top-level instruction reads and
 writes (operands + result; fusion internals stay in registers/caches), multiplied the same way.
@@ -21,6 +23,8 @@ import functools
 import math
 import re
 from typing import Any
+
+import numpy as np
 
 _COMP_HEADER = re.compile(r"^(ENTRY )?%([\w.\-]+) \((.*)\) -> .* \{$")
 _INSTR = re.compile(r"^\s*(ROOT )?%([\w.\-]+) = (.+?) ([\w\-]+)\((.*)$")
@@ -163,12 +167,55 @@ def _gemm_flops(ins: _Instr, types: dict[str, str], contracting: tuple[int, ...]
   return 2.0 * math.prod(out) * math.prod(lhs[d] for d in contracting)
 
 
+def _window(rest: str, rank: int) -> list[dict[str, int]]:
+  """Per spatial dimension of a convolution's `window={size=8x2 stride=7x1 pad=0_0x1_1
+  lhs_dilate=8x2 rhs_dilate=1x1}` attribute: size, stride, low padding and the two dilations
+  (absent fields take XLA's defaults; rhs_reversal does not change which taps are real)."""
+  m = re.search(r"window=\{([^}]*)\}", rest)
+  fields = dict(f.split("=", 1) for f in m.group(1).split()) if m else {}
+
+  def ints(key: str, default: int) -> list[int]:
+    text = fields.get(key)
+    return [int(v) for v in text.split("x")] if text else [default] * rank
+
+  pads = [int(p.split("_")[0]) for p in fields["pad"].split("x")] if "pad" in fields else [0] * rank
+  return [
+    {"size": k, "stride": s, "pad": p, "lhs_dilate": ld, "rhs_dilate": rd}
+    for k, s, p, ld, rd in zip(
+      ints("size", 1), ints("stride", 1), pads, ints("lhs_dilate", 1), ints("rhs_dilate", 1),
+      strict=True,
+    )
+  ]  # fmt: skip
+
+
+def _real_taps(window: dict[str, int], in_size: int, out_size: int) -> int:
+  """(output position, window tap) pairs of one spatial dimension whose tap lands on a real input
+  element: not in the padding, not in a hole of the lhs dilation. XLA:TPU writes a batched
+  q.K^T as a convolution whose lhs dilation leaves one real tap in each 8-tap window."""
+  o = np.arange(out_size)[:, None]  # [O, 1]
+  k = np.arange(window["size"])[None, :]  # [1, K]
+  pos = o * window["stride"] + k * window["rhs_dilate"] - window["pad"]  # [O, K] in dilated input
+  span = (in_size - 1) * window["lhs_dilate"]  # its last real element
+  return int(np.sum((pos >= 0) & (pos <= span) & (pos % window["lhs_dilate"] == 0)))
+
+
 def _conv_flops(ins: _Instr, types: dict[str, str]) -> float:
+  """2 x multiply-adds as XLA defines a convolution: each output element (batch, feature,
+  position) sums its window's real taps x the rhs input features (the input features of its
+  feature group; all of them under batch_group_count, which splits the batch instead)."""
   out = _shapes(ins.type_text)[0][1]
-  rhs_name = _operand_names(ins.rest)[1]
-  rhs = _shapes(types[rhs_name])[0][1]
-  labels = re.search(r"dim_labels=\w+_(\w+)->", ins.rest).group(1)
-  return 2.0 * math.prod(out) * math.prod(rhs) / rhs[labels.index("o")]
+  lhs_name, rhs_name = _operand_names(ins.rest)[:2]
+  lhs, rhs = _shapes(types[lhs_name])[0][1], _shapes(types[rhs_name])[0][1]
+  lhs_labels, rhs_labels, out_labels = re.search(
+    r"dim_labels=(\w+)_(\w+)->(\w+)", ins.rest
+  ).groups()
+  spatial = len(out_labels) - 2
+  taps = 1
+  for d, window in enumerate(_window(ins.rest, spatial)):
+    in_size, out_size = lhs[lhs_labels.index(str(d))], out[out_labels.index(str(d))]
+    taps *= _real_taps(window, in_size, out_size)
+  outer = out[out_labels.index("b")] * out[out_labels.index("f")]
+  return 2.0 * outer * taps * rhs[rhs_labels.index("i")]
 
 
 def _condition_trip(cond: list[_Instr]) -> int | None:

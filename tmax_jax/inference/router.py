@@ -37,6 +37,10 @@ token counters; the router's waiting requests added to waiting_requests) under t
 instance_id, and lists every replica's last Status in `replica_status` (`address`, and
 live=false for one that is down). Generate and UpdateWeights answers carry the router's
 instance_id: clients see one server, and a router restart as a restart.
+
+The replica list may change while it serves (`set_replicas`: a placement that restarts a replica
+at a new address, tmax_jax/cluster): a removed replica is taken out as if it had failed, a new one
+joins as a restarted one does (weights resynced before it takes requests).
 """
 
 from __future__ import annotations
@@ -175,7 +179,25 @@ class Router:
     self._server.add_generic_rpc_handlers((self._handler(),))
     self.port = self._server.add_insecure_port(f"{self.cfg.host}:{self.cfg.port}")
     await self._server.start()
-    log.info("router on %s over %s", self.address, ", ".join(self.cfg.replicas))
+    log.info("router on %s over %s", self.address, ", ".join(self.addresses))
+
+  @property
+  def addresses(self) -> tuple[str, ...]:
+    return tuple(r.address for r in self.replicas)
+
+  async def set_replicas(self, addresses: Sequence[str]) -> None:
+    """Routes over `addresses` from now on: the replicas kept keep their state and sessions, the
+    ones dropped are taken out (their requests ABORTED) and the new ones join as DOWN (Status
+    polled now; the last pushed weights resent before they take requests)."""
+    if not addresses:
+      raise ValueError("Router.set_replicas: no replica address given")
+    kept = {r.address: r for r in self.replicas}
+    self.replicas = [kept.pop(a, None) or _Replica(a) for a in dict.fromkeys(addresses)]
+    for r in kept.values():
+      self._take_out(r, "removed from the replica list")
+      self._spawn(r.channel.close(grace=1.0))
+    log.info("router over %s", ", ".join(self.addresses))
+    await self._poll_all()
 
   async def stop(self, grace_s: float = 1.0) -> None:
     if self._server is not None:
@@ -210,9 +232,13 @@ class Router:
     try:
       st = await r.calls["Status"](rl_proto.StatusRequest(), timeout=self.cfg.status_timeout_s)
     except grpc.aio.AioRpcError as e:
+      st, failed = None, e
+    if r not in self.replicas:  # removed (set_replicas) while its poll was out
+      return
+    if st is None:
       r.failures += 1
       if r.failures >= self.cfg.down_after or r.status is None:
-        self._take_out(r, f"Status failed: {e.code().name}")
+        self._take_out(r, f"Status failed: {failed.code().name}")
       return
     r.failures = 0
     if r.state == r.READY and st.instance_id != r.instance_id:
@@ -290,7 +316,7 @@ class Router:
       return r if r.admits(req) else None
     up = [r for r in self.replicas if r.state == r.READY]
     if not up:
-      raise _NoReplica(f"no replica is up (of {', '.join(self.cfg.replicas)})")
+      raise _NoReplica(f"no replica is up (of {', '.join(self.addresses)})")
     ok = [r for r in up if r.admits(req)]
     if not ok:
       return None
@@ -433,6 +459,10 @@ class RouterThread:
   @property
   def address(self) -> str:
     return self.router.address
+
+  def set_replicas(self, addresses: Sequence[str]) -> None:
+    """Router.set_replicas from any thread."""
+    self.call(self.router.set_replicas(addresses))
 
   def stop(self) -> None:
     self.call(self.router.stop())

@@ -11,7 +11,11 @@ the measured rate is the build/smoke cost of the sandbox stages on this machine.
 projection takes the measured per-task seconds of each resource, writer (write stage, including
 --writer_latency) and sandboxes (build + validate + calibrate), and assumes the stages overlap, as
 the pipeline runs them: 15k tasks take about max(writer seconds x 15k / W, sandbox seconds x 15k
-/ S). Prints one JSON object (also written to <out>/bench.json).
+/ S). With --calibrate, calibration's measured cost per kept task (report.json's
+calibration.cost: episodes, the reference policy's requests and tokens, USD when priced, sandbox
+seconds of the episodes) is reported and projected to 15k kept tasks (the scripted policy
+reports no tokens: a real endpoint's run gives them). Prints one JSON object (also written to
+<out>/bench.json).
 """
 
 from __future__ import annotations
@@ -53,6 +57,22 @@ def _projection(per_task: dict[str, float], workers: int, sandbox_workers: int) 
     "writer_bound_hours": round(writer_h, 2),
     "sandbox_bound_hours": round(sandbox_h, 2),
     "projected_hours": round(max(writer_h, sandbox_h), 2),
+  }
+
+
+def _calibration_15k(per_kept: dict, sandbox_workers: int) -> dict:
+  """Calibration's cost of 15k kept tasks at the measured cost per kept task."""
+  scale = lambda v: None if v is None else round(v * TARGET, 2)  # noqa: E731
+  tokens = [per_kept[k] for k in ("prompt_tokens", "completion_tokens")]
+  seconds = per_kept["episode_seconds"]
+  return {
+    "episodes": scale(per_kept["episodes"]),
+    "requests": scale(per_kept["requests"]),
+    "tokens": None if None in tokens else scale(sum(tokens)),
+    "cost_usd": scale(per_kept["cost_usd"]),
+    "sandbox_hours": None
+    if seconds is None
+    else round(seconds * TARGET / sandbox_workers / 3600, 2),
   }
 
 
@@ -118,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
       _projection(per_task, w, args.sandbox_workers) for w in args.project_workers
     ],
   }
+  if args.calibrate:
+    cost = report["calibration"]["cost"]
+    result["calibration"] = {
+      "set": {k: report["calibration"]["set"][k] for k in ("target", "published", "calibrated")},
+      "total": cost["total"],
+      "per_kept_task": cost["per_kept_task"],
+      "projection_15k_kept": _calibration_15k(cost["per_kept_task"], args.sandbox_workers),
+    }
   (out / "bench.json").write_text(json.dumps(result, indent=1))
   print(json.dumps(result))
   return 0

@@ -42,9 +42,10 @@ def test_set_figures_are_the_mean_unbiased_estimates_of_the_last_round():
     "pass@1": pytest.approx(1.1 / 3 - 0.42),
     "pass@8": pytest.approx(1.8 / 3 - 0.53),
   }
-  rounds = set_target.per_round(done, cal.k)
+  rounds = set_target.per_round(done, cal.k, target)
   assert [(r["round"], r["tasks"]) for r in rounds] == [(0, 3), (1, 1)]
   assert rounds[0]["pass@1"] == pytest.approx(2 / 3) and rounds[1]["pass@1"] == pytest.approx(0.1)
+  assert rounds[1]["gap"]["pass@8"] == pytest.approx(0.8 - 0.53)
   # k < 8: pass@8 is neither estimated nor targeted
   short = CalibrationConfig(k=4)
   assert set_target.targets(short) == {"pass@1": 0.42}
@@ -76,6 +77,21 @@ def test_selection_drops_greedily_toward_the_target_within_its_budget():
     "z": {"pass@1": 0.0, "pass@8": 0.0},
   }
   assert set_target.select(two, {"pass@1": 0.42, "pass@8": 0.53}, 0.5) == ["y"]
+
+
+@pytest.mark.parametrize(
+  ("flags", "message"),
+  [
+    (["--set_max_drop", 1], "calibration.set_max_drop=1.0: expected 0 <= it < 1"),
+    (["--target_pass_at_1", 0.6, "--target_pass_at_8", 0.5], "expected 0 <= pass@1 <= pass@8"),
+    (["--calibrate_price_in", -1], "price_per_mtok_in=-1.0"),
+  ],
+)
+def test_bad_target_flags_are_one_line_errors(tmp_path, capsys, flags, message):
+  with pytest.raises(SystemExit) as exit_:
+    cli.main(argv("http://127.0.0.1:9/v1", tmp_path / "out", *flags))
+  assert exit_.value.code == 2 and message in capsys.readouterr().err
+  assert not (tmp_path / "out").exists()
 
 
 def _completion(content: str, prompt_tokens: int, completion_tokens: int) -> bytes:

@@ -98,7 +98,7 @@ def select(table: Mapping[str, Mapping[str, float]], target: Mapping[str, float]
   return dropped
 
 
-def per_round(states: Sequence[dict], k: int) -> list[dict]:
+def per_round(states: Sequence[dict], k: int, target: Mapping[str, float]) -> list[dict]:
   """Round r's figures over the tasks that played a round r (round 0: every calibrated task)."""
   most = max((len(s["calibration"]["rounds"]) for s in states), default=0)
   rows = []
@@ -108,7 +108,7 @@ def per_round(states: Sequence[dict], k: int) -> list[dict]:
       for s in states
       if len(s["calibration"]["rounds"]) > r
     }
-    rows.append({"round": r, **figures(per_task(groups, k), k, {})})
+    rows.append({"round": r, **figures(per_task(groups, k), k, target)})
   return rows
 
 
@@ -178,7 +178,7 @@ def steer(cal: CalibrationConfig, states: Sequence[dict], candidates: Sequence[d
     "published": after,
     "before_selection": before,
     "calibrated": figures(table, cal.k, target),
-    "per_round": per_round(done, cal.k),
+    "per_round": per_round(done, cal.k, target),
     "selection": {"max_drop": cal.set_max_drop, "candidates": len(pool), "dropped": dropped},
   }
 

@@ -61,29 +61,54 @@ def _staging_split(shape: tuple[int, ...], target: NamedSharding, n_local: int) 
 _slice = jax.jit(jax.lax.slice, static_argnums=(1, 2))
 
 
+def _host_major(order: list) -> bool | None:
+  """How the trainer mesh's flat device order groups its hosts (process_index): True = host by
+  host ([h0 h0 h1 h1 ...]), False = round robin ([h0 h1 h0 h1 ...], how a multi-host TPU slice's
+  topology-ordered mesh can come out), None = neither. One host: True."""
+  hosts = [d.process_index for d in order]
+  n_hosts = len(set(hosts))
+  n_local = len(order) // n_hosts
+  by_host = np.asarray(hosts).reshape(n_hosts, n_local)
+  if (by_host == by_host[:, :1]).all():
+    return True
+  round_robin = np.asarray(hosts).reshape(n_local, n_hosts)
+  return False if (round_robin == round_robin[:1]).all() else None
+
+
 class WeightSync:
   """Callable: trainer params (on `trainer_mesh`) -> served params placed as `target`."""
 
   def __init__(self, trainer_mesh: Mesh, target: Any):
     self.target = target
     self._targets = jax.tree.map(lambda t: t.sharding, target)
-    # the trainer mesh's own device order within each process: one jit's arguments and outputs
-    # must share a device order, and a TPU mesh orders its devices by the chips' topology
-    trainer = sorted(np.asarray(trainer_mesh.devices).flat, key=lambda d: d.process_index)
-    self._direct = _device_order(target) == trainer and jax.process_count() == 1
+    # One jit's arguments and outputs must share a device order, and a TPU mesh orders its
+    # devices by the chips' topology: the staging copy keeps the trainer mesh's own flat order.
+    self._order = list(np.asarray(trainer_mesh.devices).flat)
+    self._direct = _device_order(target) == self._order and jax.process_count() == 1
     out = self._targets
     if not self._direct:
-      self._n_local = len(trainer) // jax.process_count()
-      self._grid = np.asarray(trainer).reshape(jax.process_count(), self._n_local)
+      self._hosts = len({d.process_index for d in self._order})
+      self._n_local = len(self._order) // self._hosts
+      self._host_major = _host_major(self._order)
+      if self._host_major is None:
+        raise ValueError(
+          "weight sync: the trainer mesh's device order mixes its hosts irregularly "
+          f"({[d.process_index for d in self._order]}); a staging copy per host needs them "
+          "host by host or round robin"
+        )
       out = jax.tree.map(self._staging, target)
     self._cast = jax.jit(self._cast_impl, out_shardings=out)
 
   def _staging(self, t: jax.ShapeDtypeStruct) -> NamedSharding:
-    """Replicated over processes, split over each process's own trainer devices."""
+    """Replicated over hosts, split over each host's own trainer devices, on a mesh whose flat
+    device order is the trainer mesh's (host by host or round robin: the host axis is outer or
+    inner)."""
     dim, g = _staging_split(t.shape, t.sharding, self._n_local)
-    mesh = Mesh(
-      self._grid.reshape(jax.process_count(), g, self._n_local // g), ("process", "split", "rep")
-    )
+    devices = np.asarray(self._order)
+    if self._host_major:
+      mesh = Mesh(devices.reshape(self._hosts, g, self._n_local // g), ("host", "split", "rep"))
+    else:
+      mesh = Mesh(devices.reshape(g, self._n_local // g, self._hosts), ("split", "rep", "host"))
     spec = [None] * len(t.shape)
     if dim >= 0:
       spec[dim] = "split"

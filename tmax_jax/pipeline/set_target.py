@@ -9,8 +9,8 @@ k >= 8 episodes per round: with fewer it is not estimated and only pass@1 is tar
 reported beside it).
 
 Steering: the set is steered at publish, by selection, not by moving knobs. A gap of only 11
-points between pass@8 and pass@1 says the recipe's set is bimodal: about 47% of its tasks the
-strong model never solves in 8 tries, the rest it solves ~79% of the time. Per-task knob moves
+points between pass@8 and pass@1 says the recipe's set is bimodal: on average 47% of its tasks
+go unsolved in 8 tries (1 - pass@8), so the rest are solved at ~0.42 / 0.53 = 79%. Knob moves
 aim every task at one pass@1; a set of tasks each near 0.42 has pass@8 ~0.99, so no band centre,
 however steered, reaches both figures, and a running-mean band would make a task's fate depend on
 which tasks happened to finish first (and on a resume). Selection is deterministic from the
@@ -115,8 +115,9 @@ def per_round(states: Sequence[dict], k: int, target: Mapping[str, float]) -> li
 def cost(states: Sequence[dict], kept: int) -> dict:
   """What calibrating `states` cost (every round of every calibrated task, rejected ones
   included): episodes, the endpoint's usage (cost_usd None when unpriced or recorded before
-  usage was), the episodes' sandbox seconds and the calibrate stages' wall seconds (on a resumed
-  run, a killed stage's part is not counted), in total and per kept task."""
+  usage was), the episodes' sandbox seconds (what the 15k projection scales) and the calibrate
+  stages' wall seconds (waits for a sandbox slot and oracle re-runs included; a killed stage's
+  part not), in total and per kept task."""
   trials = [t for s in states for r in s["calibration"]["rounds"] for t in r["trials"]]
   usage = total_usage(trials) or {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
   usage.setdefault("cost_usd", None)

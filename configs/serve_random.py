@@ -17,7 +17,7 @@ from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.inference.openai_api import OpenAIConfig
 from tmax_jax.loop.config import ModelSpec, ServeConfig, ServingConfig
-from tmax_jax.recipes import MAX_PROMPT
+from tmax_jax.recipes import CPU_1, MAX_PROMPT
 
 # Qwen3's shapes shrunk to start in seconds; the vocabulary stays the preset's.
 TINY = dict(
@@ -35,6 +35,7 @@ MAX_SEQUENCE = MAX_PROMPT + EpisodeConfig().max_response_tokens
 def get_config():
   return to_config_dict(
     ServeConfig(
+      topology=CPU_1,
       model=ModelSpec(preset="qwen3-0.6b", overrides=TINY, random_reply_tokens=16),
       serving=ServingConfig(
         port=9000,

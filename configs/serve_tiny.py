@@ -9,6 +9,7 @@ are longer; configs/serve_random.py serves both. A checkpoint: --config.model.ch
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.loop.config import ModelSpec, ServeConfig, ServingConfig
+from tmax_jax.recipes import CPU_1
 
 TINY = dict(
   vocab_size=256,
@@ -24,6 +25,7 @@ TINY = dict(
 def get_config():
   return to_config_dict(
     ServeConfig(
+      topology=CPU_1,
       model=ModelSpec(preset="qwen3-0.6b", overrides=TINY),
       serving=ServingConfig(
         port=9000,

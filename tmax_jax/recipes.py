@@ -49,6 +49,8 @@ H100_X8 = TopologyConfig(name="8 x H100 (80 GB), one host", devices=8, device_me
 H200_X32 = TopologyConfig(
   name="32 x H200 (141 GB), four hosts of 8", devices=32, device_memory_gb=141.0, processes=4
 )
+# The tiny serve configs' (smoke tests, CPU benches): one CPU device of a small machine's memory
+CPU_1 = TopologyConfig(name="1 CPU device (8 GB)", devices=1, device_memory_gb=8.0)
 
 
 def serving(replicas: int, tensor: int, slots: int, num_pages: int, param_dtype: str = ""):

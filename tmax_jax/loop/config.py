@@ -240,6 +240,7 @@ class ServeConfig:
   temperature: float = 0.0  # of JetStream Decode calls (Rollout requests set their own)
   openai: OpenAIConfig = OpenAIConfig()  # port -1 = no HTTP API
   ready_file: str = ""  # JSON {"address", "pid", ...} written atomically once serving
+  topology: TopologyConfig = TopologyConfig()  # what the config is sized for (the memory plan)
 
   def __post_init__(self):
     if self.serving.address or self.serving.placement != "colocated":

@@ -1,7 +1,9 @@
 """python3 -m tmax_jax.plan --config=configs/X.py [--devices=8 --device_memory_gb=141] [--json]
 python3 -m tmax_jax.plan --config=configs/X.py --tpu=v5p-16 | --gpu=h100 [--json]
 
-Without a target: the memory plan on fake CPU devices (plan/memory.py). With --tpu (an accelerator
+Without a target: the memory plan on fake CPU devices (plan/memory.py) of an RL, SFT, eval
+(policy=server) or serve job: a served eval plans the server it starts with address '' for the
+model it names (model.preset / model.checkpoint). With --tpu (an accelerator
 type such as v5p-16 or a topology such as v6e:4x4) or --gpu (nodes of 8 GPUs: h100, h200, h200x2):
 every program of the job compiled by XLA:TPU / XLA:GPU for that target (plan/programs.py), per
 program and per chip: HBM from the compiler, whether the job fits, FLOPs, bytes, roofline time and
@@ -84,14 +86,23 @@ def _into_compiler_venv(argv: list[str], target: chips.Slice | chips.Node) -> No
   os.execve(python, [python, "-m", "tmax_jax.plan", *argv[1:]], toolchain.environ())
 
 
-def _job(config_dict, aot: bool):
+KINDS = (RLConfig, SFTConfig, EvalConfig, ServeConfig)
+
+
+def _job(config_dict):
   job = jobs.job_config(config_dict)
-  kinds = (RLConfig, SFTConfig, EvalConfig, ServeConfig) if aot else (RLConfig, SFTConfig)
-  if not isinstance(job, kinds):
-    names = ", ".join(k.__name__ for k in kinds)
+  if not isinstance(job, KINDS):
+    names = ", ".join(k.__name__ for k in KINDS)
     raise UserError(f"the plan takes {names} jobs, not a {type(job).__name__}")
   if isinstance(job, EvalConfig) and job.policy != "server":
-    raise UserError(f"an eval of policy={job.policy!r} serves no model: nothing to compile")
+    raise UserError(f"an eval of policy={job.policy!r} serves no model: nothing to plan")
+  if isinstance(job, EvalConfig) and not (job.model.preset or job.model.checkpoint):
+    raise UserError(
+      f"the eval names no model to serve (model.preset and model.checkpoint are empty; it asks "
+      f"the server at address={job.address!r}, planned by that server's own config): set "
+      "--config.model.preset or --config.model.checkpoint to plan the server it starts with "
+      "--config.address=''"
+    )
   return job
 
 
@@ -117,6 +128,11 @@ def _memory_plan(f, job) -> None:
     raise UserError(f"--devices={devices} --processes={processes}: {err}") from None
   if topology.name and (devices, memory_gb) == (topology.devices, topology.device_memory_gb):
     result.notes.insert(0, f"topology {topology.name} (the config's)")
+  if isinstance(job, EvalConfig) and job.address:
+    result.notes.append(
+      f"address={job.address!r}: the eval asks that server; planned: the one it starts with "
+      "--config.address=''"
+    )
   if f.json:
     print(
       json.dumps(
@@ -182,7 +198,7 @@ def main(argv) -> None:
   del argv
   f = flags.FLAGS
   target = _target({"tpu": f.tpu, "gpu": f.gpu})
-  job = _job(f.config, aot=target is not None)
+  job = _job(f.config)
   if target is not None:
     _target_plan(target, job, f.json)
   else:

@@ -1,4 +1,5 @@
-"""Memory plan of an RL / SFT job on a device topology: per-device bytes and whether it fits.
+"""Memory plan of a job on a device topology: per-device bytes and whether it fits. RL and SFT
+jobs: the trainer (and the RL server); eval (policy=server) and serve jobs: their server alone.
 
 python3 -m tmax_jax.plan --config=configs/tmax_qwen3_5_9b.py [--devices=8 --device_memory_gb=141]
     [--processes=1] [--bucket=-1] [--json]
@@ -21,7 +22,9 @@ sequence axis included):
   batch                    the step's input rows on this device
 Server, per serving device: its params (serving dtype, tensor split), the engine's prepared head
 and its decode memory (`server_cache_bytes`: the paged engine's page pool and state blocks).
-Colocated: a device holds both; disaggregated: each side must fit its own devices.
+Colocated: a device holds both; disaggregated: each side must fit its own devices. An eval or
+serve job's server takes the first serving.replicas x serving.tensor devices of the first host (as
+loop/placement.serving_only does), its model as loop/policy.served_model holds it.
 
 Caveat: the fake devices are CPU devices, so the activation figure is XLA:CPU's buffer assignment
 (its fusion and bf16 handling differ from GPU/TPU); it is a compiled figure, not a hand
@@ -46,7 +49,7 @@ from tmax_jax.inference import decode
 from tmax_jax.loop import placement, policy
 from tmax_jax.loop.weight_sync import served_target
 from tmax_jax.models import decoder, registry
-from tmax_jax.models.config import ModelConfig
+from tmax_jax.models.config import DEFAULT_LOGICAL_AXIS_RULES, ModelConfig
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import optimizer as opt_lib
 from tmax_jax.train import state as state_lib
@@ -352,8 +355,14 @@ def server_memory(served_cfg: ModelConfig, serving, mesh: Mesh) -> dict[str, flo
     * jnp.dtype(served_cfg.dtypes.head).itemsize
     / replica.shape["tensor"]
   )
+  try:
+    params = _bytes_per_device(served_target(served_cfg, replica))
+  except ValueError as err:  # jax's IndivisibleError: a tensor split the weights do not divide
+    raise ValueError(
+      f"serving.tensor={replica.shape['tensor']} does not split the served params evenly: {err}"
+    ) from None
   out = {
-    "params": _bytes_per_device(served_target(served_cfg, replica)),
+    "params": params,
     "head": float(head),
     "cache": server_cache_bytes(served_cfg, serving, replica),
   }
@@ -361,13 +370,27 @@ def server_memory(served_cfg: ModelConfig, serving, mesh: Mesh) -> dict[str, flo
   return out
 
 
+def server_only_mesh(serving, devices: list) -> Mesh:
+  """The ("replica", "tensor") mesh of a job without a trainer (eval, serve): the first
+  serving.replicas x serving.tensor of `devices`."""
+  n = serving.replicas * serving.tensor
+  if len(devices) < n:
+    raise ValueError(
+      f"serving.replicas x serving.tensor = {n} does not fit the topology's {len(devices)} devices"
+    )
+  return placement.server_mesh(serving, devices[:n])
+
+
 def _meshes(job, devices: list, processes: int):
-  """(trainer mesh, one serving replica's mesh or None) of `job` on `devices` split into
-  `processes` equal hosts, as loop/placement.py lays them out."""
+  """(trainer mesh or None, one serving replica's mesh or None) of `job` on `devices` split into
+  `processes` equal hosts, as loop/placement.py lays them out (no trainer: an eval / serve job's
+  server on the first host)."""
   if len(devices) % processes:
     raise ValueError(f"--devices={len(devices)} does not split into --processes={processes}")
   per = len(devices) // processes
   hosts = [devices[i * per : (i + 1) * per] for i in range(processes)]
+  if not hasattr(job, "train"):
+    return None, server_only_mesh(job.serving, hosts[0])
   serving = getattr(job, "serving", None)
   if serving is None:
     return placement.build_mesh(job.mesh, devices, "mesh", f"{len(devices)} devices"), None
@@ -400,13 +423,37 @@ def _packed_bucket(job, model_cfg: ModelConfig, mesh: Mesh, bucket: int) -> tupl
   return buckets[int(np.argmax(temps))]
 
 
-def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1) -> Plan:
-  """The plan of an RLConfig / SFTConfig on every visible device (fake CPU devices here). A
-  packed job (train.packing) is planned at its packed step's worst bucket (`_packed_bucket`)."""
+def plan_job(
+  job, device_memory_gb: float, processes: int = 1, bucket: int = -1, devices: list | None = None
+) -> Plan:
+  """The plan of an RLConfig / SFTConfig (trainer, and its server when it has one) or an eval /
+  serve job (its server alone) on `devices` (default: every visible device; fake CPU devices
+  here). A packed job (train.packing) is planned at its packed step's worst bucket
+  (`_packed_bucket`)."""
   model_cfg = policy.model_config(job.model)
-  # memory does not depend on the lr schedule's horizon; an SFT job's depends on its data
-  job = dataclasses.replace(job, train=job.train.for_run(job.steps or 1))
-  trainer_mesh, server_mesh = _meshes(job, jax.devices(), processes)
+  trainer, server, notes, place = {}, {}, [], "trainer only"
+  if hasattr(job, "train"):
+    # memory does not depend on the lr schedule's horizon; an SFT job's depends on its data
+    job = dataclasses.replace(job, train=job.train.for_run(job.steps or 1))
+  else:  # the rules an eval / serve job's engine holds its model with (policy.served_model)
+    model_cfg = model_cfg.replace(logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES)
+    place = "server only"
+  trainer_mesh, server_mesh = _meshes(job, devices or jax.devices(), processes)
+  if trainer_mesh is not None:
+    trainer, notes = _trainer_plan(job, model_cfg, trainer_mesh, processes, bucket)
+  if server_mesh is not None:
+    server = server_memory(policy.served_config(model_cfg, job.serving), job.serving, server_mesh)
+    place = job.serving.placement if trainer_mesh is not None else place
+    notes.append(
+      f"server mesh {dict(server_mesh.shape)}, {job.serving.engine.max_concurrent_decodes} "
+      f"slots x {job.serving.engine.max_len} tokens per replica"
+    )
+  # a trainer-only job is judged like a disaggregated one (each side on its own devices)
+  return Plan(trainer, server, place, device_memory_gb * GB, notes)
+
+
+def _trainer_plan(job, model_cfg: ModelConfig, trainer_mesh: Mesh, processes: int, bucket: int):
+  """(trainer bytes per device, notes) of an RL / SFT job on its trainer mesh."""
   shape = dict(trainer_mesh.shape)
   notes = [f"trainer mesh {shape}"]
   packed = job.train.packing.enabled
@@ -428,13 +475,4 @@ def plan_job(job, device_memory_gb: float, processes: int = 1, bucket: int = -1)
     f"{per_row * row_len // (shape['data'] * shape['fsdp'] * shape['sequence'])} "
     "tokens per trainer device"
   )
-  server, place = {}, "trainer only"
-  if server_mesh is not None:
-    server = server_memory(policy.served_config(model_cfg, job.serving), job.serving, server_mesh)
-    place = job.serving.placement
-    notes.append(
-      f"server mesh {dict(server_mesh.shape)}, {job.serving.engine.max_concurrent_decodes} "
-      f"slots x {job.serving.engine.max_len} tokens per replica"
-    )
-  # a trainer-only job is judged like a disaggregated one (each side on its own devices)
-  return Plan(trainer, server, place, device_memory_gb * GB, notes)
+  return trainer, notes

@@ -33,7 +33,7 @@ from jax.sharding import PartitionSpec as P
 from tmax_jax import hlo_cost, sharding
 from tmax_jax.aot.chips import Chip
 from tmax_jax.inference import decode
-from tmax_jax.loop import placement, policy
+from tmax_jax.loop import policy
 from tmax_jax.loop.weight_sync import WeightSync, served_target
 from tmax_jax.models import attention, decoder, registry
 from tmax_jax.models import logprobs as logprobs_lib
@@ -250,7 +250,7 @@ def job_programs(job, devices: list, processes: int, report=lambda p: p) -> list
     trainer, server = memory._meshes(job, devices, processes)
     out += trainer_programs(job, model_cfg, trainer, report)
   else:
-    trainer, server = None, _server_mesh(job.serving, devices)
+    trainer, server = None, memory.server_only_mesh(job.serving, devices)
   if server is not None:
     served_cfg = policy.served_config(model_cfg, job.serving)
     replica = Mesh(np.asarray(server.devices)[0], (decode.TENSOR,))
@@ -258,15 +258,6 @@ def job_programs(job, devices: list, processes: int, report=lambda p: p) -> list
     if trainer is not None:
       out.append(report(sync_program(model_cfg, served_cfg, trainer, server)))
   return out
-
-
-def _server_mesh(serving, devices: list) -> Mesh:
-  n = serving.replicas * serving.tensor
-  if len(devices) < n:
-    raise ValueError(
-      f"serving.replicas x serving.tensor = {n} does not fit the topology's {len(devices)} devices"
-    )
-  return placement.server_mesh(serving, devices[:n])
 
 
 def verdict(job, progs: list[Program], chip: Chip) -> dict:

@@ -7,7 +7,13 @@ import dataclasses
 from tmax_jax.agents import harnesses
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
-from tmax_jax.loop.config import ModelSpec, ServingConfig, spec_model_type, with_family
+from tmax_jax.loop.config import (
+  ModelSpec,
+  ServingConfig,
+  TopologyConfig,
+  spec_model_type,
+  with_family,
+)
 from tmax_jax.tasks import runner as runner_lib
 from tmax_jax.tasks.generator.llm import MAX_TOKENS_PARAMS
 
@@ -86,6 +92,8 @@ class EvalConfig:
   terminus_wait_s: float = 0.5  # scripted policies in the Terminus harness: seconds per wait
   model: ModelSpec = ModelSpec(checkpoint="", preset="")
   serving: ServingConfig = ServingConfig()
+  # policy=server: what the server it starts is sized for (the memory plan)
+  topology: TopologyConfig = TopologyConfig()
   plot: bool = True  # write pass_at_1.png
   # A trial that errored (the infrastructure or the setup failed: no sandbox, a lost server, a
   # prompt the server refuses) is never scored; pass@1 is over the scored trials. launch/eval.py

@@ -194,3 +194,19 @@ def test_batch_grouped_convolution_flops_match_a_brute_force_count():
     "dim_labels=bf0_oi0->bf0, batch_group_count=2\n}\n"
   )
   assert hlo_cost.hlo_text_cost(text).matmul_flops == _brute_force_flops(lhs, rhs, **conv)
+
+
+ASYNC_COPY = """HloModule m, entry_computation_layout={(f32[256,256]{1,0})->f32[256,256]{1,0}}
+
+ENTRY %main (p: f32[256,256]) -> f32[256,256] {
+  %p = f32[256,256]{1,0} parameter(0)
+  %cs = (f32[256,256]{1,0}, f32[256,256]{1,0}, u32[]) copy-start(f32[256,256]{1,0} %p)
+  ROOT %cd = f32[256,256]{1,0} copy-done((f32[256,256]{1,0}, f32[256,256]{1,0}, u32[]) %cs)
+}
+"""
+
+
+def test_an_async_copy_moves_its_array_once():
+  """XLA:TPU moves a decode's KV pool between memories with copy-start / copy-done pairs: one
+  read and one write of the array (the pair was counted as its tuples: 6x the array)."""
+  assert hlo_cost.hlo_text_cost(ASYNC_COPY).bytes_accessed == 2 * 256 * 256 * 4

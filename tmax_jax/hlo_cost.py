@@ -287,6 +287,10 @@ def _moved_bytes(ins: _Instr, ctypes: dict[str, str], comps, types) -> int:
   """Bytes one top-level instruction reads and writes (slices of loop-carried stacks count as the
   slice, as in XLA's own cost analysis)."""
   operands = _operand_names(ins.rest)
+  if ins.op == "copy-start":  # an async copy reads its operand and writes it once: the pair's
+    return 2 * type_bytes(ctypes.get(operands[0], ""))  # traffic, not its (src, dst, ctx) tuple
+  if ins.op == "copy-done":
+    return 0
   if ins.op == "dynamic-slice":
     return 2 * type_bytes(ins.type_text)
   if ins.op == "dynamic-update-slice":

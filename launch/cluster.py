@@ -37,17 +37,17 @@ def main(argv):
   import signal
 
   from tmax_jax import json_io
-  from tmax_jax.errors import UserError
-
-  signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as Ctrl-C does
   from tmax_jax.cluster import fleet as fleet_lib  # UserError when ray is not installed
   from tmax_jax.cluster import roles
   from tmax_jax.cluster.replica import ServerSpec
+  from tmax_jax.errors import UserError
 
   bad = [o for o in _SERVE_OVERRIDE.value if "=" not in o]
   if bad:
     raise UserError(f"--serve_override={bad[0]!r}: expected FIELD=VALUE")
   roles.connect(_ADDRESS.value)
+  # SIGTERM stops as Ctrl-C does (set after ray.init, which installs its own handler: exit 15)
+  signal.signal(signal.SIGTERM, signal.default_int_handler)
   cfg = fleet_lib.FleetConfig(
     server=ServerSpec(
       serve_config=_SERVE_CONFIG.value,

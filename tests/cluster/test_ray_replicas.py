@@ -1,0 +1,205 @@
+"""Inference replicas placed by Ray (tmax_jax/cluster) on a local cluster of three real raylets
+(a head offering `trainer`, two nodes offering `inference`): two configs/serve_random.py servers
+behind the router, a multi-turn session kept on one replica with prefix hits in the router's
+Status, a killed server restarted by Ray and routed to again, the errors said in one line, the
+launcher stopped by SIGTERM, and nothing of Ray's or the servers' left running afterwards."""
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[cluster]')")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from tests.inference.test_router import CLIENT, ENGINE, GREEDY, PAGE  # noqa: E402
+from tmax_jax.cluster import fleet as fleet_lib  # noqa: E402
+from tmax_jax.cluster import roles  # noqa: E402
+from tmax_jax.cluster.replica import ServerSpec  # noqa: E402
+from tmax_jax.errors import UserError  # noqa: E402
+from tmax_jax.inference import client as client_lib  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SERVE_RANDOM = str(ROOT / "configs/serve_random.py")
+NODE = dict(num_cpus=1, object_store_memory=80 * 2**20)  # a small object store per raylet
+RESTART_S = 240  # a killed server's actor restarted and its new server ready
+
+
+def _alive(pid: int) -> bool:
+  try:
+    return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return False
+
+
+def _marked(marker: str) -> list[psutil.Process]:
+  """Live processes whose command line names `marker` (the servers name their log dir)."""
+  out = []
+  for p in psutil.process_iter(["cmdline", "status"]):
+    cmd = " ".join(p.info["cmdline"] or ())
+    if marker in cmd and p.info["status"] != psutil.STATUS_ZOMBIE and p.pid != os.getpid():
+      out.append(p)
+  return out
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+  """-> the log dir marking this module's servers; a driver joined to the 3-node cluster. On
+  teardown no process the cluster started (raylets, GCS, workers, servers) is left."""
+  before = {p.pid for p in psutil.Process().children(recursive=True)}
+  c = Cluster(
+    initialize_head=True,
+    head_node_args=dict(NODE, resources={roles.TRAINER: 1}, include_dashboard=False),
+  )
+  for _ in range(2):
+    c.add_node(**NODE, resources={roles.INFERENCE: 1})
+  c.wait_for_nodes()
+  roles.connect(c.address)
+  log_dir = tmp_path_factory.mktemp("cluster")
+  yield log_dir
+  started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+  ray.shutdown()
+  c.shutdown()
+  _, alive = psutil.wait_procs(started + _marked(str(log_dir)), timeout=60)
+  assert not alive, [" ".join(p.cmdline()) for p in alive]
+
+
+def _fleet_config(log_dir, replicas: int, *overrides: str) -> fleet_lib.FleetConfig:
+  spec = ServerSpec(SERVE_RANDOM, (*ENGINE, *overrides), openai=False, log_dir=str(log_dir))
+  return fleet_lib.FleetConfig(server=spec, replicas=replicas, router_port=0, poll_s=0.2)
+
+
+async def _counters(address: str) -> dict[str, tuple[int, int]]:
+  """The router's Status: each replica's (prompt tokens prefilled, prompt tokens from cache),
+  read after a few of its polls (so it holds what just ran)."""
+  await asyncio.sleep(0.6)
+  async with client_lib.RolloutClient(address, CLIENT) as c:
+    st = await c.status()
+  return {r.address: (r.prefill_tokens, r.cached_prompt_tokens) for r in st.replica_status}
+
+
+async def _live(address: str) -> int:
+  async with client_lib.RolloutClient(address, CLIENT) as c:
+    return sum(r.live for r in (await c.status()).replica_status)
+
+
+async def _turns(fleet, session: str, prompt: list[int], n: int) -> tuple[set, list, list]:
+  """`n` turns of one session through the router -> (replicas whose counters moved per turn,
+  prompt tokens served from cache per turn, the conversation so far)."""
+  served, hits = set(), []
+  async with client_lib.RolloutClient(fleet.router_address, CLIENT) as c:
+    before = await _counters(fleet.router_address)
+    for turn in range(n):
+      out = await c.generate(prompt, 4, GREEDY, session_id=session)
+      after = await _counters(fleet.router_address)
+      moved = [a for a in after if after[a] != before.get(a)]
+      assert len(moved) == 1, (turn, before, after)
+      served.add(moved[0])
+      hits.append(after[moved[0]][1] - before[moved[0]][1])
+      prompt = prompt + out.token_ids + [200 + turn, 201, 202, 203]
+      before = after
+  return served, hits, prompt
+
+
+def test_replicas_keep_sessions_and_come_back_after_a_killed_server(cluster):
+  fleet = fleet_lib.place_replicas(_fleet_config(cluster, 2))
+  try:
+    first = fleet.replicas()
+    assert len({r.address for r in first}) == 2 and all(_alive(r.pid) for r in first)
+    served, hits, prompt = asyncio.run(_turns(fleet, "episode-1", list(range(1, 25)), 6))
+    assert len(served) == 1
+    assert hits[0] == 0 and all(h >= PAGE for h in hits[1:]), hits
+    (home,) = served
+    victim = next(r for r in first if r.address == home)
+    survivor = next(r for r in first if r.address != home)
+    os.kill(victim.pid, signal.SIGKILL)
+
+    async def after_kill():
+      async with client_lib.RolloutClient(fleet.router_address, CLIENT) as c:
+        with pytest.raises(client_lib.ServerUnavailableError, match="lost"):
+          await c.generate(prompt, 4, GREEDY, session_id="episode-1")  # its replica is gone
+        await c.generate([7, 8, 9], 4, GREEDY, session_id="while-down")
+      deadline = time.monotonic() + RESTART_S
+      while fleet.replicas()[victim.index] == victim or await _live(fleet.router_address) < 2:
+        assert time.monotonic() < deadline, fleet.replicas()
+        await asyncio.sleep(0.5)
+      async with client_lib.RolloutClient(fleet.router_address, CLIENT) as c:
+        burst = [list(range(10 + i, 40 + i)) for i in range(8)]
+        await asyncio.gather(
+          *(c.generate(p, 16, GREEDY, session_id=f"back-{i}") for i, p in enumerate(burst))
+        )
+
+    asyncio.run(after_kill())
+    sessions = fleet.router.router.sessions
+    assert sessions["while-down"][0].address == survivor.address
+    back = fleet.replicas()[victim.index]
+    assert back.pid != victim.pid and not _alive(victim.pid)
+    homes = {sessions[f"back-{i}"][0].address for i in range(8)}
+    assert homes == {back.address, survivor.address}  # the restarted replica is routed to
+  finally:
+    fleet.stop()
+  assert not _marked(str(cluster))  # both servers stopped with the fleet
+
+
+def test_errors_say_what_the_cluster_lacks_and_why_a_server_did_not_start(cluster):
+  with pytest.raises(UserError, match="3 replica.* needs 3 'inference' and the cluster's nodes"):
+    fleet_lib.place_replicas(_fleet_config(cluster, 3))
+  with pytest.raises(UserError, match="no node of the Ray cluster offers the 'sandbox'"):
+    roles.require(roles.SANDBOX, 1, "a sandbox host")
+  bad = "--config.serving.engine.max_lenn=8"
+  with pytest.raises(
+    UserError, match=r"replica 0 on .*: its server exited \(2\): error: .*max_lenn"
+  ):
+    fleet_lib.place_replicas(_fleet_config(cluster, 1, bad))
+  assert not _marked(str(cluster))
+
+
+def test_launcher_serves_until_sigterm_and_says_a_missing_cluster_in_one_line(cluster, tmp_path):
+  missing = subprocess.run(
+    [sys.executable, "launch/cluster.py", "--address=127.0.0.1:1"],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert missing.returncode == 2, missing.stderr
+  assert missing.stderr.strip().startswith("error: --address=127.0.0.1:1: nothing answers")
+  assert len(missing.stderr.strip().splitlines()) == 1
+  ready = tmp_path / "ready.json"
+  cmd = [
+    sys.executable,
+    "launch/cluster.py",
+    f"--address={ray.get_runtime_context().gcs_address}",
+    "--replicas=1",
+    "--router_port=0",
+    "--noopenai",
+    f"--server_log_dir={cluster}",
+    f"--ready_file={ready}",
+    *(f"--serve_override={o.removeprefix('--config.')}" for o in ENGINE),
+  ]
+  log = tmp_path / "launcher.log"
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
+  try:
+    deadline = time.monotonic() + RESTART_S
+    while not ready.exists():
+      assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+      time.sleep(0.5)
+    placed = json.loads(ready.read_text())
+    assert asyncio.run(_live(placed["router"])) == 1
+    (replica,) = placed["replicas"]
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+  finally:
+    proc.kill()
+  out = log.read_text()
+  assert proc.returncode == 0 and out.rstrip().endswith("STOPPED"), out[-3000:]
+  assert not _alive(replica["pid"]) and not _marked(str(cluster))

@@ -1,0 +1,37 @@
+"""Single-host runs neither need nor load Ray: the library outside tmax_jax/cluster never imports
+it, and launch/cluster.py without Ray says how to install it in one line (exit 2)."""
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Runs a script as if Ray were not installed (None in sys.modules: `import ray` raises
+# ModuleNotFoundError, as it does without the package).
+WITHOUT_RAY = "import runpy, sys; sys.modules['ray'] = None; sys.argv = sys.argv[1:]; "
+
+
+def test_the_single_host_modules_do_not_import_ray():
+  code = (
+    "import sys; import tmax_jax.loop.rl, tmax_jax.loop.serve, tmax_jax.inference.router; "
+    "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
+  )
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.strip() == "[]"
+
+
+def test_the_launcher_without_ray_is_one_line_and_exit_2():
+  code = WITHOUT_RAY + "runpy.run_path(sys.argv[0], run_name='__main__')"
+  out = subprocess.run(
+    [sys.executable, "-c", code, "launch/cluster.py", "--replicas=2"],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert out.stderr.strip().splitlines() == [
+    "error: ray is not installed; tmax_jax.cluster needs it: pip install -e '.[cluster]' "
+    "(or pip install ray==2.60.0)"
+  ]

@@ -213,6 +213,7 @@ RECIPES = [  # every recipe config that trains a real model, each sized for its 
   "configs/tmax_qwen3_5_9b.py",
   "configs/tmax_qwen3_8b.py",
   "configs/tmax_qwen3_6_27b.py",
+  "configs/tmax_qwen3_8b_v5p32.py",
   "configs/sft_tmax_qwen3_8b.py",
   "configs/sft_terminal_horizon.py",
 ]

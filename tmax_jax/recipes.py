@@ -46,6 +46,10 @@ MODEL_OVERRIDES = {"remat_policy": "full", "attention_impl": "auto"}
 
 H200_X8 = TopologyConfig(name="8 x H200 (141 GB), one host", devices=8, device_memory_gb=141.0)
 H100_X8 = TopologyConfig(name="8 x H100 (80 GB), one host", devices=8, device_memory_gb=80.0)
+# A TPU slice as Cloud TPU names it: v5p-32 = 32 TensorCores = 16 chips on 4 hosts of 4.
+V5P_32 = TopologyConfig(
+  name="v5p-32 (16 chips, 95 GB), four hosts of 4", devices=16, device_memory_gb=95.0, processes=4
+)
 H200_X32 = TopologyConfig(
   name="32 x H200 (141 GB), four hosts of 8", devices=32, device_memory_gb=141.0, processes=4
 )
@@ -188,6 +192,17 @@ def tmax_qwen3_8b() -> RLConfig:
   )
   cfg = dataclasses.replace(cfg, model=model)
   return sized(cfg, H200_X8, MeshConfig(fsdp=8), serving(2, 4, 128, 20480), 8)
+
+
+def tmax_qwen3_8b_v5p32() -> RLConfig:
+  """tmax_qwen3_8b laid out on a v5p-32 slice (16 chips of 95 GB, 4 hosts of 4), colocated.
+  Trainer: FSDP over all 16; multi-process RL takes fixed rows (loop/rl.py refuses packing there):
+  16 micro-batches of 16 rows. Server per host: 1 x tensor 4 (a v5p host holds 4 chips), 64 slots
+  over 10,240 pages (4 replicas x 64 = the 256 episodes). XLA:TPU at full size (BENCHMARKS
+  "Accelerator compiles"): 39.5 GB trainer + 36.8 GB server = 76.4 of 95 GB per chip."""
+  cfg = sized(tmax_qwen3_8b(), V5P_32, MeshConfig(fsdp=16), serving(1, 4, 64, 10240), 16)
+  train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=16)
+  return dataclasses.replace(cfg, train=train)
 
 
 def tmax_qwen3_6_27b() -> RLConfig:

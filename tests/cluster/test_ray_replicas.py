@@ -1,8 +1,9 @@
-"""Inference replicas placed by Ray (tmax_jax/cluster) on a local cluster of three real raylets
-(a head offering `trainer`, two nodes offering `inference`): two configs/serve_random.py servers
-behind the router, a multi-turn session kept on one replica with prefix hits in the router's
-Status, a killed server restarted by Ray and routed to again, the errors said in one line, the
-launcher stopped by SIGTERM, and nothing of Ray's or the servers' left running afterwards."""
+"""Inference replicas placed by Ray (tmax_jax/cluster) on a local cluster of real raylets (a head
+offering `trainer`, three nodes offering `inference`, one of them spare): two
+configs/serve_random.py servers behind the router, a multi-turn session kept on one replica with
+prefix hits in the router's Status, a killed server and a removed node each restarted by Ray and
+routed to again, the errors said in one line, the launcher stopped by SIGTERM, and nothing of
+Ray's or the servers' left running afterwards."""
 
 import asyncio
 import json
@@ -53,19 +54,20 @@ def _marked(marker: str) -> list[psutil.Process]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-  """-> the log dir marking this module's servers; a driver joined to the 3-node cluster. On
-  teardown no process the cluster started (raylets, GCS, workers, servers) is left."""
+  """-> (the Cluster, the log dir marking this module's servers), with this process joined as
+  its driver. On teardown no process the cluster started (raylets, GCS, workers, servers) is
+  left."""
   before = {p.pid for p in psutil.Process().children(recursive=True)}
   c = Cluster(
     initialize_head=True,
     head_node_args=dict(NODE, resources={roles.TRAINER: 1}, include_dashboard=False),
   )
-  for _ in range(2):
+  for _ in range(3):
     c.add_node(**NODE, resources={roles.INFERENCE: 1})
   c.wait_for_nodes()
   roles.connect(c.address)
   log_dir = tmp_path_factory.mktemp("cluster")
-  yield log_dir
+  yield c, log_dir
   started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
   ray.shutdown()
   c.shutdown()
@@ -110,11 +112,31 @@ async def _turns(fleet, session: str, prompt: list[int], n: int) -> tuple[set, l
   return served, hits, prompt
 
 
-def test_replicas_keep_sessions_and_come_back_after_a_killed_server(cluster):
-  fleet = fleet_lib.place_replicas(_fleet_config(cluster, 2))
+async def _back_and_routed_to(fleet, lost, burst: str) -> None:
+  """Waits until Ray restarted the replica `lost` was (a new server, the router's 2 replicas
+  live), then sends 8 sessions at once: both replicas get some."""
+  deadline = time.monotonic() + RESTART_S
+  while fleet.replicas()[lost.index] == lost or await _live(fleet.router_address) < 2:
+    assert time.monotonic() < deadline, fleet.replicas()
+    await asyncio.sleep(0.5)
+  back = fleet.replicas()[lost.index]
+  assert back.pid != lost.pid and not _alive(lost.pid)
+  async with client_lib.RolloutClient(fleet.router_address, CLIENT) as c:
+    prompts = [list(range(10 + i, 40 + i)) for i in range(8)]
+    await asyncio.gather(
+      *(c.generate(p, 16, GREEDY, session_id=f"{burst}-{i}") for i, p in enumerate(prompts))
+    )
+  sessions = fleet.router.router.sessions
+  homes = {sessions[f"{burst}-{i}"][0].address for i in range(8)}
+  assert homes == {r.address for r in fleet.replicas()}
+
+
+def test_replicas_keep_sessions_and_come_back_after_a_killed_server_or_node(cluster):
+  nodes, log_dir = cluster
+  fleet = fleet_lib.place_replicas(_fleet_config(log_dir, 2))
   try:
     first = fleet.replicas()
-    assert len({r.address for r in first}) == 2 and all(_alive(r.pid) for r in first)
+    assert len({r.node_id for r in first}) == 2 and all(_alive(r.pid) for r in first)
     served, hits, prompt = asyncio.run(_turns(fleet, "episode-1", list(range(1, 25)), 6))
     assert len(served) == 1
     assert hits[0] == 0 and all(h >= PAGE for h in hits[1:]), hits
@@ -128,42 +150,36 @@ def test_replicas_keep_sessions_and_come_back_after_a_killed_server(cluster):
         with pytest.raises(client_lib.ServerUnavailableError, match="lost"):
           await c.generate(prompt, 4, GREEDY, session_id="episode-1")  # its replica is gone
         await c.generate([7, 8, 9], 4, GREEDY, session_id="while-down")
-      deadline = time.monotonic() + RESTART_S
-      while fleet.replicas()[victim.index] == victim or await _live(fleet.router_address) < 2:
-        assert time.monotonic() < deadline, fleet.replicas()
-        await asyncio.sleep(0.5)
-      async with client_lib.RolloutClient(fleet.router_address, CLIENT) as c:
-        burst = [list(range(10 + i, 40 + i)) for i in range(8)]
-        await asyncio.gather(
-          *(c.generate(p, 16, GREEDY, session_id=f"back-{i}") for i, p in enumerate(burst))
-        )
+      assert fleet.router.router.sessions["while-down"][0].address == survivor.address
+      await _back_and_routed_to(fleet, victim, "after-kill")
 
     asyncio.run(after_kill())
-    sessions = fleet.router.router.sessions
-    assert sessions["while-down"][0].address == survivor.address
-    back = fleet.replicas()[victim.index]
-    assert back.pid != victim.pid and not _alive(victim.pid)
-    homes = {sessions[f"back-{i}"][0].address for i in range(8)}
-    assert homes == {back.address, survivor.address}  # the restarted replica is routed to
+    lost = fleet.replicas()[survivor.index]
+    node = next(n for n in nodes.list_all_nodes() if n.node_id == lost.node_id)
+    nodes.remove_node(node)  # its raylet, workers and (tied to its actor) its server die
+    asyncio.run(_back_and_routed_to(fleet, lost, "after-node"))
+    assert fleet.replicas()[survivor.index].node_id != lost.node_id  # on the spare node
   finally:
     fleet.stop()
-  assert not _marked(str(cluster))  # both servers stopped with the fleet
+  assert not _marked(str(log_dir))  # both servers stopped with the fleet
 
 
 def test_errors_say_what_the_cluster_lacks_and_why_a_server_did_not_start(cluster):
-  with pytest.raises(UserError, match="3 replica.* needs 3 'inference' and the cluster's nodes"):
-    fleet_lib.place_replicas(_fleet_config(cluster, 3))
+  _, log_dir = cluster
+  with pytest.raises(UserError, match="9 replica.* needs 9 'inference' and the cluster's nodes"):
+    fleet_lib.place_replicas(_fleet_config(log_dir, 9))
   with pytest.raises(UserError, match="no node of the Ray cluster offers the 'sandbox'"):
     roles.require(roles.SANDBOX, 1, "a sandbox host")
   bad = "--config.serving.engine.max_lenn=8"
   with pytest.raises(
     UserError, match=r"replica 0 on .*: its server exited \(2\): error: .*max_lenn"
   ):
-    fleet_lib.place_replicas(_fleet_config(cluster, 1, bad))
-  assert not _marked(str(cluster))
+    fleet_lib.place_replicas(_fleet_config(log_dir, 1, bad))
+  assert not _marked(str(log_dir))
 
 
 def test_launcher_serves_until_sigterm_and_says_a_missing_cluster_in_one_line(cluster, tmp_path):
+  _, log_dir = cluster
   missing = subprocess.run(
     [sys.executable, "launch/cluster.py", "--address=127.0.0.1:1"],
     cwd=ROOT,
@@ -182,7 +198,7 @@ def test_launcher_serves_until_sigterm_and_says_a_missing_cluster_in_one_line(cl
     "--replicas=1",
     "--router_port=0",
     "--noopenai",
-    f"--server_log_dir={cluster}",
+    f"--server_log_dir={log_dir}",
     f"--ready_file={ready}",
     *(f"--serve_override={o.removeprefix('--config.')}" for o in ENGINE),
   ]
@@ -202,4 +218,4 @@ def test_launcher_serves_until_sigterm_and_says_a_missing_cluster_in_one_line(cl
     proc.kill()
   out = log.read_text()
   assert proc.returncode == 0 and out.rstrip().endswith("STOPPED"), out[-3000:]
-  assert not _alive(replica["pid"]) and not _marked(str(cluster))
+  assert not _alive(replica["pid"]) and not _marked(str(log_dir))

@@ -57,6 +57,7 @@ class ReplicaInfo:
   address: str  # HOST:PORT of its gRPC Rollout service (HOST: its node's address)
   pid: int  # the server process, on its node
   node_ip: str
+  node_id: str  # Ray's id of its node (hex)
   openai_base_url: str = ""
 
 
@@ -159,6 +160,7 @@ class ServerReplica:
       address=payload["address"],
       pid=payload["pid"],
       node_ip=self._ip,
+      node_id=ray.get_runtime_context().get_node_id(),
       openai_base_url=payload.get("openai_base_url", ""),
     )
 

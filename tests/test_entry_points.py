@@ -286,6 +286,7 @@ FAST_HELP = [
   "launch/harbor_eval.py",
   "launch/math_eval.py",
   "launch/router.py",
+  "launch/cluster.py",
   "-m tmax_jax.rehearse",
   "-m tmax_jax.tasks.procedural.cli",
   "-m tmax_jax.sandbox.build",
@@ -659,6 +660,8 @@ WALK = [
   ),
   ("launch/router.py", "type", "--replicas=127.0.0.1:1 --port=eighty", "flag --port=eighty"),
   ("launch/router.py", "value", "--replicas=nohost", "--replicas: replica address 'nohost'"),
+  ("launch/cluster.py", "type", "--replicas=two", "flag --replicas=two"),
+  ("launch/cluster.py", "value", "--address=127.0.0.1:1", "--address=127.0.0.1:1: nothing answers"),
   ("bench/task_images.py", "file", "--tb2 {bad}", "{bad}/t1/task.toml"),
   ("bench/chaos_soak.py", "type", "--minutes ten", "argument --minutes: invalid float value"),
   ("bench/chaos_soak.py", "enum", "--minutes 1 --backend dockr", "invalid choice: 'dockr'"),
@@ -667,6 +670,7 @@ WALK = [
 # config first (3-20 s each: the slow suite).
 FAST_WALK = {
   "launch/router.py",
+  "launch/cluster.py",
   "-m tmax_jax.tasks.procedural.cli",
   "-m tmax_jax.tasks.generate_axes",
   "-m tmax_jax.sandbox",

@@ -105,6 +105,9 @@ def test_collect_then_sft(built, tokenizer, tmp_path):
     num_key_value_heads=1,
     head_dim=16,
     tie_word_embeddings=True,
+    # the head recomputed per 512-token chunk: with remat "none" the trainer keeps the
+    # [2,169 x 151,936] fp32 logits and their softmax (a worker peaked at 11.4 GB on them)
+    remat_policy="full",
   )
   seq = max(len(r["tokens"]) for r in records)
   # one trajectory per step, the head only on the loss tokens (train/compact.py): CPU-sized

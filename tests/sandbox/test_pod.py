@@ -326,3 +326,33 @@ def test_service_command_line_has_the_limits_and_no_host_environment():
   caps = [a for a, b in itertools.pairwise(args) if b in SERVICE_CAPS]
   assert caps == ["--cap-add"] * len(SERVICE_CAPS)
   assert args[-3:] == ["postgres", "-D", "/d"] and "--env-host" not in args
+
+
+HARDENED = {"--cap-drop", "--security-opt", "--log-driver", "--memory", "--memory-swap"}
+HARDENED |= {"--pids-limit", "--ulimit", "--timeout", "--cpus"}
+
+
+def _hardened(args: list[str]) -> list[tuple[str, ...]]:
+  """The security and limit flags of a `podman run` argv with their values, in order."""
+  alone = [(a,) for a in args if a in ("--rm", "--init")]
+  return alone + [(a, b) for a, b in itertools.pairwise(args) if a in HARDENED]
+
+
+def test_sandbox_and_pod_service_share_the_hardened_podman_flags():
+  """Both container kinds build their argv from podman.hardened_run_args: the same security
+  flags and limits in the same order (a pod's services add only their capabilities)."""
+  from tmax_jax.sandbox.pod import PodmanPod
+
+  lim = Limits(memory_mb=512, max_processes=64, cpus=0.5)
+  sb = podman.PodmanSandbox.__new__(podman.PodmanSandbox)
+  sb.name, sb.image, sb.image_root = "p1-2-1", "img", None
+  sb.spec, sb.binds, sb._born = EnvironmentSpec(image="img", limits=lim), {}, time.monotonic()
+  pod = PodmanPod.__new__(PodmanPod)
+  pod.name, pod.root, pod.hosts_file = "p1-2-0", pathlib.Path("/x"), pathlib.Path("/x/hosts")
+  pod.spec, pod.binds, pod._born = EnvironmentSpec(image="/x", limits=lim), {}, sb._born
+  svc = ServiceSpec("db", "/x.json", ("postgres",), user="postgres")
+  sandbox_args, service_args = sb.run_args(), pod._service_args(svc)
+  assert _hardened(sandbox_args) == _hardened(service_args)
+  assert ("--cap-drop", "ALL") in _hardened(sandbox_args)
+  assert ("--security-opt", "no-new-privileges") in _hardened(sandbox_args)
+  assert "--cap-add" not in sandbox_args and "--cap-add" in service_args

@@ -204,6 +204,45 @@ def limit_args(lim, lifetime_left_s: float) -> list[str]:
   return args
 
 
+def hardened_run_args(
+  name: str,
+  lim,
+  lifetime_left_s: float,
+  user: str,
+  workdir: str,
+  extra: tuple[str, ...] = (),
+  caps: tuple[str, ...] = (),
+) -> list[str]:
+  """The `podman run` arguments every container of a sandbox or pod starts with (after the global
+  options): removed on exit, catatonit as pid 1 (--init reaps the orphans of killed commands), our
+  owner label, `extra` (network or pod), the `Limits`, every capability dropped but `caps`, no
+  new privileges, no log driver. One list for both container kinds, so their security flags
+  cannot drift apart."""
+  return [
+    "run",
+    "--rm",
+    "-i",
+    "--init",
+    *extra,
+    "--name",
+    name,
+    "--label",
+    f"tmax_owner={runtime.owner_tag()}",
+    *limit_args(lim, lifetime_left_s),
+    "--cap-drop",
+    "ALL",
+    *(a for cap in caps for a in ("--cap-add", cap)),
+    "--security-opt",
+    "no-new-privileges",
+    "--user",
+    user,
+    "--workdir",
+    workdir,
+    "--log-driver",
+    "none",
+  ]
+
+
 class PodmanSandbox(base.SandboxBase):
   """See the module docstring."""
 
@@ -242,30 +281,17 @@ class PodmanSandbox(base.SandboxBase):
 
   def run_args(self) -> list[str]:
     """The `podman run` arguments of the anchor container (after the global options)."""
-    # --init: catatonit as pid 1 reaps the orphans of killed commands.
     args = [
-      "run",
-      "--rm",
-      "-i",
-      "--init",
-      "--name",
-      self.container,
-      "--label",
-      f"tmax_owner={runtime.owner_tag()}",
-      *self._network_args(),
-      *limit_args(self.spec.limits, self.lifetime_left()),
-      "--cap-drop",
-      "ALL",
-      "--security-opt",
-      "no-new-privileges",
-      "--user",
-      f"{base.SANDBOX_UID}:{base.SANDBOX_UID}",
+      *hardened_run_args(
+        self.container,
+        self.spec.limits,
+        self.lifetime_left(),
+        f"{base.SANDBOX_UID}:{base.SANDBOX_UID}",
+        self.spec.workdir,
+        extra=tuple(self._network_args()),
+      ),
       "--read-only",
       "--read-only-tmpfs=false",
-      "--workdir",
-      self.spec.workdir,
-      "--log-driver",
-      "none",
     ]
     for target, source in sorted(self.binds.items()):
       args += ["-v", f"{source}:{target}:rw"]

@@ -31,9 +31,10 @@ import time
 import warnings
 from typing import NoReturn
 
-from tmax_jax.sandbox import build, cgroups, layers, runtime, shell, status
+from tmax_jax.sandbox import cgroups, layers, runtime, shell, status
 from tmax_jax.sandbox.api import CommandResult, EnvironmentSpec, Limits, Sandbox, SandboxError
 from tmax_jax.sandbox.host import DEFAULT_PATH, HOME, HOST_GRACE_S, SANDBOX_UID, HostProcesses
+from tmax_jax.sandbox.image import Image, is_image_file
 from tmax_jax.sandbox.transfer import FileTransfer
 
 __all__ = ["DEFAULT_PATH", "HOME", "HOST_GRACE_S", "SANDBOX_UID", "SandboxBase", "validate_spec"]
@@ -234,9 +235,9 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     <root>/rootfs, and what it holds in the bound dirs (workdir, /tmp, home, /tests, /solution)
     copied into them, since the binds would hide it."""
     self.image_root: pathlib.Path | None = None
-    if not build.is_image_file(self.spec.image):
+    if not is_image_file(self.spec.image):
       return
-    image = build.Image.load(self.spec.image)
+    image = Image.load(self.spec.image)
     self.image_root = self.root / "rootfs"
     upper = self.root / "rootfs.upper" if self.writable_image_root else None
     layers.mount_image(pathlib.Path(image.base), list(image.layers), self.image_root, upper)

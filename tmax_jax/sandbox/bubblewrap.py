@@ -33,8 +33,9 @@ import shutil
 import subprocess
 import time
 
-from tmax_jax.sandbox import base, build
+from tmax_jax.sandbox import base
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
+from tmax_jax.sandbox.image import is_image_file
 
 _SKIP_TOP = {"proc", "dev", "sys", "tmp"}
 
@@ -86,7 +87,7 @@ class BubblewrapSandbox(base.SandboxBase):
       raise SandboxError(f"bubblewrap backend unavailable: {reason}")
     rootfs = pathlib.Path(spec.image) if isinstance(spec.image, str) and spec.image else None
     if rootfs is None or not (
-      build.is_image_file(spec.image) or (rootfs.is_dir() and (rootfs / "bin").exists())
+      is_image_file(spec.image) or (rootfs.is_dir() and (rootfs / "bin").exists())
     ):
       raise SandboxError(
         f"bubblewrap needs EnvironmentSpec.image to be a built image (.json) or a "

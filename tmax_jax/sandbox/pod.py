@@ -31,8 +31,9 @@ import shutil
 import subprocess
 import time
 
-from tmax_jax.sandbox import base, build, cgroups, layers, podman, runtime
+from tmax_jax.sandbox import base, cgroups, layers, podman, runtime
 from tmax_jax.sandbox.api import Mount, PodSpec, SandboxError, ServiceSpec
+from tmax_jax.sandbox.image import Image, is_image_file
 
 CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
 SERVICE_CAPS = (
@@ -93,7 +94,7 @@ def validate_pod(spec: PodSpec) -> None:
   by_name = {s.name: s for s in spec.services}
   for i, svc in enumerate(spec.services):
     where = f"PodSpec.services[{i}] ({svc.name})"
-    if not build.is_image_file(svc.image):
+    if not is_image_file(svc.image):
       raise SandboxError(f"{where}.image: expected a built image record (.json), got {svc.image!r}")
     if not svc.command or not all(isinstance(a, str) for a in svc.command):
       raise SandboxError(f"{where}.command: expected a non-empty argv, got {svc.command!r}")
@@ -175,7 +176,7 @@ class PodmanPod(podman.PodmanSandbox):
     names = ["sandbox", self.pod_spec.main_name]
     for svc in self.pod_spec.services:
       names += [svc.name, *svc.aliases]
-      image = build.Image.load(svc.image)
+      image = Image.load(svc.image)
       layers.mount_image(
         pathlib.Path(image.base),
         list(image.layers),

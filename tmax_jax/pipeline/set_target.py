@@ -52,9 +52,14 @@ def calibrated(states: Iterable[dict]) -> list[dict]:
   return [s for s in states if s.get("calibration", {}).get("rounds")]
 
 
+def _rewards(state: dict, r: int) -> list[float]:
+  """The rewards of a task's calibration round `r` (-1: its last)."""
+  return [t["reward"] for t in state["calibration"]["rounds"][r]["trials"]]
+
+
 def last_round_rewards(states: Iterable[dict]) -> dict[str, list[float]]:
   """{task id: the rewards of its last calibration round} for every calibrated task."""
-  return {s["id"]: [t["reward"] for t in s["calibration"]["rounds"][-1]["trials"]] for s in states}
+  return {s["id"]: _rewards(s, -1) for s in states}
 
 
 def per_task(groups: Mapping[str, Sequence[float]], k: int) -> dict[str, dict[str, float]]:
@@ -103,11 +108,7 @@ def per_round(states: Sequence[dict], k: int, target: Mapping[str, float]) -> li
   most = max((len(s["calibration"]["rounds"]) for s in states), default=0)
   rows = []
   for r in range(most):
-    groups = {
-      s["id"]: [t["reward"] for t in s["calibration"]["rounds"][r]["trials"]]
-      for s in states
-      if len(s["calibration"]["rounds"]) > r
-    }
+    groups = {s["id"]: _rewards(s, r) for s in states if len(s["calibration"]["rounds"]) > r}
     rows.append({"round": r, **figures(per_task(groups, k), k, target)})
   return rows
 

@@ -1,10 +1,12 @@
-"""Multi-host: jax.distributed initialisation from flags/env and per-process batch feeding.
+"""Multi-host: jax.distributed initialisation from flags/env, per-process batch feeding, and
+collectives that bring small values (JSON) or whole arrays (to process 0) to the host.
 
 Each process passes its own rows of the global batch; `global_batch` assembles a global jax.Array
 sharded over the mesh's batch axes with jax.make_array_from_process_local_data (process p's rows
 become global rows [p * B_local, (p + 1) * B_local)).
 """
 
+import functools
 import json
 import os
 
@@ -18,6 +20,7 @@ from tmax_jax import sharding
 from tmax_jax.train.batch import PackedBatch, TrainBatch
 
 BATCH_AXES = ("data", "fsdp")
+GATHER_CHUNK_BYTES = 64 << 20  # what one gather step adds to each device (a replicated chunk)
 
 
 def initialize(
@@ -78,3 +81,56 @@ def allgather_json(value) -> list:
   padded[: blob.size] = blob
   every = np.asarray(multihost_utils.process_allgather(padded))
   return [json.loads(every[p, : int(n)].tobytes()) for p, n in enumerate(np.asarray(sizes))]
+
+
+def gather_to_host(
+  x: jax.Array, out: np.ndarray | None, chunk_bytes: int = GATHER_CHUNK_BYTES
+) -> None:
+  """Copies the whole value of the global array `x` into `out` on process 0; the other processes
+  pass None. A collective: every process calls it for the same arrays in the same order.
+
+  A non-fully-addressable array cannot be device_get'ed. It is read in chunks along its first
+  axis that its sharding leaves whole (a stacked [L, ...] leaf: a few layers at a time, at least
+  one), each chunk replicated on every device for one step (`chunk_bytes`, or one slice along
+  that axis when it is larger) and copied into `out`: no process holds more than `out` on its
+  host, and other processes wait for each chunk so that their devices hold one at a time."""
+  if x.is_fully_replicated:  # every process holds it whole: no collective needed
+    if out is not None:
+      out[...] = np.asarray(x.addressable_data(0))
+    return
+  if not isinstance(x.sharding, NamedSharding):  # not the params' kind: whole, on every host
+    full = multihost_utils.process_allgather(x, tiled=True)
+    if out is not None:
+      out[...] = full
+    return
+  axis = _whole_axis(x)
+  n = x.shape[axis]
+  size = int(np.clip(chunk_bytes * n // max(x.nbytes, 1), 1, n))
+  read = _chunk_reader(x.sharding.update(spec=P()), axis, size)
+  for start in range(0, n, size):
+    start = min(start, n - size)  # the last chunk ends at n (it overlaps the one before)
+    piece = read(x, np.int32(start))
+    if out is None:
+      piece.block_until_ready()
+    else:
+      out[(slice(None),) * axis + (slice(start, start + size),)] = np.asarray(
+        piece.addressable_data(0)
+      )
+
+
+def _whole_axis(x: jax.Array) -> int:
+  """The first axis of `x` its sharding does not split (0 when it splits every one): slicing
+  along it is local to each device."""
+  spec = tuple(x.sharding.spec)
+  spec += (None,) * (x.ndim - len(spec))
+  return next((a for a, s in enumerate(spec) if s is None), 0)
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_reader(replicated: NamedSharding, axis: int, size: int):
+  """jit: (x, start) -> x[start : start + size] along `axis`, replicated (one compile per input
+  shape and sharding; `start` is traced)."""
+  return jax.jit(
+    lambda x, start: jax.lax.dynamic_slice_in_dim(x, start, size, axis),
+    out_shardings=replicated,
+  )

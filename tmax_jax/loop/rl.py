@@ -21,12 +21,19 @@ Before its first rollout the run sweeps what killed runs' sandboxes left on this
 census.py, by the project's own markers) and closes its own sandboxes on SIGTERM / SIGHUP.
 
 The server is a loop/policy_server.PolicyServer: in-process (above), or with `serving.address` a
-separately launched one (launch/serve.py; one process) that the loop pushes its weights to through
-UpdateWeights at the start and after every step. If that server dies and comes back, requests it
-cut are lost (their groups are dropped and counted as `rollout/groups_dropped_server`), the client
-resyncs the new instance once with the current policy (`on_restart`, never while a step holds the
-state) and rollouts go on; `server_restarts` counts them. Progress, metrics, checkpoints, resume
-and the HF export are the shared step driver's (loop/steps.py).
+separately launched one (launch/serve.py, or launch/router.py in front of replicas) that the loop
+pushes its weights to through UpdateWeights at the start and after every step. A multi-process
+run shares it: every process runs its own rollouts against it, and a push is one push per version
+by process 0 (SharedExternalServer: every process helps gather the params to process 0's host,
+then waits for the push's outcome). If that server dies and comes back, requests it cut are lost
+(their groups are dropped and counted as `rollout/groups_dropped_server`), the client resyncs the
+new instance once with the current policy (`on_restart`: single process, from the state, never
+while a step holds it; multi-process, process 0 alone from its host copy of the last push while
+the other processes wait for the server to report that version) and rollouts go on;
+`server_restarts` counts them. In multi-process runs the step boundary's collectives run off the
+asyncio loop, so that a process waiting there for the others keeps its rollouts and its resync
+going. Progress, metrics, checkpoints, resume and the HF export are the shared step driver's
+(loop/steps.py).
 
 Concurrency domains: the asyncio loop (rollout scheduling, gRPC), executor threads (the trainer
 step, weight pushes), the EpisodeWorker's thread pool (blocking sandbox I/O) and JetStream's own
@@ -145,6 +152,15 @@ def _rollout_metrics(groups, stats: dict, version: int, rollout_s: float) -> dic
   return {**out, "rollout_wait_s": rollout_s, "policy_version": version}
 
 
+async def _collective(fn, *args):
+  """fn(*args), a collective: in multi-process runs in an executor thread, so that this process's
+  asyncio loop (its episodes, a restart's resync) goes on while it waits for the others (the
+  resync of a shared server waits on process 0's loop); single process: inline, as before."""
+  if jax.process_count() == 1:
+    return fn(*args)
+  return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
 async def _open_server(job: _Job, version: int) -> PolicyServer:
   """The policy server, serving the current policy as `version` (a copy for an in-process one:
   the trainer donates the state's buffers)."""
@@ -167,6 +183,9 @@ async def _rl_async(job: _Job) -> None:
   step_lock = asyncio.Lock()  # a trainer step donates the state: no push reads it meanwhile
 
   async def resync() -> None:  # a restarted external server boots on other weights
+    if not server.resync_reads_params:
+      await server.resync(None, version)
+      return
     async with step_lock:
       await server.resync(job.state.params, version)
 
@@ -187,6 +206,7 @@ async def _rl_async(job: _Job) -> None:
     rollout = _local_rollout(cfg)
     sched = GroupScheduler(stream, worker, rollout, indexed=True, ordered=cfg.deterministic)
     rows = rollout.prompts_per_batch * rollout.group_size  # fixed: the step compiles once
+    watch = asyncio.create_task(server.watch(client))  # a shared server's restarts, seen idle
     try:
       for step in job.steps:
         t0 = time.perf_counter()
@@ -197,9 +217,11 @@ async def _rl_async(job: _Job) -> None:
           groups = []
         consumed, sched.consumed = sched.consumed, []
         records, sched.records = sched.records, []
-        extra = _rollout_metrics(groups, dict(sched.stats), version, time.perf_counter() - t0)
+        extra = await _collective(
+          _rollout_metrics, groups, dict(sched.stats), version, time.perf_counter() - t0
+        )
         # every process trains or every process skips: the step is a collective
-        ready = all(distributed.allgather_json(bool(groups)))
+        ready = all(await _collective(distributed.allgather_json, bool(groups)))
         local = None
         if ready:
           trajs = rollout_batch.to_trajectories(groups, cfg.train.loss.estimator)
@@ -213,6 +235,7 @@ async def _rl_async(job: _Job) -> None:
         m["server_restarts"] = float(client.restarts)
         _finish_step(job, step, m, consumed, records)
     finally:
+      watch.cancel()
       await sched.close()
       await worker.aclose()
       await server.stop()
@@ -227,11 +250,6 @@ def _replay(job: _Job) -> None:
 
 
 def _check_layout(cfg: RLConfig) -> placement_lib.Placement:
-  if cfg.serving.address and jax.process_count() > 1:
-    raise ConfigError(
-      f"serving.address={cfg.serving.address!r} with {jax.process_count()} "
-      "processes: a multi-process run serves in process (one replica per process)"
-    )
   if cfg.train.packing.enabled and jax.process_count() > 1:
     raise ConfigError(
       "train.packing with several processes: each process packs its own rows "

@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from tmax_jax import cli, jobs
 from tmax_jax import config as config_show
 from tmax_jax.inference.server import free_port
@@ -68,6 +70,7 @@ def test_show_without_a_file_prints_usage_and_exits_2():
   assert "usage: python3 -m tmax_jax.config show" in out.stderr
 
 
+@pytest.mark.slow  # 11 s
 def test_show_takes_every_job_and_the_one_error_path():
   """The Harbor eval config (a required field without default) shows; a missing file and a
   typo'd override are one short error with exit 2, no traceback."""

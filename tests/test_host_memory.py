@@ -78,6 +78,7 @@ def _run(malloc_env: str | None, max_calls: int) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # 18 s
 def test_entry_point_reuses_the_temp_buffer_instead_of_faulting_it_in_each_call():
   tuned, default = _run(None, MAX_CALLS), _run("default", STEADY + 5)
   assert tuned["applied"] and not default["applied"]

@@ -29,6 +29,7 @@ print(json.dumps(aot.compile_job(sys.argv[1], chips.parse_node(sys.argv[2]))))
 """
 
 
+@pytest.mark.slow  # 25 s: an XLA:GPU compile; the mistakes test stays
 def test_shipped_rl_config_compiles_for_an_h100_node():
   """Train micro-step and decode of the 8B recipe (rehearsal size) compiled by XLA:GPU for 8 x
   H100: per-GPU memory from the compiler, FLOPs from the cuBLAS GEMMs (XLA:GPU leaves no `dot`),

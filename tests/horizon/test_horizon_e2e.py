@@ -71,6 +71,7 @@ def test_build_lineage_and_resume(built):
   assert "accepted" in table and "depth 3 generations" in table
 
 
+@pytest.mark.slow  # 30 s; the build and its resume stay in the default suite
 def test_collect_then_sft(built, tokenizer, tmp_path):
   out = built[0]
   cfg = collect.CollectConfig(

@@ -66,7 +66,10 @@ def _episode(sched, model_type, seed=7):
   return turns
 
 
-@pytest.mark.parametrize("model_type", ["qwen3", "qwen3_5"])
+@pytest.mark.parametrize(
+  "model_type",
+  ["qwen3", pytest.param("qwen3_5", marks=pytest.mark.slow)],  # 20 s: slow suite
+)
 def test_multi_step_decode_serves_what_one_step_serves(models, model_type):
   runs = {}
   for steps in (1, 3):

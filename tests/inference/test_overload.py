@@ -40,6 +40,7 @@ async def _until(predicate, timeout_s: float = 60.0):
     await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow  # 10 s
 def test_more_streams_than_slots_queue_and_survive_a_cut(server):
   proxy = TcpProxy(server.address)
   retry = client_lib.ClientConfig(timeout_s=300, max_attempts=20, backoff_s=0.05, backoff_max_s=0.5)

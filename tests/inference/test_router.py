@@ -107,6 +107,7 @@ def test_episode_stays_on_one_replica_with_prefix_hits(fleet):
   assert hits[0] == 0 and all(h >= PAGE for h in hits[1:]), hits
 
 
+@pytest.mark.slow  # 10 s; the 20-turn episode stays
 def test_burst_waits_in_the_router_within_each_page_budget(fleet):
   router, reps = fleet
   n, prompt_len, max_tokens = 16, 100, 28  # 16 pages each: 4 fit a replica, 16 x 16 > 2 x 64

@@ -55,6 +55,7 @@ def test_params_are_tensor_sharded_and_replicated(setup):
   assert not devices[0] & devices[1] and len(devices[0] | devices[1]) == 4
 
 
+@pytest.mark.slow  # 17 s; the sharded server's other tests stay
 def test_sharded_replicas_match_single_device(setup):
   prompts = helpers.prompts(8, seed=1)
   one = helpers.collect(setup["single"].replicas[0].scheduler, _requests(prompts))

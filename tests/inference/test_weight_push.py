@@ -36,6 +36,7 @@ def served(tmp_path_factory):
   server.stop()
 
 
+@pytest.mark.slow  # 16 s; the push protocol's tests stay
 def test_push_changes_outputs_and_inflight_requests_complete(served):
   server = served["server"]
   prompts = helpers.prompts(3, seed=10)

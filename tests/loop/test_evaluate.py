@@ -117,7 +117,10 @@ def _check_schema(results, out: pathlib.Path):
 # --- live: reference policies on procedural tasks -------------------------------------------------
 
 
-@pytest.mark.parametrize("harness", ["bash_tool", "terminus"])
+@pytest.mark.parametrize(
+  "harness",
+  ["bash_tool", pytest.param("terminus", marks=pytest.mark.slow)],  # 13 s: slow suite
+)
 def test_oracle_scores_one_and_noop_zero(harness, proc_tasks, tmp_path, tok):
   root = require_base_rootfs()
   if harness == "terminus" and not (root / "usr" / "bin" / "tmux").exists():
@@ -197,6 +200,7 @@ def test_tb1_and_tb2_tasks_in_one_directory(tmp_path, tok):
   assert not (tmp_path / "n" / "pass_at_1.png").exists()
 
 
+@pytest.mark.slow  # 11 s; the CLI's failing path stays
 def test_cli(proc_tasks, tmp_path):
   require_base_rootfs()
   out = tmp_path / "cli"

@@ -11,6 +11,11 @@ from tmax_jax.models import gated_delta as gd
 torch = pytest.importorskip("torch")
 hf_qwen3_5 = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
 
+# Jitted, as the model runs them: eagerly, every op of the forms compiled on its own at each new
+# shape (the file took 64 s of a test worker)
+chunk_rule = jax.jit(gd.chunk_gated_delta_rule, static_argnames=("chunk_size", "use_qk_l2norm"))
+recurrent_rule = jax.jit(gd.recurrent_gated_delta_rule, static_argnames=("use_qk_l2norm",))
+
 
 def _inputs(seed=0, b=2, t=37, k=2, n=4, hk=8, hv=6, state=True):
   """Random q, k [B,T,K,Hk], v [B,T,N,Hv], g (<= 0), beta [B,T,N], state [B,N,Hk,Hv]."""
@@ -53,7 +58,7 @@ def test_chunked_matches_transformers(chunk_size):
   args = _inputs()
   ref_out, ref_state = _torch(hf_qwen3_5.torch_chunk_gated_delta_rule, *args, chunk_size=chunk_size)
   q, k, v, g, beta, s0 = args
-  out, state = gd.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=chunk_size, initial_state=s0)
+  out, state = chunk_rule(q, k, v, g, beta, chunk_size=chunk_size, initial_state=s0)
   assert out.shape == ref_out.shape and state.shape == ref_state.shape
   assert _rel(out, ref_out) <= 1e-5
   assert _rel(state, ref_state) <= 1e-5
@@ -63,7 +68,7 @@ def test_recurrent_matches_transformers():
   args = _inputs(seed=1, t=19)
   ref_out, ref_state = _torch(hf_qwen3_5.torch_recurrent_gated_delta_rule, *args)
   q, k, v, g, beta, s0 = args
-  out, state = gd.recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=s0)
+  out, state = recurrent_rule(q, k, v, g, beta, initial_state=s0)
   assert _rel(out, ref_out) <= 1e-5
   assert _rel(state, ref_state) <= 1e-5
 
@@ -71,8 +76,8 @@ def test_recurrent_matches_transformers():
 @pytest.mark.parametrize("t,chunk_size,state", [(37, 16, True), (45, 64, False), (1, 8, True)])
 def test_chunked_equals_recurrent(t, chunk_size, state):
   q, k, v, g, beta, s0 = _inputs(seed=2, t=t, k=1, n=3, state=state)
-  out_c, st_c = gd.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=chunk_size, initial_state=s0)
-  out_r, st_r = gd.recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=s0)
+  out_c, st_c = chunk_rule(q, k, v, g, beta, chunk_size=chunk_size, initial_state=s0)
+  out_r, st_r = recurrent_rule(q, k, v, g, beta, initial_state=s0)
   assert _rel(out_c, out_r) <= 1e-5
   assert _rel(st_c, st_r) <= 1e-5
 
@@ -88,9 +93,7 @@ def test_reset_isolates_packed_segments(form):
   q, k, v, g, beta, s0 = _inputs(seed=3, t=37)
   cut = 13
   fn = (
-    (lambda *a, **kw: gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw))
-    if form == "chunk"
-    else (gd.recurrent_gated_delta_rule)
+    (lambda *a, **kw: chunk_rule(*a, chunk_size=8, **kw)) if form == "chunk" else (recurrent_rule)
   )
   reset = np.zeros(q.shape[:2], bool)
   reset[:, cut] = True
@@ -108,10 +111,10 @@ def test_reset_at_chunk_boundary_and_first_token():
   reset = np.zeros(q.shape[:2], bool)
   reset[:, 0] = True
   reset[:, 16] = True
-  out_c, st_c = gd.chunk_gated_delta_rule(
+  out_c, st_c = chunk_rule(
     q, k, v, g, beta, chunk_size=16, initial_state=s0, reset=jnp.asarray(reset)
   )
-  out_r, st_r = gd.recurrent_gated_delta_rule(q, k, v, g, beta, reset=jnp.asarray(reset))
+  out_r, st_r = recurrent_rule(q, k, v, g, beta, reset=jnp.asarray(reset))
   assert _rel(out_c, out_r) <= 1e-5  # reset at t=0 discards the initial state
   assert _rel(st_c, st_r) <= 1e-5
 
@@ -132,10 +135,10 @@ def test_noop_tokens_leave_state_and_outputs_unchanged():
 
   qw, kw, vw = (widen(x, None) for x in (q, k, v))
   gw, bw = widen(g, 0.0), widen(beta, 0.0)
-  ref_out, ref_state = gd.recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=s0)
+  ref_out, ref_state = recurrent_rule(q, k, v, g, beta, initial_state=s0)
   for fn in (
-    lambda *a, **kw: gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw),
-    gd.recurrent_gated_delta_rule,
+    lambda *a, **kw: chunk_rule(*a, chunk_size=8, **kw),
+    recurrent_rule,
   ):
     out, state = fn(qw, kw, vw, gw, bw, initial_state=s0)
     assert _rel(np.asarray(out)[:, keep], ref_out) <= 1e-5
@@ -152,12 +155,12 @@ def test_chunked_gradients_match_recurrent():
     return jnp.sum(out * jnp.cos(out)) + jnp.sum(state**2)
 
   def chunk(*a, **kw):
-    return gd.chunk_gated_delta_rule(*a, chunk_size=8, **kw)
+    return chunk_rule(*a, chunk_size=8, **kw)
 
-  grads_c = jax.grad(lambda *xs: loss(chunk, *xs), argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
-  grads_r = jax.grad(lambda *xs: loss(gd.recurrent_gated_delta_rule, *xs), argnums=(0, 1, 2, 3, 4))(
-    q, k, v, g, beta
-  )
+  def grads(fn):
+    return jax.jit(jax.grad(lambda *xs: loss(fn, *xs), argnums=(0, 1, 2, 3, 4)))(q, k, v, g, beta)
+
+  grads_c, grads_r = grads(chunk), grads(recurrent_rule)
   for gc, gr in zip(grads_c, grads_r, strict=True):
     assert np.isfinite(np.asarray(gc)).all()
     assert _rel(gc, gr) <= 1e-4
@@ -166,7 +169,7 @@ def test_chunked_gradients_match_recurrent():
 def test_bad_head_grouping_is_rejected():
   q, k, v, g, beta, _ = _inputs(k=3, n=4)
   with pytest.raises(ValueError, match="multiple of key heads"):
-    gd.chunk_gated_delta_rule(q, k, v, g, beta)
+    chunk_rule(q, k, v, g, beta)
 
 
 @pytest.mark.parametrize("c", [1, 2, 5, 8, 37, 64])
@@ -177,7 +180,7 @@ def test_unit_lower_inverse_solves_like_trsm(c):
   a = jnp.asarray(rng.normal(size=(3, 2, c, c)) * 0.3, jnp.float32)
   b = jnp.asarray(rng.normal(size=(3, 2, c, 7)), jnp.float32)
   want = jax.lax.linalg.triangular_solve(a, b, left_side=True, lower=True, unit_diagonal=True)
-  assert _rel(gd.unit_lower_inverse(a) @ b, want) <= 1e-6
+  assert _rel(jax.jit(gd.unit_lower_inverse)(a) @ b, want) <= 1e-6
 
 
 def test_chunked_rule_calls_no_lapack_kernel():
@@ -187,7 +190,7 @@ def test_chunked_rule_calls_no_lapack_kernel():
   q, k, v, g, beta, s0 = _inputs(seed=7, t=64, n=4)
 
   def loss(*xs):
-    out, state = gd.chunk_gated_delta_rule(*xs, chunk_size=64, initial_state=s0)
+    out, state = chunk_rule(*xs, chunk_size=64, initial_state=s0)
     return jnp.sum(out) + jnp.sum(state)
 
   hlo = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))).lower(q, k, v, g, beta).as_text()

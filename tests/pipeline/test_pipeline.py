@@ -102,6 +102,7 @@ def _bench_with(instruction: str, root):
   return root / "bench"
 
 
+@pytest.mark.slow  # 12 s
 def test_every_stage_rejects_with_its_reason_and_resume_continues(tmp_path):
   require_base_rootfs()
   tax = taxonomy(tmp_path, fixtures=("text_only", "stripped_binary"))

@@ -288,6 +288,7 @@ def test_off_podman_a_multi_service_task_is_unsupported_with_the_reason(pod_task
     run_oracle(pod_task, RunnerConfig(backend="bubblewrap"))
 
 
+@pytest.mark.slow  # 17 s; pods: tests/sandbox/test_pod.py
 def test_two_service_task_runs_as_a_pod_oracle_passes_noop_fails(pod_task, tmp_path):
   from tmax_jax.sandbox import podman
 

@@ -145,6 +145,7 @@ def test_the_oracle_runs_under_the_agent_timeout(tmp_path):
   assert sb.timeout_of(runner.ORACLE_COMMAND) == 1800
 
 
+@pytest.mark.slow  # 21 s; each rule's own test stays
 def test_eval_trials_in_sandboxes_keep_the_tasks_limits(tmp_path):
   """A real evaluation: a 2 s solve in a task that allows the agent 1 s ends on wall_time, and a
   2 s test under a 1 s verifier timeout is verifier_timeout (reward 0) although it would pass;

@@ -105,6 +105,7 @@ def test_export_of_a_kept_step_from_the_directory_alone(tmp_path):
   assert not (tmp_path / "hf7").exists()
 
 
+@pytest.mark.slow  # 11 s; export of a kept step stays
 def test_export_cli_with_a_job_config(tmp_path):
   """`python3 -m tmax_jax.export --step S --config=...` finds the job's checkpoints
   (<output_dir>/ckpt) and writes <output_dir>/hf-step<S>; a directory without model metadata

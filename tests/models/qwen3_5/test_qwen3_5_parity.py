@@ -30,7 +30,10 @@ def _assert_export_round_trip(params, cfg, ref_logits, batch, out_dir):
   return reloaded
 
 
-@pytest.mark.parametrize("scan_layers", [True, False])
+@pytest.mark.parametrize(
+  "scan_layers",
+  [True, pytest.param(False, marks=pytest.mark.slow)],  # 12 s: slow suite
+)
 def test_causal_lm_parity_and_round_trip(scan_layers, tmp_path):
   ref_model = ref_lib.causal_lm()
   ref_model.save_pretrained(tmp_path / "hf")

@@ -92,6 +92,15 @@ def test_every_config_is_rehearsed_or_skipped_with_a_reason(tmp_path):
       assert "not a" in skipped, (path, skipped)
 
 
+def _check_mesh_scaled(shipped, cfg):
+  """The rehearsal's trainer mesh keeps every shipped axis > 1 at > 1, and a sequence axis that
+  spans every shipped device spans every rehearsal one (shrink.scale_mesh)."""
+  ship_mesh = shrink.resolved_sizes(shipped.mesh, shipped.topology.devices)
+  assert all(cfg.mesh.sizes()[ax] > 1 for ax, n in ship_mesh.items() if n > 1)
+  spans = ship_mesh["sequence"] == shipped.topology.devices
+  assert (cfg.mesh.sequence == shrink.DEVICES) == spans
+
+
 @pytest.mark.parametrize("path", recipe_configs("rl"), ids=lambda p: p.stem)
 def test_rl_rehearsal_keeps_the_recipe(path, tmp_path):
   _, r, _ = _plan(path, tmp_path)
@@ -144,10 +153,7 @@ def test_rl_rehearsal_keeps_the_recipe(path, tmp_path):
     old, new = shipped.train.packing.row_lengths, cfg.train.packing.row_lengths
     assert len(new) == len(old) and new[-1] == cfg.seq_len
     assert [n * old[-1] // new[-1] for n in new] == list(old)  # buckets scaled, ratios kept
-  ship_mesh = shrink.resolved_sizes(shipped.mesh, shipped.topology.devices)
-  assert all(cfg.mesh.sizes()[ax] > 1 for ax, n in ship_mesh.items() if n > 1)
-  spans = ship_mesh["sequence"] == shipped.topology.devices
-  assert (cfg.mesh.sequence == shrink.DEVICES) == spans
+  _check_mesh_scaled(shipped, cfg)
   assert (cfg.serving.replicas, cfg.serving.tensor) == (
     shipped.serving.replicas,
     shipped.serving.tensor,
@@ -199,7 +205,9 @@ def test_sft_rehearsal_keeps_the_recipe(path, tmp_path):
     assert shrink.get_path(cfg, field) == shrink.get_path(shipped, field), field
   assert cfg.trajectories == "" and cfg.tasks.num_train == shrink.SFT_TASKS
   assert cfg.train.packing.enabled == shipped.train.packing.enabled
-  assert cfg.mesh.sizes() == shipped.mesh.sizes()  # both SFT meshes are 8 devices already
+  _check_mesh_scaled(shipped, cfg)
+  if shipped.topology.devices == shrink.DEVICES:
+    assert cfg.mesh.sizes() == shipped.mesh.sizes()  # an 8-device mesh is rehearsed as shipped
 
 
 @pytest.mark.parametrize("path", recipe_configs("eval"), ids=lambda p: p.stem)

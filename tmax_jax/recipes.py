@@ -205,6 +205,19 @@ def tmax_qwen3_8b_v5p32() -> RLConfig:
   return dataclasses.replace(cfg, train=train)
 
 
+def tmax_qwen3_5_9b_v5p32() -> RLConfig:
+  """tmax_qwen3_5_9b laid out on a v5p-32 slice (16 chips of 95 GB, 4 hosts of 4), colocated.
+  Trainer: fsdp 2 x sequence 8; multi-process RL takes fixed rows: 128 micro-batches of 2 rows of
+  67,584 tokens (8,448 tokens per chip). Server per host: 1 x tensor 4, 64 slots over 25,000
+  pages, bf16 params with the fp32 head (4 replicas x 64 = the 256 episodes). XLA:TPU at full
+  size (BENCHMARKS "Accelerator compiles"): 34.5 GB trainer + 39.8 GB server = 74.3 of 95 GB per
+  chip. v5p-16 does not fit: 124.7 GB (a host's 128 slots: 39.9 GB of decode temp per chip)."""
+  serve = serving(1, 4, 64, 25000, "bfloat16")
+  cfg = sized(tmax_qwen3_5_9b(), V5P_32, MeshConfig(fsdp=2, sequence=8), serve, 2)
+  train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=128)
+  return dataclasses.replace(cfg, train=train)
+
+
 def tmax_qwen3_6_27b() -> RLConfig:
   """TMAX RL on Qwen3.6-27B (Qwen3.5 architecture, 248k vocabulary) over four hosts of 8 x H200.
   Trainer: fsdp 4 (one per host) x sequence 8; multi-process RL takes fixed rows (loop/rl.py

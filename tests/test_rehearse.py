@@ -144,7 +144,10 @@ def test_rl_rehearsal_keeps_the_recipe(path, tmp_path):
     "runner",
   ]
   for field in same:
-    assert shrink.get_path(cfg, field) == shrink.get_path(shipped, field), field
+    want = shrink.get_path(shipped, field)
+    if field == "serving.placement" and want == "nodes":  # no Ray in a rehearsal: in process
+      want = "colocated"
+    assert shrink.get_path(cfg, field) == want, field
   assert cfg.seq_len - cfg.episode.max_response_tokens == (
     shipped.seq_len - shipped.episode.max_response_tokens
   )  # the prompt's room (the 2048 cap) is kept

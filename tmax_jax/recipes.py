@@ -290,3 +290,28 @@ def _three_buckets(train: TrainConfig, longest_rows: int) -> TrainConfig:
     tokens_per_micro_batch=longest_rows * 65536, row_lengths=(16384, 32768, 65536)
   )
   return dataclasses.replace(train, packing=packed)
+
+
+# The paper's cluster: TMAX-9B trained on 2 nodes and served on 6, each 8 x H100 (Ray roles)
+H100_2X8 = TopologyConfig(
+  name="2 x 8 H100 (80 GB): the training nodes; 6 more serve", devices=16,
+  device_memory_gb=80.0, processes=2,
+)  # fmt: skip
+
+
+def tmax_qwen3_5_9b_2x6_h100() -> RLConfig:
+  """TMAX-9B as the paper ran it: 2 training nodes + 6 inference nodes of 8 x H100, placed by Ray
+  (launch/cluster.py --rl_config=...; serving.placement 'nodes'). Trainer: fsdp 2 x sequence 8 over
+  the 16 GPUs of the two training nodes (one jax.distributed process per node); multi-process RL
+  takes fixed rows: 128 micro-batches of 2 rows of 67,584 tokens (8,448 per GPU, as on 8 x H200).
+  Each inference node: one server of 2 replicas x tensor 4, 32 slots over 12,500 pages each (the
+  H200 layout's pages per slot): 6 x 2 x 32 = 384 episodes in flight behind the router."""
+  cfg = sized(
+    rl("qwen3.5-9b"),
+    H100_2X8,
+    MeshConfig(fsdp=2, sequence=8),
+    dict(serving(2, 4, 32, 12500, "bfloat16"), placement="nodes", nodes=6),
+    2,
+  )
+  train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=128)
+  return dataclasses.replace(cfg, train=train)

@@ -14,13 +14,11 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[cluster]')")
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
+from tests.cluster import ray_local  # noqa: E402
 from tests.inference.test_router import CLIENT, ENGINE, GREEDY, PAGE  # noqa: E402
 from tmax_jax.cluster import fleet as fleet_lib  # noqa: E402
 from tmax_jax.cluster import roles  # noqa: E402
@@ -31,48 +29,16 @@ from tmax_jax.inference import client as client_lib  # noqa: E402
 pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVE_RANDOM = str(ROOT / "configs/serve_random.py")
-NODE = dict(num_cpus=1, object_store_memory=80 * 2**20)  # a small object store per raylet
 RESTART_S = 240  # a killed server's actor restarted and its new server ready
-
-
-def _alive(pid: int) -> bool:
-  try:
-    return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-  except psutil.NoSuchProcess:
-    return False
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-  """Live processes whose command line names `marker` (the servers name their log dir)."""
-  out = []
-  for p in psutil.process_iter(["cmdline", "status"]):
-    cmd = " ".join(p.info["cmdline"] or ())
-    if marker in cmd and p.info["status"] != psutil.STATUS_ZOMBIE and p.pid != os.getpid():
-      out.append(p)
-  return out
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-  """-> (the Cluster, the log dir marking this module's servers), with this process joined as
-  its driver. On teardown no process the cluster started (raylets, GCS, workers, servers) is
-  left."""
-  before = {p.pid for p in psutil.Process().children(recursive=True)}
-  c = Cluster(
-    initialize_head=True,
-    head_node_args=dict(NODE, resources={roles.TRAINER: 1}, include_dashboard=False),
-  )
-  for _ in range(3):
-    c.add_node(**NODE, resources={roles.INFERENCE: 1})
-  c.wait_for_nodes()
-  roles.connect(c.address)
+  """-> (the Cluster, the log dir marking this module's servers): three inference nodes, one of
+  them spare."""
   log_dir = tmp_path_factory.mktemp("cluster")
-  yield c, log_dir
-  started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-  ray.shutdown()
-  c.shutdown()
-  _, alive = psutil.wait_procs(started + _marked(str(log_dir)), timeout=60)
-  assert not alive, [" ".join(p.cmdline()) for p in alive]
+  with ray_local.local_cluster(3, str(log_dir)) as c:
+    yield c, log_dir
 
 
 def _fleet_config(log_dir, replicas: int, *overrides: str) -> fleet_lib.FleetConfig:
@@ -120,7 +86,7 @@ async def _back_and_routed_to(fleet, lost, burst: str) -> None:
     assert time.monotonic() < deadline, fleet.replicas()
     await asyncio.sleep(0.5)
   back = fleet.replicas()[lost.index]
-  assert back.pid != lost.pid and not _alive(lost.pid)
+  assert back.pid != lost.pid and not ray_local.alive(lost.pid)
   async with client_lib.RolloutClient(fleet.router_address, CLIENT) as c:
     prompts = [list(range(10 + i, 40 + i)) for i in range(8)]
     await asyncio.gather(
@@ -136,7 +102,7 @@ def test_replicas_keep_sessions_and_come_back_after_a_killed_server_or_node(clus
   fleet = fleet_lib.place_replicas(_fleet_config(log_dir, 2))
   try:
     first = fleet.replicas()
-    assert len({r.node_id for r in first}) == 2 and all(_alive(r.pid) for r in first)
+    assert len({r.node_id for r in first}) == 2 and all(ray_local.alive(r.pid) for r in first)
     served, hits, prompt = asyncio.run(_turns(fleet, "episode-1", list(range(1, 25)), 6))
     assert len(served) == 1
     assert hits[0] == 0 and all(h >= PAGE for h in hits[1:]), hits
@@ -161,7 +127,7 @@ def test_replicas_keep_sessions_and_come_back_after_a_killed_server_or_node(clus
     assert fleet.replicas()[survivor.index].node_id != lost.node_id  # on the spare node
   finally:
     fleet.stop()
-  assert not _marked(str(log_dir))  # both servers stopped with the fleet
+  assert not ray_local.marked(str(log_dir))  # both servers stopped with the fleet
 
 
 def test_errors_say_what_the_cluster_lacks_and_why_a_server_did_not_start(cluster):
@@ -175,7 +141,7 @@ def test_errors_say_what_the_cluster_lacks_and_why_a_server_did_not_start(cluste
     UserError, match=r"replica 0 on .*: its server exited \(2\): error: .*max_lenn"
   ):
     fleet_lib.place_replicas(_fleet_config(log_dir, 1, bad))
-  assert not _marked(str(log_dir))
+  assert not ray_local.marked(str(log_dir))
 
 
 def test_launcher_serves_until_sigterm_and_says_a_missing_cluster_in_one_line(cluster, tmp_path):
@@ -218,4 +184,4 @@ def test_launcher_serves_until_sigterm_and_says_a_missing_cluster_in_one_line(cl
     proc.kill()
   out = log.read_text()
   assert proc.returncode == 0 and out.rstrip().endswith("STOPPED"), out[-3000:]
-  assert not _alive(replica["pid"]) and not _marked(str(log_dir))
+  assert not ray_local.alive(replica["pid"]) and not ray_local.marked(str(log_dir))

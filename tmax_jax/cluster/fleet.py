@@ -121,11 +121,12 @@ def place_replicas(cfg: FleetConfig) -> InferenceFleet:
     raise UserError("tmax_jax.cluster: not connected to a Ray cluster (roles.connect first)")
   if cfg.replicas < 1:
     raise UserError(f"FleetConfig.replicas={cfg.replicas}: expected at least 1")
+  path, colon, arg = cfg.server.serve_config.partition(":")  # FILE[:its get_config argument]
+  if not pathlib.Path(path).is_file():
+    raise UserError(f"serve config {path}: no such file")
   spec = dataclasses.replace(
-    cfg.server, serve_config=str(pathlib.Path(cfg.server.serve_config).resolve())
+    cfg.server, serve_config=str(pathlib.Path(path).resolve()) + colon + arg
   )
-  if not pathlib.Path(spec.serve_config).is_file():
-    raise UserError(f"serve config {cfg.server.serve_config}: no such file")
   need = cfg.replicas * cfg.inference_per_replica
   roles.require(roles.INFERENCE, need, f"{cfg.replicas} replica(s)")
   router_host = cfg.router_host or ray.util.get_node_ip_address()

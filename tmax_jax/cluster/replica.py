@@ -61,13 +61,13 @@ class ReplicaInfo:
   openai_base_url: str = ""
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
   """In the server's process before exec: SIGKILL when the thread that started it ends."""
   if sys.platform.startswith("linux"):
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _log_tail(path: pathlib.Path) -> str:
+def log_tail(path: pathlib.Path) -> str:
   """The server's `error: ...` line if it printed one, else its last line."""
   lines = [x.strip() for x in path.read_text(errors="replace").splitlines() if x.strip()]
   errors = [x for x in lines if x.startswith("error:")]
@@ -125,7 +125,7 @@ class ServerReplica:
     try:
       with self._log.open("a") as out:
         proc = subprocess.Popen(
-          cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+          cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
         )
     except OSError as e:  # raised in the constructor, which waits for this
       started.put(e)
@@ -143,7 +143,7 @@ class ServerReplica:
     while not ready.exists():
       code = self._proc.poll()
       if code is not None:
-        self._failure = f"{where}: its server exited ({code}): {_log_tail(self._log)} [{self._log}]"
+        self._failure = f"{where}: its server exited ({code}): {log_tail(self._log)} [{self._log}]"
         return None
       if time.monotonic() > deadline:
         self._proc.kill()

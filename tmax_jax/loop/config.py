@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents.episode import EpisodeConfig, stop_token_ids
 from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig, episodes_in_flight, request_timeout_s
 from tmax_jax.inference.engine import EngineConfig
@@ -113,7 +113,7 @@ class ModelSpec:
     return self.random or not self.checkpoint
 
 
-PLACEMENTS = ("colocated", "disaggregated")
+PLACEMENTS = ("colocated", "disaggregated", "nodes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +176,10 @@ class ServingConfig:
   Where an in-process server runs: placement "colocated" shares the trainer's devices (each
   process serves on its own local devices, the first replicas x tensor of them; its params are a
   resharded copy of the trainer's); "disaggregated" gives the last `devices` local devices of every
-  process to the server (replicas x tensor of them), the others train. The serving mesh is
+  process to the server (replicas x tensor of them), the others train; "nodes" serves on `nodes`
+  inference nodes apart from the trainer's, each one server of replicas x tensor devices behind a
+  router (launch/cluster.py places them on Ray and sets `address` to the router), and the trainer
+  trains on all its devices. The serving mesh is
   ("replica", "tensor"): data-parallel replicas, each tensor parallel over `tensor` devices.
   `param_dtype` "" = the policy's (the LM head is served in fp32 whatever it is)."""
 
@@ -191,6 +194,7 @@ class ServingConfig:
   replicas: int = 1  # data-parallel server replicas per process
   tensor: int = 1  # tensor-parallel devices per replica
   param_dtype: str = ""  # the served params' dtype ('' = the policy's; the head stays fp32)
+  nodes: int = 0  # placement 'nodes': inference nodes, one server (replicas x tensor) on each
 
   def __post_init__(self):
     if self.placement not in PLACEMENTS:
@@ -208,6 +212,11 @@ class ServingConfig:
     if self.replicas < 1 or self.tensor < 1:
       raise ValueError(
         f"serving.replicas={self.replicas}, serving.tensor={self.tensor}; expected both >= 1"
+      )
+    if (self.placement == "nodes") != (self.nodes >= 1):
+      raise ValueError(
+        f"serving.nodes={self.nodes} with placement {self.placement!r}: placement 'nodes' takes "
+        "the number of inference nodes (>= 1), and only it does"
       )
     if self.param_dtype:
       check_dtype("serving.param_dtype", self.param_dtype)
@@ -295,13 +304,16 @@ class RLConfig:
   def rollout_worker(self, processes: int = 1) -> WorkerConfig:
     """`worker` as one of `processes` processes runs it, its derived fields (0) filled in:
     max_parallel_episodes = this process's server slots (serving.replicas x
-    engine.max_concurrent_decodes; an external server at `address` is taken to be that size), at
+    engine.max_concurrent_decodes; an external server at `address` is taken to be that size; on
+    inference nodes, this process's share of every node's), at
     most its share of the episodes the scheduler may hold (prompts_per_batch / processes x
     group_size x (1 + async_steps)), so the server is full; request_timeout_s from the episode's
     caps (agents/worker.request_timeout_s), times the turns a request may queue behind when more
     episodes than slots run (an explicit max_parallel_episodes; never the derived one)."""
     w, r = self.worker, self.rollout
     slots = self.serving.replicas * self.serving.engine.max_concurrent_decodes
+    if self.serving.placement == "nodes":  # every node's server, behind one router, shared
+      slots = max(1, slots * self.serving.nodes // processes)
     batch = max(1, r.prompts_per_batch // processes) * r.group_size
     episodes = w.max_parallel_episodes or episodes_in_flight(slots, batch, r.async_steps)
     timeout = request_timeout_s(w, self.episode)
@@ -362,3 +374,21 @@ class DemoConfig:
     self.rl_train.check_data(rollout_inputs(self.worker.top_logprobs), self.seq_len, "rl_train")
     check_temperature(self.rl_train, self.worker)
     _derive_family(self)
+
+
+def node_server_config(rl: RLConfig) -> ServeConfig:
+  """The server of one inference node of an RL job with placement 'nodes' (configs/serve_policy.py;
+  launch/cluster.py starts one per node): the job's policy, the node's serving.replicas x
+  serving.tensor devices, its engine with what the job derives (the episode family's stop ids, the
+  worker's top-k logprobs, a deterministic run's cache and batching), sized for one host of the
+  job's topology."""
+  stops = stop_token_ids(rl.episode) if rl.episode.family else ()  # "": the model's, as serve's
+  engine = rl.serving.engine_for(stops, rl.worker.top_logprobs, rl.deterministic)
+  serving = dataclasses.replace(
+    rl.serving, engine=engine, placement="colocated", nodes=0, address="", devices=0
+  )
+  topo = rl.topology
+  node = dataclasses.replace(
+    topo, name=f"one host of {topo.name}", devices=topo.devices // topo.processes, processes=1
+  )
+  return ServeConfig(model=rl.model, serving=serving, topology=node)

@@ -119,9 +119,15 @@ def resolve(
   local = _ordered(jax.local_devices())
   n_proc = jax.process_count()
   n_serve = serving.replicas * serving.tensor
-  if serving.placement == "colocated":
+  if serving.placement == "nodes" and not serving.address:
+    raise ConfigError(
+      f"{serving_field}.placement='nodes' serves on inference nodes of a Ray cluster: launch the "
+      f"job with launch/cluster.py --rl_config=..., which places them and sets "
+      f"{serving_field}.address to their router"
+    )
+  if serving.placement in ("colocated", "nodes"):  # nodes: the mesh a node's server has (logs)
     train_devices = _ordered(jax.devices())
-    where = f"placement 'colocated' ({n_proc} process(es) x {len(local)} device(s))"
+    where = f"placement {serving.placement!r} ({n_proc} process(es) x {len(local)} device(s))"
     if n_serve > len(local):
       raise ConfigError(
         f"{serving_field}.replicas x {serving_field}.tensor = {n_serve} device(s), "

@@ -255,7 +255,7 @@ def job_programs(job, devices: list, processes: int, report=lambda p: p) -> list
     served_cfg = policy.served_config(model_cfg, job.serving)
     replica = Mesh(np.asarray(server.devices)[0], (decode.TENSOR,))
     out += server_programs(served_cfg, job.serving, replica, report)
-    if trainer is not None:
+    if trainer is not None and job.serving.placement != "nodes":  # nodes: pushed over the network
       out.append(report(sync_program(model_cfg, served_cfg, trainer, server)))
   return out
 

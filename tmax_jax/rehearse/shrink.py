@@ -187,12 +187,21 @@ def scale_mesh(mesh: MeshConfig, shipped_devices: int, devices: int) -> MeshConf
 def scale_serving(serving: ServingConfig, devices: int) -> ServingConfig:
   """The server placement on one rehearsal process of `devices`: replicas x tensor halved until
   they fit (each > 1 kept > 1); disaggregated keeps at least one trainer device."""
-  room = devices if serving.placement == "colocated" else devices // 2
+  room = devices if serving.placement in ("colocated", "nodes") else devices // 2
   sizes = _halve_to({"replicas": serving.replicas, "tensor": serving.tensor}, room, "tensor")
   changes = dict(sizes)
   if serving.placement == "disaggregated":
     changes["devices"] = sizes["replicas"] * sizes["tensor"]
   return dataclasses.replace(serving, **changes)
+
+
+def _in_process(serving: ServingConfig) -> list:
+  """An RL job served on inference nodes (placement 'nodes', a Ray cluster) rehearses with its
+  server in process: the same engine programs, on the trainer's devices."""
+  if serving.placement != "nodes":
+    return []
+  why = "one host, no Ray: the inference nodes' server runs in process"
+  return [("serving.placement", "colocated", why), ("serving.nodes", 0, why)]
 
 
 def trainer_devices(serving: ServingConfig | None, devices: int, processes: int = 1) -> int:
@@ -404,6 +413,7 @@ def shrink_rl(
     ("serving.replicas", serving.replicas, "scaled onto one 8-device host"),
     ("serving.tensor", serving.tensor, "scaled onto one 8-device host"),
     ("serving.devices", serving.devices, "scaled onto one 8-device host"),
+    *_in_process(shipped.serving),
     *_engine_rows(shipped.serving.engine, seq_len, SERVER_SLOTS),
     ("tasks", TaskSource(source=tasks_dir, num_eval=1), "random-verifier rehearsal tasks"),
     ("rollout.prompts_per_batch", RL_PROMPTS, "batch"),

@@ -194,6 +194,16 @@ def tmax_qwen3_8b() -> RLConfig:
   return sized(cfg, H200_X8, MeshConfig(fsdp=8), serving(2, 4, 128, 20480), 8)
 
 
+def tmax_qwen3_5_9b_h100() -> RLConfig:
+  """tmax_qwen3_5_9b on one host of 8 x H100 (80 GB), colocated: the H200 layout (sequence 8,
+  packed one-row micro-batches; server 2 x tensor 4, 128 slots, bf16 params, fp32 head) with
+  32,768 KV pages per replica (128 slots at a 16k mean context; requests wait for pages) instead
+  of 50,000. XLA:GPU at full size (BENCHMARKS "Accelerator compiles"): 42.4 GB trainer + 31.6
+  GB server = 73.9 of 80 GB per GPU (the H200 layout: 86.3)."""
+  serve = serving(2, 4, 128, 32768, "bfloat16")
+  return sized(tmax_qwen3_5_9b(), H100_X8, MeshConfig(fsdp=1, sequence=8), serve, 1)
+
+
 def tmax_qwen3_8b_v5p32() -> RLConfig:
   """tmax_qwen3_8b laid out on a v5p-32 slice (16 chips of 95 GB, 4 hosts of 4), colocated.
   Trainer: FSDP over all 16; multi-process RL takes fixed rows (loop/rl.py refuses packing there):

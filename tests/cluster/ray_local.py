@@ -32,14 +32,14 @@ def marked(marker: str) -> list[psutil.Process]:
 
 
 @contextlib.contextmanager
-def local_cluster(inference_nodes: int, marker: str, head_cpus: int = 1):
-  """-> the Cluster; on exit, asserts nothing it started, nor any process naming `marker`, is
-  left."""
+def local_cluster(inference_nodes: int, marker: str, trainers: int = 1):
+  """-> the Cluster (its head takes `trainers` trainer processes); on exit, asserts nothing it
+  started, nor any process naming `marker`, is left."""
   before = {p.pid for p in psutil.Process().children(recursive=True)}
   c = Cluster(
     initialize_head=True,
     head_node_args=dict(
-      NODE, num_cpus=head_cpus, resources={roles.TRAINER: 1}, include_dashboard=False
+      NODE, num_cpus=trainers, resources={roles.TRAINER: trainers}, include_dashboard=False
     ),
   )
   for _ in range(inference_nodes):

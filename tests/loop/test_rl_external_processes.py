@@ -2,12 +2,16 @@
 sharing one separately launched server (launch/serve.py), or a router in front of two of them:
 every process runs its own rollouts against it, each version is pushed once by process 0 from
 params both processes gathered to its host, and every server ends serving exactly the trainer's
-final params."""
+final params; a server SIGKILLed mid-rollouts and started again is resynced without a collective
+(process 0 from its host copy) and the run goes on."""
 
 import asyncio
 import concurrent.futures
 import json
 import re
+import signal
+import threading
+import time
 
 import jax
 import numpy as np
@@ -51,9 +55,10 @@ async def _sample(addresses, push_to: str = "", hf_dir: str = "", version: int =
   return out
 
 
-def _train(run, address: str) -> None:
-  """launch/train_rl.py in 2 processes on the tiny config for 2 steps against `address`."""
+def _train(run, address: str, *extra: str) -> None:
+  """launch/train_rl.py in 2 processes on the tiny config (2 steps) against `address`."""
   flags = [
+    *extra,
     f"--config.output_dir={run}",
     f"--config.serving.address={address}",
     "--config.mesh.num_devices=0",  # every device trains: data 2 x fsdp 2 x tensor 2
@@ -142,3 +147,54 @@ def test_two_processes_share_a_router_of_two_replicas(tmp_path):
       proc.kill()
   for name in ("a", "b"):
     assert _pushes(tmp_path / f"{name}.log") == ["0", "1", "2", "3", "4"], name
+
+
+async def _active(address: str) -> int:
+  async with RolloutClient(address) as c:
+    return (await c.status(timeout_s=2.0)).active_requests
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_two_processes_resync_a_restarted_server(tmp_path):
+  """The server SIGKILLed while episodes generate after step 1, then started again on its port:
+  no process deadlocks in a collective, the new instance gets the current version from process
+  0's host copy, the cut groups are dropped and counted, and the 3 steps finish."""
+  require_base_rootfs()
+  if jax.device_count() != 8:
+    pytest.skip("needs the 8 fake CPU devices of tests/conftest.py")
+  port, run = free_port(), tmp_path / "run"
+  address, ready, log = f"127.0.0.1:{port}", tmp_path / "ready.json", tmp_path / "server.log"
+  procs = [serve_process.start(port, ready, log, *SERVE)]
+  metrics, killed = run / "metrics.jsonl", {}
+
+  def kill_during_rollouts():
+    while not (metrics.exists() and metrics.read_text().strip()):  # step 1 is done
+      time.sleep(0.2)
+    while asyncio.run(_active(address)) < 1:  # episodes are generating
+      time.sleep(0.05)
+    procs[0].send_signal(signal.SIGKILL)
+    procs[0].wait(timeout=30)
+    killed["version"] = len(read_jsonl(metrics))  # what the new instance must be resynced to
+    procs.append(serve_process.start(port, ready, log, *SERVE))
+
+  monitor = threading.Thread(target=kill_during_rollouts, daemon=True)
+  monitor.start()
+  try:
+    _train(run, address, "--config.steps=3")
+    monitor.join(timeout=300)
+    served = asyncio.run(_sample([address]))[0][0]
+  finally:
+    for p in procs:
+      p.kill()
+  assert "version" in killed and len(procs) == 2, "the server was not killed during the run"
+  m = read_jsonl(metrics)
+  assert [x["step"] for x in m] == [1, 2, 3] and served == 3
+  assert [x["policy_version"] for x in m] == [1, 2, 3]
+  assert m[-1]["server_restarts"] == 1  # process 0's client saw the new instance once
+  assert m[-1]["rollout/groups_dropped_server"] >= 1  # the groups the kill cut, either process
+  # the new instance got the version then current (process 0's resync, or the next push when
+  # that came first), then one push per version, never one per process
+  pushes = [int(v) for v in _pushes(log)]
+  assert pushes[-1] == 3 and pushes == sorted(pushes), pushes
+  assert all(pushes.count(v) == 1 for v in range(killed["version"] + 1, 4)), pushes

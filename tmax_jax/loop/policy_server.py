@@ -124,20 +124,21 @@ class SharedExternalServer(ExternalServer):
   Restarts: a resync never starts a collective (a restart seen by one process's client would
   start it on that process alone and deadlock). Process 0 keeps its host copy of the last pushed
   version (the params' bytes in the trainer's dtype, one copy: each push overwrites it in place)
-  and resyncs the new instance from it by itself; any other process's resync waits until the
-  server reports that version. Process 0 notices a restart through its own requests or through
-  `watch`, a Status poll every `watch_every_s` (it may have no request in flight while another
-  process waits). A server that restarts at version 0 before the first step's push counts as
-  synced for processes > 0 (its version cannot tell its own weights from the pushed ones) until
-  process 0 resyncs it, at most one poll later."""
+  and resyncs the new instance from it by itself, unless its last push already reached that
+  instance (the step's push came first); any other process's resync waits until the server
+  reports that version. Process 0 notices a restart through its own requests or through `watch`,
+  a Status poll every `watch_every_s` (it may have no request in flight while another process
+  waits). A server that restarts at version 0 before the first step's push counts as synced for
+  processes > 0 (its version cannot tell its own weights from the pushed ones) until process 0
+  resyncs it, at most one poll later."""
 
   resync_reads_params = False
   watch_every_s = 1.0
 
-  def __init__(self, address: str, client_cfg: ClientConfig):
+  def __init__(self, address: str, client_cfg: ClientConfig, main: bool):
     super().__init__(address, client_cfg)
     self._cfg = client_cfg
-    self._main = jax.process_index() == 0
+    self._main = main  # process 0: streams the pushes, keeps the copy, resyncs
     self._copy = None  # process 0: host copy of the last pushed params, pushed as `_version`
     self._version = 0
     self._lock = asyncio.Lock()  # process 0: one push or resync at a time over `_copy`
@@ -177,7 +178,9 @@ class SharedExternalServer(ExternalServer):
   async def resync(self, params, version: int) -> None:
     if self._main:
       async with self._lock:
-        if self._copy is not None:
+        known = self._client.instance_id  # the instance that took our last push
+        st = await self._client.wait_until_ready(self._cfg.timeout_s)
+        if self._copy is not None and (st.instance_id != known or st.version < self._version):
           await self._client.update_weights(self._copy, version=self._version)
       return
     deadline = time.monotonic() + self._cfg.timeout_s
@@ -211,8 +214,11 @@ async def open_server(
 ) -> PolicyServer:
   """The server `serving` describes, serving `params` as `version` once this returns."""
   if serving.address:
-    shared = jax.process_count() > 1
-    server = (SharedExternalServer if shared else ExternalServer)(serving.address, client_cfg)
+    if jax.process_count() > 1:
+      main = jax.process_index() == 0
+      server = SharedExternalServer(serving.address, client_cfg, main)
+    else:
+      server = ExternalServer(serving.address, client_cfg)
     # the server outlives trainers: one SIGKILLed after a push and before its checkpoint left
     # a version newer than the one this (restarted) trainer resumes from, which replaces it
     await server.push(params, version, replace=True)

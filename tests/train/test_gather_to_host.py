@@ -25,6 +25,7 @@ def mesh():
     ((5, 8, 6), P(None, "fsdp", "tensor")),  # stacked layers: chunks along the whole axis 0
     ((12, 8), P("tensor", "fsdp")),  # every axis split: chunks along axis 0, clamped last one
     ((8, 7), P("fsdp", None)),  # the first whole axis is axis 1
+    ((8, 6), P("fsdp", "data")),  # so is an axis on a mesh axis of size 1
     ((8,), P()),  # replicated: read where it is
   ],
 )
@@ -39,3 +40,10 @@ def test_every_element_arrives_in_chunks(mesh, shape, spec):
 def test_other_processes_pass_no_buffer(mesh):
   x = jax.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("fsdp")))
   distributed.gather_to_host(x, None, chunk_bytes=16)  # reads every chunk, keeps none
+
+
+def test_chunks_go_along_the_first_whole_axis(mesh):
+  x = jax.device_put(np.ones((8, 6, 4), np.float32), NamedSharding(mesh, P("fsdp", "data", None)))
+  assert distributed._whole_axis(x) == 1  # data has size 1 on this mesh
+  y = jax.device_put(np.ones((8, 6)), NamedSharding(mesh, P("fsdp", "tensor")))
+  assert distributed._whole_axis(y) == 0  # every axis split: the first one

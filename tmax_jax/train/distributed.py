@@ -93,7 +93,10 @@ def gather_to_host(
   axis that its sharding leaves whole (a stacked [L, ...] leaf: a few layers at a time, at least
   one), each chunk replicated on every device for one step (`chunk_bytes`, or one slice along
   that axis when it is larger) and copied into `out`: no process holds more than `out` on its
-  host, and other processes wait for each chunk so that their devices hold one at a time."""
+  host, and other processes wait for each chunk so that their devices hold one at a time. Along
+  a split axis XLA would gather the whole array on every device first (XLA:CPU's memory analysis
+  of a [2048, 1024] array on 8 devices: 8.4 MB temp along the split axis, 0.26 MB along the
+  whole one); an array split on every axis still pays that."""
   if x.is_fully_replicated:  # every process holds it whole: no collective needed
     if out is not None:
       out[...] = np.asarray(x.addressable_data(0))
@@ -119,11 +122,16 @@ def gather_to_host(
 
 
 def _whole_axis(x: jax.Array) -> int:
-  """The first axis of `x` its sharding does not split (0 when it splits every one): slicing
-  along it is local to each device."""
-  spec = tuple(x.sharding.spec)
-  spec += (None,) * (x.ndim - len(spec))
-  return next((a for a, s in enumerate(spec) if s is None), 0)
+  """The first axis of `x` its sharding does not split (mesh axes of size 1 split nothing; 0 when
+  it splits every one): slicing along it is local to each device."""
+  sizes = x.sharding.mesh.shape
+
+  def parts(entry) -> int:
+    names = () if entry is None else (entry,) if isinstance(entry, str) else entry
+    return int(np.prod([sizes[n] for n in names], dtype=np.int64))
+
+  spec = tuple(x.sharding.spec) + (None,) * (x.ndim - len(x.sharding.spec))
+  return next((a for a, entry in enumerate(spec) if parts(entry) == 1), 0)
 
 
 @functools.lru_cache(maxsize=64)

@@ -204,6 +204,17 @@ def tmax_qwen3_5_9b_h100() -> RLConfig:
   return sized(tmax_qwen3_5_9b(), H100_X8, MeshConfig(fsdp=1, sequence=8), serve, 1)
 
 
+def tmax_qwen3_8b_h100() -> RLConfig:
+  """tmax_qwen3_8b on one host of 8 x H100 (80 GB), colocated: the H200 layout (fsdp 8, 8
+  longest rows per micro-batch; server 2 x tensor 4, 128 slots) with bf16 served params (fp32
+  head) and 12,288 KV pages per replica (128 slots at a 6k mean context; requests wait for pages)
+  instead of 20,480. XLA:GPU at full size (BENCHMARKS "Accelerator compiles"): 41.1 GB trainer +
+  34.3 GB server = 75.4 of 80 GB per GPU (14,336 pages: 80.4; the H200 layout: 99.1)."""
+  return sized(
+    tmax_qwen3_8b(), H100_X8, MeshConfig(fsdp=8), serving(2, 4, 128, 12288, "bfloat16"), 8
+  )
+
+
 def tmax_qwen3_8b_v5p32() -> RLConfig:
   """tmax_qwen3_8b laid out on a v5p-32 slice (16 chips of 95 GB, 4 hosts of 4), colocated.
   Trainer: FSDP over all 16; multi-process RL takes fixed rows (loop/rl.py refuses packing there):

@@ -23,9 +23,10 @@ def mesh():
   "shape, spec",
   [
     ((5, 8, 6), P(None, "fsdp", "tensor")),  # stacked layers: chunks along the whole axis 0
+    ((4, 8, 12), P(None, "fsdp", None)),  # along the longer whole axis, 2
     ((12, 8), P("tensor", "fsdp")),  # every axis split: chunks along axis 0, clamped last one
-    ((8, 7), P("fsdp", None)),  # the first whole axis is axis 1
-    ((8, 6), P("fsdp", "data")),  # so is an axis on a mesh axis of size 1
+    ((8, 7), P("fsdp", None)),  # the whole axis is axis 1
+    ((8, 6), P("fsdp", "data")),  # an axis on a mesh axis of size 1 is whole
     ((8,), P()),  # replicated: read where it is
   ],
 )
@@ -42,8 +43,10 @@ def test_other_processes_pass_no_buffer(mesh):
   distributed.gather_to_host(x, None, chunk_bytes=16)  # reads every chunk, keeps none
 
 
-def test_chunks_go_along_the_first_whole_axis(mesh):
+def test_chunks_go_along_the_longest_whole_axis(mesh):
   x = jax.device_put(np.ones((8, 6, 4), np.float32), NamedSharding(mesh, P("fsdp", "data", None)))
-  assert distributed._whole_axis(x) == 1  # data has size 1 on this mesh
-  y = jax.device_put(np.ones((8, 6)), NamedSharding(mesh, P("fsdp", "tensor")))
-  assert distributed._whole_axis(y) == 0  # every axis split: the first one
+  assert distributed._chunk_axis(x) == 1  # data has size 1 on this mesh; 6 > 4
+  y = jax.device_put(np.ones((4, 8, 12)), NamedSharding(mesh, P(None, "fsdp", None)))
+  assert distributed._chunk_axis(y) == 2
+  z = jax.device_put(np.ones((8, 6)), NamedSharding(mesh, P("fsdp", "tensor")))
+  assert distributed._chunk_axis(z) == 0  # every axis split: the first one

@@ -89,9 +89,9 @@ def gather_to_host(
   """Copies the whole value of the global array `x` into `out` on process 0; the other processes
   pass None. A collective: every process calls it for the same arrays in the same order.
 
-  A non-fully-addressable array cannot be device_get'ed. It is read in chunks along its first
-  axis that its sharding leaves whole (a stacked [L, ...] leaf: a few layers at a time, at least
-  one), each chunk replicated on every device for one step (`chunk_bytes`, or one slice along
+  A non-fully-addressable array cannot be device_get'ed. It is read in chunks along its longest
+  axis that its sharding leaves whole (the 9B's stacked [8, F, D] MLP kernels with D split: along
+  F), each chunk replicated on every device for one step (`chunk_bytes`, or one slice along
   that axis when it is larger) and copied into `out`: no process holds more than `out` on its
   host, and other processes wait for each chunk so that their devices hold one at a time. Along
   a split axis XLA would gather the whole array on every device first (XLA:CPU's memory analysis
@@ -106,7 +106,7 @@ def gather_to_host(
     if out is not None:
       out[...] = full
     return
-  axis = _whole_axis(x)
+  axis = _chunk_axis(x)
   n = x.shape[axis]
   size = int(np.clip(chunk_bytes * n // max(x.nbytes, 1), 1, n))
   read = _chunk_reader(x.sharding.update(spec=P()), axis, size)
@@ -121,9 +121,9 @@ def gather_to_host(
       )
 
 
-def _whole_axis(x: jax.Array) -> int:
-  """The first axis of `x` its sharding does not split (mesh axes of size 1 split nothing; 0 when
-  it splits every one): slicing along it is local to each device."""
+def _chunk_axis(x: jax.Array) -> int:
+  """The longest axis of `x` its sharding does not split (mesh axes of size 1 split nothing; 0
+  when it splits every one): slicing along it is local to each device, in the smallest slices."""
   sizes = x.sharding.mesh.shape
 
   def parts(entry) -> int:
@@ -131,7 +131,8 @@ def _whole_axis(x: jax.Array) -> int:
     return int(np.prod([sizes[n] for n in names], dtype=np.int64))
 
   spec = tuple(x.sharding.spec) + (None,) * (x.ndim - len(x.sharding.spec))
-  return next((a for a, entry in enumerate(spec) if parts(entry) == 1), 0)
+  whole = [a for a, entry in enumerate(spec) if parts(entry) == 1]
+  return max(whole, key=lambda a: x.shape[a], default=0)
 
 
 @functools.lru_cache(maxsize=64)

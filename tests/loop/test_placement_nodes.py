@@ -52,3 +52,11 @@ def test_nodes_needs_its_count_and_the_routers_address():
     MeshConfig(num_devices=2), ServingConfig(placement="nodes", nodes=1, address="h:1")
   )
   assert place.trainer_mesh.devices.size == 2  # the trainer trains on all it was given
+
+
+def test_prefix_hit_rate_per_step_survives_a_server_restart():
+  from tmax_jax.loop.rl import prefix_hit_rate
+
+  assert prefix_hit_rate((0, 0), (300, 100)) == 0.75  # (cached, computed) prompt tokens
+  assert prefix_hit_rate((300, 100), (300, 100)) == 0.0  # took none
+  assert prefix_hit_rate((300, 100), (50, 150)) == 0.25  # restarted: its counters from zero

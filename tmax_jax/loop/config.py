@@ -304,16 +304,18 @@ class RLConfig:
   def rollout_worker(self, processes: int = 1) -> WorkerConfig:
     """`worker` as one of `processes` processes runs it, its derived fields (0) filled in:
     max_parallel_episodes = this process's server slots (serving.replicas x
-    engine.max_concurrent_decodes; an external server at `address` is taken to be that size; on
-    inference nodes, this process's share of every node's), at
+    engine.max_concurrent_decodes; an external server at `address` is taken to be that size, on
+    inference nodes every node's, either shared by the processes: this process's share), at
     most its share of the episodes the scheduler may hold (prompts_per_batch / processes x
     group_size x (1 + async_steps)), so the server is full; request_timeout_s from the episode's
     caps (agents/worker.request_timeout_s), times the turns a request may queue behind when more
     episodes than slots run (an explicit max_parallel_episodes; never the derived one)."""
     w, r = self.worker, self.rollout
     slots = self.serving.replicas * self.serving.engine.max_concurrent_decodes
-    if self.serving.placement == "nodes":  # every node's server, behind one router, shared
-      slots = max(1, slots * self.serving.nodes // processes)
+    if self.serving.placement == "nodes":  # every node's server, behind one router
+      slots *= self.serving.nodes
+    if self.serving.address or self.serving.placement == "nodes":  # shared by the processes
+      slots = max(1, slots // processes)
     batch = max(1, r.prompts_per_batch // processes) * r.group_size
     episodes = w.max_parallel_episodes or episodes_in_flight(slots, batch, r.async_steps)
     timeout = request_timeout_s(w, self.episode)

@@ -49,6 +49,7 @@ import logging
 import pathlib
 import time
 
+import grpc
 import jax
 import numpy as np
 
@@ -56,7 +57,7 @@ from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.errors import ConfigError
-from tmax_jax.inference.client import ClientConfig, RolloutClient, check_top_logprobs
+from tmax_jax.inference.client import ClientConfig, RolloutClient, RolloutError, check_top_logprobs
 from tmax_jax.loop import placement as placement_lib
 from tmax_jax.loop import replay, rollout_batch, task_stream
 from tmax_jax.loop.config import RLConfig, with_family
@@ -207,6 +208,7 @@ async def _rl_async(job: _Job) -> None:
     sched = GroupScheduler(stream, worker, rollout, indexed=True, ordered=cfg.deterministic)
     rows = rollout.prompts_per_batch * rollout.group_size  # fixed: the step compiles once
     watch = asyncio.create_task(server.watch(client))  # a shared server's restarts, seen idle
+    hits = _PrefixHits()
     try:
       for step in job.steps:
         t0 = time.perf_counter()
@@ -233,12 +235,40 @@ async def _rl_async(job: _Job) -> None:
             await server.push(job.state.params, version)
             m["policy_version"] = version
         m["server_restarts"] = float(client.restarts)
+        m["prefix_hit_rate"] = await hits.step_rate(client)
         _finish_step(job, step, m, consumed, records)
     finally:
       watch.cancel()
       await sched.close()
       await worker.aclose()
       await server.stop()
+
+
+def prefix_hit_rate(before: tuple[int, int], now: tuple[int, int]) -> float:
+  """Of the prompt tokens a server took between two Status reads (cached_prompt_tokens,
+  prefill_tokens), the share its prefix cache served; counters that went down are a restarted
+  server's, counted from zero. 0 when it took none."""
+  if now[0] < before[0] or now[1] < before[1]:
+    before = (0, 0)
+  cached, computed = now[0] - before[0], now[1] - before[1]
+  return cached / (cached + computed) if cached + computed else 0.0
+
+
+class _PrefixHits:
+  """prefix_hit_rate over each step from the server's Status (behind a router: every replica's);
+  NaN when the server did not answer (the next step's rate then covers both)."""
+
+  def __init__(self):
+    self._last = (0, 0)
+
+  async def step_rate(self, client) -> float:
+    try:
+      st = await client.status()
+    except (grpc.aio.AioRpcError, RolloutError):
+      return float("nan")
+    now = (st.cached_prompt_tokens, st.prefill_tokens)
+    rate, self._last = prefix_hit_rate(self._last, now), now
+    return rate
 
 
 def _replay(job: _Job) -> None:

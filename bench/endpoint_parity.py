@@ -3,7 +3,7 @@ policy=server (the episode worker's gRPC client, token ids in and out) and polic
 same server's OpenAI-compatible chat API, messages and native tool calls), same tasks, harness
 (bash_tool), seed and k.
 
-  python3 bench/endpoint_parity.py [--runs 2] [--seed 0] [--parallel 2] [--out runs/endpoint_parity]
+  python3 bench/endpoint_parity.py [--runs 4] [--seed 0] [--parallel 2] [--out runs/endpoint_parity]
 
 The model: a tiny Qwen3 (tests/inference/scripted_model.py) whose weights write one of three bash
 tool calls with equal probability at the recipe's temperature 1: `tail -n1 in*>answer.txt` (solves
@@ -206,8 +206,9 @@ def _fmt(x, spec: str) -> str:
 
 def table(report: dict) -> str:
   lines = [
-    "| path | pass@1 | trials | errors | mean turns | mean response tokens (generated) | s/trial |",
-    "|---|---|---|---|---|---|---|",
+    "| path | pass@1 | trials | errors | mean turns | mean response tokens (generated) | s/trial "
+    "| wall s |",
+    "|---|---|---|---|---|---|---|---|",
   ]
   for p, r in report["paths"].items():
     cells = [
@@ -217,18 +218,22 @@ def table(report: dict) -> str:
       _fmt(r["mean_turns"], ".2f"),
       f"{_fmt(r['mean_response_tokens'], '.1f')} ({_fmt(r['mean_generated_tokens'], '.1f')})",
       _fmt(r["s_per_trial"], ".1f"),
+      _fmt(r["wall_s"], ".0f"),
     ]
     lines.append(f"| {p} | " + " | ".join(cells) + " |")
   lines += ["", "| task | server rewards | endpoint rewards | agree |", "|---|---|---|---|"]
   for task, row in report["tasks"].items():
     cells = [" ".join(_fmt(x, ".0f") for x in row[p]) for p in PATHS]
     lines.append(f"| {task} | {cells[0]} | {cells[1]} | {'yes' if row['agree'] else 'NO'} |")
+  total = sum(len(row["server"]) for row in report["tasks"].values())
+  agreeing = total - len(report["differing_trials"])
+  lines += ["", f"trials agreeing on {', '.join(TRIAL_FIELDS)}, generated: {agreeing}/{total}"]
   return "\n".join(lines)
 
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  ap.add_argument("--runs", type=int, default=2, help="k: runs per task (>= 2)")
+  ap.add_argument("--runs", type=int, default=4, help="k: runs per task (>= 2)")
   ap.add_argument("--seed", type=int, default=0, help="base of the per-episode sampling seeds")
   ap.add_argument("--parallel", type=int, default=2, help="episodes at once (and server slots)")
   ap.add_argument("--out", default="runs/endpoint_parity", help="output directory")

@@ -64,6 +64,8 @@ def test_rl_on_three_nodes_two_steps_then_a_resume(tmp_path):
   metrics = read_jsonl(run / "metrics.jsonl")
   assert [m["step"] for m in metrics] == [1, 2, 3]
   assert all(m["policy_version"] == m["step"] for m in metrics)
+  rates = [m["prefix_hit_rate"] for m in metrics]  # each turn after an episode's first
+  assert all(0.0 < r < 1.0 for r in rates), rates  # finds its prefix on its replica
   servers = sorted(log_dir.glob("replica-*.log"))
   assert len(servers) == 4  # two nodes, two launches
   for p in range(2):  # each trainer process played its share of every step

@@ -9,9 +9,6 @@ import asyncio
 import concurrent.futures
 import json
 import re
-import signal
-import threading
-import time
 
 import jax
 import numpy as np
@@ -20,7 +17,7 @@ import pytest
 from tests.conftest import require_base_rootfs
 from tests.inference import serve_process
 from tests.loop.rl_helpers import tiny_rl_config
-from tests.loop.test_rl_fault import SERVE
+from tests.loop.test_rl_fault import SERVE, restart_during_rollouts
 from tests.loop.test_rl_processes import _env, _launch
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.inference import router as router_lib
@@ -149,11 +146,6 @@ def test_two_processes_share_a_router_of_two_replicas(tmp_path):
     assert _pushes(tmp_path / f"{name}.log") == ["0", "1", "2", "3", "4"], name
 
 
-async def _active(address: str) -> int:
-  async with RolloutClient(address) as c:
-    return (await c.status(timeout_s=2.0)).active_requests
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_two_processes_resync_a_restarted_server(tmp_path):
@@ -166,20 +158,7 @@ def test_two_processes_resync_a_restarted_server(tmp_path):
   port, run = free_port(), tmp_path / "run"
   address, ready, log = f"127.0.0.1:{port}", tmp_path / "ready.json", tmp_path / "server.log"
   procs = [serve_process.start(port, ready, log, *SERVE)]
-  metrics, killed = run / "metrics.jsonl", {}
-
-  def kill_during_rollouts():
-    while not (metrics.exists() and metrics.read_text().strip()):  # step 1 is done
-      time.sleep(0.2)
-    while asyncio.run(_active(address)) < 1:  # episodes are generating
-      time.sleep(0.05)
-    procs[0].send_signal(signal.SIGKILL)
-    procs[0].wait(timeout=30)
-    killed["version"] = len(read_jsonl(metrics))  # what the new instance must be resynced to
-    procs.append(serve_process.start(port, ready, log, *SERVE))
-
-  monitor = threading.Thread(target=kill_during_rollouts, daemon=True)
-  monitor.start()
+  monitor, killed = restart_during_rollouts(procs, port, ready, log, run / "metrics.jsonl")
   try:
     _train(run, address, "--config.steps=3")
     monitor.join(timeout=300)
@@ -188,7 +167,7 @@ def test_two_processes_resync_a_restarted_server(tmp_path):
     for p in procs:
       p.kill()
   assert "version" in killed and len(procs) == 2, "the server was not killed during the run"
-  m = read_jsonl(metrics)
+  m = read_jsonl(run / "metrics.jsonl")
   assert [x["step"] for x in m] == [1, 2, 3] and served == 3
   assert [x["policy_version"] for x in m] == [1, 2, 3]
   assert m[-1]["server_restarts"] == 1  # process 0's client saw the new instance once

@@ -17,6 +17,7 @@ from tests.loop.test_rl_loop import _config
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.inference.server import free_port
 from tmax_jax.loop.rl import run_rl
+from tmax_jax.train.metrics import read_jsonl
 
 # launch/serve.py flags for the loop's model (weights differ: the loop pushes its own) and shape
 SERVE = [
@@ -38,6 +39,28 @@ async def _active(address: str) -> int:
     return (await c.status(timeout_s=2.0)).active_requests
 
 
+def restart_during_rollouts(procs: list, port: int, ready, log, metrics) -> tuple:
+  """Starts a thread that, once step 1's metrics are written and episodes generate, SIGKILLs the
+  server procs[0] on `port` and starts it again (appended to `procs`) -> (the thread, a dict it
+  fills: "at" the kill's monotonic time, "version" the steps done then)."""
+  address, killed = f"127.0.0.1:{port}", {}
+
+  def run():
+    while not (metrics.exists() and metrics.read_text().strip()):  # step 1 is done
+      time.sleep(0.2)
+    while asyncio.run(_active(address)) < 1:  # episodes are generating
+      time.sleep(0.05)
+    procs[0].send_signal(signal.SIGKILL)
+    procs[0].wait(timeout=30)
+    killed["at"] = time.monotonic()
+    killed["version"] = len(read_jsonl(metrics))  # what a new instance is resynced to
+    procs.append(serve_process.start(port, ready, log, *SERVE))
+
+  thread = threading.Thread(target=run, daemon=True)
+  thread.start()
+  return thread, killed
+
+
 async def _served_version(address: str) -> tuple[int, str]:
   async with RolloutClient(address) as c:
     s = await c.wait_until_ready(timeout_s=60)
@@ -54,20 +77,7 @@ def test_server_killed_mid_rollouts_is_reconnected_resynced_and_counted(tmp_path
   cfg = _config(tmp_path, steps=3)
   cfg = dataclasses.replace(cfg, serving=dataclasses.replace(cfg.serving, address=address))
   metrics = tmp_path / "run" / "metrics.jsonl"
-  killed = {}
-
-  def kill_during_rollouts():
-    while not (metrics.exists() and metrics.read_text().strip()):  # step 1 is done
-      time.sleep(0.2)
-    while asyncio.run(_active(address)) < 1:  # episodes are generating
-      time.sleep(0.05)
-    procs[0].send_signal(signal.SIGKILL)
-    procs[0].wait(timeout=30)
-    killed["at"] = time.monotonic()
-    procs.append(serve_process.start(port, ready, log, *SERVE))
-
-  monitor = threading.Thread(target=kill_during_rollouts, daemon=True)
-  monitor.start()
+  monitor, killed = restart_during_rollouts(procs, port, ready, log, metrics)
   try:
     result = run_rl(cfg)
     monitor.join(timeout=300)

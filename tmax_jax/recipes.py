@@ -50,6 +50,7 @@ H100_X8 = TopologyConfig(name="8 x H100 (80 GB), one host", devices=8, device_me
 V5P_32 = TopologyConfig(
   name="v5p-32 (16 chips, 95 GB), four hosts of 4", devices=16, device_memory_gb=95.0, processes=4
 )
+V5P_8 = TopologyConfig(name="v5p-8 (4 chips, 95 GB), one host", devices=4, device_memory_gb=95.0)
 H200_X32 = TopologyConfig(
   name="32 x H200 (141 GB), four hosts of 8", devices=32, device_memory_gb=141.0, processes=4
 )
@@ -301,6 +302,15 @@ def sft_terminal_horizon() -> SFTConfig:
     output_dir="runs/sft_terminal_horizon",
   )
   cfg = sized(cfg, H200_X8, MeshConfig(fsdp=1, sequence=8), None, 1)
+  return dataclasses.replace(cfg, train=_three_buckets(cfg.train, 1))
+
+
+def sft_tmax_qwen3_8b_v5p8() -> SFTConfig:
+  """sft_tmax_qwen3_8b on a v5p-8 slice (4 chips of 95 GB, one host): sequence 4, packed
+  micro-batches of one 64k row (16,384 tokens per chip, as on 8 x H100), 16k / 32k / 64k rows.
+  XLA:TPU at full size (BENCHMARKS "Accelerator compiles"): 61.1 of 95 GB per chip (the fp32
+  params, Adam state and gradient accumulator: 32.8 GB of it)."""
+  cfg = sized(sft_tmax_qwen3_8b(), V5P_8, MeshConfig(fsdp=1, sequence=4), None, 1)
   return dataclasses.replace(cfg, train=_three_buckets(cfg.train, 1))
 
 

@@ -117,7 +117,7 @@ def _replica_counters(router: str) -> list[dict]:
     async with RolloutClient(router) as c:
       return await c.status()
 
-  fields = ("address", "version", "prefill_tokens", "cached_prompt_tokens")
+  fields = ("address", "live", "version", "prefill_tokens", "cached_prompt_tokens")
   return [{f: getattr(r, f) for f in fields} for r in asyncio.run(status()).replica_status]
 
 

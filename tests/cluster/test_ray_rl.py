@@ -2,13 +2,19 @@
 --rl_config places one server per inference node (configs/serve_policy.py) behind the router and
 two trainer processes (jax.distributed, 2 x 4 fake CPU devices) on the trainer node, which push
 every version through the router to both servers and run their episodes against them. Two
-steps, then a resume to a third; both servers took rollouts and end at the trainer's last
-version; nothing is left running."""
+steps (both servers took rollouts and end at version 2), then a resume to step 4 during which
+one replica's server is SIGKILLed with requests in flight: its episodes are dropped (never
+scored), Ray restarts it, the run goes on, every live replica ends at version 4; a prefix hit
+on every step; nothing is left running."""
 
+import asyncio
 import json
+import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -16,14 +22,15 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.
 
 from tests.cluster import ray_local  # noqa: E402
 from tests.conftest import SLOW_COLLECTIVE_FLAGS, require_base_rootfs  # noqa: E402
+from tmax_jax.inference import client as client_lib  # noqa: E402
 from tmax_jax.train.metrics import read_jsonl  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _launch(address: str, run: pathlib.Path, log_dir: pathlib.Path, steps: int):
-  cmd = [
+def _command(address: str, run: pathlib.Path, log_dir: pathlib.Path, steps: int) -> list[str]:
+  return [
     sys.executable,
     "launch/cluster.py",
     f"--address={address}",
@@ -43,31 +50,78 @@ def _launch(address: str, run: pathlib.Path, log_dir: pathlib.Path, steps: int):
     "--rl_config.mesh.tensor=2",
     f"--trainer_env=XLA_FLAGS=--xla_force_host_platform_device_count=4 {SLOW_COLLECTIVE_FLAGS}",
   ]
-  return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+
+
+def _replicas(out: str) -> list[dict]:
+  return json.loads(out.split("REPLICAS ", 1)[1].splitlines()[0])
+
+
+async def _busy(router: str) -> set[str]:
+  async with client_lib.RolloutClient(router) as c:
+    return {r.address for r in (await c.status()).replica_status if r.active_requests}
+
+
+def _kill_a_busy_replica(out: pathlib.Path, metrics: pathlib.Path, log_dir, after: int) -> int:
+  """Once `after` steps are in the metrics, SIGKILLs the server of a replica with requests in
+  flight (its node's server, as a lost node's would die) -> its pid."""
+  deadline = time.monotonic() + 900
+  while len(read_jsonl(metrics)) < after:
+    assert time.monotonic() < deadline, out.read_text()[-3000:]
+    time.sleep(0.5)
+  router = out.read_text().split("ROUTING ", 1)[1].split()[0]
+  ready = sorted(log_dir.glob("replica-*.json"), key=lambda p: p.stat().st_mtime)[-2:]
+  servers = {json.loads(p.read_text())["address"]: json.loads(p.read_text())["pid"] for p in ready}
+  while not (busy := asyncio.run(_busy(router)) & servers.keys()):
+    assert time.monotonic() < deadline, "no replica had requests in flight"
+    time.sleep(0.05)
+  pid = servers[sorted(busy)[0]]
+  os.kill(pid, signal.SIGKILL)
+  return pid
 
 
 @pytest.mark.timeout(1500)
-def test_rl_on_three_nodes_two_steps_then_a_resume(tmp_path):
+def test_rl_on_three_nodes_two_steps_then_a_resume_with_a_replica_killed(tmp_path):
   require_base_rootfs()
   log_dir, run = tmp_path / "nodes", tmp_path / "run"
+  metrics = run / "metrics.jsonl"
   with ray_local.local_cluster(2, str(log_dir), trainers=2) as c:
-    first = _launch(c.address, run, log_dir, 2)
+    first = subprocess.run(
+      _command(c.address, run, log_dir, 2), cwd=ROOT, capture_output=True, text=True, timeout=1200
+    )
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     assert "RL DONE" in first.stdout
-    replicas = json.loads(first.stdout.split("REPLICAS ", 1)[1].splitlines()[0])
+    replicas = _replicas(first.stdout)
     assert len(replicas) == 2 and all(r["prefill_tokens"] > 0 for r in replicas), replicas
     assert {r["version"] for r in replicas} == {2}, replicas  # every push reached both
-    again = _launch(c.address, run, log_dir, 3)
-    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    # the resume to step 4, one replica's server killed mid-rollouts after step 3
+    out = tmp_path / "again.log"
+    again = subprocess.Popen(
+      _command(c.address, run, log_dir, 4),
+      cwd=ROOT,
+      stdout=out.open("w"),
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    try:
+      killed = _kill_a_busy_replica(out, metrics, log_dir, after=3)
+      again.wait(timeout=1200)
+    finally:
+      again.kill()
+    text = out.read_text()
+    assert again.returncode == 0, text[-4000:]
     logs = [p.read_text() for p in log_dir.glob("trainer-*.log")]
     assert len(logs) == 4 and any("resumed from step 2" in x for x in logs)
-  metrics = read_jsonl(run / "metrics.jsonl")
-  assert [m["step"] for m in metrics] == [1, 2, 3]
-  assert all(m["policy_version"] == m["step"] for m in metrics)
-  rates = [m["prefix_hit_rate"] for m in metrics]  # each turn after an episode's first
+    assert not ray_local.alive(killed)
+    assert len(list(log_dir.glob("replica-*.log"))) >= 5  # 2 + 2 launched, 1+ restarted by Ray
+    assert all(r["version"] == 4 for r in _replicas(text) if r["live"]), text[-2000:]
+  m = read_jsonl(metrics)
+  assert [x["step"] for x in m] == [1, 2, 3, 4]
+  assert all(x["policy_version"] == x["step"] for x in m)
+  # the killed replica's requests failed as the server's (infrastructure: their episodes never
+  # scored, the group run again or dropped), whichever step they were sampled for
+  assert any("kind='server'" in x and "lost" in x for x in logs), "no episode saw the kill"
+  rates = [x["prefix_hit_rate"] for x in m]  # each turn after an episode's first
   assert all(0.0 < r < 1.0 for r in rates), rates  # finds its prefix on its replica
-  servers = sorted(log_dir.glob("replica-*.log"))
-  assert len(servers) == 4  # two nodes, two launches
   for p in range(2):  # each trainer process played its share of every step
     log = (run / f"rollouts.process_{p}_of_2.jsonl").read_text().splitlines()
-    assert sorted({json.loads(x)["step"] for x in log}) == [1, 2, 3]
+    assert sorted({json.loads(x)["step"] for x in log}) == [1, 2, 3, 4]

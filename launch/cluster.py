@@ -4,8 +4,8 @@
 ray start --head --resources='{"trainer": 1}'                       # on each trainer node
 ray start --address=HEAD:6379 --resources='{"inference": 1}'        # on each inference node
 python3 launch/cluster.py --address=auto --serve_config=configs/serve_random.py --replicas=2
-python3 launch/cluster.py --address=auto --rl_config=configs/tmax_qwen3_5_9b_2x6_h100.py \
-    --gpus_per_replica=8 --trainer_gpus=8 --rl_config.model.checkpoint=/ckpt
+python3 launch/cluster.py --address=auto --rl_config=configs/tmax_qwen3_5_9b_2x6_h100.py
+(with --gpus_per_replica=8 --trainer_gpus=8 on 8-GPU nodes, --rl_config.a.b=V as overrides)
 Each replica is launch/serve.py on the node Ray places it on (the checkout at the same path on
 every node); the router listens on this node. A replica Ray reports lost is restarted and the
 router follows it. Ctrl-C or SIGTERM stops the router and every replica. An RL job

@@ -1,4 +1,4 @@
-"""Our own server evaluated two ways must score the same (issue 45, BENCHMARKS acceptance point 2):
+"""Our own server evaluated two ways must score the same (BENCHMARKS "External-endpoint eval"):
 policy=server (the episode worker's gRPC client, token ids in and out) and policy=endpoint (the
 same server's OpenAI-compatible chat API, messages and native tool calls), same tasks, harness
 (bash_tool), seed and k.
@@ -32,7 +32,6 @@ server sends parsed tool calls back): the scripted model ignores its context, a 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -46,7 +45,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tests.inference import scripted_model  # noqa: E402
-from tmax_jax import json_io, tokenizers  # noqa: E402
+from tmax_jax import cli, json_io, tokenizers  # noqa: E402
 from tmax_jax.agents.episode import EpisodeConfig  # noqa: E402
 from tmax_jax.agents.worker import WorkerConfig  # noqa: E402
 from tmax_jax.formats import SUBMIT_COMMAND  # noqa: E402
@@ -232,7 +231,7 @@ def table(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap = cli.ArgumentParser(description=cli.description(__doc__))
   ap.add_argument("--runs", type=int, default=4, help="k: runs per task (>= 2)")
   ap.add_argument("--seed", type=int, default=0, help="base of the per-episode sampling seeds")
   ap.add_argument("--parallel", type=int, default=2, help="episodes at once (and server slots)")
@@ -254,4 +253,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

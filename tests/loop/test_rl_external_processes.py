@@ -120,6 +120,7 @@ def test_two_processes_share_one_external_server(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.full  # CI's time: tests/cluster/test_ray_rl.py runs two processes through a router
 @pytest.mark.timeout(1800)
 def test_two_processes_share_a_router_of_two_replicas(tmp_path):
   """The same through launch/router.py's Router in front of two replicas: every push reaches

@@ -314,6 +314,16 @@ def sft_tmax_qwen3_8b_v5p8() -> SFTConfig:
   return dataclasses.replace(cfg, train=_three_buckets(cfg.train, 1))
 
 
+def sft_terminal_horizon_v5p32() -> SFTConfig:
+  """sft_terminal_horizon on a v5p-32 slice (16 chips of 95 GB, 4 hosts of 4): fsdp 2 x
+  sequence 8, packed micro-batches of two 64k rows (8,192 tokens per chip, as on 8 x H200),
+  16k / 32k / 64k rows. XLA:TPU at full size (BENCHMARKS "Accelerator compiles"): 76.3 of 95 GB
+  per chip. v5p-16 is not tried: the same 8,192 tokens per chip over 8 GPUs compile to 107.6 GB
+  (8 x H200), of it 53.8 GB of fp32 params, Adam state and gradient accumulator."""
+  cfg = sized(sft_terminal_horizon(), V5P_32, MeshConfig(fsdp=2, sequence=8), None, 2)
+  return dataclasses.replace(cfg, train=_three_buckets(cfg.train, 2))
+
+
 def _three_buckets(train: TrainConfig, longest_rows: int) -> TrainConfig:
   """Long, uneven SFT trajectories (the TerminalHorizon average is 52.8 turns): 16k / 32k / 64k
   row buckets so short trajectories share rows."""

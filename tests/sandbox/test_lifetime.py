@@ -203,3 +203,47 @@ def test_sigterm_leaves_nothing_even_with_sandboxes_starting(backend, request, t
   assert child.returncode == -signal.SIGTERM
   left = census.take({tag})  # no sweep: the process cleaned up after itself
   assert left.total == 0, left
+
+
+HALF_BUILT = """
+import sys, threading, time
+sys.path.insert(0, {root!r})
+from tmax_jax.sandbox import bubblewrap, runtime
+from tmax_jax.sandbox.api import EnvironmentSpec
+class Late(bubblewrap.BubblewrapSandbox):
+  # its cgroup made only once another thread closed it half-built, the rest of its start slow:
+  # the order that left a cgroup behind a SIGTERMed owner (close_all returned, the process ended)
+  def _make_cgroup(self):
+    while not self._closed:
+      time.sleep(0.01)
+    super()._make_cgroup()
+    print("cgroup", bool(self.cgroup), flush=True)
+    time.sleep(1.0)
+def build():
+  try:
+    Late(EnvironmentSpec(image=sys.argv[1]))
+  except Exception as e:
+    print("refused:", type(e).__name__, flush=True)
+print(runtime.owner_tag(), flush=True)
+threading.Thread(target=build, daemon=True).start()
+while not runtime._live:
+  time.sleep(0.01)
+runtime.close_all()  # what the SIGTERM handler runs; the process ends right after it
+time.sleep(0.3)
+runtime.os._exit(0)
+"""
+
+
+def test_a_sandbox_closed_half_built_leaves_no_cgroup_when_its_owner_ends(rootfs, tmp_path):
+  """close_all waits for sandboxes other threads are building to tear down what they made after
+  it closed them (tests/sandbox/test_lifetime.py's SIGTERM test once found such a cgroup)."""
+  script = tmp_path / "owner.py"
+  script.write_text(textwrap.dedent(HALF_BUILT.format(root=str(ROOT))))
+  out = subprocess.run(
+    [sys.executable, str(script), str(rootfs)], capture_output=True, text=True, timeout=120
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  tag, *said = out.stdout.split()
+  assert said[:2] == ["cgroup", "True"], out.stdout  # it made one after the close
+  left = census.take({tag})
+  assert left.total == 0, left

@@ -127,20 +127,19 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     self._born = time.monotonic()  # the hard lifetime (Limits.lifetime_s) counts from here
     self._lost = ""
     self.root = runtime.process_root() / self.name
-    runtime.register(self)
-    try:
-      self._prepare_host()
-      self._start_anchor()
-      self._start_shell()
-      self._seed()
-      if self._closed:  # closed by another thread while starting (its process is ending)
-        raise SandboxError(f"{self.backend} sandbox {self.name} was closed while it started")
-    except BaseException:
-      if self._closed:  # close() ran before some of it existed: take down what came after
-        self._teardown()
-      else:
-        self.close()
-      raise
+    with runtime.starting():  # close_all waits for this to finish or tear down
+      runtime.register(self)
+      try:
+        for step in (self._prepare_host, self._start_anchor, self._start_shell, self._seed):
+          step()
+          if self._closed:  # closed by another thread while starting (its process is ending)
+            raise SandboxError(f"{self.backend} sandbox {self.name} was closed while it started")
+      except BaseException:
+        if self._closed:  # close() ran before some of it existed: take down what came after
+          self._teardown()
+        else:
+          self.close()
+        raise
 
   # -------------------------------------------------------------------------------- host side
   @property

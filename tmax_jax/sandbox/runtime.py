@@ -31,6 +31,9 @@ _installed = False
 _signal_lock = threading.Lock()
 _signals_installed = False
 _closing = threading.Event()  # close_all ran: the process is ending
+_starting: set[int] = set()  # threads building a sandbox (guarded by _started)
+_started = threading.Condition()
+STARTING_WAIT_S = 10.0  # what close_all gives sandboxes being built to tear themselves down
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -153,10 +156,33 @@ def _chain_signal(sig: int) -> None:
     signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def starting():
+  """Around a sandbox's construction: close_all waits (STARTING_WAIT_S at most) for every other
+  thread's to end, so one that it closed half-built tears down what it made after the close
+  (a cgroup made then would outlive the process)."""
+  me = threading.get_ident()
+  with _started:
+    _starting.add(me)
+  try:
+    yield
+  finally:
+    with _started:
+      _starting.discard(me)
+      _started.notify_all()
+
+
+def _wait_for_starting(timeout_s: float) -> None:
+  me = threading.get_ident()  # the signal handler may run in a thread that is building one
+  with _started:
+    _started.wait_for(lambda: not (_starting - {me}), timeout=timeout_s)
+
+
 def close_all() -> None:
   """Closes every live sandbox of this process, then removes the process root with whatever is
   left in it (the scratch dirs of trials that were running: the process is ending). Sandboxes
-  that other threads are starting meanwhile are closed too (they tear down what they made)."""
+  that other threads are starting meanwhile are closed too, and waited for while they tear down
+  what they made (`starting`)."""
   with _lock:
     _closing.set()
   for _ in range(50):
@@ -168,6 +194,7 @@ def close_all() -> None:
       with contextlib.suppress(Exception):
         sb.close()
       unregister(sb)
+  _wait_for_starting(STARTING_WAIT_S)
   root = tmp_base() / owner_tag()
   if root.exists():
     with contextlib.suppress(OSError):

@@ -61,18 +61,53 @@ def _staging_split(shape: tuple[int, ...], target: NamedSharding, n_local: int) 
 _slice = jax.jit(jax.lax.slice, static_argnums=(1, 2))
 
 
-def _host_major(order: list) -> bool | None:
-  """How the trainer mesh's flat device order groups its hosts (process_index): True = host by
-  host ([h0 h0 h1 h1 ...]), False = round robin ([h0 h1 h0 h1 ...], how a multi-host TPU slice's
-  topology-ordered mesh can come out), None = neither. One host: True."""
-  hosts = [d.process_index for d in order]
-  n_hosts = len(set(hosts))
-  n_local = len(order) // n_hosts
-  by_host = np.asarray(hosts).reshape(n_hosts, n_local)
-  if (by_host == by_host[:, :1]).all():
-    return True
-  round_robin = np.asarray(hosts).reshape(n_local, n_hosts)
-  return False if (round_robin == round_robin[:1]).all() else None
+def host_layout(hosts: list[int]) -> tuple[tuple[int, ...], tuple[bool, ...]] | None:
+  """How a mesh's flat device order (each device's host, i.e. process_index) groups its hosts, as
+  a reshape of that order into axes, each of hosts or of one host's own devices -> (shape, which
+  axes are of hosts): host by host [h0 h0 h1 h1 ...] = ((hosts, local), (True, False)); round
+  robin [h0 h1 h0 h1 ...] = ((local, hosts), (False, True)); a mixed-radix interleaving (how an
+  8-host v5p slice's topology-ordered mesh comes out: [h0 h2 h4 h6 h0 h2 h4 h6 h1 h3 ...]), for
+  a power-of-two device count, = one axis of 2 per bit of the flat index. None: no such reshape."""
+  n, n_hosts = len(hosts), len(set(hosts))
+  n_local = n // n_hosts
+  h = np.asarray(hosts)
+  if (h.reshape(n_hosts, n_local) == h.reshape(n_hosts, n_local)[:, :1]).all():
+    return (n_hosts, n_local), (True, False)
+  if (h.reshape(n_local, n_hosts) == h.reshape(n_local, n_hosts)[:1]).all():
+    return (n_local, n_hosts), (False, True)
+  if n & (n - 1):
+    return None
+  bits = n.bit_length() - 1
+  index = np.arange(n)
+  # bit k of the flat index (k = 0 the outermost) is a host axis when flipping it moves a device
+  # to another host; the layout holds when the host bits alone name the host, one to one
+  is_host = tuple(bool((h[index ^ (1 << (bits - 1 - k))] != h).any()) for k in range(bits))
+  pattern = sum(((index >> (bits - 1 - k)) & 1) << k for k in range(bits) if is_host[k])
+  named = set(zip(pattern.tolist(), hosts, strict=True))
+  if len(named) != n_hosts or len({p for p, _ in named}) != n_hosts:
+    return None
+  return (2,) * bits, is_host
+
+
+def staging_axes(layout, split: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+  """The staging mesh's axes over a host layout (host_layout): the host axes kept, the local
+  axes cut so that `split` of each host's devices (outer first) hold the leaf's parts and the rest
+  replicate them -> (shape, names "host<i>" / "split<i>" / "rep<i>"); the flat order is kept."""
+  shape, names, left = [], [], split
+  for i, (size, is_host) in enumerate(zip(*layout, strict=True)):
+    if is_host:
+      shape.append(size)
+      names.append(f"host{i}")
+      continue
+    take = math.gcd(size, left)
+    left //= take
+    for part, kind in ((take, "split"), (size // take, "rep")):
+      if part > 1:
+        shape.append(part)
+        names.append(f"{kind}{i}")
+  if left != 1:
+    raise ValueError(f"weight sync: {split} parts do not fit the local axes of {layout}")
+  return tuple(shape), tuple(names)
 
 
 class WeightSync:
@@ -89,29 +124,25 @@ class WeightSync:
     if not self._direct:
       self._hosts = len({d.process_index for d in self._order})
       self._n_local = len(self._order) // self._hosts
-      self._host_major = _host_major(self._order)
-      if self._host_major is None:
+      self._layout = host_layout([d.process_index for d in self._order])
+      if self._layout is None:
         raise ValueError(
           "weight sync: the trainer mesh's device order mixes its hosts irregularly "
-          f"({[d.process_index for d in self._order]}); a staging copy per host needs them "
-          "host by host or round robin"
+          f"({[d.process_index for d in self._order]}); a staging copy per host needs a reshape "
+          "of that order into host axes and local axes"
         )
       out = jax.tree.map(self._staging, target)
     self._cast = jax.jit(self._cast_impl, out_shardings=out)
 
   def _staging(self, t: jax.ShapeDtypeStruct) -> NamedSharding:
     """Replicated over hosts, split over each host's own trainer devices, on a mesh whose flat
-    device order is the trainer mesh's (host by host or round robin: the host axis is outer or
-    inner)."""
+    device order is the trainer mesh's (its host layout's axes, host_layout / staging_axes)."""
     dim, g = _staging_split(t.shape, t.sharding, self._n_local)
-    devices = np.asarray(self._order)
-    if self._host_major:
-      mesh = Mesh(devices.reshape(self._hosts, g, self._n_local // g), ("host", "split", "rep"))
-    else:
-      mesh = Mesh(devices.reshape(g, self._n_local // g, self._hosts), ("split", "rep", "host"))
+    shape, names = staging_axes(self._layout, g)
+    mesh = Mesh(np.asarray(self._order).reshape(shape), names)
     spec = [None] * len(t.shape)
     if dim >= 0:
-      spec[dim] = "split"
+      spec[dim] = tuple(n for n in names if n.startswith("split")) or None
     return NamedSharding(mesh, P(*spec))
 
   def _cast_impl(self, params):

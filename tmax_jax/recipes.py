@@ -51,6 +51,9 @@ V5P_32 = TopologyConfig(
   name="v5p-32 (16 chips, 95 GB), four hosts of 4", devices=16, device_memory_gb=95.0, processes=4
 )
 V5P_8 = TopologyConfig(name="v5p-8 (4 chips, 95 GB), one host", devices=4, device_memory_gb=95.0)
+V5P_64 = TopologyConfig(
+  name="v5p-64 (32 chips, 95 GB), eight hosts of 4", devices=32, device_memory_gb=95.0, processes=8
+)
 H200_X32 = TopologyConfig(
   name="32 x H200 (141 GB), four hosts of 8", devices=32, device_memory_gb=141.0, processes=4
 )
@@ -253,6 +256,18 @@ def tmax_qwen3_6_27b() -> RLConfig:
     4,
   )
   train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=64)
+  return dataclasses.replace(cfg, train=train)
+
+
+def tmax_qwen3_6_27b_v5p64() -> RLConfig:
+  """tmax_qwen3_6_27b laid out on a v5p-64 slice (32 chips of 95 GB, 8 hosts of 4), colocated.
+  Trainer: fsdp 2 x sequence 16, fixed rows: 128 micro-batches of 2 rows (4,224 tokens per
+  chip). Server per host: 1 x tensor 4, 32 slots over 12,500 pages, bf16 params with the fp32
+  head (8 replicas x 32 = the 256 episodes). XLA:TPU at full size (BENCHMARKS "Accelerator
+  compiles"): 40.6 + 50.2 = 90.8 of 95 GB per chip."""
+  serve = serving(1, 4, 32, 12500, "bfloat16")
+  cfg = sized(tmax_qwen3_6_27b(), V5P_64, MeshConfig(fsdp=2, sequence=16), serve, 2)
+  train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=128)
   return dataclasses.replace(cfg, train=train)
 
 

@@ -16,7 +16,6 @@ exits with the job, stopping the replicas.
 """
 
 import json
-import sys
 
 from absl import flags
 from ml_collections import config_flags
@@ -54,18 +53,23 @@ _READY_FILE = flags.DEFINE_string(
 
 
 def _rl_overrides() -> tuple[list[str], list[str]]:
-  """The --rl_config.a.b=V flags given -> (the trainer's `--config.a.b=V`, the inference nodes'
-  server's: those of its own fields, model.* and serving.*)."""
+  """The --rl_config.a.b overrides given (as ml_collections parsed them, `=V` or ` V`) -> (the
+  trainer's `--config.a.b=V`, the inference nodes' server's: those of its own fields, model.* and
+  serving.engine.* / serving.param_dtype)."""
   from tmax_jax.errors import UserError
 
-  given = [a[len("--rl_config.") :] for a in sys.argv[1:] if a.startswith("--rl_config.")]
-  for o in given:
-    if o.split("=", 1)[0] in _NOT_FORWARDED:
+  given = config_flags.get_override_values(flags.FLAGS["rl_config"])
+  for key in given:
+    if key in _NOT_FORWARDED:
       raise UserError(
-        f"--rl_config.{o}: the inference nodes' servers read it from the config file; set it there"
+        f"--rl_config.{key}: the inference nodes' servers read it from the config file; "
+        "set it there"
       )
-  serve = [o for o in given if o.startswith(("model.", "serving.engine.", "serving.param_dtype"))]
-  return [f"--config.{o}" for o in given], [f"--config.{o}" for o in serve]
+  args = {k: f"--config.{k}={v if isinstance(v, str) else repr(v)}" for k, v in given.items()}
+  serve = [
+    a for k, a in args.items() if k.startswith(("model.", "serving.engine.", "serving.param_dtype"))
+  ]
+  return list(args.values()), serve
 
 
 def _run_rl(fleet_lib, spec_of) -> int:

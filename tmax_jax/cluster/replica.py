@@ -67,6 +67,18 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def stop_process(proc: subprocess.Popen | None, timeout_s: float) -> None:
+  """SIGTERM to `proc` (it stops cleanly), SIGKILL after `timeout_s`; nothing if it has ended."""
+  if proc is None or proc.poll() is not None:
+    return
+  proc.send_signal(signal.SIGTERM)
+  try:
+    proc.wait(timeout=timeout_s)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+
+
 def log_tail(path: pathlib.Path) -> str:
   """The server's `error: ...` line if it printed one, else its last line."""
   lines = [x.strip() for x in path.read_text(errors="replace").splitlines() if x.strip()]
@@ -173,10 +185,4 @@ class ServerReplica:
   def stop(self, timeout_s: float = 30.0) -> None:
     """SIGTERM to the server (it stops cleanly), SIGKILL after `timeout_s`."""
     self._stopping.set()
-    if self._proc.poll() is None:
-      self._proc.send_signal(signal.SIGTERM)
-      try:
-        self._proc.wait(timeout=timeout_s)
-      except subprocess.TimeoutExpired:
-        self._proc.kill()
-        self._proc.wait()
+    stop_process(self._proc, timeout_s)

@@ -17,7 +17,6 @@ import dataclasses
 import logging
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ import time
 import ray
 
 from tmax_jax.cluster import roles
-from tmax_jax.cluster.replica import ROOT, die_with_parent, log_tail, server_env
+from tmax_jax.cluster.replica import ROOT, die_with_parent, log_tail, server_env, stop_process
 from tmax_jax.errors import UserError
 from tmax_jax.inference.server import free_port
 
@@ -99,14 +98,7 @@ class TrainerProcess:
 
   def stop(self, timeout_s: float = 30.0) -> None:
     """SIGTERM to the process, SIGKILL after `timeout_s`."""
-    proc = self._proc
-    if proc is not None and proc.poll() is None:
-      proc.send_signal(signal.SIGTERM)
-      try:
-        proc.wait(timeout=timeout_s)
-      except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(self._proc, timeout_s)
 
 
 def _start(spec: TrainerSpec, router: str) -> tuple[list, list]:

@@ -301,6 +301,13 @@ class RLConfig:
     check_temperature(self.train, self.worker)
     _derive_family(self)
 
+  def served_engine(self) -> EngineConfig:
+    """`serving.engine` with what the job derives for its server (ServingConfig.engine_for): the
+    episode family's stop ids ("" family: none added, the served model's own, as a serve job's),
+    the worker's top-k logprobs, a deterministic run's cache and batching."""
+    stops = stop_token_ids(self.episode) if self.episode.family else ()
+    return self.serving.engine_for(stops, self.worker.top_logprobs, self.deterministic)
+
   def rollout_worker(self, processes: int = 1) -> WorkerConfig:
     """`worker` as one of `processes` processes runs it, its derived fields (0) filled in:
     max_parallel_episodes = this process's server slots (serving.replicas x
@@ -384,10 +391,8 @@ def node_server_config(rl: RLConfig) -> ServeConfig:
   serving.tensor devices, its engine with what the job derives (the episode family's stop ids, the
   worker's top-k logprobs, a deterministic run's cache and batching), sized for one host of the
   job's topology."""
-  stops = stop_token_ids(rl.episode) if rl.episode.family else ()  # "": the model's, as serve's
-  engine = rl.serving.engine_for(stops, rl.worker.top_logprobs, rl.deterministic)
   serving = dataclasses.replace(
-    rl.serving, engine=engine, placement="colocated", nodes=0, address="", devices=0
+    rl.serving, engine=rl.served_engine(), placement="colocated", nodes=0, address="", devices=0
   )
   topo = rl.topology
   node = dataclasses.replace(

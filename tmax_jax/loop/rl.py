@@ -53,7 +53,6 @@ import grpc
 import jax
 import numpy as np
 
-from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.errors import ConfigError
@@ -166,9 +165,7 @@ async def _open_server(job: _Job, version: int) -> PolicyServer:
   """The policy server, serving the current policy as `version` (a copy for an in-process one:
   the trainer donates the state's buffers)."""
   cfg = job.cfg
-  engine = cfg.serving.engine_for(
-    stop_token_ids(cfg.episode), cfg.worker.top_logprobs, cfg.deterministic
-  )
+  engine = cfg.served_engine()
   client_cfg = ClientConfig(max_attempts=cfg.serving.max_attempts, backoff_max_s=2.0)
   return await open_server(
     job.model_cfg, job.state.params, version, cfg.serving, engine, job.place, client_cfg

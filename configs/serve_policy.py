@@ -5,10 +5,8 @@ launch/cluster.py --rl_config=... starts one on every inference node; by hand:
 python3 launch/serve.py --config=configs/serve_policy.py:configs/tmax_qwen3_5_9b_2x6_h100.py
 """
 
-import runpy
-
 from tmax_jax import jobs
-from tmax_jax.config_dict import to_config_dict
+from tmax_jax.config_dict import load_config_file, to_config_dict
 from tmax_jax.errors import UserError
 from tmax_jax.loop.config import node_server_config
 
@@ -20,7 +18,7 @@ def get_config(rl_config: str = "configs/tmax_qwen3_5_9b_2x6_h100.py"):
       "--config=configs/serve_policy.py:configs/X.py"
     )
   try:
-    cd = runpy.run_path(rl_config)["get_config"]()
+    cd = load_config_file(rl_config)
   except FileNotFoundError as e:
     raise UserError(f"configs/serve_policy.py:{rl_config}: no such file") from e
   return to_config_dict(node_server_config(jobs.job_config(cd, "rl", rl_config)))

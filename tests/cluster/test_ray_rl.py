@@ -56,25 +56,33 @@ def _replicas(out: str) -> list[dict]:
   return json.loads(out.split("REPLICAS ", 1)[1].splitlines()[0])
 
 
-async def _busy(router: str) -> set[str]:
-  async with client_lib.RolloutClient(router) as c:
-    return {r.address for r in (await c.status()).replica_status if r.active_requests}
-
-
-def _kill_a_busy_replica(out: pathlib.Path, metrics: pathlib.Path, log_dir, after: int) -> int:
-  """Once `after` steps are in the metrics, SIGKILLs the server of a replica with requests in
-  flight (its node's server, as a lost node's would die) -> its pid."""
+async def _first_busy(router: str, servers: dict[str, int], run: subprocess.Popen) -> str:
+  """Polls the router until a replica among `servers` has requests in flight -> its address."""
   deadline = time.monotonic() + 900
-  while len(read_jsonl(metrics)) < after:
-    assert time.monotonic() < deadline, out.read_text()[-3000:]
-    time.sleep(0.5)
-  router = out.read_text().split("ROUTING ", 1)[1].split()[0]
+  async with client_lib.RolloutClient(router) as c:
+    while True:
+      assert run.poll() is None, "the resumed run ended before a replica had requests in flight"
+      assert time.monotonic() < deadline, "no replica had requests in flight"
+      status = await c.status()
+      if busy := {r.address for r in status.replica_status if r.active_requests} & servers.keys():
+        return sorted(busy)[0]
+      await asyncio.sleep(0.05)
+
+
+def _kill_a_busy_replica(out: pathlib.Path, log_dir: pathlib.Path, run: subprocess.Popen) -> int:
+  """SIGKILLs the server of a replica with requests in flight (its node's server, as a lost
+  node's would die) as soon as the resumed run's rollouts start -> its pid. Killed in the first
+  step's rollouts, not after a step's metrics: with async_steps=1 the next step's episodes may all
+  be sampled by the time a step's metrics are written."""
+  deadline = time.monotonic() + 900
+  while "ROUTING " not in (text := out.read_text()):
+    assert run.poll() is None and time.monotonic() < deadline, text[-3000:]
+    time.sleep(0.2)
+  router = text.split("ROUTING ", 1)[1].split()[0]
+  # the router is printed once its replicas are ready: the newest two ready files are theirs
   ready = sorted(log_dir.glob("replica-*.json"), key=lambda p: p.stat().st_mtime)[-2:]
   servers = {json.loads(p.read_text())["address"]: json.loads(p.read_text())["pid"] for p in ready}
-  while not (busy := asyncio.run(_busy(router)) & servers.keys()):
-    assert time.monotonic() < deadline, "no replica had requests in flight"
-    time.sleep(0.05)
-  pid = servers[sorted(busy)[0]]
+  pid = servers[asyncio.run(_first_busy(router, servers, run))]
   os.kill(pid, signal.SIGKILL)
   return pid
 
@@ -93,7 +101,7 @@ def test_rl_on_three_nodes_two_steps_then_a_resume_with_a_replica_killed(tmp_pat
     replicas = _replicas(first.stdout)
     assert len(replicas) == 2 and all(r["prefill_tokens"] > 0 for r in replicas), replicas
     assert {r["version"] for r in replicas} == {2}, replicas  # every push reached both
-    # the resume to step 4, one replica's server killed mid-rollouts after step 3
+    # the resume to step 4, one replica's server killed mid-rollouts of step 3
     out = tmp_path / "again.log"
     again = subprocess.Popen(
       _command(c.address, run, log_dir, 4),
@@ -103,7 +111,7 @@ def test_rl_on_three_nodes_two_steps_then_a_resume_with_a_replica_killed(tmp_pat
       text=True,
     )
     try:
-      killed = _kill_a_busy_replica(out, metrics, log_dir, after=3)
+      killed = _kill_a_busy_replica(out, log_dir, again)
       again.wait(timeout=1200)
     finally:
       again.kill()

@@ -26,14 +26,14 @@ import report  # noqa: E402  (bench/report.py)
 from tmax_jax import cli
 from tmax_jax.sandbox import open_sandbox  # noqa: E402
 from tmax_jax.sandbox.api import EnvironmentSpec  # noqa: E402
-from tmax_jax.sandbox.images import ensure_base_rootfs  # noqa: E402
+from tmax_jax.sandbox.images.base_rootfs import ensure_base_rootfs  # noqa: E402
 from tmax_jax.sandbox.pool import SandboxPool  # noqa: E402
 
 
 def _image(backend: str) -> str:
   rootfs = ensure_base_rootfs(quiet=True)
   if backend == "podman":
-    from tmax_jax.sandbox.podman import ensure_podman_image
+    from tmax_jax.sandbox.backends.podman import ensure_podman_image
 
     return ensure_podman_image(rootfs)
   return str(rootfs)

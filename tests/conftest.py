@@ -62,7 +62,7 @@ def require_base_rootfs():
   rootfs; returns its path. Shared by every test that runs real sandboxes."""
   try:
     from tmax_jax.sandbox import open_sandbox  # noqa: F401
-    from tmax_jax.sandbox.images import is_built, rootfs_path
+    from tmax_jax.sandbox.images.base_rootfs import is_built, rootfs_path
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   if not is_built(rootfs_path()):

@@ -248,7 +248,7 @@ def test_preflight_reads_trajectories_parquets_checkpoints_harnesses_and_familie
 
 def test_a_failed_build_step_is_said_in_two_lines():
   from tmax_jax.sandbox.api import SandboxError
-  from tmax_jax.sandbox.build import failed_step_message
+  from tmax_jax.sandbox.images.builder import failed_step_message
 
   error = SandboxError("ctx/Dockerfile: line 3 RUN failed (exit 100):\nGet:1 ...\n\nE: no pkg\n")
   assert failed_step_message(error) == "ctx/Dockerfile: line 3 RUN failed (exit 100):\nE: no pkg"

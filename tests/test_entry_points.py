@@ -139,13 +139,17 @@ CASES = [
   ),
   (
     "sandbox-build-typo",
-    "-m tmax_jax.sandbox.build {empty} --prune_dayz 1",
+    "-m tmax_jax.sandbox.images build {empty} --prune_dayz 1",
     "unrecognized arguments: --prune_dayz 1",
   ),
-  ("sandbox-build-no-dockerfile", "-m tmax_jax.sandbox.build {empty}", "{empty}: no Dockerfile"),
+  (
+    "sandbox-build-no-dockerfile",
+    "-m tmax_jax.sandbox.images build {empty}",
+    "{empty}: no Dockerfile",
+  ),
   (
     "sandbox-build-malformed-dockerfile",
-    "-m tmax_jax.sandbox.build {bad}/t1/environment",
+    "-m tmax_jax.sandbox.images build {bad}/t1/environment",
     "Dockerfile: line 1: RUN before FROM",
   ),
   (
@@ -289,7 +293,7 @@ FAST_HELP = [
   "launch/cluster.py",
   "-m tmax_jax.rehearse",
   "-m tmax_jax.tasks.procedural.cli",
-  "-m tmax_jax.sandbox.build",
+  "-m tmax_jax.sandbox.images",
   "-m tmax_jax.sandbox",
   "-m tmax_jax.tasks.generate_llm",
   "-m tmax_jax.tasks.generate_axes",
@@ -352,7 +356,7 @@ def test_help_of_the_other_entry_points_documents_every_flag(entry):
 # --- issue 47: every entry point, a wrong-typed value, a misspelt enum and a corrupt file ------
 # (entry, kind, arguments, what stderr must name). {files}: _corrupt_files. An entry point without
 # a flag of a kind has no case of it: procedural.cli, generate_llm, tokenizers.build and sandbox
-# read no input file; generate_axes, sandbox.build, harbor.tasks, harbor.jobs, difficulty and
+# read no input file; generate_axes, sandbox.images, harbor.tasks, harbor.jobs, difficulty and
 # task_images have no enum flag; tokenizers.build, harbor.tasks and harbor.jobs no typed one.
 # `python3 -m tmax_jax.harbor` is Harbor's own CLI (its flags and errors are Harbor's).
 DEMO, RL, SFT = "configs/demo_cpu.py", "configs/tmax_qwen3_8b.py", "configs/sft_tmax_qwen3_8b.py"
@@ -578,15 +582,15 @@ WALK = [
     "argument --mirror: 'debian.org' is not a mirror URL",
   ),
   (
-    "-m tmax_jax.sandbox.build",
+    "-m tmax_jax.sandbox.images",
     "type",
-    "--prune_days week",
+    "build --prune_days week",
     "argument --prune_days: invalid float value",
   ),
   (
-    "-m tmax_jax.sandbox.build",
+    "-m tmax_jax.sandbox.images",
     "file",
-    "{bad}/t1/environment",
+    "build {bad}/t1/environment",
     "{bad}/t1/environment/Dockerfile: line 1: RUN before FROM",
   ),
   ("-m tmax_jax.harbor.tasks", "file", "{bad} --out {empty}/w6", "{bad}/t1/task.toml"),
@@ -674,7 +678,7 @@ FAST_WALK = {
   "-m tmax_jax.tasks.procedural.cli",
   "-m tmax_jax.tasks.generate_axes",
   "-m tmax_jax.sandbox",
-  "-m tmax_jax.sandbox.build",
+  "-m tmax_jax.sandbox.images",
   "-m tmax_jax.harbor.tasks",
   "-m tmax_jax.harbor.jobs",
   "-m tmax_jax.tasks.difficulty",
@@ -722,7 +726,7 @@ def test_a_failing_run_step_says_its_line_and_its_last_output_line(tmp_path):
   (tmp_path / "Dockerfile").write_text(
     "FROM tmax-base:bookworm\nRUN echo reading lists; echo 'E: no package nope' >&2; exit 100\n"
   )
-  out, _ = _run(f"-m tmax_jax.sandbox.build {tmp_path}")
+  out, _ = _run(f"-m tmax_jax.sandbox.images build {tmp_path}")
   assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
   error = out.stderr[out.stderr.index("error: ") :]
   assert (

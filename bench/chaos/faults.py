@@ -22,7 +22,9 @@ import threading
 import time
 
 from tmax_jax.inference.client import RolloutClient
-from tmax_jax.sandbox import cgroups, layers, podman
+from tmax_jax.sandbox import cgroups
+from tmax_jax.sandbox.backends import podman
+from tmax_jax.sandbox.images import layers
 
 
 def _pids_parent() -> pathlib.Path | None:

@@ -25,7 +25,7 @@ def tok():
 def _require_tmux_sandbox():
   try:
     from tmax_jax.sandbox import open_sandbox  # noqa: F401
-    from tmax_jax.sandbox.images import is_built, rootfs_path
+    from tmax_jax.sandbox.images.base_rootfs import is_built, rootfs_path
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   root = rootfs_path()

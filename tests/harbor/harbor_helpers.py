@@ -27,7 +27,7 @@ def require_harbor() -> None:
 
 
 def require_podman() -> None:
-  from tmax_jax.sandbox import podman
+  from tmax_jax.sandbox.backends import podman
 
   reason = podman.podman_available()
   if reason:

@@ -11,7 +11,7 @@ from tests.conftest import require_base_rootfs
 from tests.harbor.harbor_helpers import require_harbor, require_podman
 from tests.loop.rl_helpers import tiny_rl_config
 from tmax_jax.loop.rl import run_rl
-from tmax_jax.sandbox import podman
+from tmax_jax.sandbox.backends import podman
 from tmax_jax.tasks.runner import RunnerConfig
 
 pytestmark = pytest.mark.slow

@@ -30,7 +30,7 @@ def _soak():
 def test_short_soak_holds_every_invariant(backend, tmp_path):
   require_base_rootfs()
   if backend == "podman":
-    from tmax_jax.sandbox import podman
+    from tmax_jax.sandbox.backends import podman
 
     reason = podman.podman_available()
     if reason:

@@ -75,7 +75,7 @@ def test_pages_per_block_divides_the_table():
 )
 def test_check_names_the_field_and_what_is_expected(kernel, head_dim, dtype, message):
   with pytest.raises(UserError, match=r"EngineConfig\.paged_kernel") as err:
-    pallas_paged.check(kernel, head_dim, dtype)
+    paged_attention.check_kernel(kernel, head_dim, dtype)
   assert message in str(err.value)
-  pallas_paged.check("jax", head_dim, dtype)  # the default serves anything
-  pallas_paged.check("pallas", 256, "bfloat16")
+  paged_attention.check_kernel("jax", head_dim, dtype)  # the default serves anything
+  paged_attention.check_kernel("pallas", 256, "bfloat16")

@@ -16,19 +16,20 @@ from tmax_jax.sandbox.api import EnvironmentSpec, Limits
 def rootfs() -> pathlib.Path:
   if os.geteuid() != 0 and not (shutil.which("debootstrap")):
     pytest.skip("building the base rootfs needs root and debootstrap")
-  from tmax_jax.sandbox.images import ensure_base_rootfs
+  from tmax_jax.sandbox.images.base_rootfs import ensure_base_rootfs
 
   return ensure_base_rootfs(quiet=True)
 
 
 @pytest.fixture(scope="session")
 def podman_image(rootfs) -> str:
-  from tmax_jax.sandbox import podman
+  from tmax_jax.sandbox.backends import podman
+  from tmax_jax.sandbox.images import podman_store
 
   reason = podman.podman_available()
   if reason:
     pytest.skip(f"podman cannot run here: {reason}")
-  return podman.ensure_podman_image(rootfs)
+  return podman_store.ensure_podman_image(rootfs)
 
 
 def image_for(backend: str, request) -> str:

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from tmax_jax.sandbox import apptainer, open_sandbox, resolve_backend
+from tmax_jax.sandbox import open_sandbox, resolve_backend
 from tmax_jax.sandbox.api import EnvironmentSpec, Limits, SandboxError
+from tmax_jax.sandbox.backends import apptainer
 
 
 class _CommandLinesOnly(apptainer.ApptainerSandbox):

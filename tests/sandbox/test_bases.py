@@ -1,9 +1,9 @@
-"""Stand-in bases (sandbox/bases.py, sandbox/bases/): the mapping, the known-deviation registry and
-how a build failure names it (fast); and, in the slow suite, the steps tasks commonly run on each
-stand-in built for real: `apt-get install python3-pip`, `pip install` of a package whose
+"""Stand-in bases (images/base_images.py, sandbox/bases/): the mapping, the known-deviation registry
+and how a build failure names it (fast); and, in the slow suite, the steps tasks commonly run on
+each stand-in built for real: `apt-get install python3-pip`, `pip install` of a package whose
 dependencies upgrade typing_extensions, of an old sdist whose setup.py imports setuptools, and of
-pinned releases (including ones that replace packages Debian pulled in). Every step below passes
-on the real image the stand-in replaces (BUILD_NOTES "Base images"), so it must pass here."""
+pinned releases (including ones that replace packages Debian pulled in). Every step below passes on
+the real image the stand-in replaces (BUILD_NOTES "Base images"), so it must pass here."""
 
 from __future__ import annotations
 
@@ -17,45 +17,47 @@ import pytest
 from tests.conftest import require_base_rootfs
 from tmax_jax.agents.worker import Trial
 from tmax_jax.loop.evaluate.trials import trial_record
-from tmax_jax.sandbox import bases, build
 from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.sandbox.images import base_images, builder
 from tmax_jax.tasks.format import AgentConfig, Task, TaskConfig, VerifierConfig, write_task
 from tmax_jax.tasks.runner import RunnerConfig, run_noop
 
 
 def test_every_recipe_resolves_and_every_deviation_names_real_bases():
-  recipes = {p.parent.name for p in bases.recipes_dir().glob("*/Dockerfile")}
+  recipes = {p.parent.name for p in base_images.recipes_dir().glob("*/Dockerfile")}
   for name in recipes:
-    base = bases._load(name)  # its FROM chain resolves down to a debootstrap suite
+    base = base_images._load(name)  # its FROM chain resolves down to a debootstrap suite
     assert base.suite in ("bookworm", "trixie"), (name, base)
-  for dev in bases.deviations():
+  for dev in base_images.deviations():
     assert dev.bases and set(dev.bases) <= recipes, dev
     assert dev.match and dev.what and dev.failure, dev
 
 
 def test_ubuntu_and_tbench_references_map_to_the_pip_compatible_stand_ins():
-  assert bases.resolve("ubuntu:24.04").name == "ubuntu-24-04"
-  assert bases.resolve("ubuntu:22.04").name == "ubuntu-22-04"
-  assert bases.resolve("debian:trixie").name == "debian-trixie"
-  tb = bases.resolve("ghcr.io/laude-institute/t-bench/python-3-13:20250620")
+  assert base_images.resolve("ubuntu:24.04").name == "ubuntu-24-04"
+  assert base_images.resolve("ubuntu:22.04").name == "ubuntu-22-04"
+  assert base_images.resolve("debian:trixie").name == "debian-trixie"
+  tb = base_images.resolve("ghcr.io/laude-institute/t-bench/python-3-13:20250620")
   assert (tb.name, tb.suite, tb.workdir) == ("tbench-python-3-13", "trixie", "/app")
   # a recipe FROM another mapped image carries its COPY sources into the Apptainer %files
-  files = bases.recipe_files(bases.resolve("ghcr.io/laude-institute/t-bench/ubuntu-24-04"))
-  hook = bases.recipes_dir() / "compat" / "pip-compat.sh"
+  files = base_images.recipe_files(
+    base_images.resolve("ghcr.io/laude-institute/t-bench/ubuntu-24-04")
+  )
+  hook = base_images.recipes_dir() / "compat" / "pip-compat.sh"
   assert (hook, "/usr/local/lib/tmax/pip-compat.sh") in files
 
 
 def test_a_failure_a_deviation_explains_is_named_and_others_are_left_alone():
   missing = SandboxError("line 3 RUN failed (exit 100):\nE: Unable to locate package ubuntu-dev")
-  named = bases.attribute_failure(missing, "tbench-ubuntu-24-04")
-  assert isinstance(named, bases.StandInBuildError)
+  named = base_images.attribute_failure(missing, "tbench-ubuntu-24-04")
+  assert isinstance(named, base_images.StandInBuildError)
   assert named.deviations == ("debian-for-ubuntu",) and "ubuntu-dev" in str(named)
-  assert bases.deviation_ids(f"build_failed: {named}") == ("debian-for-ubuntu",)
+  assert base_images.deviation_ids(f"build_failed: {named}") == ("debian-for-ubuntu",)
   # the same output on a stand-in without that deviation, or another failure: not attributed
-  assert bases.attribute_failure(missing, "debian-trixie") is missing
+  assert base_images.attribute_failure(missing, "debian-trixie") is missing
   other = SandboxError("line 3 RUN failed (exit 1):\nNo such file or directory: data.csv")
-  assert bases.attribute_failure(other, "tbench-ubuntu-24-04") is other
-  assert bases.deviation_ids("build_failed: line 3 RUN failed") == ()
+  assert base_images.attribute_failure(other, "tbench-ubuntu-24-04") is other
+  assert base_images.deviation_ids("build_failed: line 3 RUN failed") == ()
 
 
 def test_trial_record_of_a_build_failure_has_status_and_deviations():
@@ -79,7 +81,7 @@ def test_a_task_build_failure_on_the_project_base_is_build_failed_without_deviat
   require_base_rootfs()
   res = run_noop(_task(tmp_path, "FROM tmax-base:bookworm\nRUN exit 7\n"), RunnerConfig())
   assert res.reason.startswith("build_failed: ") and "exit 7" in res.reason, res.reason
-  assert bases.deviation_ids(res.reason) == ()
+  assert base_images.deviation_ids(res.reason) == ()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,16 +193,16 @@ _IN_CI = ("tbench-ubuntu-24-04", "python-3-13")
 def test_common_steps_pass_on_the_stand_in(name, tmp_path):
   _require_builds()
   ref, pip, pins = _CASES[name]
-  assert bases.resolve(ref).name == name and not bases.resolve(ref).warning
+  assert base_images.resolve(ref).name == name and not base_images.resolve(ref).warning
   ctx = tmp_path / "ctx"
   ctx.mkdir()
   (ctx / "Dockerfile").write_text(_common_steps(ref, pip, pins))
   (ctx / "tmaxold-0.1.tar.gz").write_bytes(_old_sdist())
   try:
-    build.ensure_base(bases.resolve(ref), quiet=True)
+    builder.ensure_base(base_images.resolve(ref), quiet=True)
   except SandboxError as err:  # no network, no debootstrap: the stand-in cannot exist here
     pytest.skip(f"stand-in {name} cannot be built here: {str(err)[:300]}")
-  image = build.build_image(ctx, timeout_s=1800.0)  # a failed step raises, naming its output
+  image = builder.build_image(ctx, timeout_s=1800.0)  # a failed step raises, naming its output
   ran = [s["where"] for s in image.steps if s["line"]]  # line 0: the harness layer
   assert ran == [
     "line 3 RUN",

@@ -1,4 +1,4 @@
-"""Task images built from Dockerfiles (sandbox/build.py): layers, cache, errors naming the line,
+"""Task images built from Dockerfiles (images/builder.py): layers, cache, errors naming the line,
 sandboxes of both backends started from them, the offline stand-ins, the Apptainer definition.
 Tiny Dockerfiles on the project's base rootfs, so every build step takes well under a second."""
 
@@ -11,9 +11,11 @@ import uuid
 import pytest
 
 from tests.conftest import require_base_rootfs
-from tmax_jax.sandbox import build, dockerfile, mirror, open_sandbox
+from tmax_jax.sandbox import open_sandbox
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
-from tmax_jax.sandbox.dockerfile import DockerfileError
+from tmax_jax.sandbox.images import apptainer, base_images, builder, dockerfile, mirror
+from tmax_jax.sandbox.images.dockerfile import DockerfileError
+from tmax_jax.sandbox.images.image import Image
 
 
 def _context(
@@ -29,7 +31,7 @@ def _context(
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory) -> build.Image:
+def image(tmp_path_factory) -> Image:
   require_base_rootfs()
   ctx = _context(
     tmp_path_factory.mktemp("img"),
@@ -54,7 +56,7 @@ EXPOSE 8080
     {"data.txt": "payload\n", "tree/a/b.txt": "deep\n", "owned.txt": "mine\n"},
   )
   (ctx / "data.txt").chmod(0o444)  # read-only checkouts: COPY normalises to git's modes
-  img = build.build_image(ctx)
+  img = builder.build_image(ctx)
   _CONTEXTS[img.id] = ctx
   return img
 
@@ -64,9 +66,9 @@ _CONTEXTS: dict = {}
 
 def test_layers_record_each_step_and_a_rebuild_is_cached(image, tmp_path):
   assert image.workdir == "/app" and dict(image.env)["C"] == "d e"
-  assert dict(image.env)["PATH"] == "/opt/extra/bin:" + build.DEFAULT_PATH
+  assert dict(image.env)["PATH"] == "/opt/extra/bin:" + builder.DEFAULT_PATH
   assert [s["line"] for s in image.steps if s["line"]] == [8, 9, 10, 11, 12, 13, 15]
-  again = build.build_image(_CONTEXTS[image.id])
+  again = builder.build_image(_CONTEXTS[image.id])
   assert again.id == image.id and all(s["cached"] for s in again.steps)
 
 
@@ -77,7 +79,7 @@ def test_a_changed_file_rebuilds_only_from_its_step(image, tmp_path):
 
   shutil.copytree(ctx, copy)
   (copy / "tree" / "a" / "b.txt").write_text("changed\n")
-  other = build.build_image(copy)
+  other = builder.build_image(copy)
   cached = [s["cached"] for s in other.steps]
   assert cached[:4] == [True] * 4 and not any(cached[4:])  # harness, RUN, WORKDIR, COPY data
 
@@ -85,7 +87,7 @@ def test_a_changed_file_rebuilds_only_from_its_step(image, tmp_path):
 @pytest.mark.parametrize("backend", ["bubblewrap", "podman"])
 def test_sandbox_from_a_built_image(image, backend, monkeypatch):
   if backend == "podman":
-    from tmax_jax.sandbox import podman
+    from tmax_jax.sandbox.backends import podman
 
     if podman.podman_available():
       pytest.skip(podman.podman_available())
@@ -158,23 +160,25 @@ def test_offline_stand_ins_serve_the_uv_installer_and_apt(image):
 def test_unbuildable_dockerfiles_name_the_line(tmp_path, text, line, match):
   require_base_rootfs()
   with pytest.raises(DockerfileError, match=match) as err:
-    build.build_image(_context(tmp_path, text))
+    builder.build_image(_context(tmp_path, text))
   assert err.value.line == line
 
 
 def test_a_failing_run_is_a_clear_error_and_leaves_no_layer(tmp_path):
   require_base_rootfs()
   with pytest.raises(SandboxError, match="(?s)line 2 RUN failed.*no-such-cmd"):
-    build.build_image(_context(tmp_path, "FROM tmax-base:bookworm\nRUN echo before; no-such-cmd\n"))
-  assert not list((build.layers.store() / "layers").glob(f".tmp-*-{os.getpid()}"))
+    builder.build_image(
+      _context(tmp_path, "FROM tmax-base:bookworm\nRUN echo before; no-such-cmd\n")
+    )
+  assert not list((builder.layers.store() / "layers").glob(f".tmp-*-{os.getpid()}"))
 
 
 def test_unknown_from_falls_back_with_a_warning():
-  base = build.bases.resolve("registry.example.com/team/custom:1.2")
+  base = base_images.resolve("registry.example.com/team/custom:1.2")
   assert base.name == "buildpack" and "no local equivalent" in base.warning
-  assert build.bases.resolve("python:3.12-slim").name == "python-3-13"
-  assert build.bases.resolve("ghcr.io/laude-institute/t-bench/python-3-13:20250620").warning == ""
-  assert build.bases.resolve("buildpack-deps:jammy").name == "buildpack"
+  assert base_images.resolve("python:3.12-slim").name == "python-3-13"
+  assert base_images.resolve("ghcr.io/laude-institute/t-bench/python-3-13:20250620").warning == ""
+  assert base_images.resolve("buildpack-deps:jammy").name == "buildpack"
 
 
 def test_apptainer_definition_has_post_files_and_environment(tmp_path):
@@ -184,7 +188,7 @@ def test_apptainer_definition_has_post_files_and_environment(tmp_path):
     "ENV K=v\nWORKDIR /app\nCOPY f.txt ./\nRUN echo $K > /app/k\n",
     {"f.txt": "x"},
   )
-  text = build.apptainer_def(ctx)
+  text = apptainer.apptainer_def(ctx)
   assert "Bootstrap: debootstrap\nOSVersion: trixie" in text
   files = text.split("%files\n")[1].split("\n\n")[0]
   assert f"{ctx / 'f.txt'}" in files and "/app" in files
@@ -220,16 +224,16 @@ def test_concurrent_builds_of_similar_contexts_keep_their_own_files(tmp_path):
     (ctx / "seeds" / "v.txt").write_text(f"{n}\n")
     ctxs.append(ctx)
   with concurrent.futures.ThreadPoolExecutor(4) as pool:
-    images = list(pool.map(build.build_image, ctxs + ctxs))
+    images = list(pool.map(builder.build_image, ctxs + ctxs))
   for n, img in enumerate(images):
-    diff = build.layers.layer_path(img.layers[-1]) / "diff" / "w" / "v.txt"
+    diff = builder.layers.layer_path(img.layers[-1]) / "diff" / "w" / "v.txt"
     assert diff.read_text() == f"{n % 4}\n"
   assert images[0].id == images[4].id and len({i.id for i in images}) == 4
 
 
 def test_prune_keeps_layers_of_recent_images(tmp_path, monkeypatch):
   monkeypatch.setenv("TMAX_JAX_CACHE", str(tmp_path))
-  root = build.layers.store()
+  root = builder.layers.store()
   for lid in ("a1", "b2", "c3"):
     (root / "layers" / lid / "diff").mkdir(parents=True)
   (root / "images").mkdir()
@@ -237,6 +241,6 @@ def test_prune_keeps_layers_of_recent_images(tmp_path, monkeypatch):
   old = root / "images" / "old.json"
   old.write_text('{"layers": ["b2"]}')
   os.utime(old, (0, 0))
-  removed = build.prune(max_age_days=1)
+  removed = builder.prune(max_age_days=1)
   assert sorted(pathlib.Path(r).name for r in removed) == ["b2", "c3", "old.json"]
   assert (root / "layers" / "a1").is_dir() and (root / "images" / "new.json").is_file()

@@ -18,8 +18,9 @@ import time
 
 import pytest
 
-from tmax_jax.sandbox import census, podman
+from tmax_jax.sandbox import census
 from tmax_jax.sandbox.api import Limits, SandboxError
+from tmax_jax.sandbox.backends import podman
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -97,7 +98,8 @@ def test_a_shell_that_dies_between_the_check_and_the_send_is_restarted(make_sb):
 CHILD = """
 import sys, time
 sys.path.insert(0, {root!r})
-from tmax_jax.sandbox import build, open_pod, open_sandbox, runtime
+from tmax_jax.sandbox import open_pod, open_sandbox, runtime
+from tmax_jax.sandbox.images import builder
 from tmax_jax.sandbox.api import EnvironmentSpec, PodSpec, ServiceSpec
 backend, plain, built = sys.argv[1], sys.argv[2], sys.argv[3]
 boxes = [open_sandbox(EnvironmentSpec(image=plain), backend=backend),
@@ -115,11 +117,11 @@ time.sleep(1000)
 
 @pytest.fixture(scope="module")
 def built_image(rootfs, tmp_path_factory) -> str:
-  from tmax_jax.sandbox import build
+  from tmax_jax.sandbox.images import builder
 
   ctx = tmp_path_factory.mktemp("img")
   (ctx / "Dockerfile").write_text("FROM tmax-base:bookworm\nRUN echo census > /etc/census-test\n")
-  return str(build.build_image(ctx).path)
+  return str(builder.build_image(ctx).path)
 
 
 def test_sigkilled_owner_leaves_nothing_after_the_next_start(
@@ -208,7 +210,8 @@ def test_sigterm_leaves_nothing_even_with_sandboxes_starting(backend, request, t
 HALF_BUILT = """
 import sys, threading, time
 sys.path.insert(0, {root!r})
-from tmax_jax.sandbox import bubblewrap, runtime
+from tmax_jax.sandbox import runtime
+from tmax_jax.sandbox.backends import bubblewrap
 from tmax_jax.sandbox.api import EnvironmentSpec
 class Late(bubblewrap.BubblewrapSandbox):
   # its cgroup made only once another thread closed it half-built, the rest of its start slow:

@@ -1,4 +1,4 @@
-"""Podman pods (sandbox/pod.py): the agent's container and side services on one loopback network,
+"""Podman pods (backends/pod.py): the agent's container and side services on one loopback network,
 depends_on conditions, the isolation and cleanup rules of single sandboxes. Tiny service images
 on the project's base rootfs (one cached COPY layer each)."""
 
@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 from tests.conftest import require_base_rootfs
-from tmax_jax.sandbox import build, open_pod, podman, runtime
+from tmax_jax.sandbox import open_pod, runtime
 from tmax_jax.sandbox.api import (
   EnvironmentSpec,
   HealthCheck,
@@ -29,7 +29,10 @@ from tmax_jax.sandbox.api import (
   SandboxError,
   ServiceSpec,
 )
-from tmax_jax.sandbox.pod import start_order, validate_pod
+from tmax_jax.sandbox.backends import podman
+from tmax_jax.sandbox.backends.pod import start_order, validate_pod
+from tmax_jax.sandbox.images import builder
+from tmax_jax.sandbox.images.image import Image
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,7 +63,7 @@ def _image(tmp_path: pathlib.Path, name: str, dockerfile: str, files: dict | Non
   (ctx / "Dockerfile").write_text(dockerfile)
   for rel, text in (files or {}).items():
     (ctx / rel).write_text(text)
-  return str(build.build_image(ctx).path)
+  return str(builder.build_image(ctx).path)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,7 @@ def images(tmp_path_factory):
 
 
 def _web(images, **kw) -> ServiceSpec:
-  image = build.Image.load(images["web"])
+  image = Image.load(images["web"])
   fields = dict(
     name="web",
     image=images["web"],
@@ -130,7 +133,7 @@ def test_services_share_the_network_not_the_processes_and_leave_nothing(
   )
   web = _web(
     images,
-    env=(*build.Image.load(images["web"]).env, ("BOOT_S", "1.5")),
+    env=(*Image.load(images["web"]).env, ("BOOT_S", "1.5")),
     mounts=(Mount("volume:data", "/data", read_only=True),),
     depends_on=(("init", "service_completed_successfully"),),
     aliases=("api",),
@@ -291,7 +294,7 @@ def test_pod_spec_errors_name_the_field(tmp_path):
 
 def test_service_command_line_has_the_limits_and_no_host_environment():
   """The exact `podman run` of a side service (a pod is not started: a fake instance)."""
-  from tmax_jax.sandbox.pod import SERVICE_CAPS, PodmanPod
+  from tmax_jax.sandbox.backends.pod import SERVICE_CAPS, PodmanPod
 
   pod = PodmanPod.__new__(PodmanPod)
   pod.name, pod.root, pod.hosts_file = "p1-2-0", pathlib.Path("/x"), pathlib.Path("/x/hosts")
@@ -341,7 +344,7 @@ def _hardened(args: list[str]) -> list[tuple[str, ...]]:
 def test_sandbox_and_pod_service_share_the_hardened_podman_flags():
   """Both container kinds build their argv from podman.hardened_run_args: the same security
   flags and limits in the same order (a pod's services add only their capabilities)."""
-  from tmax_jax.sandbox.pod import PodmanPod
+  from tmax_jax.sandbox.backends.pod import PodmanPod
 
   lim = Limits(memory_mb=512, max_processes=64, cpus=0.5)
   sb = podman.PodmanSandbox.__new__(podman.PodmanSandbox)

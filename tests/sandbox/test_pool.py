@@ -169,9 +169,9 @@ def test_load_32_podman_sandboxes_x_20_commands_no_leaks(podman_image, snapshot)
   results = asyncio.run(main())
   assert results == [[f"{i}-{j}\n" for j in range(20)] for i in range(32)]
   assert _settle(snapshot, before) == before
-  from tmax_jax.sandbox import podman
+  from tmax_jax.sandbox.backends import podman
 
-  ps = podman._podman(
+  ps = podman.run_podman(
     ["ps", "-a", "--filter", f"label=tmax_owner={runtime.owner_tag()}", "--format", "{{.Names}}"]
   )
   assert ps.stdout.strip() == b""

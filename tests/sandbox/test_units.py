@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from tmax_jax.sandbox import base, bubblewrap, images, shell
+from tmax_jax.sandbox import base, shell
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
+from tmax_jax.sandbox.backends import bubblewrap
+from tmax_jax.sandbox.images import base_rootfs
 
 
 def test_truncate_keeps_head_and_tail_with_a_note():
@@ -88,23 +90,23 @@ def test_mount_plan_mirrors_dirs_that_hold_binds(tmp_path):
 
 
 def test_definition_hash_changes_with_the_package_list(tmp_path, monkeypatch):
-  for name in images.DEFINITION_FILES:
-    (tmp_path / name).write_text((images.sandbox_dir() / name).read_text())
+  for name in base_rootfs.DEFINITION_FILES:
+    (tmp_path / name).write_text((base_rootfs.sandbox_dir() / name).read_text())
   monkeypatch.setenv("TMAX_SANDBOX_DIR", str(tmp_path))
-  first = images.definition_hash()
-  assert first == images.definition_hash(images.sandbox_dir()) and len(first) == 16
+  first = base_rootfs.definition_hash()
+  assert first == base_rootfs.definition_hash(base_rootfs.sandbox_dir()) and len(first) == 16
   with open(tmp_path / "packages.txt", "a") as f:
     f.write("htop\n")
-  assert images.definition_hash() != first
+  assert base_rootfs.definition_hash() != first
   (tmp_path / "build_rootfs.sh").unlink()
   with pytest.raises(SandboxError, match="build_rootfs.sh"):
-    images.definition_hash()
+    base_rootfs.definition_hash()
 
 
 def test_base_def_installs_the_shared_package_list():
-  text = (images.sandbox_dir() / "base.def").read_text()
+  text = (base_rootfs.sandbox_dir() / "base.def").read_text()
   assert "sandbox/packages.txt /opt/tmax/packages.txt" in text and "/opt/tmax/packages.txt)" in text
-  pkgs = images.read_packages()
+  pkgs = base_rootfs.read_packages()
   for needed in (
     "python3",
     "python3-pytest",
@@ -125,19 +127,19 @@ def test_detect_mirror_reads_deb822_and_one_line_sources(tmp_path):
     "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
     "Types: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
   )
-  assert images.detect_mirror(tmp_path) == "http://mirror.example/debian"
+  assert base_rootfs.detect_mirror(tmp_path) == "http://mirror.example/debian"
   (tmp_path / "sources.list.d" / "debian.sources").unlink()
   (tmp_path / "sources.list").write_text(
     "deb [arch=amd64] http://other.example/debian bookworm main\n"
   )
-  assert images.detect_mirror(tmp_path) == "http://other.example/debian"
+  assert base_rootfs.detect_mirror(tmp_path) == "http://other.example/debian"
   (tmp_path / "sources.list").unlink()
-  assert images.detect_mirror(tmp_path) == images.DEFAULT_MIRROR
+  assert base_rootfs.detect_mirror(tmp_path) == base_rootfs.DEFAULT_MIRROR
 
 
 def test_ensure_base_rootfs_is_cached(rootfs):
   start = time.monotonic()
-  assert images.ensure_base_rootfs(quiet=True) == rootfs
-  assert time.monotonic() - start < 1.0 and images.is_built(rootfs)
-  assert rootfs.name == images.definition_hash()
+  assert base_rootfs.ensure_base_rootfs(quiet=True) == rootfs
+  assert time.monotonic() - start < 1.0 and base_rootfs.is_built(rootfs)
+  assert rootfs.name == base_rootfs.definition_hash()
   assert (rootfs / "usr/bin/python3").exists() and (rootfs / "usr/bin/tesseract").exists()

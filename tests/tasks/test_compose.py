@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from tests.conftest import require_base_rootfs
-from tmax_jax.sandbox import build
 from tmax_jax.sandbox.api import HealthCheck, Mount
+from tmax_jax.sandbox.images.image import Image
 from tmax_jax.tasks import compose, tb1
 from tmax_jax.tasks.format import Task, TaskConfig, TaskFormatError, write_task
 from tmax_jax.tasks.runner import RunnerConfig, TaskUnsupportedError, run_noop, run_oracle
@@ -189,7 +189,7 @@ def test_volumes_depends_on_healthchecks_and_what_is_not_honoured(tmp_path):
 
 def test_service_command_follows_dockerfile_and_compose_rules():
   def image(**runtime):
-    return build.Image(
+    return Image(
       "id", "/base", (), (), "/", "root", "tmax-base:bookworm", runtime=tuple(runtime.items())
     )
 
@@ -290,7 +290,7 @@ def test_off_podman_a_multi_service_task_is_unsupported_with_the_reason(pod_task
 
 @pytest.mark.slow  # 17 s; pods: tests/sandbox/test_pod.py
 def test_two_service_task_runs_as_a_pod_oracle_passes_noop_fails(pod_task, tmp_path):
-  from tmax_jax.sandbox import podman
+  from tmax_jax.sandbox.backends import podman
 
   reason = podman.podman_available()
   if reason:

@@ -138,7 +138,7 @@ def test_http_errors_retry_in_the_client_or_count_as_attempts():
 def _sandbox_or_skip():
   try:
     from tmax_jax.sandbox import open_sandbox  # noqa: F401
-    from tmax_jax.sandbox.images import is_built, rootfs_path
+    from tmax_jax.sandbox.images.base_rootfs import is_built, rootfs_path
   except ImportError as err:
     pytest.skip(f"sandbox backends not available: {err}")
   if not is_built(rootfs_path()):

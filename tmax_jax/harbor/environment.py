@@ -4,7 +4,7 @@ Harbor loads third-party environments by import path, so on a host without Docke
 
   harbor run -p TASKS -a oracle -e tmax_jax.harbor.environment:TmaxEnvironment --ek backend=podman
 
-The task's environment/Dockerfile is built by this project's image builder (sandbox/build.py:
+The task's environment/Dockerfile is built by this project's image builder (images/builder.py:
 layers cached by content, offline stand-ins, the Debian equivalents of public base images) and the
 trial runs in `open_sandbox` exactly as our own runner starts it (tasks/environment.built_spec), so
 a task scores the same under Harbor's trial loop as under ours. This module imports Harbor and runs

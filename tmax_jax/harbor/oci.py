@@ -1,4 +1,4 @@
-"""Our built images (base rootfs + overlay layers, sandbox/build.py) as layered OCI images.
+"""Our built images (base rootfs + overlay layers, sandbox/images/builder.py) as layered OCI images.
 
 Harbor's docker and podman environments start `image:` names, so a task image of ours is pulled
 into podman's storage from an OCI image layout (`podman pull oci:<dir>:<tag>`): one OCI layer per
@@ -24,8 +24,9 @@ import stat
 import tarfile
 
 from tmax_jax import json_io
-from tmax_jax.sandbox import build, images, layers, podman
 from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.sandbox.images import base_rootfs, layers, podman_store
+from tmax_jax.sandbox.images.image import Image
 
 LAYER_MEDIA = "application/vnd.oci.image.layer.v1.tar"
 _MISSING = re.compile(r"reading blob (sha256:[0-9a-f]{64})")
@@ -33,7 +34,7 @@ OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 
 
 def layout_dir() -> pathlib.Path:
-  return images.cache_dir() / "harbor" / "oci"
+  return base_rootfs.cache_dir() / "harbor" / "oci"
 
 
 def _is_whiteout(st: os.stat_result) -> bool:
@@ -52,7 +53,7 @@ def _opaque(path: pathlib.Path) -> bool:
 
 def _write_layer(root: pathlib.Path, out, overlay: bool) -> None:
   """A tar of `root` (sorted, so the same tree gives the same bytes); overlay: convert whiteouts."""
-  skip = {images.COMPLETE_MARKER} if not overlay else set()
+  skip = {base_rootfs.COMPLETE_MARKER} if not overlay else set()
   with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
     for dirpath, dirnames, filenames in os.walk(root):
       dirnames.sort()
@@ -125,24 +126,24 @@ def _blob(doc: dict) -> dict:
   return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
-def import_image(image: build.Image, name: str, env: dict[str, str], workdir: str) -> str:
+def import_image(image: Image, name: str, env: dict[str, str], workdir: str) -> str:
   """Pulls `image` (ours) into the project's podman storage as `name` (see the module docstring)."""
   layout_dir().mkdir(parents=True, exist_ok=True)
   with open(layout_dir() / "import.lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    if podman.image_exists(name):
+    if podman_store.image_exists(name):
       return name
     try:
       image_id = _pull(image, env, workdir)
     finally:
       shutil.rmtree(layout_dir() / "blobs", ignore_errors=True)
-    podman.run_podman(["tag", image_id, name])
+    podman_store.run_podman(["tag", image_id, name])
     # The pull also names it after the layout's path; that name would move to every next import.
-    podman.run_podman(["untag", image_id, f"localhost{layout_dir()}:latest"], check=False)
+    podman_store.run_podman(["untag", image_id, f"localhost{layout_dir()}:latest"], check=False)
   return name
 
 
-def _layers(image: build.Image) -> list[tuple[str, pathlib.Path, bool]]:
+def _layers(image: Image) -> list[tuple[str, pathlib.Path, bool]]:
   """(cache key, root, is an overlay diff) of the image's OCI layers, bottom first."""
   base = pathlib.Path(image.base)
   out = [(f"base-{base.name}", base, False)]
@@ -153,7 +154,7 @@ def _layers(image: build.Image) -> list[tuple[str, pathlib.Path, bool]]:
   return out
 
 
-def _pull(image: build.Image, env: dict[str, str], workdir: str) -> str:
+def _pull(image: Image, env: dict[str, str], workdir: str) -> str:
   """Writes the image's manifest and pulls it; -> its id. A layer podman does not hold is read
   from its tar, which is written when podman asks for it (its digest names it)."""
   parts = _layers(image)
@@ -177,7 +178,7 @@ def _pull(image: build.Image, env: dict[str, str], workdir: str) -> str:
   json_io.write_json_atomic(layout_dir() / "oci-layout", {"imageLayoutVersion": "1.0.0"})
   _add_to_index(manifest, image.id)
   for _ in range(len(parts) + 1):
-    res = podman.run_podman(["pull", "-q", f"oci:{layout_dir()}:{image.id}"], check=False)
+    res = podman_store.run_podman(["pull", "-q", f"oci:{layout_dir()}:{image.id}"], check=False)
     if res.returncode == 0:
       return res.stdout.decode().split()[-1]
     missing = _MISSING.search(res.stderr.decode(errors="replace"))

@@ -22,9 +22,9 @@ import tomllib
 
 from tmax_jax import cli, json_io
 from tmax_jax.harbor import oci
-from tmax_jax.sandbox import podman
 from tmax_jax.sandbox.api import SandboxError
-from tmax_jax.sandbox.dockerfile import DockerfileError
+from tmax_jax.sandbox.images import podman_store
+from tmax_jax.sandbox.images.dockerfile import DockerfileError
 from tmax_jax.tasks import environment as envlib
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import loader
@@ -98,7 +98,7 @@ def podman_image(task: fmt.Task) -> str:
   if built.image is None:  # no Dockerfile: the base rootfs (+ seeds, which need a build here)
     raise SandboxError(f"{task.path}: no environment/Dockerfile; Harbor needs an image to start")
   name = f"{IMAGE_REPO}:{built.image.id}"
-  if not podman.image_exists(name):
+  if not podman_store.image_exists(name):
     oci.import_image(built.image, name, dict(built.spec.env), built.spec.workdir)
   return name
 

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 
-from tmax_jax.sandbox import images, podman
+from tmax_jax.sandbox.images import base_rootfs, podman_store
 
 REQUIREMENTS = ("harbor==0.26.0", "podman-compose==1.6.0")
 PYTHONS = ("3.12", "3.13")  # Harbor needs >= 3.12
@@ -29,7 +29,7 @@ PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[2]  # the checkout holdi
 
 
 def venv_dir() -> pathlib.Path:
-  return images.cache_dir() / "harbor" / "venv"
+  return base_rootfs.cache_dir() / "harbor" / "venv"
 
 
 def bin_path(name: str) -> pathlib.Path:
@@ -114,12 +114,12 @@ def ensure() -> pathlib.Path:
 
 
 def storage_conf() -> pathlib.Path:
-  """A containers storage.conf naming the storage the podman backend uses (sandbox/podman.py), so
-  Harbor's podman environment sees the task images imported there (harbor/images.py)."""
-  argv = podman.podman_cmd()
+  """A containers storage.conf naming the storage the podman backend uses (images/podman_store.py),
+  so Harbor's podman environment sees the task images imported there (harbor/oci.py)."""
+  argv = podman_store.podman_cmd()
   root, runroot = argv[argv.index("--root") + 1], argv[argv.index("--runroot") + 1]
   text = f'[storage]\ndriver = "overlay"\ngraphroot = "{root}"\nrunroot = "{runroot}"\n'
-  path = podman.podman_dir() / "storage.conf"
+  path = podman_store.podman_dir() / "storage.conf"
   if not path.is_file() or path.read_text() != text:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -136,7 +136,7 @@ def environ(extra: dict | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(
       p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
     )
-  env["CONTAINERS_CONF"] = str(podman.containers_conf())
+  env["CONTAINERS_CONF"] = str(podman_store.containers_conf())
   env["CONTAINERS_STORAGE_CONF"] = str(storage_conf())
   env["HARBOR_TELEMETRY"] = "0"
   env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"

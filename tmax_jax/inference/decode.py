@@ -54,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tmax_jax import sharding
 from tmax_jax.inference import sampling
 from tmax_jax.models import logprobs as logprobs_lib
-from tmax_jax.models import registry
+from tmax_jax.models import paged_attention, registry
 from tmax_jax.models.config import ModelConfig
 
 TOKEN, VALID, LENGTH, LOGPROB, VERSION, TOPK = range(6)  # columns of decode's data (TOPK: first)
@@ -75,6 +75,7 @@ class CoreShape:
   max_topk: int = 0
   unrolled: bool = False
   max_stop: int = 8  # stop ids per request the device checks (decode_program's own stops)
+  paged_kernel: str = "jax"  # decode steps' attention over pages on TPU (EngineConfig's)
 
   @property
   def max_pages(self) -> int:
@@ -188,6 +189,7 @@ class PagedCore:
 
   def __init__(self, model_cfg: ModelConfig, shape: CoreShape, mesh: Mesh | None = None):
     self.model_cfg, self.shape = model_cfg, shape
+    paged_attention.check_kernel(shape.paged_kernel, model_cfg.head_dim, model_cfg.dtypes.compute)
     self.mesh = mesh or Mesh(np.asarray(jax.devices()[:1]), (TENSOR,))
     self.rules = serving_rules(model_cfg.logical_axis_rules)
     # Unrolled: the unscanned model (what a scanned config's params are unstacked for); else the
@@ -358,7 +360,8 @@ class PagedCore:
     layout)."""
     if self.shape.unrolled:
       cache = [jax.tree.map(lambda x: x[0], c) for c in cache]
-    hidden, out = self.model.apply({"params": params}, tokens, positions, segments, cache=cache)
+    with paged_attention.use_kernel(self.shape.paged_kernel):
+      hidden, out = self.model.apply({"params": params}, tokens, positions, segments, cache=cache)
     if self.shape.unrolled:
       out = [jax.tree.map(lambda x: x[None], o) for o in out]
     return hidden, out

@@ -65,6 +65,9 @@ class EngineConfig:
   max_topk: int = 0  # the most top-K logprobs a request may ask for
   unrolled_layers: bool = False  # decode.CoreShape.unrolled: unscanned, one pool per layer
   decode_steps: int = 4  # SchedulerConfig.decode_steps: decode steps per dispatched program
+  # decode steps' attention over pages on a TPU mesh: "jax" (models/paged_attention) or "pallas"
+  # (jax's Pallas paged attention kernel, models/pallas_paged: head_dim % 128, bf16 compute)
+  paged_kernel: str = "jax"
   max_stop_ids: int = 8  # decode.CoreShape.max_stop: stop ids per request (with the engine's)
   stop_token_ids: tuple[int, ...] = ()  # ids that end a generation (the job fills the family's)
   default_sampling: sampling.SamplingParams = sampling.SamplingParams(temperature=0.0)
@@ -114,6 +117,7 @@ class EngineConfig:
       max_topk=self.max_topk,
       unrolled=self.unrolled_layers,
       max_stop=self.max_stop_ids,
+      paged_kernel=self.paged_kernel,
     )
 
   def scheduler_config(self) -> scheduler.SchedulerConfig:

@@ -18,19 +18,70 @@ Paged layer cache (leaves carry the model's leading layer axis outside the layer
   cached           [B] int32    tokens of the row already in its pages
 
 Scores and softmax statistics are fp32; fully masked rows give finite junk, as in the dense path.
+A decode step (one query token per row) traced on a TPU mesh inside `use_kernel("pallas")` (the
+serving programs set it from EngineConfig.paged_kernel) runs jax's Pallas paged attention kernel
+instead (models/pallas_paged.py); prefill chunks and every other platform stay here.
 Shapes: B batch, T query time, S key time, N heads, K kv heads, G = N/K, H head dim.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import jax
 import jax.numpy as jnp
+
+from tmax_jax import sharding
+from tmax_jax.errors import UserError
 
 F32 = jnp.float32
 NEG = float(jnp.finfo(F32).min)
 BLOCK_TOKENS = 512  # keys per online-softmax block (a multiple of the page size is used)
 KEEP_SCORES_BYTES = 64 << 20  # pass-1 scores kept for pass 2 up to this size (decode steps)
 PAGED_KEYS = ("k_pages", "v_pages", "table", "cached")
+KERNELS = ("jax", "pallas")  # EngineConfig.paged_kernel's choices
+LANES = 128  # TPU lane width: the Pallas kernel's head_dim must be a multiple of it
+_KERNEL = contextvars.ContextVar("paged_kernel", default="jax")  # EngineConfig.paged_kernel
+
+
+def check_kernel(kernel: str, head_dim: int, compute_dtype) -> None:
+  """Raises a one-line UserError when `kernel` (EngineConfig.paged_kernel) cannot serve a model of
+  this head_dim and compute dtype; checked on every platform, so a CPU rehearsal of a TPU config
+  fails as the TPU run would."""
+  if kernel not in KERNELS:
+    raise UserError(f"EngineConfig.paged_kernel={kernel!r}; expected one of {list(KERNELS)}")
+  if kernel != "pallas":
+    return
+  if head_dim % LANES:
+    raise UserError(
+      f"EngineConfig.paged_kernel='pallas' needs the model's head_dim to be a multiple of {LANES} "
+      f"(the TPU lane width), got {head_dim}; use paged_kernel='jax'"
+    )
+  if jnp.dtype(compute_dtype) != jnp.bfloat16:
+    raise UserError(
+      "EngineConfig.paged_kernel='pallas' needs dtypes.compute_dtype='bfloat16' (jax's kernel "
+      f"rounds K/V pages to bfloat16), got {jnp.dtype(compute_dtype).name}; use paged_kernel='jax'"
+    )
+
+
+@contextlib.contextmanager
+def use_kernel(name: str) -> Iterator[None]:
+  """Within it, `attend` traces decode steps with kernel `name` (KERNELS): a context,
+  not an argument, because the layers call `attend` with the cache alone."""
+  token = _KERNEL.set(name)
+  try:
+    yield
+  finally:
+    _KERNEL.reset(token)
+
+
+def kernel_for(query_tokens: int) -> str:
+  """The kernel a call of `query_tokens` per row takes here: "pallas" for a decode step under
+  use_kernel("pallas") on a TPU mesh (sharding.platform, not jax.default_backend()), else "jax"."""
+  pallas = _KERNEL.get() == "pallas" and query_tokens == 1 and sharding.platform() == "tpu"
+  return "pallas" if pallas else "jax"
 
 
 def is_paged(cache) -> bool:
@@ -65,6 +116,10 @@ def attend(
   gathering the keys and computing QK^T again (the same values).
   """
   b, t, n, h = q.shape
+  if kernel_for(t) == "pallas":
+    from tmax_jax.models import pallas_paged  # noqa: PLC0415  (Pallas TPU kernels: TPU only)
+
+    return pallas_paged.attend(q, k, v, cache, scale), {"k": k, "v": v}
   kv = k.shape[2]
   g = n // kv
   scale = h**-0.5 if scale is None else scale

@@ -35,38 +35,14 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention_kernel as kernel_lib
 from jax.sharding import PartitionSpec as PS
 
-from tmax_jax.errors import UserError
+from tmax_jax.models import paged_attention
 from tmax_jax.models.attention import splash
-
-KERNELS = ("jax", "pallas")  # EngineConfig.paged_kernel's choices
-LANES = 128  # TPU lane width: the kernel's head_dim must be a multiple
-BLOCK_TOKENS = 512  # keys per kernel block (pages_per_compute_block = the largest divisor <= this)
-
-
-def check(kernel: str, head_dim: int, compute_dtype) -> None:
-  """Raises a one-line UserError when `kernel` (EngineConfig.paged_kernel) cannot serve a model of
-  this head_dim and compute dtype; checked on every platform, so a CPU rehearsal of a TPU config
-  fails as the TPU run would."""
-  if kernel not in KERNELS:
-    raise UserError(f"EngineConfig.paged_kernel={kernel!r}; expected one of {list(KERNELS)}")
-  if kernel != "pallas":
-    return
-  if head_dim % LANES:
-    raise UserError(
-      f"EngineConfig.paged_kernel='pallas' needs the model's head_dim to be a multiple of {LANES} "
-      f"(the TPU lane width), got {head_dim}; use paged_kernel='jax'"
-    )
-  if jnp.dtype(compute_dtype) != jnp.bfloat16:
-    raise UserError(
-      "EngineConfig.paged_kernel='pallas' needs dtypes.compute_dtype='bfloat16' (jax's kernel "
-      f"rounds K/V pages to bfloat16), got {jnp.dtype(compute_dtype).name}; use paged_kernel='jax'"
-    )
 
 
 def pages_per_block(table_pages: int, page_size: int) -> int:
-  """The largest divisor of the table's width whose pages hold at most BLOCK_TOKENS keys (the
-  kernel needs one that divides it)."""
-  most = max(1, BLOCK_TOKENS // page_size)
+  """The largest divisor of the table's width whose pages hold at most the pure-JAX path's block
+  of keys (paged_attention.BLOCK_TOKENS): the kernel needs one that divides it."""
+  most = max(1, paged_attention.BLOCK_TOKENS // page_size)
   return max(d for d in range(1, min(most, table_pages) + 1) if table_pages % d == 0)
 
 
@@ -103,7 +79,7 @@ def attend(q, k, v, cache: dict, scale: float | None = None, interpret: bool = F
   if q.shape[1] != 1:
     raise ValueError(f"the paged kernel takes one query token per row, got {q.shape[1]}")
   scale = jnp.asarray(q.shape[-1] ** -0.5 if scale is None else scale, q.dtype)
-  k_pages, v_pages, table, cached = (cache[n] for n in ("k_pages", "v_pages", "table", "cached"))
+  k_pages, v_pages, table, cached = (cache[name] for name in paged_attention.PAGED_KEYS)
   plan = splash.shard_plan(q.shape, k.shape[2])
   if plan is None:
     return _attend_local(q, k, v, k_pages, v_pages, table, cached, scale, interpret)

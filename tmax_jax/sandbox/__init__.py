@@ -40,14 +40,14 @@ def open_sandbox(spec: EnvironmentSpec, backend: str = "auto") -> Sandbox:
   name = resolve_backend(backend)
   if name == "bubblewrap":
     # a backend loads when used: `import tmax_jax.sandbox.api` stays light
-    from tmax_jax.sandbox.bubblewrap import BubblewrapSandbox  # noqa: PLC0415
+    from tmax_jax.sandbox.backends.bubblewrap import BubblewrapSandbox  # noqa: PLC0415
 
     return BubblewrapSandbox(spec)
   if name == "podman":
-    from tmax_jax.sandbox.podman import PodmanSandbox  # noqa: PLC0415  (backends load on use)
+    from tmax_jax.sandbox.backends.podman import PodmanSandbox  # noqa: PLC0415  (loads on use)
 
     return PodmanSandbox(spec)
-  from tmax_jax.sandbox.apptainer import ApptainerSandbox  # noqa: PLC0415  (backends load on use)
+  from tmax_jax.sandbox.backends.apptainer import ApptainerSandbox  # noqa: PLC0415  (on use)
 
   return ApptainerSandbox(spec)
 
@@ -60,19 +60,19 @@ def pod_unsupported(backend: str = "auto") -> str | None:
       f"the {name} backend runs one container per trial; several containers on one network "
       "run as a podman pod (backend 'podman')"
     )
-  from tmax_jax.sandbox import podman  # noqa: PLC0415  (backends load on use)
+  from tmax_jax.sandbox.backends import podman  # noqa: PLC0415  (backends load on use)
 
   reason = podman.podman_available()
   return f"podman cannot run pods here: {reason}" if reason else None
 
 
 def open_pod(spec: PodSpec, backend: str = "podman") -> Sandbox:
-  """Starts a pod: the main sandbox (spec.main) and spec.services (sandbox/pod.py). Raises
+  """Starts a pod: the main sandbox (spec.main) and spec.services (sandbox/backends/pod.py). Raises
   SandboxError, also when `backend` cannot run pods (pod_unsupported says why)."""
   reason = pod_unsupported(backend)
   if reason:
     raise SandboxError(reason)
-  from tmax_jax.sandbox.pod import PodmanPod  # noqa: PLC0415  (backends load on use)
+  from tmax_jax.sandbox.backends.pod import PodmanPod  # noqa: PLC0415  (backends load on use)
 
   return PodmanPod(spec)
 

@@ -93,7 +93,7 @@ class Mount:
 class ServiceSpec:
   """A side service of a pod: a container next to the main one (the agent's), same network.
 
-  image: a built image record (sandbox/build.py .json); command: its argv (ENTRYPOINT + CMD);
+  image: a built image record (images/builder.py .json); command: its argv (ENTRYPOINT + CMD);
   env: exactly the variables it gets (image ENV + compose environment); user: as `podman --user`;
   depends_on: (service, "service_started" | "service_healthy" | "service_completed_successfully").
   """

@@ -31,10 +31,11 @@ import time
 import warnings
 from typing import NoReturn
 
-from tmax_jax.sandbox import cgroups, layers, runtime, shell, status
+from tmax_jax.sandbox import cgroups, runtime, shell, status
 from tmax_jax.sandbox.api import CommandResult, EnvironmentSpec, Limits, Sandbox, SandboxError
 from tmax_jax.sandbox.host import DEFAULT_PATH, HOME, HOST_GRACE_S, SANDBOX_UID, HostProcesses
-from tmax_jax.sandbox.image import Image, is_image_file
+from tmax_jax.sandbox.images import layers
+from tmax_jax.sandbox.images.image import Image, is_image_file
 from tmax_jax.sandbox.transfer import FileTransfer
 
 __all__ = ["DEFAULT_PATH", "HOME", "HOST_GRACE_S", "SANDBOX_UID", "SandboxBase", "validate_spec"]
@@ -230,7 +231,7 @@ class SandboxBase(HostProcesses, FileTransfer, Sandbox):
     warnings.warn(message, RuntimeWarning, stacklevel=4)
 
   def _mount_image(self) -> None:
-    """A built image (sandbox/build.py, spec.image = its .json): its layers mounted read-only at
+    """A built image (images/builder.py, spec.image = its .json): its layers mounted read-only at
     <root>/rootfs, and what it holds in the bound dirs (workdir, /tmp, home, /tests, /solution)
     copied into them, since the binds would hide it."""
     self.image_root: pathlib.Path | None = None

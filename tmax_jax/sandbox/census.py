@@ -21,7 +21,9 @@ import os
 import pathlib
 import shutil
 
-from tmax_jax.sandbox import apptainer, cgroups, layers, podman, runtime
+from tmax_jax.sandbox import cgroups, runtime
+from tmax_jax.sandbox.backends import apptainer, podman
+from tmax_jax.sandbox.images import layers
 
 KINDS = ("processes", "containers", "pods", "cgroups", "mounts", "dirs")
 

@@ -2,9 +2,9 @@
 
 TB1 tasks (and Harbor tasks) may ship environment/docker-compose.yaml. With one service its
 `environment:` becomes the task env at conversion (tasks/tb1.py). With several the runner starts
-them as one podman pod (`pod_spec` -> sandbox.PodSpec, sandbox/pod.py): each service's image is
-built by sandbox/build.py from its build context / Dockerfile, or from `FROM <its image:>`
-through the base-image mapping (sandbox/bases.py), then the services start in depends_on order.
+them as one podman pod (`pod_spec` -> sandbox.PodSpec, backends/pod.py): each service's image is
+built by sandbox/images/builder.py from its build context / Dockerfile, or from `FROM <its image:>`
+through the base-image mapping (images/base_images.py), then the services start in depends_on order.
 
 The main service (the agent's shell and the verifier run in it; terminal-bench's harness attaches
 to it) is, in this order: the service whose container_name is
@@ -35,9 +35,10 @@ from typing import Any
 
 import yaml
 
-from tmax_jax.sandbox import bases, build
-from tmax_jax.sandbox import dockerfile as dockerfile_lib
 from tmax_jax.sandbox.api import EnvironmentSpec, HealthCheck, Mount, PodSpec, ServiceSpec
+from tmax_jax.sandbox.images import base_images, builder
+from tmax_jax.sandbox.images import dockerfile as dockerfile_lib
+from tmax_jax.sandbox.images.image import Image
 from tmax_jax.tasks.format import Task, TaskFormatError
 
 # The environment's compose file (Harbor's and TB1's name). Other names are task data (e.g. a
@@ -459,7 +460,7 @@ def build_context(
   svc: Service, env_dir: pathlib.Path, tmp: pathlib.Path
 ) -> tuple[pathlib.Path, str]:
   """(context dir, Dockerfile name) of a service: its build context inside environment/, or a
-  generated `FROM <image>` context under `tmp` (mapped by sandbox/bases.py)."""
+  generated `FROM <image>` context under `tmp` (mapped by sandbox/images/base_images.py)."""
   if svc.context is not None:
     context = (env_dir / svc.context).resolve()
     if not context.is_relative_to(env_dir.resolve()) or not (context / svc.dockerfile).is_file():
@@ -481,7 +482,7 @@ def _shell_form(text: str | None) -> list[str] | None:
   return argv if argv is not None else ["/bin/sh", "-c", text]
 
 
-def service_command(svc: Service, image: build.Image) -> tuple[str, ...]:
+def service_command(svc: Service, image: Image) -> tuple[str, ...]:
   """ENTRYPOINT + CMD with Docker's rules: a compose entrypoint drops the image's CMD, a
   shell-form ENTRYPOINT ignores every CMD."""
   if svc.entrypoint is not None:
@@ -499,7 +500,7 @@ def service_command(svc: Service, image: build.Image) -> tuple[str, ...]:
   return tuple(argv)
 
 
-def image_healthcheck(image: build.Image, where: str) -> HealthCheck | None:
+def image_healthcheck(image: Image, where: str) -> HealthCheck | None:
   """The Dockerfile's HEALTHCHECK [--interval= ...] CMD ... (NONE / absent: None)."""
   text = image.runtime_arg("HEALTHCHECK")
   if not text or text.strip().upper() == "NONE":
@@ -530,7 +531,7 @@ def _side_service(
 ) -> ServiceSpec:
   if (
     svc.image
-    and bases.resolve(svc.image).warning
+    and base_images.resolve(svc.image).warning
     and svc.command is None
     and (svc.entrypoint is None)
   ):
@@ -540,7 +541,7 @@ def _side_service(
       "run on the nearest base"
     )
   context, dockerfile = build_context(svc, env_dir, tmp)
-  image = build.build_image(context, dockerfile_name=dockerfile, quiet=quiet)
+  image = builder.build_image(context, dockerfile_name=dockerfile, quiet=quiet)
   notes.append(
     f"service {svc.name}: image {image.id} FROM {image.from_ref} (built in "
     f"{image.build_seconds:.1f} s)"

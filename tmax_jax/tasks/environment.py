@@ -1,8 +1,8 @@
 """Turns a task's environment/ directory into a sandbox EnvironmentSpec.
 
-Default (`built_spec`): the Dockerfile is built into a real image (tmax_jax.sandbox.build: RUN as
-root with the network on during the build, layers cached by content hash); the spec starts from
-that image with its ENV and WORKDIR, the offline stand-ins first in PATH, and the task's
+Default (`built_spec`): the Dockerfile is built into a real image (tmax_jax.sandbox.images.builder:
+RUN as root with the network on during the build, layers cached by content hash); the spec starts
+from that image with its ENV and WORKDIR, the offline stand-ins first in PATH, and the task's
 [environment] env on top. environment/seeds/ is copied into the workdir (the TMAX-15K layout)
 unless the Dockerfile COPYs it itself.
 With a fixed image (`environment_spec(task, image)`, RunnerConfig.image set) the Dockerfile is
@@ -18,9 +18,10 @@ import posixpath
 import re
 import shlex
 
-from tmax_jax.sandbox import build, images
-from tmax_jax.sandbox import dockerfile as dockerfile_lib
 from tmax_jax.sandbox.api import EnvironmentSpec, Limits
+from tmax_jax.sandbox.images import base_rootfs, builder
+from tmax_jax.sandbox.images import dockerfile as dockerfile_lib
+from tmax_jax.sandbox.images.image import Image
 from tmax_jax.tasks.format import Task, TaskFormatError
 
 DEFAULT_WORKDIR = "/workspace"
@@ -202,7 +203,7 @@ class BuiltEnvironment:
   """A task's sandbox spec and the image it starts from (warnings/rewrites go into the trial)."""
 
   spec: EnvironmentSpec
-  image: build.Image | None  # None: no Dockerfile, the project's base rootfs
+  image: Image | None  # None: no Dockerfile, the project's base rootfs
 
   def notes(self) -> str:
     """What the trial records about the environment (one line per deviation)."""
@@ -239,13 +240,13 @@ def built_spec(
   if context is None and not (env_dir / "Dockerfile").is_file():  # the base rootfs + seeds
     spec = environment_spec(
       task,
-      str(images.ensure_base_rootfs(quiet=True)),
+      str(base_rootfs.ensure_base_rootfs(quiet=True)),
       memory_mb=memory_mb,
       allow_network=allow_network,
       enforce_limits=enforce_limits,
     )
     return BuiltEnvironment(spec, None)
-  image = build.build_image(
+  image = builder.build_image(
     context or env_dir,
     dockerfile_name=dockerfile,
     seeds_into_workdir=True,
@@ -256,7 +257,7 @@ def built_spec(
   )
   env = dict(image.env)
   env.update(OFFLINE_ENV)
-  env["PATH"] = f"{OFFLINE_BIN}:{env.get('PATH', build.DEFAULT_PATH)}"
+  env["PATH"] = f"{OFFLINE_BIN}:{env.get('PATH', builder.DEFAULT_PATH)}"
   env.update(cfg.env)
   workdir = cfg.workdir or (image.workdir if image.workdir != "/" else DEFAULT_WORKDIR)
   limits = Limits(

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from tmax_jax.errors import UserError
 from tmax_jax.sandbox import BACKENDS, open_pod, open_sandbox, pod_unsupported, runtime
 from tmax_jax.sandbox.api import CommandResult, Limits, PodSpec, Sandbox, SandboxError
-from tmax_jax.sandbox.dockerfile import DockerfileError
+from tmax_jax.sandbox.images.dockerfile import DockerfileError
 from tmax_jax.tasks import artifacts as artifacts_lib
 from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import environment as envlib

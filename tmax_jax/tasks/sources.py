@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Sequence
 
 from tmax_jax.errors import UserError
-from tmax_jax.sandbox import images
+from tmax_jax.sandbox.images import base_rootfs
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import loader, tmax15k
 
@@ -107,7 +107,7 @@ def load_set(directory: str | os.PathLike, max_tasks: int = 0) -> list[fmt.Task]
 
 
 def _cache_root() -> pathlib.Path:
-  return images.cache_dir() / "task_sources"
+  return base_rootfs.cache_dir() / "task_sources"
 
 
 def _file_digest(path: pathlib.Path) -> str:

@@ -41,7 +41,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tmax_jax.sandbox import images
+from tmax_jax.sandbox.images import base_rootfs
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import vocabulary
 
@@ -280,7 +280,7 @@ def extract_zip(path: pathlib.Path) -> pathlib.Path:
   with open(path, "rb") as f:
     for block in iter(lambda: f.read(1 << 20), b""):
       digest.update(block)
-  target = images.cache_dir() / "task_sources" / f"tmax15k-{digest.hexdigest()[:16]}"
+  target = base_rootfs.cache_dir() / "task_sources" / f"tmax15k-{digest.hexdigest()[:16]}"
   if (target / ".complete").is_file():
     return target
   target.parent.mkdir(parents=True, exist_ok=True)

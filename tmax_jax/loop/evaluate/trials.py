@@ -13,7 +13,7 @@ from tmax_jax import cli, json_io
 from tmax_jax.agents.worker import EpisodeWorker, Trial
 from tmax_jax.loop.evaluate.config import EvalConfig
 from tmax_jax.loop.evaluate.report import ERRORED, UNSUPPORTED
-from tmax_jax.sandbox import bases
+from tmax_jax.sandbox.images import base_images
 from tmax_jax.tasks import artifacts as artifacts_lib
 from tmax_jax.tasks.format import Task
 from tmax_jax.tasks.runner import BUILD_FAILED, TaskUnsupportedError
@@ -50,7 +50,7 @@ def trial_record(task: Task, run: int, trial: Trial, pass_threshold: float) -> d
   ep = trial.episode
   if ep is None and trial.reason.startswith(BUILD_FAILED):
     # the environment did not build; a known deviation of the stand-in base may be why
-    rec.update(status=BUILD_FAILED, deviations=list(bases.deviation_ids(trial.reason)))
+    rec.update(status=BUILD_FAILED, deviations=list(base_images.deviation_ids(trial.reason)))
   if trial.error is not None:
     # a task the sandboxes cannot run (e.g. multi-service compose) is reported, not scored
     status = "unsupported" if isinstance(trial.error, TaskUnsupportedError) else "error"

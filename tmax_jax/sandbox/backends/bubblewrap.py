@@ -35,7 +35,7 @@ import time
 
 from tmax_jax.sandbox import base
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError
-from tmax_jax.sandbox.image import is_image_file
+from tmax_jax.sandbox.images.image import is_image_file
 
 _SKIP_TOP = {"proc", "dev", "sys", "tmp"}
 
@@ -92,7 +92,7 @@ class BubblewrapSandbox(base.SandboxBase):
       raise SandboxError(
         f"bubblewrap needs EnvironmentSpec.image to be a built image (.json) or a "
         f"rootfs directory with /bin; {spec.image!r} is neither (build one with "
-        "tmax_jax.sandbox.build.build_image or images.ensure_base_rootfs)"
+        "images.builder.build_image or images.base_rootfs.ensure_base_rootfs)"
       )
     self.rootfs = rootfs.resolve()
     self._uid = random.randrange(200_000, 300_000) if os.geteuid() == 0 else os.getuid()

@@ -24,8 +24,9 @@ import subprocess
 import time
 import uuid
 
-from tmax_jax.sandbox import host, images
+from tmax_jax.sandbox import host
 from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.sandbox.images import base_rootfs
 
 # Bind targets a RUN step needs that must not end up in the layer when it created them.
 _SCRATCH = ("etc/resolv.conf", ".tmax-build", ".tmax-build-ca.crt")
@@ -50,7 +51,7 @@ def host_ca_bundle() -> str | None:
 
 
 def store() -> pathlib.Path:
-  return images.cache_dir() / "build"
+  return base_rootfs.cache_dir() / "build"
 
 
 def layer_path(layer_id: str) -> pathlib.Path:

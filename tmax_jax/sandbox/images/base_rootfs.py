@@ -35,7 +35,7 @@ COMPLETE_MARKER = ".tmax_rootfs_complete"
 def sandbox_dir() -> pathlib.Path:
   """The directory of base.def / build_rootfs.sh / packages.txt (TMAX_SANDBOX_DIR overrides)."""
   env = os.environ.get("TMAX_SANDBOX_DIR")
-  return pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parents[2] / "sandbox"
+  return pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parents[3] / "sandbox"
 
 
 def cache_dir() -> pathlib.Path:

@@ -7,7 +7,7 @@ pod and starts the side services in it, in dependency order (`start_order`):
   containers reach each other on localhost; a generated /etc/hosts (the pod is made --no-hosts)
   maps "sandbox", every service name and alias to 127.0.0.1. Only net and uts are shared: pid and
   ipc namespaces stay per container, so the agent sees no service process.
-- a service runs its built image (sandbox/build.py, mounted as for the main container but over a
+- a service runs its built image (images/builder.py, mounted as for the main container but over a
   writable upper dir in the sandbox tmpfs: compose services have writable roots) with exactly its
   own env, as its image's (or compose's) user, with the trial's Limits, no-new-privileges and a
   small capability set (SERVICE_CAPS: root services still switch to their own users, chown their
@@ -31,9 +31,11 @@ import shutil
 import subprocess
 import time
 
-from tmax_jax.sandbox import base, cgroups, layers, podman, runtime
+from tmax_jax.sandbox import base, cgroups, runtime
 from tmax_jax.sandbox.api import Mount, PodSpec, SandboxError, ServiceSpec
-from tmax_jax.sandbox.image import Image, is_image_file
+from tmax_jax.sandbox.backends import podman
+from tmax_jax.sandbox.images import layers
+from tmax_jax.sandbox.images.image import Image, is_image_file
 
 CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
 SERVICE_CAPS = (

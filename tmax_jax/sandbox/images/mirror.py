@@ -26,8 +26,8 @@ import sys
 import tarfile
 import zipfile
 
-from tmax_jax.sandbox import images
 from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.sandbox.images import base_rootfs
 
 UV_VERSION = "0.9.5"
 WHEELS = ("pytest==8.4.1", "pytest==8.4.2", "colorama")  # + dependencies (uv locks for every
@@ -53,7 +53,7 @@ _KNOWN = (
 
 
 def offline_dir() -> pathlib.Path:
-  return images.sandbox_dir() / "offline"
+  return base_rootfs.sandbox_dir() / "offline"
 
 
 HARNESS_FILES = ("finalize.sh", "shim.sh", "apt-get", "uv-install.sh", "urls.tsv")
@@ -74,7 +74,7 @@ def served_hash(served: list[tuple[str, str]]) -> str:
 
 def build_dir() -> pathlib.Path:
   """The build-time mirror (bind-mounted read-only at /.tmax-build for RUN steps that need it)."""
-  d = images.cache_dir() / "build" / "mirror"
+  d = base_rootfs.cache_dir() / "build" / "mirror"
   (d / "bin").mkdir(parents=True, exist_ok=True)
   (d / "files").mkdir(exist_ok=True)
   for tool in ("curl", "wget"):
@@ -191,7 +191,7 @@ def harness_hash() -> str:
 
 def harness_dir() -> pathlib.Path:
   """sandbox/offline + uv/uvx (PyPI wheel) + the pytest wheelhouse, built once per hash."""
-  d = images.cache_dir() / "build" / f"harness-{harness_hash()}"
+  d = base_rootfs.cache_dir() / "build" / f"harness-{harness_hash()}"
   if (d / ".complete").is_file():
     return d
   d.parent.mkdir(parents=True, exist_ok=True)

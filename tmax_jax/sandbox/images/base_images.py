@@ -19,8 +19,8 @@ import pathlib
 import re
 import tomllib
 
-from tmax_jax.sandbox import dockerfile, images
 from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.sandbox.images import base_rootfs, dockerfile
 
 NEAREST_WARNING = "FROM {ref} has no local equivalent; built on {name} ({why})"
 
@@ -63,7 +63,7 @@ DEFAULT_NEAREST = ("buildpack", "Debian bookworm with build tools")
 
 
 def recipes_dir() -> pathlib.Path:
-  return images.sandbox_dir() / "bases"
+  return base_rootfs.sandbox_dir() / "bases"
 
 
 def resolve(ref: str) -> Base:
@@ -111,7 +111,7 @@ def _load(name: str) -> Base:
 
 
 def debian_mirror() -> str:
-  return images.detect_mirror()
+  return base_rootfs.detect_mirror()
 
 
 def post_lines(base: Base) -> list[str]:
@@ -119,9 +119,9 @@ def post_lines(base: Base) -> list[str]:
   Its COPY sources are in recipe_files (for %files)."""
   if base.name in ("tmax-base",) or base.name.startswith("debootstrap-"):
     pkgs = (
-      images.read_packages()
+      base_rootfs.read_packages()
       if base.name == "tmax-base"
-      else images.read_packages(recipes_dir() / "minimal.txt")
+      else base_rootfs.read_packages(recipes_dir() / "minimal.txt")
     )
     return [
       f"apt-get update -q && apt-get install -y -q --no-install-recommends {' '.join(pkgs)}",

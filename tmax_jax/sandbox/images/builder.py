@@ -1,8 +1,8 @@
 """Builds a task image from its Dockerfile: one cached layer per filesystem step.
 
-`build_image(context_dir)` parses the Dockerfile (sandbox/dockerfile.py), maps FROM to a locally
-built base (sandbox/bases.py), and runs the instructions in order: RUN as root (or the USER) in a
-chroot with the network on (the package registries this machine reaches), COPY/ADD of context
+`build_image(context_dir)` parses the Dockerfile (images/dockerfile.py), maps FROM to a locally
+built base (images/base_images.py), and runs the instructions in order: RUN as root (or the USER)
+in a chroot with the network on (the package registries this machine reaches), COPY/ADD of context
 files, WORKDIR; ENV/ARG/USER/SHELL and the runtime-only instructions change the image config only.
 Every layer's id is a hash of its parent's id, the instruction and what it depends on (the env,
 workdir, user and shell a RUN sees; the bytes, modes and paths a COPY copies), so a task set whose
@@ -11,7 +11,6 @@ step at all. The result, `Image`, is a base rootfs + layer list + config (env, w
 - a harness layer right on the base (sandbox/offline/finalize.sh: uv, pytest, offline stand-ins,
   the sandbox user), shared by every task image of that base,
 - `rootfs` for bubblewrap and podman (`layers.mount_image`; podman runs it with `--rootfs`),
-- `apptainer_def(context)` (a `%post`/`%files`/`%environment` .def of the same steps),
 - `warnings` / `rewrites`: where the build deviated from the Dockerfile (unknown FROM, installer
   URLs served from the local mirror), recorded in every trial.
 """
@@ -38,11 +37,10 @@ import uuid
 import tqdm
 
 from tmax_jax import cli, json_io
-from tmax_jax.errors import UserError
-from tmax_jax.sandbox import bases, dockerfile, images, layers, mirror
 from tmax_jax.sandbox.api import SandboxError
-from tmax_jax.sandbox.dockerfile import DockerfileError
-from tmax_jax.sandbox.image import Image
+from tmax_jax.sandbox.images import base_images, base_rootfs, dockerfile, layers, mirror
+from tmax_jax.sandbox.images.dockerfile import DockerfileError
+from tmax_jax.sandbox.images.image import Image
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_SHELL = ("/bin/sh", "-c")
@@ -118,27 +116,32 @@ def build_image(
   seeds = (seeds_default_dir or "/") if seeds_into_workdir else None
   try:
     builder.run(ins, extra_steps, seeds, finalize)
-  except bases.StandInBuildError:  # already attributed (the stand-in base itself did not build)
+  except (
+    base_images.StandInBuildError
+  ):  # already attributed (the stand-in base itself did not build)
     raise
   except SandboxError as err:  # a failed step: name the stand-in's deviations that explain it
-    raise bases.attribute_failure(err, builder.base_name) from None
+    raise base_images.attribute_failure(err, builder.base_name) from None
   image = builder.image(time.monotonic() - start)
   json_io.write_text_atomic(image.path, [image.to_json()])  # tasks of one set build in threads
   return image
 
 
 def ensure_base(
-  base: bases.Base, *, quiet: bool = True
+  base: base_images.Base, *, quiet: bool = True
 ) -> tuple[pathlib.Path, tuple[str, ...], str]:
   """-> (rootfs dir, layer ids on top of it, an id naming both). Builds what is missing."""
   if base.name == "tmax-base":
-    root = images.ensure_base_rootfs(quiet=quiet)
+    root = base_rootfs.ensure_base_rootfs(quiet=quiet)
     return root, (), f"tmax-base:{root.name}"
   if base.name.startswith("debootstrap-"):
-    root = images.ensure_debootstrap(base.suite, quiet=quiet)
+    root = base_rootfs.ensure_debootstrap(base.suite, quiet=quiet)
     return root, (), f"{base.name}:{root.name}"
   image = build_image(
-    bases.recipes_dir(), dockerfile_name=f"{base.name}/Dockerfile", quiet=quiet, finalize=False
+    base_images.recipes_dir(),
+    dockerfile_name=f"{base.name}/Dockerfile",
+    quiet=quiet,
+    finalize=False,
   )
   return pathlib.Path(image.base), image.layers, f"{base.name}:{image.id}"
 
@@ -208,14 +211,14 @@ class _Builder:
         f"line {i.line}: FROM --platform={i.flag('platform')} built for the host's architecture"
       )
     self.from_ref = dockerfile.parse_from(i, global_args, self.file)
-    base = bases.resolve(self.from_ref)
+    base = base_images.resolve(self.from_ref)
     if base.warning:
       self.warnings.append(f"line {i.line}: {base.warning}")
     self.base_name = base.name
     try:
       self.base, base_layers, self.base_id = ensure_base(base, quiet=self.quiet)
     except (SandboxError, DockerfileError) as err:
-      raise bases.StandInBuildError(base.name, [bases.BASE_BUILD], err) from None
+      raise base_images.StandInBuildError(base.name, [base_images.BASE_BUILD], err) from None
     self.layers = list(base_layers)
     self.state.env.setdefault("PATH", DEFAULT_PATH)  # `ENV PATH=/x:$PATH` extends Docker's default
     self.state.env.update(dict(base.env))
@@ -550,64 +553,6 @@ def _tree_digest(root: pathlib.Path) -> str:
   return digest.hexdigest()
 
 
-def apptainer_def(context: pathlib.Path, dockerfile_name: str = "Dockerfile") -> str:
-  """An Apptainer definition equivalent to the Dockerfile: Bootstrap from the mapped base's
-  Debian suite, %files for COPY/ADD, %post for RUN/WORKDIR (in order), %environment for ENV."""
-  file = context / dockerfile_name
-  ins = dockerfile.instructions(file.read_text(encoding="utf-8"), str(file))
-  env: dict = {}
-  args: dict = {}
-  workdir = "/"
-  files, post, base = [], [], None
-  for i in ins:
-    if i.cmd == "FROM":
-      if base is not None:
-        raise DockerfileError(
-          str(file), i.line, "multi-stage builds (a second FROM) are not supported"
-        )
-      base = bases.resolve(dockerfile.parse_from(i, args, str(file)))
-      workdir = base.workdir
-    elif i.cmd in ("ENV", "ARG"):
-      pairs = dockerfile.key_values(i, {**args, **env}, str(file))
-      (env if i.cmd == "ENV" else args).update(pairs)
-    elif i.cmd == "WORKDIR":
-      workdir = posixpath.normpath(posixpath.join(workdir, dockerfile.substitute(i.args, env)))
-      post.append(f"mkdir -p {shlex.quote(workdir)}")
-    elif i.cmd == "RUN":
-      argv = dockerfile.exec_form(i.args)
-      exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in {**args, **env}.items())
-      post.append(f"cd {shlex.quote(workdir)} && {exports}{shlex.join(argv) if argv else i.args}")
-    elif i.cmd in ("COPY", "ADD"):
-      if i.flag("from") is not None:
-        raise DockerfileError(str(file), i.line, "COPY --from (multi-stage) is not supported")
-      srcs, dest = dockerfile.copy_args(i, {**args, **env}, str(file))
-      target = posixpath.normpath(posixpath.join(workdir, dest))
-      for src in srcs:
-        files.append(f"  {shlex.quote(str(context / src))} {shlex.quote(target)}")
-  if base is None:
-    raise DockerfileError(str(file), 1, "no FROM instruction")
-  files[:0] = [f"  {shlex.quote(str(s))} {shlex.quote(d)}" for s, d in bases.recipe_files(base)]
-  lines = [
-    "# Generated by tmax_jax.sandbox.build from " + str(file),
-    "Bootstrap: debootstrap",
-    f"OSVersion: {base.suite}",
-    "MirrorURL: " + bases.debian_mirror(),
-    "",
-    "%files",
-    *files,
-    "",
-    "%post",
-    "  export DEBIAN_FRONTEND=noninteractive",
-    *(f"  {c}" for c in bases.post_lines(base)),
-    *(f"  {c}" for c in post),
-    "",
-    "%environment",
-    *(f"  export {k}={shlex.quote(v)}" for k, v in {**dict(base.env), **env}.items()),
-    "",
-  ]
-  return "\n".join(lines)
-
-
 def prune(max_age_days: float) -> list[str]:
   """Deletes image records not used for `max_age_days` (file mtime; `build_image` rewrites the
   record on every build) and every layer no remaining record references. Returns what went."""
@@ -627,45 +572,9 @@ def prune(max_age_days: float) -> list[str]:
   return removed
 
 
-def main(argv: list[str] | None = None) -> int:
-  parser = cli.ArgumentParser(description="Build a task image from a Dockerfile context.")
-  parser.add_argument("context", nargs="?", help="directory holding the Dockerfile")
-  parser.add_argument("--apptainer", action="store_true", help="print the Apptainer definition")
-  parser.add_argument(
-    "--prune_days",
-    type=float,
-    default=None,
-    help="delete images unused for this many days and unreferenced layers",
-  )
-  args = parser.parse_args(argv)
-  if args.context is None and args.prune_days is None:
-    parser.print_usage(sys.stderr)
-    parser.error("nothing to do: give a CONTEXT directory (with a Dockerfile) or --prune_days N")
-  if args.prune_days is not None:
-    print(f"removed {len(prune(args.prune_days))} images/layers")
-  if args.context is None:
-    return 0
-  context = pathlib.Path(args.context)
-  if not (context / "Dockerfile").is_file():
-    what = "no such directory" if not context.is_dir() else "no Dockerfile in it"
-    raise UserError(f"{context}: {what} (expected a task's environment/ directory)")
-  if args.apptainer:
-    print(apptainer_def(context))
-    return 0
-  try:
-    print(build_image(context, quiet=False).path)
-  except SandboxError as e:  # a step of the user's Dockerfile failed (its output streamed above)
-    raise UserError(failed_step_message(e)) from e
-  return 0
-
-
 def failed_step_message(error: SandboxError) -> str:
   """A failed build in the error path's few lines: the failing step (the first line: the
   Dockerfile and line) and the last line of its output, the one that usually says why."""
   head, _, output = str(error).partition("\n")
   lines = [line for line in output.splitlines() if line.strip()]
   return f"{head}\n{lines[-1].strip()}" if lines else head
-
-
-if __name__ == "__main__":
-  cli.run(main)

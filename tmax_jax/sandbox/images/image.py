@@ -1,6 +1,6 @@
 """A built image's record: the base rootfs, its layers (bottom first) and the final config, as
-sandbox/build.py writes it (`<store>/images/<id>.json`) and the runtimes mount it. Its own module so
-that running a sandbox never imports the image builder."""
+images/builder.py writes it (`<store>/images/<id>.json`) and the runtimes mount it. Its own module
+so that running a sandbox never imports the image builder."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import os
 import pathlib
 
-from tmax_jax.sandbox import layers
+from tmax_jax.sandbox.images import layers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Image:
   steps: tuple[dict, ...] = ()  # [{line, cmd, layer, cached, seconds}]
   build_seconds: float = 0.0
   # The runtime-only instructions (CMD, ENTRYPOINT, HEALTHCHECK, EXPOSE, ...): their last text;
-  # a pod's side services start from CMD/ENTRYPOINT (sandbox/pod.py).
+  # a pod's side services start from CMD/ENTRYPOINT (sandbox/backends/pod.py).
   runtime: tuple[tuple[str, str], ...] = ()
 
   def runtime_arg(self, cmd: str) -> str | None:

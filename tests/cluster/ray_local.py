@@ -1,6 +1,7 @@
 """A local Ray cluster of real raylets on this machine for the cluster tests: a head offering
-`trainer`, nodes offering `inference`, this process joined as its driver, and on exit no process
-it started (raylets, GCS, workers, servers, trainers) left running."""
+`trainer`, nodes offering `inference` and nodes offering `sandbox`, this process joined as its
+driver, and on exit no process it started (raylets, GCS, workers, servers, trainers, sandbox
+hosts) left running."""
 
 import contextlib
 import os
@@ -32,9 +33,10 @@ def marked(marker: str) -> list[psutil.Process]:
 
 
 @contextlib.contextmanager
-def local_cluster(inference_nodes: int, marker: str, trainers: int = 1):
-  """-> the Cluster (its head takes `trainers` trainer processes); on exit, asserts nothing it
-  started, nor any process naming `marker`, is left."""
+def local_cluster(inference_nodes: int, marker: str, trainers: int = 1, sandbox_nodes: int = 0):
+  """-> the Cluster (its head takes `trainers` trainer processes; `sandbox_nodes` more nodes
+  offer `sandbox`); on exit, asserts nothing it started, nor any process naming `marker`, is
+  left."""
   before = {p.pid for p in psutil.Process().children(recursive=True)}
   c = Cluster(
     initialize_head=True,
@@ -44,6 +46,8 @@ def local_cluster(inference_nodes: int, marker: str, trainers: int = 1):
   )
   for _ in range(inference_nodes):
     c.add_node(**NODE, resources={roles.INFERENCE: 1})
+  for _ in range(sandbox_nodes):
+    c.add_node(**NODE, resources={roles.SANDBOX: 1})
   c.wait_for_nodes()
   roles.connect(c.address)
   try:

@@ -83,6 +83,11 @@ class RewardFormatError(RewardError):
   """A reward file exists but does not hold a float / a flat dict of numbers."""
 
 
+# RunnerConfig.sandbox_hosts: the module whose `open_hosted(spec, backend)` opens a trial's
+# sandbox on a sandbox host, imported by name on first use (it sits above this module, on Ray).
+SANDBOX_HOSTS = {"ray": "tmax_jax.cluster.sandbox_hosts"}
+
+
 @dataclasses.dataclass(frozen=True)
 class RunnerConfig:
   """How trials run. image None -> the task's own image, built from its Dockerfile (cached by
@@ -109,6 +114,10 @@ class RunnerConfig:
   # PIP_UPLOADED_PRIOR_TO for pip >= 26.0; older pips ignore it). "release" = each task's
   # benchmark's (BENCHMARK_RELEASES, by the task's source format). "" = the newest.
   packages_before: str = ""
+  # Where the sandboxes run: "" = this process opens them (single host, as always); "ray" = on
+  # the Ray cluster's `sandbox` nodes, one sandbox host each, leased least-loaded
+  # (tmax_jax/cluster/sandbox_hosts.py; launch/cluster.py places the hosts).
+  sandbox_hosts: str = ""
 
   def __post_init__(self):
     known = self.backend in (None, "", "auto", *BACKENDS) or self.backend.startswith("harbor:")
@@ -116,6 +125,16 @@ class RunnerConfig:
       raise UserError(
         f"backend={self.backend!r}: not a sandbox backend; expected auto, "
         f"{', '.join(BACKENDS)} or harbor:<environment type>"
+      )
+    if self.sandbox_hosts not in ("", *SANDBOX_HOSTS):
+      raise UserError(
+        f"RunnerConfig.sandbox_hosts={self.sandbox_hosts!r}; expected '' (this process's "
+        f"sandboxes) or one of {sorted(SANDBOX_HOSTS)}"
+      )
+    if self.sandbox_hosts and ":" in (self.backend or ""):
+      raise UserError(
+        f"RunnerConfig.sandbox_hosts={self.sandbox_hosts!r} runs our own backends on the hosts; "
+        f"backend={self.backend!r} is another provider's"
       )
     if not self.timeout_multiplier > 0:
       raise ValueError(f"RunnerConfig.timeout_multiplier={self.timeout_multiplier}; expected > 0")
@@ -374,6 +393,9 @@ Agent = Callable[[Sandbox], object]
 
 def _open(spec, config: RunnerConfig) -> Sandbox:
   backend = config.backend or "auto"
+  if config.sandbox_hosts:
+    hosts = importlib.import_module(SANDBOX_HOSTS[config.sandbox_hosts])
+    return hosts.open_hosted(spec, backend)
   return open_pod(spec, backend) if isinstance(spec, PodSpec) else open_sandbox(spec, backend)
 
 

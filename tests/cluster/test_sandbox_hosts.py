@@ -1,0 +1,128 @@
+"""Sandbox hosts on a local Ray cluster of real raylets (tmax_jax/cluster/sandbox_hosts.py): two
+nodes offering `sandbox`, one SandboxHost actor each, real bubblewrap sandboxes. Trials opened
+through RunnerConfig.sandbox_hosts='ray' spread over both hosts and score as local ones (files
+shipped both ways); a host SIGKILLed under running commands ends its trials as the infrastructure
+failure 'sandbox_lost' while the other host's finish scored, the lost host cools down, Ray
+restarts it, its restart sweeps what it left, and nothing of any host's is left (by the project's
+markers) once the hosts stop."""
+
+import concurrent.futures
+import os
+import pathlib
+import signal
+import tempfile
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[cluster]')")
+
+from tests.cluster import ray_local  # noqa: E402
+from tests.conftest import require_base_rootfs  # noqa: E402
+from tmax_jax.cluster import sandbox_hosts as hosts_lib  # noqa: E402
+from tmax_jax.cluster.leases import LeasePolicy  # noqa: E402
+from tmax_jax.sandbox import census  # noqa: E402
+from tmax_jax.tasks.format import AgentConfig, Task, TaskConfig, VerifierConfig, write_task  # noqa: E402
+from tmax_jax.tasks.runner import RunnerConfig, run_trial, task_spec  # noqa: E402
+
+pytestmark = pytest.mark.slow
+COOLDOWN_S = 20.0
+RESTART_S = 120.0
+# reward 1 iff the agent left /workspace/done holding what was uploaded to it
+TEST_SH = b'#!/bin/bash\n[ "$(cat /workspace/done)" = shipped ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'  # noqa: E501
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+  """-> (the placed hosts' actors, every host owner tag seen, a task): two sandbox nodes."""
+  require_base_rootfs()
+  marker = tmp_path_factory.mktemp("sandbox_hosts")
+  config = TaskConfig(agent=AgentConfig(timeout_sec=120), verifier=VerifierConfig(timeout_sec=60))
+  task = write_task(Task("act", config, tests={"test.sh": TEST_SH}), marker / "task")
+  with ray_local.local_cluster(0, str(marker), sandbox_nodes=2):
+    actors = hosts_lib.place_hosts()
+    owners = {i.owner for i in ray.get([a.info.remote() for a in actors])}
+    try:
+      yield actors, owners, task
+    finally:
+      hosts_lib.stop_hosts(actors)
+      left = census.take(owners)  # every node is this machine: one census sees all hosts'
+      assert left.total == 0, str(left)
+
+
+def _agent(seconds: float, started: threading.Semaphore | None = None):
+  """Uploads a file, then (signalling `started`) copies it to /workspace/done after `seconds`
+  of a running command; checks a download of it."""
+
+  def act(sb):
+    src = pathlib.Path(tempfile.mkdtemp(prefix="hosted-test-")) / "payload"
+    src.write_text("shipped")
+    sb.upload(src, "/workspace/payload")
+    if started is not None:
+      started.release()
+    out = sb.run(f"sleep {seconds}; cp /workspace/payload /workspace/done; cat /workspace/done")
+    assert out.output.strip() == "shipped", out
+    dest = src.parent / "back"
+    sb.download("/workspace/done", dest)
+    assert dest.read_text() == "shipped"
+
+  return act
+
+
+def _host(result) -> int:
+  return int(result.sandbox.split("/", 1)[0].removeprefix("host"))
+
+
+def test_trials_spread_over_both_hosts_and_score(cluster):
+  _, _, task = cluster
+  cfg = RunnerConfig(sandbox_hosts="ray", memory_mb=1024, min_verifier_timeout_s=0)
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    results = list(pool.map(lambda _: run_trial(task, _agent(2), cfg), range(4)))
+  assert [(r.failure, r.reward) for r in results] == [("", 1.0)] * 4, results
+  assert sorted(_host(r) for r in results) == [0, 0, 1, 1]
+
+
+def test_a_host_killed_under_its_commands_ends_its_trials_as_infra_failures(cluster):
+  actors, owners, task = cluster
+  hosts = hosts_lib.SandboxHosts(actors, LeasePolicy(cooldown_s=COOLDOWN_S))
+  before = hosts.infos()
+  cfg = RunnerConfig(memory_mb=1024, min_verifier_timeout_s=0)
+  started = threading.Semaphore(0)
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    futures = [
+      pool.submit(run_trial, task, _agent(12, started), cfg, open_fn=hosts.open) for _ in range(4)
+    ]
+    for _ in range(4):
+      assert started.acquire(timeout=120)
+    time.sleep(1.0)  # every agent's `sleep` is running
+    killed_at = time.monotonic()
+    os.kill(before[0].pid, signal.SIGKILL)
+    results = [f.result(timeout=300) for f in futures]
+  by_host = sorted((_host(r), r.failure, r.reward) for r in results)
+  assert by_host == [(0, "sandbox_lost", 0.0)] * 2 + [(1, "", 1.0)] * 2, results
+  assert all("sandbox host 0 failed" in r.reason for r in results if r.failure), results
+  until = hosts.leases.loads()[0].cooldown_until  # the lease's clock: time.monotonic
+  assert hosts.leases.cooling(0) and until >= killed_at + COOLDOWN_S
+  with hosts.open(task_spec(task, cfg)) as sb:  # host 0 cools down: host 1 takes it
+    assert sb.host == 1 and sb.run("echo ok").output.strip() == "ok"
+
+  deadline = time.monotonic() + RESTART_S
+  while True:  # Ray restarts the host on its node; its start-up sweep removes what it left
+    try:
+      now = hosts.infos(timeout_s=10)
+    except ray.exceptions.RayError:
+      now = None
+    if now and now[0].pid != before[0].pid:
+      break
+    assert time.monotonic() < deadline, "host 0 was not restarted"
+    time.sleep(1.0)
+  owners.add(now[0].owner)
+  assert now[0].node_id == before[0].node_id and now[0].swept > 0, now[0]
+  for actor in actors:
+    assert ray.get(actor.leftovers.remote([before[0].owner])) == ""
+  time.sleep(max(0.0, until + 0.1 - time.monotonic()))
+  assert not hosts.leases.cooling(0)
+  with hosts.open(task_spec(task, cfg)) as a, hosts.open(task_spec(task, cfg)) as b:
+    assert sorted([a.host, b.host]) == [0, 1]  # back in the lease, the least loaded first
+    assert a.run("echo ok").output.strip() == b.run("echo ok").output.strip() == "ok"

@@ -3,6 +3,7 @@
 
 ray start --head --resources='{"trainer": 1}'                       # on each trainer node
 ray start --address=HEAD:6379 --resources='{"inference": 1}'        # on each inference node
+ray start --address=HEAD:6379 --resources='{"sandbox": 1}'          # on each sandbox host
 python3 launch/cluster.py --address=auto --serve_config=configs/serve_random.py --replicas=2
 python3 launch/cluster.py --address=auto --rl_config=configs/tmax_qwen3_5_9b_2x6_h100.py
 (with --gpus_per_replica=8 --trainer_gpus=8 on 8-GPU nodes, --rl_config.a.b=V as overrides)
@@ -12,7 +13,8 @@ router follows it. Ctrl-C or SIGTERM stops the router and every replica. An RL j
 (serving.placement 'nodes') gets one replica per inference node (serving.nodes; each serves its
 policy: configs/serve_policy.py), then its topology.processes trainer processes
 (launch/train_rl.py, jax.distributed among them, serving.address = the router); the launcher
-exits with the job, stopping the replicas.
+exits with the job, stopping the replicas. With runner.sandbox_hosts='ray' the episodes' sandboxes
+run on the nodes offering `sandbox`, one sandbox host each (tmax_jax/cluster/sandbox_hosts.py).
 """
 
 import json
@@ -78,6 +80,7 @@ def _run_rl(fleet_lib, spec_of) -> int:
   import pathlib
 
   from tmax_jax import jobs
+  from tmax_jax.cluster import sandbox_hosts
   from tmax_jax.cluster import trainer as trainer_lib
   from tmax_jax.errors import UserError
 
@@ -92,7 +95,7 @@ def _run_rl(fleet_lib, spec_of) -> int:
   cfg = dataclasses.replace(
     spec_of(f"configs/serve_policy.py:{path}", serve_flags), replicas=rl.serving.nodes
   )
-  with fleet_lib.place_replicas(cfg) as fleet:
+  with sandbox_hosts.hosts_for(rl.runner), fleet_lib.place_replicas(cfg) as fleet:
     print(f"ROUTING {fleet.router_address}", flush=True)
     env = tuple(tuple(e.split("=", 1)) for e in _TRAINER_ENV.value)
     spec = trainer_lib.TrainerSpec(

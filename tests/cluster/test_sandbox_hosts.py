@@ -10,6 +10,8 @@ import concurrent.futures
 import os
 import pathlib
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -27,6 +29,7 @@ from tmax_jax.tasks.format import AgentConfig, Task, TaskConfig, VerifierConfig,
 from tmax_jax.tasks.runner import RunnerConfig, run_trial, task_spec  # noqa: E402
 
 pytestmark = pytest.mark.slow
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 COOLDOWN_S = 20.0
 RESTART_S = 120.0
 # reward 1 iff the agent left /workspace/done holding what was uploaded to it
@@ -35,16 +38,17 @@ TEST_SH = b'#!/bin/bash\n[ "$(cat /workspace/done)" = shipped ] && echo 1 > /log
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-  """-> (the placed hosts' actors, every host owner tag seen, a task): two sandbox nodes."""
+  """-> (the placed hosts' actors, every host owner tag seen, a task, the cluster's address): two
+  sandbox nodes."""
   require_base_rootfs()
   marker = tmp_path_factory.mktemp("sandbox_hosts")
   config = TaskConfig(agent=AgentConfig(timeout_sec=120), verifier=VerifierConfig(timeout_sec=60))
   task = write_task(Task("act", config, tests={"test.sh": TEST_SH}), marker / "task")
-  with ray_local.local_cluster(0, str(marker), sandbox_nodes=2):
+  with ray_local.local_cluster(0, str(marker), sandbox_nodes=2) as c:
     actors = hosts_lib.place_hosts()
     owners = {i.owner for i in ray.get([a.info.remote() for a in actors])}
     try:
-      yield actors, owners, task
+      yield actors, owners, task, c.address
     finally:
       hosts_lib.stop_hosts(actors)
       left = census.take(owners)  # every node is this machine: one census sees all hosts'
@@ -70,12 +74,27 @@ def _agent(seconds: float, started: threading.Semaphore | None = None):
   return act
 
 
+# A trainer process's view (cluster/trainer.py gives it RAY_ADDRESS): another process, not yet a
+# Ray driver, whose episode threads open sandboxes through RunnerConfig.sandbox_hosts='ray'.
+TRAINER_SIDE = """
+import concurrent.futures, pathlib, sys
+from tmax_jax.tasks.format import load_task
+from tmax_jax.tasks.runner import RunnerConfig, run_trial
+cfg = RunnerConfig(sandbox_hosts="ray", memory_mb=1024, min_verifier_timeout_s=0)
+def agent(sb):
+  sb.run("echo shipped > /workspace/done")
+with concurrent.futures.ThreadPoolExecutor(2) as pool:
+  results = list(pool.map(lambda _: run_trial(load_task(sys.argv[1]), agent, cfg), range(2)))
+print("RESULTS", sorted((r.failure, r.reward, r.sandbox.split("/")[0]) for r in results))
+"""
+
+
 def _host(result) -> int:
   return int(result.sandbox.split("/", 1)[0].removeprefix("host"))
 
 
 def test_trials_spread_over_both_hosts_and_score(cluster):
-  _, _, task = cluster
+  _, _, task, _ = cluster
   cfg = RunnerConfig(sandbox_hosts="ray", memory_mb=1024, min_verifier_timeout_s=0)
   with concurrent.futures.ThreadPoolExecutor(4) as pool:
     results = list(pool.map(lambda _: run_trial(task, _agent(2), cfg), range(4)))
@@ -84,7 +103,7 @@ def test_trials_spread_over_both_hosts_and_score(cluster):
 
 
 def test_a_host_killed_under_its_commands_ends_its_trials_as_infra_failures(cluster):
-  actors, owners, task = cluster
+  actors, owners, task, _ = cluster
   hosts = hosts_lib.SandboxHosts(actors, LeasePolicy(cooldown_s=COOLDOWN_S))
   before = hosts.infos()
   cfg = RunnerConfig(memory_mb=1024, min_verifier_timeout_s=0)
@@ -126,3 +145,19 @@ def test_a_host_killed_under_its_commands_ends_its_trials_as_infra_failures(clus
   with hosts.open(task_spec(task, cfg)) as a, hosts.open(task_spec(task, cfg)) as b:
     assert sorted([a.host, b.host]) == [0, 1]  # back in the lease, the least loaded first
     assert a.run("echo ok").output.strip() == b.run("echo ok").output.strip() == "ok"
+
+
+def test_a_trainer_process_joins_the_cluster_from_an_episode_thread(cluster):
+  _, _, task, address = cluster
+  env = {**os.environ, "RAY_ADDRESS": address}
+  out = subprocess.run(
+    [sys.executable, "-c", TRAINER_SIDE, str(task.path)],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  lines = [x for x in out.stdout.splitlines() if x.startswith("RESULTS")]
+  assert lines == ["RESULTS [('', 1.0, 'host0'), ('', 1.0, 'host1')]"], out.stdout[-2000:]

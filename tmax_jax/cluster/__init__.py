@@ -8,6 +8,9 @@ one UserError saying how to install it.
               connecting to a running cluster
   replica.py  one inference server (launch/serve.py) as a Ray actor's child process
   fleet.py    N replicas on the `inference` nodes, the router in front, restarts followed
+  trainer.py  the RL job's trainer processes on the `trainer` nodes, one gang
+  sandbox_host.py   one sandbox host: a Ray actor opening sandboxes on a `sandbox` node
+  sandbox_hosts.py  the hosts placed, leased (leases.py) and used through a Sandbox proxy
 """
 
 from tmax_jax.errors import UserError

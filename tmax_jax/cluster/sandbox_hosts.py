@@ -14,6 +14,7 @@ scored). `open_hosted(spec, backend)` is the runner's opener (tasks/runner.py na
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -29,6 +30,7 @@ from tmax_jax.cluster.sandbox_host import HostInfo, Opened, SandboxHost, pack, p
 from tmax_jax.errors import UserError
 from tmax_jax.sandbox import runtime
 from tmax_jax.sandbox.api import CommandResult, PodSpec, Sandbox, SandboxError
+from tmax_jax.tasks.runner import RunnerConfig
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +83,22 @@ def place_hosts(cfg: HostsConfig = HostsConfig()) -> list:
 
 def stop_hosts(actors: list, timeout_s: float = 60.0) -> None:
   """Ends the hosts for good, each after closing the sandboxes it holds."""
+  if not actors:
+    return
   ray.wait([a.shutdown.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
   for a in actors:
     ray.kill(a, no_restart=True)
+
+
+@contextlib.contextmanager
+def hosts_for(runner: RunnerConfig, cfg: HostsConfig = HostsConfig()):
+  """Around a job whose episodes run with `runner`: the sandbox hosts placed (and stopped after)
+  when runner.sandbox_hosts is "ray" -> their actors; nothing placed otherwise -> []."""
+  actors = place_hosts(cfg) if runner.sandbox_hosts == "ray" else []
+  try:
+    yield actors
+  finally:
+    stop_hosts(actors)
 
 
 def find_hosts() -> list:

@@ -82,6 +82,8 @@ class TrainerProcess:
       f"--config.serving.address={router}",
     ]
     env = server_env(ray.get_gpu_ids())
+    # the cluster, for a job whose sandboxes run on its sandbox hosts (cluster/sandbox_hosts.py)
+    env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     env.update(dict(spec.env))
     if spec.processes > 1:
       env.update(

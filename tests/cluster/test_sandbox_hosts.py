@@ -25,6 +25,7 @@ from tests.conftest import require_base_rootfs  # noqa: E402
 from tmax_jax.cluster import sandbox_hosts as hosts_lib  # noqa: E402
 from tmax_jax.cluster.leases import LeasePolicy  # noqa: E402
 from tmax_jax.sandbox import census  # noqa: E402
+from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError  # noqa: E402
 from tmax_jax.tasks.format import AgentConfig, Task, TaskConfig, VerifierConfig, write_task  # noqa: E402
 from tmax_jax.tasks.runner import RunnerConfig, run_trial, task_spec  # noqa: E402
 
@@ -89,6 +90,20 @@ print("RESULTS", sorted((r.failure, r.reward, r.sandbox.split("/")[0]) for r in 
 """
 
 
+def _restarted(hosts, pid: int):
+  """Host 0's HostInfo once Ray has restarted it on its node (its start-up sweep done)."""
+  deadline = time.monotonic() + RESTART_S
+  while True:
+    try:
+      now = hosts.infos(timeout_s=10)[0]
+    except ray.exceptions.RayError:
+      now = None
+    if now is not None and now.pid != pid:
+      return now
+    assert time.monotonic() < deadline, "host 0 was not restarted"
+    time.sleep(1.0)
+
+
 def _host(result) -> int:
   return int(result.sandbox.split("/", 1)[0].removeprefix("host"))
 
@@ -126,18 +141,9 @@ def test_a_host_killed_under_its_commands_ends_its_trials_as_infra_failures(clus
   with hosts.open(task_spec(task, cfg)) as sb:  # host 0 cools down: host 1 takes it
     assert sb.host == 1 and sb.run("echo ok").output.strip() == "ok"
 
-  deadline = time.monotonic() + RESTART_S
-  while True:  # Ray restarts the host on its node; its start-up sweep removes what it left
-    try:
-      now = hosts.infos(timeout_s=10)
-    except ray.exceptions.RayError:
-      now = None
-    if now and now[0].pid != before[0].pid:
-      break
-    assert time.monotonic() < deadline, "host 0 was not restarted"
-    time.sleep(1.0)
-  owners.add(now[0].owner)
-  assert now[0].node_id == before[0].node_id and now[0].swept > 0, now[0]
+  now = _restarted(hosts, before[0].pid)
+  owners.add(now.owner)
+  assert now.node_id == before[0].node_id and now.swept > 0, now
   for actor in actors:
     assert ray.get(actor.leftovers.remote([before[0].owner])) == ""
   time.sleep(max(0.0, until + 0.1 - time.monotonic()))
@@ -161,3 +167,33 @@ def test_a_trainer_process_joins_the_cluster_from_an_episode_thread(cluster):
   assert out.returncode == 0, out.stderr[-3000:]
   lines = [x for x in out.stdout.splitlines() if x.startswith("RESULTS")]
   assert lines == ["RESULTS [('', 1.0, 'host0'), ('', 1.0, 'host1')]"], out.stdout[-2000:]
+
+
+def test_podman_hosts_a_killed_host_loses_its_sandbox_and_its_restart_sweeps(cluster):
+  from tmax_jax.sandbox.backends import podman  # noqa: PLC0415 (podman only for this test)
+  from tmax_jax.sandbox.images import podman_store  # noqa: PLC0415
+
+  reason = podman.podman_available()
+  if reason:
+    pytest.skip(f"podman cannot run here: {reason}")
+  actors, owners, _, _ = cluster
+  spec = EnvironmentSpec(image=podman_store.ensure_podman_image(require_base_rootfs()))
+  hosts = hosts_lib.SandboxHosts(actors, LeasePolicy(cooldown_s=COOLDOWN_S))
+  before = hosts.infos()
+  doomed, kept = hosts.open(spec, "podman"), hosts.open(spec, "podman")
+  assert (doomed.host, kept.host) == (0, 1)
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    runs = [pool.submit(sb.run, "sleep 6; echo done") for sb in (doomed, kept)]
+    time.sleep(2.0)
+    os.kill(before[0].pid, signal.SIGKILL)
+    with pytest.raises(SandboxError, match="its sandbox host 0 failed"):
+      runs[0].result(timeout=120)
+    assert runs[1].result(timeout=120).output.strip() == "done"
+  assert "its sandbox host 0 failed" in doomed.lost() and not kept.lost()
+  doomed.close()
+  kept.close()
+  now = _restarted(hosts, before[0].pid)
+  owners.add(now.owner)
+  assert now.swept > 0, now  # what the killed host left: its container (by its label), its dirs
+  for actor in actors:
+    assert ray.get(actor.leftovers.remote([before[0].owner])) == ""

@@ -86,11 +86,26 @@ def mosaic_attention_flops(cfg: ModelConfig, rows: int, row_len: int, backward: 
   backward (2.5x the forward: dQ, dK, dV, dP and the recomputed scores) + the remat's second
   forward. What the splash kernel does inside its custom call, which the compiler's cost
   analysis cannot see."""
-  kinds = registry.build_model(cfg).stack.layer_types(cfg)  # the family's own pattern
-  attention_layers = sum(1 for kind in kinds if kind == decoder.FULL_ATTENTION)
   fwd = 2.0 * rows * row_len * row_len * cfg.num_attention_heads * cfg.head_dim
   per_layer = fwd * ((2.0 + 2.5) if cfg.remat_policy != "none" else 3.5) if backward else fwd
-  return attention_layers * per_layer
+  return _attention_layers(cfg) * per_layer
+
+
+def mosaic_paged_decode_flops(cfg: ModelConfig, slots: int, table_tokens: int, steps: int) -> float:
+  """Matmul FLOPs of `steps` decode steps of `slots` rows through the Pallas paged attention
+  kernel (EngineConfig.paged_kernel = "pallas", models/pallas_paged.py) in every attention layer:
+  QK^T and PV of one query over every key of the table (4 S N H per row; a slot at max_len, the
+  roofline's worst case: the kernel stops at each row's length). Its bytes need no count: the
+  kernel's operands are the gathered pages, which the HLO counter counts as the custom call's
+  operands."""
+  per_step = 4.0 * slots * table_tokens * cfg.num_attention_heads * cfg.head_dim
+  return _attention_layers(cfg) * steps * per_step
+
+
+def _attention_layers(cfg: ModelConfig) -> int:
+  """The model's full-attention layers (the family's own layer pattern)."""
+  kinds = registry.build_model(cfg).stack.layer_types(cfg)
+  return sum(1 for kind in kinds if kind == decoder.FULL_ATTENTION)
 
 
 def compilable_here(cfg: ModelConfig, platform: str) -> ModelConfig:
@@ -225,7 +240,10 @@ def server_programs(served_cfg: ModelConfig, serving, replica: Mesh, report) -> 
   program = core.decode_program(steps)
   lowered = program.lower(served, state, ids(shape.slots, shape.max_pages), ids())
   name = f"decode {steps} step(s) x {shape.slots} slots, {shape.max_len} tokens"
-  out.append(report(compile_program(name, "server", lowered, n, tokens=steps * shape.slots)))
+  pallas = shape.paged_kernel == "pallas"  # its Mosaic calls are the paged kernel's
+  table_tokens = shape.max_pages * shape.page_size
+  flops = mosaic_paged_decode_flops(served_cfg, shape.slots, table_tokens, steps) if pallas else 0.0
+  out.append(report(compile_program(name, "server", lowered, n, flops, steps * shape.slots)))
   return out
 
 

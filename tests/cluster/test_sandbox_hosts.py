@@ -169,7 +169,7 @@ def test_a_trainer_process_joins_the_cluster_from_an_episode_thread(cluster):
   assert lines == ["RESULTS [('', 1.0, 'host0'), ('', 1.0, 'host1')]"], out.stdout[-2000:]
 
 
-def test_podman_hosts_a_killed_host_loses_its_sandbox_and_its_restart_sweeps(cluster):
+def test_podman_hosts_a_killed_host_loses_its_sandboxes_and_its_restart_sweeps(cluster):
   from tmax_jax.sandbox.backends import podman  # noqa: PLC0415 (podman only for this test)
   from tmax_jax.sandbox.images import podman_store  # noqa: PLC0415
 
@@ -180,8 +180,8 @@ def test_podman_hosts_a_killed_host_loses_its_sandbox_and_its_restart_sweeps(clu
   spec = EnvironmentSpec(image=podman_store.ensure_podman_image(require_base_rootfs()))
   hosts = hosts_lib.SandboxHosts(actors, LeasePolicy(cooldown_s=COOLDOWN_S))
   before = hosts.infos()
-  doomed, kept = hosts.open(spec, "podman"), hosts.open(spec, "podman")
-  assert (doomed.host, kept.host) == (0, 1)
+  doomed, kept, idle = (hosts.open(spec, "podman") for _ in range(3))
+  assert (doomed.host, kept.host, idle.host) == (0, 1, 0)
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
     runs = [pool.submit(sb.run, "sleep 6; echo done") for sb in (doomed, kept)]
     time.sleep(2.0)
@@ -197,3 +197,7 @@ def test_podman_hosts_a_killed_host_loses_its_sandbox_and_its_restart_sweeps(clu
   assert now.swept > 0, now  # what the killed host left: its container (by its label), its dirs
   for actor in actors:
     assert ray.get(actor.leftovers.remote([before[0].owner])) == ""
+  with pytest.raises(SandboxError, match="sandbox host 0 restarted since it opened"):
+    idle.run("true")  # no call was out when its host died: the restarted host says it is gone
+  assert "restarted since it opened" in idle.lost()
+  idle.close()

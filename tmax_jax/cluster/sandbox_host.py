@@ -30,6 +30,10 @@ from tmax_jax.sandbox import census, open_pod, open_sandbox, runtime
 from tmax_jax.sandbox.api import CommandResult, EnvironmentSpec, PodSpec, Sandbox, SandboxError
 
 
+class HostRestartedError(SandboxError):
+  """The sandbox was opened by an earlier run of this host, which died (it went with it)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class HostInfo:
   """Who a host is right now: a restarted host has a new pid and owner tag."""
@@ -133,11 +137,12 @@ class SandboxHost:
   def _get(self, sid: str) -> Sandbox:
     with self._lock:
       sb = self._boxes.get(sid)
-    if sb is None:
-      raise SandboxError(
-        f"sandbox {sid} is not on sandbox host {self._index} (closed, or the host restarted "
-        "since it opened it)"
+    if sb is None and not sid.startswith(self._info.owner + "-"):
+      raise HostRestartedError(
+        f"sandbox host {self._index} restarted since it opened sandbox {sid}: the sandbox is gone"
       )
+    if sb is None:
+      raise SandboxError(f"sandbox {sid} is closed (sandbox host {self._index})")
     return sb
 
   def run(self, sid: str, command: str, timeout_s: float, max_output_chars: int) -> CommandResult:

@@ -2,14 +2,16 @@
 (RunnerConfig.sandbox_hosts = "ray").
 
 place_hosts() (the job's launcher, launch/cluster.py) starts one SandboxHost actor
-(tmax_jax/cluster/sandbox_host.py) on each live node offering `sandbox`, named in the NAMESPACE so
-that every process of the job finds them; Ray restarts a lost one on its node (its constructor
-sweeps what the lost one left). SandboxHosts, in each process that runs episodes, leases a host
-per sandbox (tmax_jax/cluster/leases.py: least loaded, a cap on starts per host, a cooldown for a
-failed host) and returns a HostedSandbox: the Sandbox API on the caller's side, each call served
-by the host. A host lost under a sandbox makes every later call to it a SandboxError and its
-`lost()` say so: the runner ends the trial as the infrastructure failure "sandbox_lost" (never
-scored). `open_hosted(spec, backend)` is the runner's opener (tasks/runner.py names this module).
+(tmax_jax/cluster/sandbox_host.py) per `sandbox` the nodes offer (one per node that says
+{"sandbox": 1}), named in the NAMESPACE so that every process of the job finds them; Ray restarts a
+lost one where a `sandbox` is free again: its node, or the node rejoining in its place (its
+constructor sweeps what the lost one left there). SandboxHosts, in each process that runs
+episodes, leases a host per sandbox (tmax_jax/cluster/leases.py: least loaded, a cap on starts per
+host, a cooldown for a failed host) and returns a HostedSandbox: the Sandbox API on the caller's
+side, each call served by the host. A host lost under a sandbox makes every later call to it a
+SandboxError and its `lost()` say so: the runner ends the trial as the infrastructure failure
+"sandbox_lost" (never scored). `open_hosted(spec, backend)` is the runner's opener
+(tasks/runner.py names this module).
 """
 
 from __future__ import annotations
@@ -22,11 +24,18 @@ import pathlib
 import threading
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tmax_jax.cluster import roles
 from tmax_jax.cluster.leases import DEFAULT_POLICY, LeasePolicy, Leases
-from tmax_jax.cluster.sandbox_host import HostInfo, Opened, SandboxHost, pack, place, unpack
+from tmax_jax.cluster.sandbox_host import (
+  HostInfo,
+  HostRestartedError,
+  Opened,
+  SandboxHost,
+  pack,
+  place,
+  unpack,
+)
 from tmax_jax.errors import UserError
 from tmax_jax.sandbox import runtime
 from tmax_jax.sandbox.api import CommandResult, PodSpec, Sandbox, SandboxError
@@ -42,38 +51,32 @@ CALL_S = 300.0  # uploads, downloads, resets, closes: a host that takes longer h
 
 @dataclasses.dataclass(frozen=True)
 class HostsConfig:
-  """The sandbox hosts' actors: what each asks of its node, how many calls it serves at once
-  (each running command holds one), Ray's restarts of a lost one."""
+  """The sandbox hosts' actors (each takes one of its node's `sandbox`): how many calls each
+  serves at once (each running command holds one), Ray's restarts of a lost one."""
 
-  sandbox_per_host: float = 0.01  # of its node's `sandbox` resource (pinned to the node anyway)
   max_concurrency: int = 256
   max_restarts: int = -1  # -1 = without limit
 
 
 def place_hosts(cfg: HostsConfig = HostsConfig()) -> list:
-  """One SandboxHost on each live node offering `sandbox`, named PREFIX + its index, each ready
-  (its start-up sweep done) -> the actors. UserError when no node offers `sandbox`."""
+  """One SandboxHost per `sandbox` the live nodes offer (a node saying {"sandbox": 1} takes one),
+  named PREFIX + its index, each ready (its start-up sweep done) -> the actors. A lost host takes
+  its node's `sandbox` back when Ray restarts it: its own node, or the node that rejoins in its
+  place. UserError when no node offers `sandbox`."""
   if not ray.is_initialized():
     raise UserError("tmax_jax.cluster: not connected to a Ray cluster (roles.connect first)")
-  roles.require(roles.SANDBOX, cfg.sandbox_per_host, "sandbox hosts")
-  nodes = sorted(
-    n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(roles.SANDBOX, 0) > 0
+  roles.require(roles.SANDBOX, 1, "a sandbox host")
+  options = dict(
+    namespace=NAMESPACE,
+    resources={roles.SANDBOX: 1},
+    num_cpus=0,
+    max_concurrency=cfg.max_concurrency,
+    max_restarts=cfg.max_restarts,
+    scheduling_strategy="SPREAD",
   )
-  actors = []
-  for i, node in enumerate(nodes):
-    actors.append(
-      ray.remote(SandboxHost)
-      .options(
-        name=f"{PREFIX}{i}",
-        namespace=NAMESPACE,
-        resources={roles.SANDBOX: cfg.sandbox_per_host},
-        num_cpus=0,
-        max_concurrency=cfg.max_concurrency,
-        max_restarts=cfg.max_restarts,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-      )
-      .remote(i)
-    )
+  count = int(roles.capacity(roles.SANDBOX))
+  actor_class = ray.remote(SandboxHost)
+  actors = [actor_class.options(name=f"{PREFIX}{i}", **options).remote(i) for i in range(count)]
   infos = ray.get([a.info.remote() for a in actors], timeout=600)
   for info in infos:
     log.info("sandbox host %d on %s (pid %d, swept %d)", info.index, info.node_ip, info.pid,
@@ -144,6 +147,8 @@ class HostedSandbox(Sandbox):
       return ray.get(getattr(self._actor, method).remote(self._sid, *args), timeout=timeout_s)
     except ray.exceptions.RayTaskError as err:  # the host raised: a SandboxError of the sandbox's
       cause = err.cause
+      if isinstance(cause, HostRestartedError):  # it died between two calls: a failure all the same
+        self._host_failed(str(cause))
       if isinstance(cause, SandboxError):
         raise SandboxError(str(cause)) from None
       raise SandboxError(f"sandbox {self.name}: {method} failed on its host: {cause!r}") from None

@@ -24,6 +24,7 @@ from tests.cluster import ray_local  # noqa: E402
 from tests.conftest import require_base_rootfs  # noqa: E402
 from tmax_jax.cluster import sandbox_hosts as hosts_lib  # noqa: E402
 from tmax_jax.cluster.leases import LeasePolicy  # noqa: E402
+from tmax_jax.errors import UserError  # noqa: E402
 from tmax_jax.sandbox import census  # noqa: E402
 from tmax_jax.sandbox.api import EnvironmentSpec, SandboxError  # noqa: E402
 from tmax_jax.tasks.format import AgentConfig, Task, TaskConfig, VerifierConfig, write_task  # noqa: E402
@@ -46,14 +47,17 @@ def cluster(tmp_path_factory):
   config = TaskConfig(agent=AgentConfig(timeout_sec=120), verifier=VerifierConfig(timeout_sec=60))
   task = write_task(Task("act", config, tests={"test.sh": TEST_SH}), marker / "task")
   with ray_local.local_cluster(0, str(marker), sandbox_nodes=2) as c:
-    actors = hosts_lib.place_hosts()
-    owners = {i.owner for i in ray.get([a.info.remote() for a in actors])}
-    try:
+    with hosts_lib.hosts_for(RunnerConfig()) as none:  # a job with local sandboxes places none
+      assert none == [] and not ray.util.list_named_actors(all_namespaces=True)
+      with pytest.raises(UserError, match="no sandbox host is placed.*launch/cluster.py places"):
+        hosts_lib.find_hosts()
+    with hosts_lib.hosts_for(RunnerConfig(sandbox_hosts="ray")) as actors:  # as launch/cluster.py
+      infos = ray.get([a.info.remote() for a in actors])
+      owners = {i.owner for i in infos}
+      assert len(owners) == len({i.node_id for i in infos}) == 2  # one host per sandbox node
       yield actors, owners, task, c.address
-    finally:
-      hosts_lib.stop_hosts(actors)
-      left = census.take(owners)  # every node is this machine: one census sees all hosts'
-      assert left.total == 0, str(left)
+    left = census.take(owners)  # every node is this machine: one census sees all hosts'
+    assert left.total == 0, str(left)
 
 
 def _agent(seconds: float, started: threading.Semaphore | None = None):

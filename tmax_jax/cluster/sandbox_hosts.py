@@ -105,21 +105,21 @@ def hosts_for(runner: RunnerConfig, cfg: HostsConfig = HostsConfig()):
 
 
 def find_hosts() -> list:
-  """The placed hosts' actors, by index; SandboxError when none is placed."""
+  """The placed hosts' actors, by index; UserError when none is placed."""
   names = sorted(
     (int(a["name"][len(PREFIX) :]), a["name"])
     for a in ray.util.list_named_actors(all_namespaces=True)
     if a["namespace"] == NAMESPACE and a["name"].startswith(PREFIX)
   )
   if not names:
-    raise SandboxError(
+    raise UserError(
       "RunnerConfig.sandbox_hosts='ray': no sandbox host is placed on the Ray cluster "
       "(launch/cluster.py places them on the nodes offering 'sandbox')"
     )
   return [ray.get_actor(name, namespace=NAMESPACE) for _, name in names]
 
 
-def _ray_failure(err: ray.exceptions.RayError) -> str:
+def _first_line(err: Exception) -> str:
   first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
   return f"{type(err).__name__}: {first}"
 
@@ -153,7 +153,7 @@ class HostedSandbox(Sandbox):
         raise SandboxError(str(cause)) from None
       raise SandboxError(f"sandbox {self.name}: {method} failed on its host: {cause!r}") from None
     except (ray.exceptions.RayError, TimeoutError) as err:
-      self._host_failed(f"its sandbox host {self._host} failed ({_ray_failure(err)})")
+      self._host_failed(f"its sandbox host {self._host} failed ({_first_line(err)})")
       raise SandboxError(f"sandbox {self.name}: {self._lost}") from None
 
   def _host_failed(self, why: str) -> None:
@@ -248,7 +248,7 @@ class SandboxHosts:
       except ray.exceptions.RayError as err:
         self.leases.release(host, was_open=False)
         self.leases.fail(host)
-        failures.append(f"host {host}: {_ray_failure(err)}")
+        failures.append(f"host {host}: {_first_line(err)}")
         continue
       self.leases.started(host)
       return HostedSandbox(self, host, self.actors[host], opened)
@@ -265,7 +265,7 @@ def shared_hosts() -> SandboxHosts:
   tmax_jax/cluster/trainer.py, else "auto")."""
   with _shared_lock:
     if not ray.is_initialized():
-      ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level=logging.WARNING)
+      roles.connect(os.environ.get("RAY_ADDRESS", "auto"))
     address = ray.get_runtime_context().gcs_address
     if address not in _shared:
       _shared[address] = SandboxHosts(find_hosts())

@@ -288,6 +288,8 @@ def verdict(job, progs: list[Program], chip: Chip) -> dict:
   serving = getattr(job, "serving", None)
   colocated = hasattr(job, "train") and serving is not None and serving.placement == "colocated"
   peak = side["trainer"] + side["server"] if colocated else max(side.values())
+  sync = sync_peak(progs, colocated)
+  peak = max(peak, sync)
   model_cfg = policy.model_config(job.model)
   kernel = compilable_here(model_cfg, chip.platform).attention_impl
   notes = [] if kernel == model_cfg.attention_impl else [
@@ -297,12 +299,31 @@ def verdict(job, progs: list[Program], chip: Chip) -> dict:
   return {
     "trainer_peak": side["trainer"],
     "server_peak": side["server"],
+    "sync_peak": sync,
     "placement": _placement(job, colocated),
     "peak": peak,
     "hbm": chip.hbm_bytes,
     "fits": peak <= chip.hbm_bytes,
     "notes": notes,
   }
+
+
+def sync_peak(progs: list[Program], colocated: bool) -> float:
+  """Per chip at a weight push: the sync's temp and new served params beside what the trainer
+  holds between its programs (its largest program's arguments and the optimizer state beside
+  it) and, when colocated, what the server holds (its programs' arguments: served params,
+  pages); 0 without a sync program. The old served params stay counted: a push writes the
+  new copy before the old one is dropped. Disaggregated, the sync's output is a staging copy on
+  the trainer's devices (loop/weight_sync.py); the server devices' own copy-in is not counted."""
+  syncs = [p for p in progs if p.side == "sync"]
+  if not syncs:
+    return 0.0
+
+  def held(side: str) -> float:
+    return max((p.memory["argument"] + p.live_bytes for p in progs if p.side == side), default=0.0)
+
+  run = max(p.memory["temp"] + p.memory["output"] - p.memory["alias"] for p in syncs)
+  return held("trainer") + (held("server") if colocated else 0.0) + run
 
 
 def _placement(job, colocated: bool) -> str:
@@ -338,9 +359,10 @@ def table(progs: list[Program], target, verdict: dict, hosts: int) -> str:
       f"{r['mfu_bound']:>10.0%}{p.compile_s:>8.1f}s"
     )
   v = verdict
+  at_push = f", at a weight push {v['sync_peak'] / GB:.2f} GB" if v.get("sync_peak") else ""
   rows.append(
     f"peak per chip: trainer {v['trainer_peak'] / GB:.2f} GB, server {v['server_peak'] / GB:.2f} "
-    f"GB ({v['placement']}): {v['peak'] / GB:.2f} GB of {v['hbm'] / GB:.0f}: "
+    f"GB ({v['placement']}){at_push}: {v['peak'] / GB:.2f} GB of {v['hbm'] / GB:.0f}: "
     f"{'FITS' if v['fits'] else 'DOES NOT FIT'}"
   )
   rows += [

@@ -6,7 +6,7 @@ between step 1's end and the last step's end (metrics.jsonl `time`).
 
   python3 bench/cluster_rl.py [--steps 5] [--pairs 1] [--out r.json]
 On one machine every raylet shares its cores: the ratio says what a second node's server costs
-or gives when both sit on the same CPU, not a cluster's scaling (BUILD_NOTES "Beyond one host").
+or gives when both sit on the same CPU, not a cluster's scaling (docs/design/cluster.md).
 """
 
 import json

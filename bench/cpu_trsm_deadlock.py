@@ -1,4 +1,4 @@
-"""Reproducer of the XLA:CPU deadlock that hung Qwen3.5 train steps (BUILD_NOTES "Long context",
+"""Reproducer of the XLA:CPU deadlock that hung Qwen3.5 train steps (docs/design/long-context.md,
 the trsm deadlock), without any tmax_jax code: each of the mesh's devices runs `--solves`
 independent batched `lax.linalg.triangular_solve`s (jaxlib's LAPACK trsm kernel) big enough for
 the kernel to split its batch into tasks on the intra-op thread pool. No collectives are involved.

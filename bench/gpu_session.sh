@@ -6,7 +6,8 @@
 #   bash bench/gpu_session.sh          # on the device machine (device tool: run, timeout_s 600)
 #   bash bench/gpu_session.sh --tiny   # CPU check of the script itself (tests run it)
 #
-# Order is priority order (BUILD_NOTES "CI" / "Decode profile"): train-step MFU, decode scanned vs
+# Order is priority order (docs/design/ci.md / docs/design/inference.md "Decode profile"):
+# train-step MFU, decode scanned vs
 # unrolled layers (CoreShape.unrolled), the 64k long-context step with the kernel parity checks,
 # the Gated DeltaNet layer. A check that fails or runs out of time is logged and the next one runs.
 # Wheels the device lacks travel in .whl (device README): installed first when present.

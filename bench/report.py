@@ -142,7 +142,7 @@ def _timer(timed: bool) -> Callable[[Callable[[], object]], float]:
 class WorkerSide:
   """One side of a comparison, run in its own Python process: the other framework as its users
   run it, untouched by what importing tmax_jax does to this process (host_memory's glibc malloc
-  settings, which speed up torch as well: BUILD_NOTES "Host memory"). `factory` ("module:function",
+  settings, which speed up torch as well: docs/design/host-memory.md). `factory` ("module:function",
   importable in a fresh interpreter with this process's sys.path) builds the step callable there
   from `args`/`kwargs` (pickled). Calling the side runs one step there and returns the seconds
   the step took, measured there (use it with `compare(..., timed=(False, True))`); `value` is

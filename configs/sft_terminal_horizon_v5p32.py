@@ -5,7 +5,7 @@ slice: 16 chips on 4 hosts, fsdp 2 x sequence 8, packed 16k / 32k / 64k rows
 
 python3 launch/train_sft.py --config=configs/sft_terminal_horizon_v5p32.py \\
     --config.model.checkpoint=/ckpt/Qwen3.5-27B --config.trajectories=runs/horizon/sft.jsonl
-(one process per host, as every multi-host run: BUILD_NOTES "Scale-out")
+(one process per host, as every multi-host run: docs/design/scale-out.md)
 """
 
 from tmax_jax import recipes

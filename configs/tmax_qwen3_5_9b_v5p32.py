@@ -5,7 +5,7 @@ hosts, fsdp 2 x sequence 8, fixed rows, a colocated server of 1 x tensor 4 per h
 
 python3 launch/train_rl.py --config=configs/tmax_qwen3_5_9b_v5p32.py \\
     --config.model.checkpoint=/ckpt/Qwen3.5-9B --config.tasks.source=/data/tmax15k
-(one process per host, as every multi-host run: BUILD_NOTES "Scale-out")
+(one process per host, as every multi-host run: docs/design/scale-out.md)
 """
 
 from tmax_jax import recipes

@@ -5,7 +5,7 @@ chips on 4 hosts, FSDP over all 16, fixed rows, a colocated server of 1 x tensor
 
 python3 launch/train_rl.py --config=configs/tmax_qwen3_8b_v5p32.py \\
     --config.model.checkpoint=runs/sft_qwen3_8b/hf --config.tasks.source=/data/tmax15k
-(one process per host, as every multi-host run: BUILD_NOTES "Scale-out")
+(one process per host, as every multi-host run: docs/design/scale-out.md)
 """
 
 from tmax_jax import recipes

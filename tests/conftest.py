@@ -20,7 +20,7 @@ if "collective_call_terminate" not in os.environ["XLA_FLAGS"]:
 # (-O0 compiles faster still but runs the execution-bound tests 2-5x slower). It changes only the
 # machine code's speed: HLO passes, buffer assignment (the memory tests) and IEEE results (XLA:CPU
 # allows no fast math at any level) are the same. Measured with the malloc setting below on
-# test_step + test_multi_step + test_host_memory: 110 s -> 103 s (BUILD_NOTES "CI").
+# test_step + test_multi_step + test_host_memory: 110 s -> 103 s (docs/design/ci.md).
 FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=1"
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
   os.environ["XLA_FLAGS"] += " " + FAST_COMPILE_FLAGS
@@ -47,7 +47,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # The tests are an entry point, and compile-bound: glibc malloc left as it is (host_memory's
 # "default"; the launchers' reuse setting makes XLA's multi-threaded compiles slower and keeps
 # every freed byte resident). The same three files: 146 s with the reuse setting, 110 s without
-# (BUILD_NOTES "CI"). Test subprocesses inherit it; tests/test_host_memory.py sets the variable
+# (docs/design/ci.md). Test subprocesses inherit it; tests/test_host_memory.py sets the variable
 # itself for the programs whose malloc it checks.
 os.environ.setdefault("TMAX_JAX_HOST_MALLOC", "default")
 import pytest  # noqa: E402

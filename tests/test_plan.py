@@ -223,7 +223,7 @@ RECIPES = [  # every recipe config that trains a real model, each sized for its 
 @pytest.mark.parametrize(
   "config",
   # CI's slow run plans the 8B SFT (80 s); the others are `full` (3-13 min each on 2 cores;
-  # BUILD_NOTES "CI"); tests/test_rehearse_tpu.py compiles every one of them for TPU.
+  # docs/design/ci.md); tests/test_rehearse_tpu.py compiles every one of them for TPU.
   [c if "sft_tmax" in c else pytest.param(c, marks=pytest.mark.full) for c in RECIPES],
 )
 def test_recipe_mesh_passes_its_plan(config):

@@ -71,7 +71,7 @@ def _check_9b_acceptance(report: dict, stdout: str) -> None:
 
 
 # Every shipped config's CPU rehearsal is `full` (python3 -m pytest -m full): the nine took ~42 min
-# of one worker (the 9B alone 7-12 min), more than CI's budget has room for (BUILD_NOTES "CI");
+# of one worker (the 9B alone 7-12 min), more than CI's budget has room for (docs/design/ci.md);
 # CI keeps tests/test_rehearse_tpu.py (every config compiled for TPU) and the shrink checks of
 # tests/test_rehearse.py.
 IN_CI = ()

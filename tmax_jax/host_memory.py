@@ -4,16 +4,17 @@ XLA:CPU allocates each execution's temp buffer (the whole program's scratch, e.g
 bench/train_step.py's step) on a worker thread and frees it at the end. glibc serves a worker
 thread from its own arena, whose heaps are at most 64 MB, so every allocation above that is a
 fresh mmap and every free a munmap: the next step touches new pages again (measured: ~28,000 page
-faults and ~55 ms of kernel time per train step on 2 cores, ~12% of its wall time; BUILD_NOTES
-"Host memory"). With one arena, no mmap'd chunks and a high trim threshold, the freed buffer stays
-in the heap and the next execution reuses it, with no page faults.
+faults and ~55 ms of kernel time per train step on 2 cores, ~12% of its wall time;
+docs/design/host-memory.md). With one arena, no mmap'd chunks and a high trim threshold, the
+freed buffer stays in the heap and the next execution reuses it, with no page faults.
 
 `reuse_freed_memory()` applies that once per process; entry points call it first thing (the
 launchers' main(), the bench scripts, the tests' conftest), never an import of the library. It
 must run before XLA's worker threads make their first allocation (threads keep the arena they
 started with), i.e. before the first jax computation. The cost: memory freed by the process is
 kept for reuse instead of returned to the OS (peak RSS stays allocated), and every thread shares
-one malloc arena, which makes XLA's multi-threaded compiles ~1.35x slower (BUILD_NOTES). So it
+one malloc arena, which makes XLA's multi-threaded compiles ~1.35x slower
+(docs/design/host-memory.md). So it
 applies where programs run on XLA:CPU: not when an accelerator plugin (jax_plugins/*, libtpu) is
 installed, unless JAX_PLATFORMS=cpu. TMAX_JAX_HOST_MALLOC=default never applies it, =reuse always
 does (on glibc; a no-op elsewhere); set it to default for compile-bound work. (An environment

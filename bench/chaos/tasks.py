@@ -1,7 +1,7 @@
 """The soak's task set: ordinary tasks and tasks whose verifier misbehaves, each a real TB2 task
 built from a Dockerfile (one shared layer: holding its build lock delays every trial start).
 
-Verifier faults and what the rule (BUILD_NOTES "Scoring") makes of them:
+Verifier faults and what the rule (docs/design/episodes.md "Scoring") makes of them:
   verifier_crash    test.sh dies by SIGSEGV before writing a reward  -> dropped (verifier_error)
   verifier_garbage  test.sh writes a reward.txt that is no number      -> dropped (verifier_error)
   command_hang      test.sh and a setsid child ignore SIGTERM, sleep   -> 0 (verifier_timeout)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# curl/wget stand-in of tmax_jax task images (sandbox/offline; see BUILD_NOTES "Task images").
+# curl/wget stand-in of tmax_jax task images (sandbox/offline; see docs/design/task-images.md).
 # URLs listed in urls.tsv (shell glob <TAB> local file) are served from the local copy, every use
 # is logged to /tmp/.tmax-offline.log; anything else runs the real tool unchanged.
 here=$(dirname "$(readlink -f "$0")")

@@ -107,7 +107,7 @@ def test_every_chain_every_level_in_sandbox(name, level):
     _check_node(node)
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 def test_build_cli_accepts_every_chain(tmp_path, capsys):
   """`python3 -m tmax_jax.horizon.build` over every chain: the whole audit (oracle,

@@ -16,7 +16,7 @@ def _load(name):
   return mod
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow  # bench smoke runs: the slow suite keeps the scripts working
 def test_gpu_decode_tiny_runs_on_cpu(tmp_path):
   out = tmp_path / "gpu.json"
@@ -27,7 +27,7 @@ def test_gpu_decode_tiny_runs_on_cpu(tmp_path):
   assert r["peak_pages_in_use"] > 0 and r["kv_pool_bytes"] > 0
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 def test_serve_bench_tiny_runs(tmp_path, capsys):
   record = tmp_path / "BENCH.md"

@@ -51,7 +51,7 @@ def _trainer(ckpt, attention_impl: str, **dtypes):
   return dataclasses.replace(cfg, attention_impl=attention_impl), params
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_fp32_head_closes_gap_to_trainer(tmp_path):
   """With a trainer whose attention has the served numerics (the reference kernel: softmax
   normalised before the bf16 PV matmul, as the paged decode does); the blockwise kernel rounds in
@@ -66,16 +66,16 @@ def test_fp32_head_closes_gap_to_trainer(tmp_path):
   )
   # Per prompt, not the mean: the served bf16 body reduces attention keys page block by page
   # block, the trainer over its whole row, so now and then one bf16 rounding flips and that
-  # prompt's gap is ~1e-3 whatever the head (BUILD_NOTES "fp32 head finding").
+  # prompt's gap is ~1e-3 whatever the head (docs/design/inference.md "fp32 head finding").
   assert np.median(f_trainer) < 1e-5 < np.median(b_trainer) / 10
   assert np.all(b_trainer > 1e-4)  # with a bf16 head no prompt matches
 
 
 def test_blockwise_bf16_is_as_accurate_as_reference(tmp_path):
   """The training default on CPU (blockwise, flash-style: unnormalised bf16 probabilities, divided
-  at the end) differs from served logprobs by bf16 rounding (~2e-2 mean |dlogp| here, BUILD_NOTES
-  "fp32 head finding"), but is no less accurate: its error against an all-fp32 model stays
-  within 1.5x of the reference kernel's, per sequence."""
+  at the end) differs from served logprobs by bf16 rounding (~2e-2 mean |dlogp| here,
+  docs/design/inference.md "fp32 head finding"), but is no less accurate: its error against an
+  all-fp32 model stays within 1.5x of the reference kernel's, per sequence."""
   helpers.save_tiny("qwen3", tmp_path)
   fp32 = _trainer(tmp_path, "reference", head_dtype="float32")
   rng = np.random.default_rng(0)

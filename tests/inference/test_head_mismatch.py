@@ -20,7 +20,7 @@ import head_mismatch  # noqa: E402  (bench/: the toy configs, the sync-and-serve
 from tmax_jax.models import registry  # noqa: E402
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 @pytest.mark.parametrize("family", ["qwen3", pytest.param("qwen3_5", marks=pytest.mark.slow)])
 def test_bf16_server_serves_the_trainers_fp32_head(family):
   cfg = head_mismatch.toy_configs()[family].with_dtypes(compute_dtype="float32")

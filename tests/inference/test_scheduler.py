@@ -137,7 +137,7 @@ def test_multi_turn_episode_identical_with_and_without_prefix_cache(models, mode
   assert s_cached["prefill_tokens"] < s_plain["prefill_tokens"] / 2
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 @pytest.mark.parametrize("model_type", ["qwen3", "qwen3_5"])
 def test_unrolled_serving_matches_the_scanned_stack(models, model_type):
   """One pool buffer per layer and unstacked params (`unrolled_layers`) serve what the scanned stack
@@ -184,8 +184,9 @@ def test_an_unscanned_config_is_served_in_both_layouts(models, model_type):
 
 def test_unrolled_decode_step_copies_no_weights_and_no_pool(models):
   """The compiled decode step of the unrolled layout slices no weight stack and copies no
-  layer's pool (the scanned one slices every [L, ...] weight per layer, BUILD_NOTES "Decode
-  profile"): no dynamic-slice at all, and no copy as large as a page buffer or an MLP kernel."""
+  layer's pool (the scanned one slices every [L, ...] weight per layer,
+  docs/design/inference.md "Decode profile"): no dynamic-slice at all, and no copy as large as a
+  page buffer or an MLP kernel."""
   from tmax_jax import hlo_cost
 
   sched = _sched(models, cfg=dataclasses_replace(SMALL, unrolled_layers=True))

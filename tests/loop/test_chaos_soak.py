@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import require_base_rootfs
 
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "chaos_soak.py"
-MINUTES = 2.0  # the fault window; start-up comes on top (BUILD_NOTES "Chaos soak": CI time)
+MINUTES = 2.0  # the fault window; start-up comes on top (docs/design/chaos-soak.md: CI time)
 
 
 def _soak():
@@ -25,7 +25,7 @@ def _soak():
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-# CI's slow run soaks bubblewrap; podman (240 s) is `full` (BUILD_NOTES "CI")
+# CI's slow run soaks bubblewrap; podman (240 s) is `full` (docs/design/ci.md)
 @pytest.mark.parametrize("backend", ["bubblewrap", pytest.param("podman", marks=pytest.mark.full)])
 def test_short_soak_holds_every_invariant(backend, tmp_path):
   require_base_rootfs()

@@ -106,7 +106,7 @@ def _records(n: int) -> list[dict]:
   return out
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_sft_on_a_4_device_mesh_equals_one_device(tmp_path):
   records = _records(16)
   out = {}

@@ -67,7 +67,7 @@ async def _served_version(address: str) -> tuple[int, str]:
     return s.version, s.instance_id
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_server_killed_mid_rollouts_is_reconnected_resynced_and_counted(tmp_path):
   require_base_rootfs()
   port = free_port()

@@ -40,7 +40,7 @@ def _config(tmp_path, steps: int) -> RLConfig:
   )
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_rl_steps_checkpoint_resume_export(tmp_path):
   require_base_rootfs()
   torch = pytest.importorskip("torch")
@@ -96,7 +96,7 @@ def test_rl_steps_checkpoint_resume_export(tmp_path):
   assert np.max(np.abs(ours - ref)) / np.max(np.abs(ref)) <= 1e-4
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_rl_disaggregated_equals_a_single_device_replay(tmp_path):
   """Disaggregated on 8 devices: the trainer on fsdp=2 x tensor=2 over devices 0-3, the server on
   devices 4-7 (2 replicas x tensor 2); its recorded batches replayed on one device train to the

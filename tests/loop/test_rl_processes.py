@@ -52,7 +52,7 @@ def _export_params(run: pathlib.Path):
   return hf_io.load_pretrained(run / "hf")[1]
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_two_processes_run_the_loop_then_restore_on_one(tmp_path):
   """Disaggregated on each process (2 training + 2 serving devices): the trainer mesh data=2 x
   fsdp=2 spans both processes; each process serves its own share of the episodes."""
@@ -99,7 +99,7 @@ def test_two_processes_run_the_loop_then_restore_on_one(tmp_path):
   assert_same_training(metrics, exported, single.metrics, single.params)
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_sigkill_mid_step_then_restart_is_bit_identical(tmp_path):

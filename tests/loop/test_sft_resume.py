@@ -45,7 +45,7 @@ def _launch(run: pathlib.Path, data: pathlib.Path) -> subprocess.Popen:
   )
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 @pytest.mark.timeout(1800)
 def test_sft_sigkill_then_restart_is_bit_identical(tmp_path):
   data = tmp_path / "sft.jsonl"

@@ -12,7 +12,7 @@ import pytest
 from tmax_jax.loop.weight_sync import host_layout, staging_axes
 
 # hosts in a flat device order of the kind an 8-host v5p slice's topology-ordered mesh gives
-# ([0,2,4,6,0,2,4,6,1,3,5,7,...]: BUILD_NOTES "Accelerator compiles"; tests/test_weight_sync_tpu.py
+# ([0,2,4,6,0,2,4,6,1,3,5,7,...]: docs/design/accelerator-compiles.md; tests/test_weight_sync_tpu.py
 # compiles the real one)
 V5P_64 = [0, 2, 4, 6] * 2 + [1, 3, 5, 7] * 2
 V5P_64 = V5P_64 + V5P_64

@@ -201,7 +201,7 @@ def assert_trees_close(a, b, tol):
     np.testing.assert_allclose(x, y, atol=tol * max(1.0, float(np.max(np.abs(y)))), rtol=tol)
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 @pytest.mark.parametrize("cfg", [DENSE, QWEN3_5], ids=["dense", "qwen3_5"])
 def test_model_blockwise_equals_reference(cfg):
   """Whole models (dense GQA attention; Qwen3.5 gated attention + Gated DeltaNet) on packed rows:

@@ -14,7 +14,7 @@ import long_context  # noqa: E402  (bench/long_context.py: small models, compile
 T = 256
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 @pytest.mark.parametrize(
   "name", ["dense", pytest.param("qwen3_5", marks=[pytest.mark.slow, pytest.mark.full])]
 )

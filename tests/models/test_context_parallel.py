@@ -42,7 +42,7 @@ def test_ring_attention_equals_blockwise():
   assert errs["ok"], errs
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_gated_delta_rule_passes_state_across_shards():
   rng = np.random.default_rng(0)
   b, t, kh, n, h = 2, 64, 2, 4, 8
@@ -103,7 +103,7 @@ def test_qwen3_5_sequence_parallel_small():
   check_model(QWEN3_5, 256, 4)
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", [DENSE, QWEN3_5], ids=["dense", "qwen3_5"])
 def test_model_sequence_4_equals_unsharded_at_4096(cfg):
@@ -124,7 +124,7 @@ def train_step(cfg, mesh, batch):
 @pytest.mark.parametrize(
   "cfg", [DENSE, pytest.param(QWEN3_5, marks=pytest.mark.slow)], ids=["dense", "qwen3_5"]
 )
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_train_step_sequence_2_equals_sequence_1(cfg):
   """The whole DPPO step (ring attention; for Qwen3.5 also DeltaNet state passing and the conv
   halo; the per-shard head) on packed rows of uneven trajectories: same metrics and params."""
@@ -136,13 +136,13 @@ def test_train_step_sequence_2_equals_sequence_1(cfg):
   assert_trees_close(params_2, params_1, TOL)
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.timeout(1800, method="thread")  # a deadlock fails the run instead of hanging CI
 def test_qwen3_5_train_step_sequence_spanning_every_device():
   """The 9B / TerminalHorizon mesh shape: sequence = all 8 devices, chunk 64, packed rows. It
-  deadlocked on XLA:CPU while the UT solve was jaxlib's LAPACK trsm (BUILD_NOTES "Long
-  context"); now it finishes and equals sequence = 1."""
+  deadlocked on XLA:CPU while the UT solve was jaxlib's LAPACK trsm
+  (docs/design/long-context.md); now it finishes and equals sequence = 1."""
   cfg = long_context.small_models(tiny=True)["qwen3_5"].replace(attention_impl="blockwise")
   assert cfg.family_config.chunk_size == 64  # per-shard solves big enough to be split by LAPACK
   batch = long_context.random_rows(cfg, 2, 128)
@@ -154,7 +154,7 @@ def test_qwen3_5_train_step_sequence_spanning_every_device():
   assert_trees_close(params_8, params_1, TOL)
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dense", "qwen3_5"])
 def test_train_step_memory_per_device_falls_with_shards(name):

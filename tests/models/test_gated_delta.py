@@ -186,7 +186,8 @@ def test_unit_lower_inverse_solves_like_trsm(c):
 def test_chunked_rule_calls_no_lapack_kernel():
   """The chunked rule and its gradient compile without jaxlib's LAPACK custom calls: on XLA:CPU
   the batched trsm kernel deadlocks the intra-op pool when every worker runs one at once (a
-  Qwen3.5 train step with a `sequence` axis spanning every device hung; BUILD_NOTES)."""
+  Qwen3.5 train step with a `sequence` axis spanning every device hung;
+  docs/design/long-context.md)."""
   q, k, v, g, beta, s0 = _inputs(seed=7, t=64, n=4)
 
   def loss(*xs):

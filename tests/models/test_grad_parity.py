@@ -76,7 +76,7 @@ def test_qwen_grads_match_transformers(variant, save_logits, tmp_path):
   _check(_our_grads(cfg, params, tokens, positions, mask, weights, save_logits), ref)
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_qwen3_5_grads_match_transformers(tmp_path):
   from tests.models.qwen3_5 import qwen3_5_ref
 

@@ -19,7 +19,7 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.full  # CI's room for the TPU compiles (BUILD_NOTES "CI"): a bench smoke run, 368 s
+@pytest.mark.full  # CI's room for the TPU compiles (docs/design/ci.md): a bench smoke run, 368 s
 def test_long_context_bench_tiny(tmp_path):
   out = tmp_path / "lc.jsonl"
   _run("long_context.py", "--tiny", "--repeats", "1", "--out", str(out))
@@ -30,7 +30,7 @@ def test_long_context_bench_tiny(tmp_path):
   assert per_device[("qwen3_5", 4)] < per_device[("qwen3_5", 2)]
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 def test_gpu_long_context_script_tiny(tmp_path):
   out = tmp_path / "gpu.jsonl"

@@ -81,7 +81,7 @@ def test_registered_by_one_call_with_the_contract_checked():
   assert decoder.missing_contract(toy_family.ToyForCausalLM) == []
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_load_train_serve_export(hf_dir, tmp_path):
   src, tensors = hf_dir
   cfg, params = hf_io.load_pretrained(src)

@@ -3,7 +3,8 @@ and how a build failure names it (fast); and, in the slow suite, the steps tasks
 each stand-in built for real: `apt-get install python3-pip`, `pip install` of a package whose
 dependencies upgrade typing_extensions, of an old sdist whose setup.py imports setuptools, and of
 pinned releases (including ones that replace packages Debian pulled in). Every step below passes on
-the real image the stand-in replaces (BUILD_NOTES "Base images"), so it must pass here."""
+the real image the stand-in replaces (docs/design/task-images.md "Base images"), so it must pass
+here."""
 
 from __future__ import annotations
 
@@ -182,7 +183,8 @@ def _require_builds():
 
 # CI builds the two stand-ins the issue's failures happened on (the Ubuntu one builds ubuntu-24-04
 # under it) and one python:* base; each of the others is ~2 min of apt/pip downloads and builds, so
-# they are marked `full` (python3 -m pytest -m full: run for BUILD_NOTES "Base images", not in CI).
+# they are marked `full` (python3 -m pytest -m full: run for docs/design/task-images.md
+# "Base images", not in CI).
 _IN_CI = ("tbench-ubuntu-24-04", "python-3-13")
 
 

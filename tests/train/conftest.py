@@ -40,7 +40,7 @@ def tiny_qwen3_5():
   """A tiny Qwen3.5 (one Gated DeltaNet + one gated-attention layer, chunk 4), fp32, at its random
   init like `tiny`. (With every weight perturbed by N(0, 0.2), as the model parity tests do, the
   Gated DeltaNet input gradients of differently packed batches differ by up to ~7e-6 from fp32
-  summation order alone; BUILD_NOTES "Packed micro-batches".)"""
+  summation order alone; docs/design/training.md "Packed micro-batches".)"""
   from tmax_jax.models.qwen3_5.config import Qwen3_5Config
   from tmax_jax.models.qwen3_5.presets import qwen3_5
 

@@ -25,7 +25,7 @@ def _run(args, tmp_path):
   return json.loads(out.read_text())
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_gpu_train_step_tiny_and_trace_only(tmp_path):
@@ -39,7 +39,7 @@ def test_gpu_train_step_tiny_and_trace_only(tmp_path):
   assert full["param_dtypes"] == ["float32"] and "kept_frac" in full["metrics"]
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_cpu_train_step_bench_tiny(tmp_path):
@@ -59,7 +59,7 @@ def _load(name):
   return mod
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_packing_bench_tiny(tmp_path):
@@ -68,7 +68,7 @@ def test_packing_bench_tiny(tmp_path):
   assert r["packed_tokens_per_s"] > 0 and r["fixed_tokens_per_s"] > 0 and len(r["ratios"]) >= 5
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_side_by_side_benches_tiny(tmp_path):
@@ -96,7 +96,7 @@ def test_cpu_gemm_bench_checks_the_product_then_times_each_shape():
     gemm.parse_shape("8x16")
 
 
-@pytest.mark.full  # out of CI's slow run: BUILD_NOTES "CI" (python3 -m pytest -m full)
+@pytest.mark.full  # out of CI's slow run: docs/design/ci.md (python3 -m pytest -m full)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_gpu_session_script_tiny(tmp_path):

@@ -89,7 +89,7 @@ def _uneven_episodes(seed: int, n: int = 32, seq_len: int = 64):
   return out
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_uneven_rl_batch_padding_fraction_in_metrics(tiny):
   model, mcfg, params = tiny
   trajs = _uneven_episodes(0)
@@ -183,7 +183,7 @@ def _on_policy_episode(model, mcfg, params, k: int, seed: int) -> EpisodeResult:
   return EpisodeResult(traj, status="submitted", reward=float(seed % 2))
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_topk_fields_from_episodes_through_a_topk_tv_step(tiny):
   model, mcfg, params = tiny
   k = 4

@@ -7,7 +7,7 @@ in harnesses.py) plays the policy, then the hidden tests are uploaded and run. T
 is the episode's reward, except that an OOM scores 0 (recipe.md); an infrastructure failure (the
 runner's INFRA_FAILURES: build, sandbox start, a sandbox lost or crashed under the episode, a
 verifier that wrote no readable reward) is never scored: it raises InfrastructureError with its
-kind (BUILD_NOTES "Scoring: the policy's outcome or the infrastructure's failure").
+kind (docs/design/episodes.md "Scoring: the policy's outcome or the infrastructure's failure").
 
 Policies are providers with `generate_fn(task, group, sample) -> generate`: `ServerPolicy` (the
 inference server through one asyncio `RolloutClient` on the caller's event loop; the sampling

@@ -10,7 +10,7 @@ trial runs in `open_sandbox` exactly as our own runner starts it (tasks/environm
 a task scores the same under Harbor's trial loop as under ours. This module imports Harbor and runs
 only in the Harbor venv (Python >= 3.12; tmax_jax/harbor/venv.py).
 
-What differs from Harbor's Docker environment (BUILD_NOTES "Harbor"): every command runs as the
+What differs from Harbor's Docker environment (docs/design/harbor.md): every command runs as the
 sandbox user (uid 1000), whatever `user` Harbor asks for; the sandbox is offline unless
 `--ek allow_network=true` (a task's allow_internet alone does not open it, as in our runner); CPU
 quotas apply only on cgroup v2 hosts; a multi-service docker-compose task is refused.

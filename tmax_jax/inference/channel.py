@@ -5,8 +5,8 @@ return_channel` holds: add_result / close / set_exception / cancel from any thre
 on the loop) and adds `take_ready()`: every step already delivered behind the one just read. The
 Rollout service sends those in one GenerateResponse (the proto's fields are repeated), so when the
 server's event loop falls behind the decode loop a stream catches up in one message instead of one
-per token (on a 2-core box the gRPC path costs ~200 us of CPU per token, BUILD_NOTES "Decode
-profile"). A step is never held back waiting for others.
+per token (on a 2-core box the gRPC path costs ~200 us of CPU per token,
+docs/design/inference.md "Decode profile"). A step is never held back waiting for others.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Token sampling with per-row temperature / top-k / top-p, and the behaviour logprob DPPO needs.
 
-Temperature convention (shared with the trainer, see BUILD_NOTES "JetStream inference"):
+Temperature convention (shared with the trainer, see docs/design/inference.md):
   * The reported logprob of a sampled token is `log_softmax(logits / T)[token]` with the FULL
     vocabulary, i.e. the tempered distribution *before* top-k/top-p truncation. That is exactly
     what `tmax_jax.models.logprobs.token_logprobs(..., temperature=T)` computes on the trainer,

@@ -101,7 +101,7 @@ def unit_lower_inverse(a: jax.Array) -> jax.Array:
   intra-op thread pool and blocks its worker until they finish; when every worker of the pool is
   in such a kernel at once (independent solves run concurrently, and a mesh with as many devices
   as pool threads runs one per device), nobody runs the tasks and the program never finishes
-  (BUILD_NOTES "Long context", the trsm deadlock).
+  (docs/design/long-context.md, the trsm deadlock).
   """
   c = a.shape[-1]
   size = 1 << max(c - 1, 0).bit_length()  # C padded to a power of two: identity rows appended

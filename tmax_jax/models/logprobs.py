@@ -67,7 +67,7 @@ def _chunk_stats(logits: jax.Array, targets: jax.Array):
 
   The entropy is lse - E_p[z] with E_p[z] = sum(e^(z-m) z) / sum(e^(z-m)). The two sums are
   two plain reductions, which XLA fuses into one pass; written as one variadic lax.reduce they
-  were 2.6x slower on XLA:CPU (not vectorised; BUILD_NOTES "Compiled step census"). Forward only
+  were 2.6x slower on XLA:CPU (not vectorised; docs/design/compiled-flops.md). Forward only
   (the custom VJPs differentiate it)."""
   m = jnp.max(logits, axis=-1, keepdims=True)  # [B,C,1]
   e = jnp.exp(logits - m)

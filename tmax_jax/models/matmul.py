@@ -6,7 +6,7 @@ contraction on the minor axis of both operands, so one operand of the weight-gra
 materialised transposed, and with autodiff's order that is dy, often the wider one (the MLP's
 [B*T, F] gradient, F = 3 D), with the producing elementwise fusion (the SwiGLU backward) fused into
 the transposed write: on the bench's fwd+bwd that one fusion was 1/5 of the whole step (see
-BUILD_NOTES "Compiled step census"). Here the transposed operand is always the narrower of x and
+docs/design/compiled-flops.md). Here the transposed operand is always the narrower of x and
 dy, and the result is transposed back when that is dy (a weight-sized transpose, 1/T the size).
 On GPU/TPU the dot takes any operand layout and the transposes fold away; the FLOPs are identical.
 

@@ -7,7 +7,8 @@ A trial: start a sandbox from the task environment -> let an "agent" act (nothin
 A missing or empty reward file raises RewardMissingError; it is never read as a zero. An OOM of
 the solution or of the tests, or the tests' timeout, is reward 0 with the reason recorded (the
 tests run what the agent left). A failure of the infrastructure is never a reward: the result's
-`failure` names its kind (INFRA_FAILURES) and its reward means nothing (BUILD_NOTES "Scoring").
+`failure` names its kind (INFRA_FAILURES) and its reward means nothing (docs/design/episodes.md
+"Scoring").
 A task whose docker-compose.yaml has several services runs as a podman pod (tasks/compose.py,
 sandbox/pod.py): the agent and the verifier in the main service, the others next to it; off
 podman it raises TaskUnsupportedError (reported, never a zero).

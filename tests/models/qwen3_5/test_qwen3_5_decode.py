@@ -44,7 +44,7 @@ def _step_fn(cfg):
 @pytest.mark.parametrize(
   "scan_layers,prefill_splits", [(True, 1), pytest.param(False, 2, marks=pytest.mark.slow)]
 )
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_prefill_then_decode_matches_full_forward(scan_layers, prefill_splits):
   cfg, params = _model(scan_layers)
   model, step = _step_fn(cfg)
@@ -90,7 +90,7 @@ def test_cache_layout_has_leading_layer_axis():
   assert full["k"].shape == (2, 2, 16, cfg.num_key_value_heads, cfg.head_dim)
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 @pytest.mark.parametrize("scan_layers", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_packed_row_equals_separate_sequences(scan_layers):
   cfg, params = _model(scan_layers)

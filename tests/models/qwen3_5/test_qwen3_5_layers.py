@@ -67,7 +67,7 @@ def _tiny_cfg(chunk_size=4, **overrides):
   )
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_gated_deltanet_matches_transformers_module():
   module = _torch_gdn()
   cfg = _tiny_cfg()
@@ -150,7 +150,7 @@ def _forward(cfg, params, tokens, positions, segments):
   return full_logits(hidden, head_weight(params, cfg))
 
 
-@pytest.mark.slow  # the default suite's budget (BUILD_NOTES "CI")
+@pytest.mark.slow  # the default suite's budget (docs/design/ci.md)
 def test_sharded_forward_matches_single_device():
   if jax.device_count() < 8:
     pytest.skip("needs 8 devices: run under tests/conftest.py (XLA_FLAGS host device count)")

@@ -29,7 +29,8 @@ from jax import lax
 from tmax_jax.models.attention.reference import attention_mask as tile_mask  # on [Q, C] tiles
 
 F32 = jnp.float32
-DEFAULT_BLOCK = 256  # tile edge on both axes unless the config says otherwise (BUILD_NOTES)
+# The tile edge on both axes unless the config says otherwise (docs/design/long-context.md).
+DEFAULT_BLOCK = 256
 EMPTY_LSE = -1e30  # finite "log 0": exp(EMPTY_LSE - x) underflows to 0, never NaN
 
 
@@ -184,7 +185,7 @@ def attend_tiles_bwd(
   and dk = ds^T q then contract over the queries, the minor axis of p^T / ds^T, and dq is built
   transposed (dq^T = k^T ds^T, [B,K,H,G,Q]) and laid out back once per call. With s [.., Q, C] two
   of the four products contract over s's major axis, and XLA:CPU materialised a transposed copy of
-  p and of ds in every tile (BUILD_NOTES "Attention backward").
+  p and of ds in every tile (docs/design/long-context.md "Attention backward").
   """
   q, k, v, q_pos, q_seg, k_pos, k_seg = _tie(q, k, v, q_pos, q_seg, k_pos, k_seg)
   kh = k.shape[2]

@@ -10,7 +10,7 @@ and every tile's probabilities come from the final lse (custom VJP; nothing per 
 The mask is the model's (segments + positions, computed per tile), so packed rows and any shard
 order are exact. Causal load: shards ahead of the queries are fully masked and skipped tile by tile
 (lax.cond), but the ring is synchronous, so the last shard's work sets the pace (no zig-zag
-re-layout yet; see BUILD_NOTES).
+re-layout yet; see docs/design/long-context.md).
 """
 
 from __future__ import annotations

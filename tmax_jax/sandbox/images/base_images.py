@@ -7,8 +7,9 @@ needs: bash, coreutils, procps, tar, python3, tmux, the `agent` user) or FROM an
 image ships; recipes are built by the same layer builder with sandbox/bases as the context (so
 they can COPY sandbox/bases/compat), cached by content hash and shared by every task on them.
 `tmax-base:bookworm` is the project's own base rootfs (sandbox/packages.txt). The comparison with
-the real images is in BUILD_NOTES "Base images"; sandbox/bases/deviations.toml lists the known
-deviations that can fail a build step, and `attribute_failure` names them in a failed build.
+the real images is in docs/design/task-images.md "Base images"; sandbox/bases/deviations.toml
+lists the known deviations that can fail a build step, and `attribute_failure` names them in a
+failed build.
 """
 
 from __future__ import annotations

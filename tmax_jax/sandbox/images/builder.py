@@ -101,8 +101,8 @@ def build_image(
   Raises DockerfileError (bad Dockerfile, naming the line) or SandboxError (a failed step)."""
   if os.geteuid() != 0:
     raise SandboxError(
-      "building task images needs root (overlayfs + chroot); see BUILD_NOTES "
-      "'Task images' for non-root hosts"
+      "building task images needs root (overlayfs + chroot); see docs/design/task-images.md "
+      "for non-root hosts"
     )
   context = pathlib.Path(context).resolve()
   file = context / dockerfile_name

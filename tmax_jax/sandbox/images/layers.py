@@ -8,7 +8,8 @@ dir, does its work through the merged view (RUN: `chroot` as root with /proc, /d
 resolv.conf, so the network reaches the package registries during the build only), and unmounts
 when the namespace ends, so nothing is left mounted if the step dies.
 
-Needs root (overlayfs, chroot, files owned by other uids); see BUILD_NOTES for non-root hosts.
+Needs root (overlayfs, chroot, files owned by other uids); see docs/design/task-images.md for
+non-root hosts.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `ChatClient` calls {base_url}/chat/completions through the `openai` package, which retries 408,
 409, 429, 5xx, timeouts and connection errors with exponential backoff and jitter and honours the
-server's Retry-After (see BUILD_NOTES "tasks"): `complete` returns the reply text, `chat` the reply
+server's Retry-After (see docs/design/tasks.md): `complete` returns the reply text, `chat` the reply
 with its tool calls and token usage (`tools` sent as OpenAI function definitions). `render_prompt`
 fills prompts/{system,user}.txt from an AxisSample. `parse_task_reply` is strict: the reply must
 be exactly one JSON object (bare or in one ```json fence) with exactly the documented keys and

@@ -34,8 +34,9 @@ the model unscanned (`prepare` unstacks the pushed, scanned params once per weig
 `model/layers_{i}`) over one pool buffer per layer, so no step slices (on XLA:CPU: copies) the
 [L, ...] weight stacks; each layer's pool is written in place after the whole model ran
 (`_write_back` makes the writes depend on the final hidden state, so XLA orders them after every
-page read instead of copying the pool). Measured on CPU it is no faster (BUILD_NOTES "Decode
-profile"); bench/gpu_decode.py --unrolled is the accelerator check.
+page read instead of copying the pool). Measured on CPU it is no faster
+(docs/design/inference.md "Decode profile"); bench/gpu_decode.py --unrolled is the accelerator
+check.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ replica r runs on the devices `mesh.devices[r]` as a 1-D ("tensor",) mesh. Param
 the model's logical-axis rules restricted to "tensor" (decode.serving_rules): heads, kv heads, MLP
 and vocabulary split across a replica's devices, replicated across replicas.
 
-Layers (see BUILD_NOTES "JetStream inference"):
+Layers (see docs/design/inference.md):
   decode.PagedCore      jitted device programs of one replica (paged pool, prefill, decode)
   scheduler.Scheduler   admission, batched/chunked prefill, decode loop, prefix cache (host)
   ReplicaEngine         an `engine_api.Engine` over one replica (prefill / insert / generate keep

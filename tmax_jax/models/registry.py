@@ -34,8 +34,9 @@ class Family:
   """One model family.
 
   model_types: HF `model_type` values it implements (text config's, for nested configs).
-  model_class: its decoder.CausalLM subclass (Model API in BUILD_NOTES.md); it must implement the
-    abstract cache methods (`init_cache`, `cache_logical_axes`) or `register` refuses it.
+  model_class: its decoder.CausalLM subclass (Model API in docs/design/models.md); it must
+    implement the abstract cache methods (`init_cache`, `cache_logical_axes`) or `register`
+    refuses it.
   parse_hf: HF text-config dict -> ModelConfig kwargs (validates; raises UnsupportedConfigError).
   to_hf: ModelConfig -> config.json dict (incl. `architectures`).
   key_map: ModelConfig -> list[hf_io.KeyRule], the declarative HF <-> param map.
@@ -180,7 +181,7 @@ def tokenizer_spec(name: str) -> TokenizerSpec:
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-  """The Flax module for `cfg` (see BUILD_NOTES.md "Model API" for the calling convention)."""
+  """The Flax module for `cfg` (docs/design/models.md "Model API" has the calling convention)."""
   return family_for(cfg.model_type).build(cfg)
 
 

@@ -1,7 +1,8 @@
 """Aggregation and report: pass@1 +- stderr, pass@k, per-category and per-task blocks, the text
 table, the CLI summary and its verdict (results.json schema in loop/evaluate/__init__.py).
 
-Only scored trials are measurements (BUILD_NOTES "Scoring"): a trial that errored (ERRORED: the
+Only scored trials are measurements (docs/design/episodes.md "Scoring"): a trial that errored
+(ERRORED: the
 sandbox never started, the environment did not build, something raised: a lost server, a prompt the
 server refuses, a broken verifier) is counted and its reasons listed, never scored 0. With no
 scored trial there is no pass@1 (None), and `check_measured` fails the command.

@@ -56,6 +56,7 @@ class HostsConfig:
 
   max_concurrency: int = 256
   max_restarts: int = -1  # -1 = without limit
+  start_timeout_s: float = 600.0  # each host up, its start-up sweep done
 
 
 def place_hosts(cfg: HostsConfig = HostsConfig()) -> list:
@@ -77,10 +78,13 @@ def place_hosts(cfg: HostsConfig = HostsConfig()) -> list:
   count = int(roles.capacity(roles.SANDBOX))
   actor_class = ray.remote(SandboxHost)
   actors = [actor_class.options(name=f"{PREFIX}{i}", **options).remote(i) for i in range(count)]
-  infos = ray.get([a.info.remote() for a in actors], timeout=600)
-  for info in infos:
-    log.info("sandbox host %d on %s (pid %d, swept %d)", info.index, info.node_ip, info.pid,
-             info.swept)  # fmt: skip
+  try:
+    infos = ray.get([a.info.remote() for a in actors], timeout=cfg.start_timeout_s)
+  except BaseException:
+    stop_hosts(actors)
+    raise
+  for i in infos:
+    log.info("sandbox host %d on %s (pid %d, swept %d)", i.index, i.node_ip, i.pid, i.swept)
   return actors
 
 
@@ -168,7 +172,9 @@ class HostedSandbox(Sandbox):
     return self._call("run", command, timeout_s, max_output_chars, timeout_s=timeout_s + SLACK_S)
 
   def exec(self, argv, *, timeout_s=600.0, max_output_chars=10_000) -> CommandResult:
-    return self._call("exec", list(argv), timeout_s, max_output_chars, timeout_s=timeout_s + 60)
+    return self._call(
+      "exec", list(argv), timeout_s, max_output_chars, timeout_s=timeout_s + SLACK_S
+    )
 
   def upload(self, host_path, sandbox_path: str) -> None:
     src = pathlib.Path(host_path)
@@ -193,13 +199,11 @@ class HostedSandbox(Sandbox):
       return {}
 
   def lost(self) -> str:
+    """The sandbox's own `lost()` on its host, or why its host failed (died under a call, or
+    restarted since it opened the sandbox: it went with it)."""
     if not self._lost:
-      try:
-        why = self._call("lost")
-      except SandboxError as err:  # the host restarted since: the sandbox is gone with it
-        return self._lost or str(err)
-      if why:
-        return why
+      with contextlib.suppress(SandboxError):  # a failed host: _call set self._lost
+        return self._call("lost")
     return self._lost
 
   def close(self) -> None:

@@ -5,8 +5,9 @@
   ray start --address=HEAD:6379 --resources='{"sandbox": 1}'
 
 The amount is how many of that kind of process the node takes (an inference node with 8 GPUs
-serving 8 one-GPU replicas says {"inference": 8}); a job asks for its processes' share of it, so
-Ray places each process only on a node of its role.
+serving 8 one-GPU replicas says {"inference": 8}; a sandbox node says {"sandbox": 1}: one sandbox
+host, which runs all of the node's sandboxes); a job asks for its processes' share of it, so Ray
+places each process only on a node of its role.
 """
 
 from __future__ import annotations

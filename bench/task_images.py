@@ -1,6 +1,8 @@
 """Builds every task of a task set from its Dockerfile and runs the oracle and a no-op agent on each
 backend: the correctness table of BENCHMARKS.md "Task images" (task, language, build s, cached
-build s, oracle, no-op).
+build s, oracle, no-op). Trials run under the evaluation's protocol (Terminal-Bench 2.0's): each
+task's own agent and verifier timeouts, x --timeout_multiplier; --packages_before=release dates
+the tests' package installs by the benchmark's release.
 
   python3 bench/task_images.py --tb1 ../shared/data/tb1-public-sample \
       --tb2 ../shared/data/tb2-public-envs --backends bubblewrap,podman --out runs/task_images
@@ -122,16 +124,24 @@ def _build_times(task) -> dict:
   }
 
 
-def _trial(kind: str, task, backend: str) -> dict:
+def _trial(kind: str, task, backend: str, protocol: dict) -> dict:
+  """One oracle / no-op trial under the evaluation's protocol: each task's own agent and verifier
+  timeouts (x --timeout_multiplier; EvalConfig's runner, no RL minimum), with the limits used
+  recorded beside the result."""
+  import dataclasses
+
+  from tmax_jax.loop.evaluate.config import EvalConfig
   from tmax_jax.tasks import runner
 
-  cfg = runner.RunnerConfig(backend=backend, memory_mb=4096)
+  cfg = dataclasses.replace(EvalConfig().runner, backend=backend, memory_mb=4096, **protocol)
   start = time.monotonic()
   res = (runner.run_oracle if kind == "oracle" else runner.run_noop)(task, cfg)
   return {
     "reward": res.reward,
     "reason": res.reason[:2000],
     "seconds": round(time.monotonic() - start, 1),
+    "agent_timeout_s": runner.agent_timeout_s(task, cfg),
+    "verifier_timeout_s": runner.verifier_timeout_s(task, cfg),
     "verifier_tail": res.logs.get("test-stdout.txt", "")[-3000:],
     "environment": res.logs.get("environment.txt", ""),
   }
@@ -203,7 +213,19 @@ def main(argv=None) -> int:
   parser.add_argument("--only", default="", help="comma-separated substrings of task names")
   parser.add_argument("--cache", default=None, help="a separate (cold) cache dir")
   parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
+  parser.add_argument(
+    "--timeout_multiplier", type=float, default=1.0, help="Harbor's: scales each task's timeouts"
+  )
+  parser.add_argument(
+    "--packages_before",
+    default="",
+    help="tests' package installs resolve before this date ('release': the benchmark's)",
+  )
   args = parser.parse_args(argv)
+  protocol = {
+    "timeout_multiplier": args.timeout_multiplier,
+    "packages_before": args.packages_before,
+  }
   if args.cache:
     os.environ["TMAX_JAX_CACHE"] = args.cache
   out = pathlib.Path(args.out)
@@ -234,7 +256,7 @@ def main(argv=None) -> int:
       "language": _language(name, task),
     }
     try:
-      rec.update(_build_times(task) if kind == "build" else _trial(kind, task, backend))
+      rec.update(_build_times(task) if kind == "build" else _trial(kind, task, backend, protocol))
     except Exception as err:
       rec.update(
         {

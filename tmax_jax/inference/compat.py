@@ -38,7 +38,7 @@ _APPLIED = False
 def _alias_tree_map() -> None:
   if not hasattr(jax, "tree_map"):
     # Why: 0.2.2 calls jax.tree_map(delete_leaf, prefix) after every insert.
-    jax.tree_map = jax.tree.map
+    jax.tree_map = jax.tree.map  # type: ignore[attr-defined]  # the shim adds what jax removed
 
 
 class SeqioVocabularyStandIn(metaclass=abc.ABCMeta):  # noqa: B024  (an ABC like seqio's)
@@ -59,9 +59,10 @@ def sentencepiece_vocabulary(*args, **kwargs):
 def _seqio_stand_ins() -> dict[str, types.ModuleType]:
   package, vocabularies = types.ModuleType("seqio"), types.ModuleType("seqio.vocabularies")
   package.__path__ = []  # a package, so `seqio.vocabularies` resolves through sys.modules
-  package.vocabularies = vocabularies
-  vocabularies.Vocabulary = SeqioVocabularyStandIn
-  vocabularies.SentencePieceVocabulary = sentencepiece_vocabulary
+  # stand-in modules are filled at runtime; mypy knows ModuleType with no attributes
+  package.vocabularies = vocabularies  # type: ignore[attr-defined]
+  vocabularies.Vocabulary = SeqioVocabularyStandIn  # type: ignore[attr-defined]
+  vocabularies.SentencePieceVocabulary = sentencepiece_vocabulary  # type: ignore[attr-defined]
   return {"seqio": package, "seqio.vocabularies": vocabularies}
 
 

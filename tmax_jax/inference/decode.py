@@ -8,7 +8,7 @@ models/paged_attention.py), every other leaf `[L, B, ...]` is per-sequence state
 DeltaNet conv/recurrent state) kept as one small block per slot, plus `state_blocks` more blocks
 the prefix cache stores boundary states in.
 
-Decode state (a dict of device arrays, donated through every program):
+Decode state (`DecodeState`, a dict of device arrays, donated through every program):
   pool        the cache tree: attention sub-dicts {k_pages, v_pages: [L,NP,P,K,H]}, state leaves
               [L, slots + state_blocks, ...]; with `CoreShape.unrolled` a list of L such
               trees, one per layer, each with a layer axis of 1
@@ -45,12 +45,13 @@ import dataclasses
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from tmax_jax import sharding
 from tmax_jax.inference import sampling
@@ -61,6 +62,24 @@ from tmax_jax.models.config import ModelConfig
 TOKEN, VALID, LENGTH, LOGPROB, VERSION, TOPK = range(6)  # columns of decode's data (TOPK: first)
 TENSOR = "tensor"
 SLOT_FIELDS = ("token", "position", "temperature", "top_p", "top_k", "key", "limit", "stop")
+
+
+class DecodeState(TypedDict):
+  """Per-slot decode state of one replica (B = slots; see the module docstring): the page pool
+  and each slot's pending token, position, count of generated tokens, whether it is live, its
+  sampling settings, threefry key data, max_tokens and stop ids (-1 padded)."""
+
+  pool: Any  # the cache tree of page pools [L,NP,P,K,H] and state blocks [L, B + blocks, ...]
+  token: Int[Array, " B"]
+  position: Int[Array, " B"]
+  counter: Int[Array, " B"]
+  active: Bool[Array, " B"]
+  temperature: Float[Array, " B"]
+  top_p: Float[Array, " B"]
+  top_k: Int[Array, " B"]
+  key: UInt32[Array, "B 2"]
+  limit: Int[Array, " B"]
+  stop: Int[Array, "B max_stop"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +105,7 @@ class CoreShape:
 
 def slot_arrays(
   p: sampling.SamplingParams, max_tokens: int, stop_ids=(), max_stop: int = 8
-) -> dict[str, np.ndarray]:
+) -> dict[str, np.ndarray | np.generic]:
   """Per-request settings as per-slot values: sampling, the decode limit (max_tokens) and the
   stop ids padded with -1 to `max_stop` (more is a ValueError: the device would not see them).
   The seed is taken modulo 2^31 (PRNGKey silently keeps only 32 bits without x64). The key is
@@ -171,7 +190,7 @@ def _per_layer(stack, model_cfg: ModelConfig, tree, lift: Callable):
 
 def is_stateful(model_cfg: ModelConfig) -> bool:
   """Whether the family's cache has per-sequence state besides attention K/V (Qwen3.5)."""
-  leaves = []
+  leaves: list[Any] = []
   _map_layers(_dense_cache(model_cfg, 1), _is_dense_kv, lambda kv: None, leaves.append)
   return bool(leaves)
 
@@ -298,7 +317,7 @@ class PagedCore:
       )
     )
 
-  def init_state(self) -> dict:
+  def init_state(self) -> DecodeState:
     """Zeroed decode state, created on device with `state_shardings` (top_p 1 = off)."""
     abstract = self._abstract_state()
 
@@ -306,7 +325,8 @@ class PagedCore:
       state = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), abstract)
       return dict(state, top_p=jnp.ones_like(state["top_p"]))
 
-    return jax.jit(make, out_shardings=self.state_shardings)()
+    state: DecodeState = jax.jit(make, out_shardings=self.state_shardings)()
+    return state
 
   def memory_bytes(self, per_device_of: int = 0) -> dict[str, int]:
     """Bytes of this replica's page pool (K and V of every attention layer) and state blocks; with
@@ -420,13 +440,23 @@ class PagedCore:
 
     return _map_layers(pool, _is_pool_kv, kv, leaf, out)
 
-  def _prefill_impl(self, params, state, tokens, positions, segments, rows, table, cached):
+  def _prefill_impl(
+    self,
+    params: Any,
+    state: DecodeState,
+    tokens: Int[Array, "R C"],
+    positions: Int[Array, "R C"],
+    segments: Int[Array, "R C"],
+    rows: Int[Array, " R"],
+    table: Int[Array, "R NB"],
+    cached: Int[Array, " R"],
+  ) -> DecodeState:
     """tokens/positions/segments [R,C] (segment 0 = padding), rows [R] slot ids (padding rows:
     any id >= state rows), table [R,NB], cached [R] tokens already in the rows' pages."""
     cache = self._call_cache(state["pool"], table, cached, rows)
     hidden, out = self._apply(params, tokens, positions, segments, cache)
     pool = self._write_back(state["pool"], out, hidden, table, positions, segments, rows)
-    return dict(state, pool=pool)
+    return {**state, "pool": pool}
 
   def decode_program(self, steps: int) -> _MeshJit:
     """The jitted program of `steps` decode steps per call (the table must hold the pages of
@@ -448,7 +478,9 @@ class PagedCore:
       lambda st, _: self._decode_step(served, table, version, st), state, None, length=steps
     )
 
-  def _decode_step(self, served, table, version, state):
+  def _decode_step(
+    self, served: dict, table: Int[Array, "B NB"], version: Any, state: DecodeState
+  ) -> tuple[DecodeState, Int[Array, "B data"]]:
     """One decode step for every slot; table [B,NB] -> (state, data [B, 5 + 2K] int32)."""
     cfg, shape = self.model_cfg, self.shape
     live = (
@@ -473,14 +505,14 @@ class PagedCore:
       top_lp, top_ids = sampling.top_logprobs(logits, state["temperature"], shape.max_topk)
       cols += [top_ids, bits(top_lp)]
     data = jnp.concatenate(cols, axis=1)
-    new = dict(
-      state,
-      pool=pool,
-      token=tokens,
-      position=state["position"] + live,
-      counter=counter,
-      active=state["active"] & ~stops,
-    )
+    new: DecodeState = {
+      **state,
+      "pool": pool,
+      "token": tokens,
+      "position": state["position"] + live,
+      "counter": counter,
+      "active": state["active"] & ~stops,
+    }
     return new, data
 
   def _activate_impl(self, state, slot, *values):

@@ -69,10 +69,12 @@ class RLDriver(orchestrator.Driver):
     self.engine = engine
     self._live_lock = threading.Lock()
     self._open: set = set()  # return channels of requests not finished yet
-    self._text_tokenizer = None  # built on the first text request (loading it is slow)
+    self._text_tokenizer: engine_lib.TokenizerAdapter | None = (
+      None  # built on the first text request (loading it is slow)
+    )
     boxes = engine.load_params()
     for rep in engine.replicas:  # schedulers exist before any request can be routed
-      rep.start(lambda events, rep=rep: None)
+      rep.start(lambda events: None)
     super().__init__(
       prefill_engines=engine.replicas,
       generate_engines=engine.replicas,
@@ -128,7 +130,7 @@ class RLDriver(orchestrator.Driver):
       )
     with self._live_lock:
       self._open.add(request.return_channel)
-    self.engine.route(seq.prompt).scheduler.submit(seq)
+    self.engine.route(seq.prompt).live_scheduler.submit(seq)
 
   # ---- threads -------------------------------------------------------------------------------
 

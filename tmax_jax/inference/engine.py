@@ -201,6 +201,13 @@ class ReplicaEngine(engine_api.Engine):
     )
     return self.scheduler
 
+  @property
+  def live_scheduler(self) -> scheduler.Scheduler:
+    """The scheduler `start` made: requests are routed and submitted only after it."""
+    if self.scheduler is None:
+      raise RuntimeError(f"replica {self.index}: no scheduler yet (start() it first)")
+    return self.scheduler
+
   # ---- Engine API ----------------------------------------------------------------------------
 
   def load_params(self, *args, **kwargs) -> ParamsBox:
@@ -380,7 +387,7 @@ class TmaxEngine:
     if len(self.replicas) == 1:
       return self.replicas[0]
     scored = [
-      (rep.scheduler.cached_prefix(prompt), -rep.scheduler.load(), -i)
+      (rep.live_scheduler.cached_prefix(prompt), -rep.live_scheduler.load(), -i)
       for i, rep in enumerate(self.replicas)
     ]
     best = max(scored)

@@ -146,7 +146,7 @@ class OpenAIServer:
       # A UserError naming the port when it is taken (or the host is not an address here).
       cli.check_port_free("OpenAIConfig.port", self.cfg.host, self.cfg.port)
       raise
-    self.port = site._server.sockets[0].getsockname()[1]
+    self.port = self._runner.addresses[0][1]  # the bound port (cfg.port 0: the OS picked it)
     log.info("OpenAI API on %s (model %r)", self.base_url, self.model_name)
 
   async def stop(self) -> None:
@@ -357,9 +357,9 @@ class OpenAIServer:
         choice, done = await queue.get()
         if isinstance(done, Exception):
           raise done
-        payload = _stream_chunk(req, choice, done, head, chat)
-        if payload is not None:
-          await send(payload)
+        chunk = _stream_chunk(req, choice, done, head, chat)
+        if chunk is not None:
+          await send(chunk)
         pending -= int(done)
       if req.include_usage:
         await send({**head, "choices": [], "usage": self._usage(req, choices)})

@@ -209,7 +209,10 @@ def _template_message(msg: Any, i: int) -> dict:
   if not isinstance(msg, dict) or msg.get("role") not in ROLES:
     raise bad(f"{param}.role", f"expected one of {list(ROLES)}")
   role = "system" if msg["role"] == "developer" else msg["role"]
-  out = {"role": role, "content": _text_content(msg.get("content"), f"{param}.content")}
+  out: dict[str, Any] = {
+    "role": role,
+    "content": _text_content(msg.get("content"), f"{param}.content"),
+  }
   if isinstance(msg.get("reasoning_content"), str):
     out["reasoning_content"] = msg["reasoning_content"]
   calls = msg.get("tool_calls")
@@ -439,7 +442,7 @@ class Choice:
     """(reasoning, content, tool_calls, released chars of self.text) at this point."""
     text = self.text if final else self.text[: len(self.text) - _held(self.text, self._markers)]
     reasoning, content = split_reply(text, self.req.think_prefilled)
-    calls = []
+    calls: list[dict[str, Any]] = []
     if self.req.parse_tools:
       head = content.split(TOOL_OPEN, 1)[0]
       if final:
@@ -452,7 +455,7 @@ class Choice:
   def message(self) -> dict:
     """The non-streamed chat message."""
     reasoning, content, calls, _ = self._parts(final=True)
-    msg = {"role": "assistant", "content": content.rstrip() if calls else content}
+    msg: dict[str, Any] = {"role": "assistant", "content": content.rstrip() if calls else content}
     if calls:
       msg["content"] = msg["content"] or None
       msg["tool_calls"] = calls
@@ -480,7 +483,12 @@ class Choice:
   def completion_logprobs(self) -> dict | None:
     if not self.req.logprobs:
       return None
-    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    out: dict[str, Any] = {
+      "tokens": [],
+      "token_logprobs": [],
+      "top_logprobs": [],
+      "text_offset": [],
+    }
     base = len(self.req.echo)
     for (token, lp, top_ids, top_lps), offset in zip(self.tokens, self.offsets, strict=True):
       out["tokens"].append(self._tok.decode([token]))
@@ -496,7 +504,7 @@ class Choice:
   def chat_delta(self, final: bool) -> tuple[dict, list]:
     """(delta fields not streamed yet, their tokens for logprobs) for a chat chunk."""
     reasoning, content, calls, released = self._parts(final)
-    delta = {}
+    delta: dict[str, Any] = {}
     for key, value in (("reasoning_content", reasoning), ("content", content)):
       if value is not None and len(value) > self._sent[key]:
         delta[key] = value[self._sent[key] :]

@@ -187,13 +187,14 @@ class PrefixCache:
       whole = len(path) * self.page_size
       if snap is None and (self.stateful or not path):
         return Match()
-      use_snap = snap is not None and (self.stateful or snap.length > whole)
-      if use_snap:
+      if snap is not None and not (self.stateful or snap.length > whole):
+        snap = None  # whole pages match further
+      if snap is not None:
         path = path[: snap.length // self.page_size]
       for node in path:
         self.pool.seq_ref(node.page)
-      match = Match(length=snap.length if use_snap else whole, pages=[node.page for node in path])
-      if use_snap:
+      match = Match(length=whole if snap is None else snap.length, pages=[n.page for n in path])
+      if snap is not None:
         match.tail_page, match.state = snap.tail_page, snap.state
         if snap.tail_page is not None:
           self.pool.seq_ref(snap.tail_page)

@@ -12,7 +12,9 @@ method without generated service stubs.
 from google.protobuf import message_factory
 
 from tmax_jax.inference import rl_pb2
-from tmax_jax.inference.rl_pb2 import (
+
+# protoc's rl_pb2 builds its message classes at import time, out of mypy's sight (they are Any)
+from tmax_jax.inference.rl_pb2 import (  # type: ignore[attr-defined]
   GenerateRequest,
   GenerateResponse,
   StatusRequest,

@@ -114,7 +114,7 @@ def _callables(channel: grpc.aio.Channel) -> dict:
 class _Flight:
   pages: int
   started: float
-  call: object = None  # the replica's Generate call
+  call: grpc.aio.Call | None = None  # the replica's Generate call
   lost: str = ""  # why the router cut it (its replica was taken out)
 
 
@@ -128,21 +128,26 @@ class _Replica:
     self.channel = grpc.aio.insecure_channel(address)
     self.calls = _callables(self.channel)
     self.state = self.DOWN
-    self.status = None  # last StatusResponse
+    self.status: rl_proto.StatusResponse | None = None  # last StatusResponse
     self.asked = 0.0  # when that Status was asked for
     self.instance_id = ""
     self.failures = 0  # Status polls failed in a row
     self.flights: set[_Flight] = set()
 
+  def ready_status(self) -> rl_proto.StatusResponse:
+    """The last StatusResponse: a replica is READY only after one."""
+    assert self.status is not None, f"replica {self.address} has not answered Status yet"
+    return self.status
+
   def room(self) -> int:
     """Pages a new request may reserve here now."""
-    st = self.status
+    st = self.ready_status()
     reserved = sum(f.pages for f in self.flights)
     fresh = sum(f.pages for f in self.flights if f.started >= self.asked)
     return min(st.pages_total - reserved, st.pages_free + st.pages_cached - fresh)
 
   def need(self, req) -> int:
-    st = self.status
+    st = self.ready_status()
     n = math.ceil((len(req.prompt_token_ids) + max(req.max_tokens, 1)) / max(st.page_size, 1))
     return min(n, st.pages_total)
 
@@ -192,7 +197,7 @@ class Router:
     if not addresses:
       raise ValueError("Router.set_replicas: no replica address given")
     kept = {r.address: r for r in self.replicas}
-    self.replicas = [kept.pop(a, None) or _Replica(a) for a in dict.fromkeys(addresses)]
+    self.replicas = [kept.pop(a) if a in kept else _Replica(a) for a in dict.fromkeys(addresses)]
     for r in kept.values():
       self._take_out(r, "removed from the replica list")
       self._spawn(r.channel.close(grace=1.0))
@@ -320,7 +325,7 @@ class Router:
     ok = [r for r in up if r.admits(req)]
     if not ok:
       return None
-    return max(ok, key=lambda r: (r.room() / max(r.status.pages_total, 1), -len(r.flights)))
+    return max(ok, key=lambda r: (r.room() / max(r.ready_status().pages_total, 1), -len(r.flights)))
 
   async def Generate(self, req, context):
     try:

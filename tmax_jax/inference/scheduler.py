@@ -168,7 +168,7 @@ class Scheduler:
     if self.prefilling:
       self._prefill_once()
     pending = self._dispatch_decode() if self.decoding else None
-    events = self._process(*self._pending) if self._pending is not None else []
+    events: list[Event] = [] if self._pending is None else self._process(*self._pending)
     self._pending = pending
     dropped, self._dropped = self._dropped, []
     # The status first: a client holding a request's last event then sees it retired.
@@ -249,6 +249,7 @@ class Scheduler:
       dst = self._take(seq)
       self.state = self.core.copy_page(self.state, np.int32(match.tail_page), np.int32(dst))
       seq.pages.append(dst)
+      assert self.cache is not None  # only the prefix cache hands out a tail page
       self.cache.release_tail(match)
     if match.state is not None:
       self.state = self.core.copy_state(

@@ -88,7 +88,8 @@ def manifest(params: Any, dtype: str | None = None) -> list[TensorSpec]:
 def tensor_bytes(leaf: Any, spec: TensorSpec) -> tuple[memoryview, str]:
   """(raw bytes in the wire dtype, crc32) of one tensor, fetched from the device once."""
   host = np.ascontiguousarray(np.asarray(jax.device_get(leaf)).astype(WIRE_DTYPES[spec.dtype]))
-  view = memoryview(host.reshape(-1).view(np.uint8))  # bf16 has no buffer-protocol format
+  # bf16 has no buffer-protocol format; numpy's stubs give ndarray __buffer__ only on Python 3.12+
+  view = memoryview(host.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
   return view, crc32(view)
 
 
@@ -173,18 +174,19 @@ class TensorStreamAssembler:
         )
       self._current, self._buf = index, bytearray(spec.nbytes)
       self._filled, self._crc, self._expect_crc = 0, 0, checksum
-    if offset != self._filled or offset + len(data) > len(self._buf):
+    buf = self._buf  # None: the tensor is complete, so any further chunk of it is one too many
+    if buf is None or offset != self._filled or offset + len(data) > len(buf):
       raise WeightUpdateError(
         f"weight update tensor {spec.name}: chunk at offset {offset} "
-        f"({len(data)} bytes) after {self._filled} of {len(self._buf)} bytes"
+        f"({len(data)} bytes) after {self._filled} of {spec.nbytes} bytes"
       )
-    self._buf[offset : offset + len(data)] = data
+    buf[offset : offset + len(data)] = data
     self._crc = zlib.crc32(data, self._crc)
     self._filled += len(data)
-    if self._filled == len(self._buf):
-      self._complete(spec)
+    if self._filled == len(buf):
+      self._complete(spec, buf)
 
-  def _complete(self, spec: TensorSpec) -> None:
+  def _complete(self, spec: TensorSpec, buf: bytearray) -> None:
     got = f"{self._crc & 0xFFFFFFFF:08x}"
     if got != self._expect_crc:
       raise WeightUpdateError(
@@ -192,7 +194,7 @@ class TensorStreamAssembler:
         f"the sender said {self._expect_crc}); the served weights are "
         "unchanged"
       )
-    value = np.frombuffer(self._buf, WIRE_DTYPES[spec.dtype]).reshape(spec.shape)
+    value = np.frombuffer(buf, WIRE_DTYPES[spec.dtype]).reshape(spec.shape)
     self._done[spec.name] = place(value, self._leaves[spec.name])
     self._buf = None
 

@@ -38,6 +38,12 @@ class Placement:
   def colocated(self) -> bool:
     return self.placement == "colocated"
 
+  def serving_mesh(self) -> Mesh:
+    """The server mesh of a job that serves (RL, evaluation); a trainer-only job has none."""
+    if self.server_mesh is None:
+      raise ValueError(f"placement {self.placement!r} has no server mesh (a trainer-only job)")
+    return self.server_mesh
+
 
 def _ordered(devices) -> list:
   return sorted(devices, key=lambda d: (d.process_index, d.id))

@@ -78,9 +78,10 @@ class InProcessServer(PolicyServer):
   ) -> InProcessServer:
     loop = asyncio.get_running_loop()
     served_cfg = served_config(model_cfg, serving)
-    sync = WeightSync(place.trainer_mesh, served_target(served_cfg, place.server_mesh))
+    mesh = place.serving_mesh()
+    sync = WeightSync(place.trainer_mesh, served_target(served_cfg, mesh))
     served = await loop.run_in_executor(None, sync, params)
-    server = start_serving(served_cfg, served, engine_cfg, serving.port, place.server_mesh)
+    server = start_serving(served_cfg, served, engine_cfg, serving.port, mesh)
     out = cls(server, sync)
     if version:  # the engine starts at version 0: tag the restored policy with its own
       await loop.run_in_executor(None, server.driver.update_weights, served, version)
@@ -214,6 +215,7 @@ async def open_server(
 ) -> PolicyServer:
   """The server `serving` describes, serving `params` as `version` once this returns."""
   if serving.address:
+    server: ExternalServer
     if jax.process_count() > 1:
       main = jax.process_index() == 0
       server = SharedExternalServer(serving.address, client_cfg, main)

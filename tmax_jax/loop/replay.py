@@ -85,9 +85,8 @@ def load(directory: str, step: int):
     )
   batches = [
     TrainBatch(
-      **{
-        k: np.concatenate([p[i][k] for p in per_process]) if k in per_process[0][i] else None
-        for k in FIELDS
+      **{  # a field not recorded (an optional loss input) keeps TrainBatch's default, None
+        k: np.concatenate([p[i][k] for p in per_process]) for k in FIELDS if k in per_process[0][i]
       }
     )
     for i in range(len(per_process[0]))

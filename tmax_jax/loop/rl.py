@@ -48,6 +48,8 @@ import json
 import logging
 import pathlib
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 import jax
@@ -64,11 +66,13 @@ from tmax_jax.loop.policy import load_policy
 from tmax_jax.loop.policy_server import PolicyServer, open_server
 from tmax_jax.loop.steps import StepDriver, export_hf
 from tmax_jax.models import registry
+from tmax_jax.models.config import ModelConfig
 from tmax_jax.sandbox import census, runtime
 from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import distributed
 from tmax_jax.train.checkpoint import model_metadata
+from tmax_jax.train.state import TrainState
 from tmax_jax.train.step import Trainer
 
 log = logging.getLogger(__name__)
@@ -77,8 +81,8 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass
 class RLResult:
   steps_done: int
-  params: object
-  model_cfg: object
+  params: Any  # the trained param tree
+  model_cfg: ModelConfig
   export_dir: str
   metrics: list[dict]
 
@@ -89,9 +93,9 @@ class _Job:
 
   cfg: RLConfig
   place: placement_lib.Placement
-  model_cfg: object
+  model_cfg: ModelConfig
   trainer: Trainer
-  state: object
+  state: TrainState
   position: task_stream.Position
   steps: StepDriver
 
@@ -126,7 +130,7 @@ def rollout_log(output_dir: str) -> pathlib.Path:
 
 
 def _finish_step(
-  job: _Job, step: int, m: dict, consumed: list[int], records: list[dict] = ()
+  job: _Job, step: int, m: dict, consumed: list[int], records: Sequence[dict] = ()
 ) -> None:
   """Data position over all processes, the step's rollout records (before the checkpoint: a
   step whose records are written but not checkpointed is redone after a crash), then the
@@ -294,7 +298,7 @@ def _check_layout(cfg: RLConfig) -> placement_lib.Placement:
   log.info(
     "trainer mesh %s; server mesh %s (%s)",
     placement_lib.describe(place.trainer_mesh),
-    placement_lib.describe(place.server_mesh),
+    placement_lib.describe(place.serving_mesh()),
     place.placement,
   )
   return place

@@ -16,6 +16,7 @@ import logging
 import math
 import pathlib
 from collections.abc import Iterator
+from typing import Any
 
 import jax
 import numpy as np
@@ -26,6 +27,7 @@ from tmax_jax.loop.config import SFTConfig, with_family
 from tmax_jax.loop.policy import load_policy
 from tmax_jax.loop.steps import StepDriver, export_hf
 from tmax_jax.models import registry
+from tmax_jax.models.config import ModelConfig
 from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib
@@ -40,8 +42,8 @@ RECORDS_FILE = "records.jsonl"  # the oracle records a run trained on, kept for 
 
 @dataclasses.dataclass
 class SFTResult:
-  params: object
-  model_cfg: object
+  params: Any  # the trained param tree
+  model_cfg: ModelConfig
   records: list[dict]
   metrics: list[dict]
   export_dir: str

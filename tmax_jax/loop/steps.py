@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import pathlib
 from collections.abc import Iterator
+from typing import Any
 
 import jax
 
@@ -30,6 +31,7 @@ from tmax_jax.tokenizers.builder import tokenizer_dir
 from tmax_jax.train.checkpoint import Checkpointer
 from tmax_jax.train.config import CheckpointConfig
 from tmax_jax.train.metrics import MetricsWriter
+from tmax_jax.train.state import TrainState
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ class StepDriver:
   desc: str
   start: int = 0
   history: list = dataclasses.field(default_factory=list)
-  _bar: object = None
+  _bar: Any = None  # cli.progress's tqdm bar while iterating
 
   @classmethod
   def open(
@@ -62,7 +64,7 @@ class StepDriver:
     writer = MetricsWriter(str(out / "metrics.jsonl"), str(out / "tb"))
     return cls(checkpointer, writer, total, desc)
 
-  def resume(self, state) -> tuple[object, dict | None]:
+  def resume(self, state: TrainState) -> tuple[TrainState, dict | None]:
     """-> (state, data position) of the latest checkpoint, or (state, None) without one."""
     if self.checkpointer.latest_step() is None:
       return state, None

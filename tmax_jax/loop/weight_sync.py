@@ -82,7 +82,10 @@ def host_layout(hosts: list[int]) -> tuple[tuple[int, ...], tuple[bool, ...]] | 
   # bit k of the flat index (k = 0 the outermost) is a host axis when flipping it moves a device
   # to another host; the layout holds when the host bits alone name the host, one to one
   is_host = tuple(bool((h[index ^ (1 << (bits - 1 - k))] != h).any()) for k in range(bits))
-  pattern = sum(((index >> (bits - 1 - k)) & 1) << k for k in range(bits) if is_host[k])
+  # started from an array: with no host bit (one host) the pattern is all zeros, not the int 0
+  pattern = sum(
+    (((index >> (bits - 1 - k)) & 1) << k for k in range(bits) if is_host[k]), np.zeros_like(index)
+  )
   named = set(zip(pattern.tolist(), hosts, strict=True))
   if len(named) != n_hosts or len({p for p, _ in named}) != n_hosts:
     return None
@@ -140,7 +143,7 @@ class WeightSync:
     dim, g = _staging_split(t.shape, t.sharding, self._n_local)
     shape, names = staging_axes(self._layout, g)
     mesh = Mesh(np.asarray(self._order).reshape(shape), names)
-    spec = [None] * len(t.shape)
+    spec: list[tuple[str, ...] | None] = [None] * len(t.shape)
     if dim >= 0:
       spec[dim] = tuple(n for n in names if n.startswith("split")) or None
     return NamedSharding(mesh, P(*spec))
@@ -156,7 +159,8 @@ class WeightSync:
     held = [(s.index, s.data) for s in staged.addressable_shards]
     blocks = []
     for device, idx in target.addressable_devices_indices_map(staged.shape).items():
-      want = [sl.indices(n) for sl, n in zip(idx, staged.shape, strict=True)]
+      # jax types these indices `Index | None` but builds them from devices_indices_map (an Index)
+      want = [sl.indices(n) for sl, n in zip(idx, staged.shape, strict=True)]  # type: ignore[arg-type]
       for have, data in held:
         got = [sl.indices(n) for sl, n in zip(have, staged.shape, strict=True)]
         if all(g[0] <= w[0] and w[1] <= g[1] for g, w in zip(got, want, strict=True)):

@@ -281,7 +281,7 @@ class CausalLM(nn.Module):
   """
 
   config: Any  # ModelConfig
-  stack: ClassVar[type] = DecoderStack
+  stack: ClassVar[type[DecoderStack]] = DecoderStack
 
   @nn.compact
   def __call__(self, tokens, positions, segment_ids, cache=None):

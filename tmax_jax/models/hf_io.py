@@ -277,8 +277,9 @@ def _leaf_array(
   host memory holds at most one shard plus one HF tensor's block."""
   layer_shape = abstract.shape[1:] if entry.stacked else abstract.shape
 
-  def shard(index: tuple[slice, ...]) -> np.ndarray:
-    index = tuple(index) + (slice(None),) * (len(abstract.shape) - len(index))
+  def shard(index: tuple[slice, ...] | None) -> np.ndarray:
+    given = tuple(index or ())  # jax's callback type allows None (a 0-d array's index)
+    index = given + (slice(None),) * (len(abstract.shape) - len(given))
     if not entry.stacked:
       return _read_shard(entry.rule, refs[entry.hf_keys[0]], layer_shape, index).astype(
         abstract.dtype

@@ -24,6 +24,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
+from jaxtyping import Array, Float, Int
 
 from tmax_jax.models import context_parallel as cp
 
@@ -45,7 +46,9 @@ def _precision(head_dtype):
   return jax.lax.Precision.HIGHEST if jnp.dtype(head_dtype) == F32 else jax.lax.Precision.DEFAULT
 
 
-def full_logits(hidden: jax.Array, head_w: jax.Array, head_dtype=F32) -> jax.Array:
+def full_logits(
+  hidden: Float[Array, "B T D"], head_w: Float[Array, "D V"], head_dtype=F32
+) -> Float[Array, "B T V"]:
   """hidden [B,T,D], head_w [D,V] -> logits [B,T,V] float32; both operands cast to head_dtype."""
   return jnp.einsum(
     "btd,dv->btv",
@@ -62,7 +65,9 @@ def _chunk_logits(h, w, head_dtype, temperature):
   return logits / temperature if temperature != 1.0 else logits
 
 
-def _chunk_stats(logits: jax.Array, targets: jax.Array):
+def _chunk_stats(
+  logits: Float[Array, "B C V"], targets: Int[Array, "B C"]
+) -> tuple[Float[Array, "B C"], Float[Array, "B C"], Float[Array, "B C"]]:
   """logits [B,C,V] f32, targets [B,C] -> (logp, entropy, lse) [B,C] float32 each.
 
   The entropy is lse - E_p[z] with E_p[z] = sum(e^(z-m) z) / sum(e^(z-m)). The two sums are
@@ -174,15 +179,15 @@ _saved.defvjp(_saved_fwd, _saved_bwd)
 
 
 def token_logprobs(
-  hidden: jax.Array,
-  head_w: jax.Array,
-  targets: jax.Array,
+  hidden: Float[Array, "B T D"],
+  head_w: Float[Array, "D V"],
+  targets: Int[Array, "B T"],
   *,
   chunk_size: int = 512,
   head_dtype=F32,
   temperature: float = 1.0,
   save_logits: bool = False,
-) -> tuple[jax.Array, jax.Array]:
+) -> tuple[Float[Array, "B T"], Float[Array, "B T"]]:
   """log p(targets) and the entropy of the predictive distribution at each position.
 
   hidden [B,T,D] (final-normed), head_w [D,V], targets [B,T] int -> (logp [B,T], entropy [B,T]),

@@ -162,7 +162,7 @@ def from_hf_config(dict_or_path: dict | str | pathlib.Path, **overrides) -> Mode
 def tokenizer_for(model_type: str | None) -> TokenizerSpec:
   """The tokenizer spec of `model_type` (its family's); UnsupportedConfigError if it has none."""
   family = family_for(model_type)
-  if model_type not in family.tokenizers:
+  if model_type is None or model_type not in family.tokenizers:
     raise UnsupportedConfigError(
       f"model_type={model_type!r} (family {family.name!r}) has no registered tokenizer; "
       f"model types with one: {sorted(t for f in families() for t in f.tokenizers)}"

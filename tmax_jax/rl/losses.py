@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from tmax_jax.rl.registry import register
 
@@ -35,12 +36,12 @@ class PolicyInputs:
     token ids (only for the top-K DPPO variant).
   """
 
-  logp: jax.Array
-  behaviour_logp: jax.Array
-  advantages: jax.Array
-  mask: jax.Array
-  topk_logp: jax.Array | None = None
-  behaviour_topk_logp: jax.Array | None = None
+  logp: Float[Array, "B T"]
+  behaviour_logp: Float[Array, "B T"]
+  advantages: Float[Array, "B T"]
+  mask: Float[Array, "B T"]
+  topk_logp: Float[Array, "B T K"] | None = None
+  behaviour_topk_logp: Float[Array, "B T K"] | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -50,11 +51,11 @@ class PolicyTerms:
   kept: [B, T] float32, 1 on response tokens that contribute gradient (mask AND not dropped).
   """
 
-  loss: jax.Array
-  kept: jax.Array
+  loss: Float[Array, "B T"]
+  kept: Float[Array, "B T"]
 
 
-def log_ratio(x: PolicyInputs) -> jax.Array:
+def log_ratio(x: PolicyInputs) -> Float[Array, "B T"]:
   """log r = logp - behaviour_logp, forced to 0 off the mask.
 
   Zeroing before exp keeps padding garbage (inf/NaN behaviour logprobs) out of both the value and
@@ -64,30 +65,38 @@ def log_ratio(x: PolicyInputs) -> jax.Array:
   return jnp.where(on, x.logp - jnp.where(on, x.behaviour_logp, 0.0), 0.0)  # [B, T]
 
 
-def binary_tv(logp: jax.Array, behaviour_logp: jax.Array) -> jax.Array:
+def binary_tv(
+  logp: Float[Array, "B T"], behaviour_logp: Float[Array, "B T"]
+) -> Float[Array, "B T"]:
   """|pi - mu| of the sampled token. [B, T] -> [B, T]."""
   return jnp.abs(jnp.exp(logp) - jnp.exp(behaviour_logp))
 
 
-def binary_kl(logp: jax.Array, behaviour_logp: jax.Array) -> jax.Array:
+def binary_kl(
+  logp: Float[Array, "B T"], behaviour_logp: Float[Array, "B T"]
+) -> Float[Array, "B T"]:
   """KL(mu || pi) over {sampled token, rest}, probabilities clamped to [1e-9, 1-1e-9]."""
   pi = jnp.clip(jnp.exp(logp), PROB_EPS, 1.0 - PROB_EPS)
   mu = jnp.clip(jnp.exp(behaviour_logp), PROB_EPS, 1.0 - PROB_EPS)
   return mu * jnp.log(mu / pi) + (1.0 - mu) * jnp.log((1.0 - mu) / (1.0 - pi))
 
 
-def _rest(p_topk: jax.Array) -> jax.Array:
+def _rest(p_topk: Float[Array, "B T K"]) -> Float[Array, "B T"]:
   """Probability left outside the K listed tokens, clamped away from 0 (logs). [B,T,K] -> [B,T]."""
   return jnp.clip(1.0 - jnp.sum(p_topk, axis=-1), PROB_EPS, 1.0)
 
 
-def topk_tv(topk_logp: jax.Array, behaviour_topk_logp: jax.Array) -> jax.Array:
+def topk_tv(
+  topk_logp: Float[Array, "B T K"], behaviour_topk_logp: Float[Array, "B T K"]
+) -> Float[Array, "B T"]:
   """TV over the behaviour's top-K tokens plus one rest bucket. [B, T, K] -> [B, T]."""
   pi, mu = jnp.exp(topk_logp), jnp.exp(behaviour_topk_logp)
   return 0.5 * (jnp.sum(jnp.abs(pi - mu), axis=-1) + jnp.abs(_rest(pi) - _rest(mu)))
 
 
-def topk_kl(topk_logp: jax.Array, behaviour_topk_logp: jax.Array) -> jax.Array:
+def topk_kl(
+  topk_logp: Float[Array, "B T K"], behaviour_topk_logp: Float[Array, "B T K"]
+) -> Float[Array, "B T"]:
   """KL(mu || pi) over the behaviour's top-K tokens plus one rest bucket. [B, T, K] -> [B, T]."""
   mu = jnp.exp(behaviour_topk_logp)
   rest_mu, rest_pi = _rest(mu), _rest(jnp.exp(topk_logp))
@@ -114,7 +123,7 @@ DIVERGENCES = {
 }
 
 
-def divergence(x: PolicyInputs, kind: str) -> jax.Array:
+def divergence(x: PolicyInputs, kind: str) -> Float[Array, "B T"]:
   """Per-token divergence between behaviour and current policy, on stop-gradient inputs. [B, T]."""
   if kind not in DIVERGENCES:
     raise ValueError(f"unknown DPPO divergence {kind!r}; expected one of {sorted(DIVERGENCES)}")
@@ -208,7 +217,9 @@ def grpo(x: PolicyInputs, hyper: GRPOHyper = GRPOHyper()) -> PolicyTerms:
   return PolicyTerms(loss=jnp.where(on, per_token, 0.0), kept=(on & ~cut).astype(jnp.float32))
 
 
-def k3_kl(logp: jax.Array, ref_logp: jax.Array, mask: jax.Array) -> jax.Array:
+def k3_kl(
+  logp: Float[Array, "B T"], ref_logp: Float[Array, "B T"], mask: Float[Array, "B T"]
+) -> Float[Array, "B T"]:
   """k3 estimator of KL(pi || ref) per token: exp(ref - logp) - (ref - logp) - 1; 0 off the mask."""
   on = mask > 0
   d = jnp.where(on, jnp.where(on, ref_logp, 0.0) - logp, 0.0)

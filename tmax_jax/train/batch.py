@@ -7,11 +7,15 @@ the predicted token. Observation / prompt tokens are in the rows with loss_mask 
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import NotRequired, TypedDict
 
 import jax
 import numpy as np
+from jaxtyping import Array, Float, Int
 
 from tmax_jax.rl.losses import TOPK_INPUTS as TOPK_FIELDS
+
+HostOrDevice = np.ndarray | jax.Array  # a batch is built on the host, then placed on devices
 
 
 @jax.tree_util.register_dataclass
@@ -21,16 +25,16 @@ class TrainBatch:
   loss_mask, behaviour_logp, advantages, ref_logp: [B, T] float32;
   topk_ids [B, T, K] int32 and behaviour_topk_logp [B, T, K] float32 for the top-K DPPO variant."""
 
-  tokens: np.ndarray
-  positions: np.ndarray
-  segment_ids: np.ndarray
-  targets: np.ndarray
-  loss_mask: np.ndarray
-  behaviour_logp: np.ndarray
-  advantages: np.ndarray
-  ref_logp: np.ndarray | None = None
-  topk_ids: np.ndarray | None = None
-  behaviour_topk_logp: np.ndarray | None = None
+  tokens: Int[HostOrDevice, "B T"]
+  positions: Int[HostOrDevice, "B T"]
+  segment_ids: Int[HostOrDevice, "B T"]
+  targets: Int[HostOrDevice, "B T"]
+  loss_mask: Float[HostOrDevice, "B T"]
+  behaviour_logp: Float[HostOrDevice, "B T"]
+  advantages: Float[HostOrDevice, "B T"]
+  ref_logp: Float[HostOrDevice, "B T"] | None = None
+  topk_ids: Int[HostOrDevice, "B T K"] | None = None
+  behaviour_topk_logp: Float[HostOrDevice, "B T K"] | None = None
 
   @property
   def shape(self) -> tuple[int, int]:
@@ -41,6 +45,23 @@ class TrainBatch:
 
 
 OPTIONAL_INPUTS = ("ref_logp", "topk_ids", "behaviour_topk_logp")  # filled only when asked for
+
+
+class MicroBatch(TypedDict):
+  """One micro-batch as the loss function reads it, on device: TrainBatch's fields less the
+  absent optional ones, plus the aggregation's per-token `weights` the loss adds."""
+
+  tokens: Int[Array, "B T"]
+  positions: Int[Array, "B T"]
+  segment_ids: Int[Array, "B T"]
+  targets: Int[Array, "B T"]
+  loss_mask: Float[Array, "B T"]
+  behaviour_logp: Float[Array, "B T"]
+  advantages: Float[Array, "B T"]
+  ref_logp: NotRequired[Float[Array, "B T"]]
+  topk_ids: NotRequired[Int[Array, "B T K"]]
+  behaviour_topk_logp: NotRequired[Float[Array, "B T K"]]
+  weights: NotRequired[Float[Array, "B T"]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +96,7 @@ class Trajectory:
   """
 
   tokens: Sequence[int]
-  loss_mask: Sequence[float]
+  loss_mask: Sequence[float] | np.ndarray
   behaviour_logp: Sequence[float] | None = None
   advantage: float = 0.0
   ref_logp: Sequence[float] | None = None
@@ -222,7 +243,7 @@ def _fill(
       start += len(trajectories[i].tokens)
   for k in OPTIONAL_INPUTS:
     if k not in fields:
-      out[k] = None
+      del out[k]  # TrainBatch's default: None
   return TrainBatch(**out)
 
 
@@ -233,14 +254,16 @@ def _topk_rows(i: int, tr: Trajectory, k: int) -> tuple[np.ndarray, np.ndarray]:
   on = np.flatnonzero(np.asarray(tr.loss_mask)[1:] > 0) + 1  # tokens that carry loss
   if on.size == 0:
     return ids, logp
-  got_ids = [tr.topk_ids[j] for j in on]
-  got_lp = [tr.topk_logp[j] for j in on]
+  # _check_traj: a loss that reads top-K has them
+  assert tr.topk_ids is not None and tr.topk_logp is not None
+  got_ids = [tr.topk_ids[int(j)] for j in on]
+  got_lp = [tr.topk_logp[int(j)] for j in on]
   short = [j for j, a, p in zip(on, got_ids, got_lp, strict=True) if len(a) < k or len(p) != len(a)]
   if short:
     j = short[0]
     raise ValueError(
-      f"trajectory {i}: token {j} carries loss but has {len(tr.topk_ids[j])} top-K "
-      f"ids / {len(tr.topk_logp[j])} logprobs; the loss needs {k}"
+      f"trajectory {i}: token {j} carries loss but has {len(tr.topk_ids[int(j)])} top-K "
+      f"ids / {len(tr.topk_logp[int(j)])} logprobs; the loss needs {k}"
     )
   width = min(len(a) for a in got_ids)
   a = np.asarray([row[:width] for row in got_ids], np.int32)  # [m, K'] as the server sent them

@@ -9,11 +9,14 @@ gradient are identical to the full path as long as no row has more than K loss t
 checks that on the host and raises naming the row, instead of silently dropping tokens.
 """
 
+from typing import Any, cast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
-from tmax_jax.train.batch import TOPK_FIELDS
+from tmax_jax.train.batch import TOPK_FIELDS, MicroBatch
 
 # Per-token [B, T] fields gathered along time; [B, T, K] top-K fields use the same indices.
 PER_TOKEN = ("targets", "loss_mask", "behaviour_logp", "advantages", "ref_logp", "weights")
@@ -27,21 +30,23 @@ def loss_token_index(loss_mask: jax.Array, k: int) -> jax.Array:
   return jnp.argsort(key, axis=-1)[:, :k].astype(jnp.int32)
 
 
-def gather_loss_tokens(hidden: jax.Array, mb: dict, k: int) -> tuple[jax.Array, dict]:
+def gather_loss_tokens(
+  hidden: Float[Array, "B T D"], mb: MicroBatch, k: int
+) -> tuple[Float[Array, "B K D"], MicroBatch]:
   """hidden [B,T,D] and the micro-batch's per-token fields -> their [B,K,...] loss-token views."""
   idx = loss_token_index(mb["loss_mask"], k)  # [B, K]
-  out = dict(mb)
+  out: dict[str, Any] = dict(mb)
   for name in PER_TOKEN:
-    if mb.get(name) is not None:
-      out[name] = jnp.take_along_axis(mb[name], idx, axis=1)
+    if out.get(name) is not None:
+      out[name] = jnp.take_along_axis(out[name], idx, axis=1)
   for name in TOPK_FIELDS:
-    if mb.get(name) is not None:
-      out[name] = jnp.take_along_axis(mb[name], idx[..., None], axis=1)
+    if out.get(name) is not None:
+      out[name] = jnp.take_along_axis(out[name], idx[..., None], axis=1)
   h = jnp.take_along_axis(hidden, idx[..., None], axis=1)  # [B, K, D]
-  return h, out
+  return h, cast(MicroBatch, out)  # the same fields, K tokens per row
 
 
-def check_capacity(loss_mask: np.ndarray, k: int) -> None:
+def check_capacity(loss_mask: np.ndarray | jax.Array, k: int) -> None:
   """Host-side: every row's loss-token count must fit K (else the step would drop tokens)."""
   counts = (np.asarray(loss_mask) > 0).sum(axis=-1)
   worst = int(np.argmax(counts)) if counts.size else 0

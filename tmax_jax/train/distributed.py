@@ -9,6 +9,7 @@ become global rows [p * B_local, (p + 1) * B_local)).
 import functools
 import json
 import os
+from typing import cast
 
 import jax
 import numpy as np
@@ -31,7 +32,9 @@ def initialize(
   """sharding.initialize_distributed (flags, else JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
   JAX_PROCESS_ID), with gloo cross-process collectives selected first on CPU (the default CPU
   client has none). Returns False for a single-process run."""
-  if jax.config.jax_platforms == "cpu" or os.environ.get("JAX_PLATFORMS", "") == "cpu":
+  # jax.config's flags are attributes set at runtime, which its type stub does not list
+  platforms = jax.config.jax_platforms  # type: ignore[attr-defined]
+  if platforms == "cpu" or os.environ.get("JAX_PLATFORMS", "") == "cpu":
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   return sharding.initialize_distributed(coordinator, num_processes, process_id)
 
@@ -124,13 +127,14 @@ def gather_to_host(
 def _chunk_axis(x: jax.Array) -> int:
   """The longest axis of `x` its sharding does not split (mesh axes of size 1 split nothing; 0
   when it splits every one): slicing along it is local to each device, in the smallest slices."""
-  sizes = x.sharding.mesh.shape
+  named = cast(NamedSharding, x.sharding)  # the caller passes only NamedSharding arrays
+  sizes = named.mesh.shape
 
   def parts(entry) -> int:
     names = () if entry is None else (entry,) if isinstance(entry, str) else entry
     return int(np.prod([sizes[n] for n in names], dtype=np.int64))
 
-  spec = tuple(x.sharding.spec) + (None,) * (x.ndim - len(x.sharding.spec))
+  spec = tuple(named.spec) + (None,) * (x.ndim - len(named.spec))
   whole = [a for a, entry in enumerate(spec) if parts(entry) == 1]
   return max(whole, key=lambda a: x.shape[a], default=0)
 

@@ -36,6 +36,7 @@ class MetricsWriter:
     row = {"step": int(step), "time": time.time()}
     for key, value in metrics.items():
       row[key] = _plain(value)
+    assert self._file is not None  # opened in __init__ when enabled, until close()
     self._file.write(json.dumps(row) + "\n")
     self._file.flush()
     if self._tb is not None:

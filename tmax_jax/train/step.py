@@ -28,6 +28,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from jaxtyping import Array, Float
 
 from tmax_jax import rl, sharding
 from tmax_jax.models import logprobs as logprobs_lib
@@ -52,8 +53,16 @@ SKIP_REASONS = {
 }
 
 
+Stats = dict[str, Float[Array, ""]]  # named fp32 scalar sums over a (micro-)batch
+
+
 class NonFiniteStepError(RuntimeError):
-  """A step was rejected (no loss tokens, or NaN/inf loss or gradient); the state is unchanged."""
+  """A step was rejected (no loss tokens, or NaN/inf loss or gradient); the state is unchanged and
+  is `.state`."""
+
+  def __init__(self, message: str, state: Any = None):
+    super().__init__(message)
+    self.state = state
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
@@ -91,15 +100,15 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
   reads_behaviour = "behaviour_logp" in cfg.loss.batch_fields()
   head_dtype = model_cfg.dtypes.head
 
-  def loss_fn(params, mb):
+  def loss_fn(params: Any, mb: batch_lib.MicroBatch) -> tuple[Float[Array, ""], Stats]:
     mask = mb["loss_mask"].astype(jnp.float32)
-    w = aggregate(mask, mb["segment_ids"])  # [b, T]
+    w: Float[Array, "B T"] = aggregate(mask, mb["segment_ids"])
     counts = {
       "weight": jnp.sum(w),
       "n_loss_tokens": jnp.sum((mask > 0).astype(jnp.float32)),
       "n_tokens": jnp.sum((mb["segment_ids"] > 0).astype(jnp.float32)),
     }
-    mb = {**mb, "weights": w}
+    mb = {**mb, "weights": w}  # compact.gather_loss_tokens gathers it with the rest
     hidden, _ = model.apply({"params": params}, mb["tokens"], mb["positions"], mb["segment_ids"])
     if cfg.loss_tokens_per_row:  # the head only where the loss is (train/compact.py)
       hidden, mb = compact.gather_loss_tokens(hidden, mb, cfg.loss_tokens_per_row)
@@ -151,7 +160,9 @@ def make_loss_fn(model: nn.Module, model_cfg: ModelConfig, cfg: TrainConfig) -> 
   return loss_fn
 
 
-def mismatch_stats(logp: jax.Array, behaviour_logp: jax.Array, mask: jax.Array) -> dict:
+def mismatch_stats(
+  logp: Float[Array, "B T"], behaviour_logp: Float[Array, "B T"], mask: Float[Array, "B T"]
+) -> Stats:
   """Trainer-vs-behaviour mismatch sums over the loss (response) tokens: |log pi - log mu| and
   the k3 estimate of KL(mu || pi), r - 1 - log r with r = pi / mu (the tokens were sampled from
   mu, so E_mu[r - 1] = 0 and the estimate is unbiased and >= 0; rl_losses.k3_kl with mu in the
@@ -200,7 +211,9 @@ def _accumulate(loss_fn: Callable, params: Any, mbs: dict, m: int):
   return loss, stats, grads
 
 
-def normalise(loss: jax.Array, stats: dict, grads: Any):
+def normalise(
+  loss: Float[Array, ""], stats: Stats, grads: Any
+) -> tuple[Float[Array, ""], Stats, Any]:
   """Divides the summed loss and gradient by the batch's total aggregation weight."""
   scale = rl_aggregation.normaliser(stats["weight"])
   return loss * scale, stats, jax.tree.map(lambda g: g * scale, grads)
@@ -306,7 +319,10 @@ class Trainer:
     self._step_fn = make_step_fn(model, model_cfg, cfg, self.optimizer, mesh)
     self._apply_fn = make_apply_fn(cfg, self.optimizer)
     # jitted on first use, when the state's shardings are known
-    self._step = self._micro = self._zeros = self._finish = None
+    self._step: Callable[..., Any] | None = None
+    self._micro: Callable[..., Any] | None = None
+    self._zeros: Callable[..., Any] | None = None
+    self._finish: Callable[..., Any] | None = None
 
   @property
   def batch_shards(self) -> int:
@@ -378,7 +394,7 @@ class Trainer:
     per bucket shape; and the micro-batches' global shapes. Multi-process: every process packs
     the same trajectories (packing is deterministic) and passes its own rows of each
     micro-batch, as for a fixed batch."""
-    if self._micro is None:
+    if self._micro is None or self._zeros is None:
       self._micro = jax.jit(make_micro_fn(self._loss_fn), donate_argnums=(0,))
       grads_sharding = None if self.mesh is None else jax.tree.map(lambda x: x.sharding, params)
       out = None if self.mesh is None else (self._replicated(), self._replicated(), grads_sharding)
@@ -434,9 +450,7 @@ class Trainer:
     if reason:
       msg = f"step {int(state.step) - 1} rejected: {SKIP_REASONS[reason]}; state unchanged"
       if self.cfg.on_nonfinite == "raise":
-        err = NonFiniteStepError(msg)
-        err.state = state
-        raise err
+        raise NonFiniteStepError(msg, state)
       log.warning("%s (skipped)", msg)
       metrics["skip_reason"] = SKIP_REASONS[reason]
     return state, metrics

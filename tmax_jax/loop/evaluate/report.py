@@ -15,6 +15,7 @@ import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from tmax_jax.errors import UserError
 from tmax_jax.loop.evaluate.config import EvalConfig
@@ -212,5 +213,6 @@ def check_measured(results: dict, unit: str = "trial", scored: str = "num_trials
     )
 
 
-def config_dict(cfg: EvalConfig) -> dict:
+def config_dict(cfg: Any) -> dict:
+  """An evaluation job's config dataclass (EvalConfig, MathEvalConfig) as plain JSON values."""
   return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))

@@ -14,6 +14,7 @@ from tmax_jax.agents import scripted
 from tmax_jax.agents.episode import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.errors import ConfigError
+from tmax_jax.horizon.teacher import EndpointPolicy
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop.evaluate import endpoint, plots, report
 from tmax_jax.loop.evaluate.config import EvalConfig
@@ -46,6 +47,7 @@ async def _records(cfg: EvalConfig, tasks, tokenizer, address: str, chat, jsonl:
       finally:
         await worker.aclose()
   usage = None
+  policy: EndpointPolicy | scripted.ScriptedProvider
   if cfg.policy == "endpoint":
     policy = endpoint.policy(cfg, chat, tokenizer)
     usage = endpoint.trial_usage(policy, cfg.endpoint)

@@ -8,6 +8,7 @@ import json
 import pathlib
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tmax_jax import cli, json_io
 from tmax_jax.agents.worker import EpisodeWorker, Trial
@@ -29,7 +30,7 @@ def category(task: Task) -> str:
 
 def trial_record(task: Task, run: int, trial: Trial, pass_threshold: float) -> dict:
   """One results.json trial record (schema in loop/evaluate/__init__.py)."""
-  rec = {
+  rec: dict[str, Any] = {
     "task": task.name,
     "category": category(task),
     "run": run,

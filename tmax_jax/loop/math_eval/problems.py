@@ -102,7 +102,8 @@ def load_problems(
     raise UserError(f"{what}={path}: no such file (expected a JSONL or parquet problem file)")
   if path.suffix not in SUFFIXES:
     raise UserError(f"{what}={path}: expected a file ending in one of {list(SUFFIXES)}")
-  problems, seen = [], {}
+  problems = []
+  seen: dict[str, str] = {}  # id -> where it first appears
   for i, (where, row) in enumerate(_rows(path), 1):
     p = _problem(i, row, where, fields)
     if p.id in seen:

@@ -101,6 +101,7 @@ def shard_plan(q_shape, num_kv_heads: int):
   rules = nn.get_logical_axis_rules() or DEFAULT_LOGICAL_AXIS_RULES
   q_rule = nn.logical_to_mesh_axes(("batch", "length", "heads", "head_dim"), rules)
   kv_rule = nn.logical_to_mesh_axes(("batch", "length", "kv_heads", "head_dim"), rules)
+  assert q_rule is not None and kv_rule is not None  # None only when no rules are given
   batch = _mesh_axes(mesh, q_rule[0], b)
   heads = _mesh_axes(mesh, q_rule[2], n)
   kv_heads, take = None, None

@@ -38,7 +38,7 @@ def to_hf(cfg: config_lib.ModelConfig) -> dict:
 
 def _check_representable(cfg: config_lib.ModelConfig) -> None:
   """Our config must be expressible by the HF class (the export would be wrong otherwise)."""
-  want = (
+  want: tuple[bool, ...] = (
     (True, False, False)
     if cfg.model_type == "qwen2"
     else (cfg.attention_bias, cfg.attention_bias, True)

@@ -9,6 +9,7 @@ the template, so their model types have no tokenizer here.
 """
 
 import pathlib
+from typing import Any
 
 from tmax_jax.models.tokenizer_spec import TokenizerSpec
 
@@ -50,7 +51,7 @@ ADDED_TOKENS = (
 
 # ChatML: a turn ends in <|im_end|>; generation stops at the end of the turn or of the document
 # (the official generation_config.json's eos_token_id = [<|im_end|>, <|endoftext|>]).
-CHATML = dict(
+CHATML: dict[str, Any] = dict(
   eos_token="<|im_end|>", pad_token="<|endoftext|>", stop_tokens=("<|im_end|>", "<|endoftext|>")
 )
 

@@ -82,7 +82,8 @@ def host_layout(hosts: list[int]) -> tuple[tuple[int, ...], tuple[bool, ...]] | 
   # bit k of the flat index (k = 0 the outermost) is a host axis when flipping it moves a device
   # to another host; the layout holds when the host bits alone name the host, one to one
   is_host = tuple(bool((h[index ^ (1 << (bits - 1 - k))] != h).any()) for k in range(bits))
-  # started from an array: with no host bit (one host) the pattern is all zeros, not the int 0
+  # an array start, so the sum is an array to the type checker too (one host returned above, so
+  # at least one bit here is a host's)
   pattern = sum(
     (((index >> (bits - 1 - k)) & 1) << k for k in range(bits) if is_host[k]), np.zeros_like(index)
   )

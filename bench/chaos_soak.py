@@ -6,6 +6,8 @@ and each invariant as held / broken / not exercised. Exit 1 when one is broken.
 
 python3 bench/chaos_soak.py --minutes 30 --seed 0 --backend bubblewrap [--out DIR] [--json F]
 python3 bench/chaos_soak.py --minutes 30 --seed 0 --faults none   # the same loop without faults
+python3 bench/chaos_soak.py --minutes 2.5 --seed 0 --cluster      # node faults on a local Ray
+                                                                  # cluster (bench/chaos/cluster.py)
 
 --minutes is the fault window after the trainer's first step (start-up, ~1 min, comes on top).
 """
@@ -37,6 +39,11 @@ def parse(argv=None) -> argparse.Namespace:
     default="drop",
     help="rollout.on_failure: what happens to a group the infrastructure failed",
   )
+  p.add_argument(
+    "--cluster",
+    action="store_true",
+    help="on a local Ray cluster through launch/cluster.py, with node faults (needs ray)",
+  )
   p.add_argument("--episodes", type=int, default=8, help="concurrent episodes (> server slots)")
   p.add_argument("--out", default="", help="work dir (default runs/chaos_soak/<backend>-<seed>)")
   p.add_argument("--json", default="", help="also write the result here")
@@ -45,7 +52,8 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
   args = parse(argv)
-  out = pathlib.Path(args.out or ROOT / "runs" / "chaos_soak" / f"{args.backend}-{args.seed}")
+  name = f"{'cluster-' if args.cluster else ''}{args.backend}-{args.seed}"
+  out = pathlib.Path(args.out or ROOT / "runs" / "chaos_soak" / name)
   opts = soak.Options(
     minutes=args.minutes,
     seed=args.seed,
@@ -55,7 +63,12 @@ def main(argv=None) -> dict:
     episodes=args.episodes,
     on_failure=args.on_failure,
   )
-  record = soak.Soak(opts).run()
+  if args.cluster:
+    from bench.chaos import cluster  # imports ray
+
+    record = cluster.ClusterSoak(opts).run()
+  else:
+    record = soak.Soak(opts).run()
   json_io.write_json_atomic(out / "soak.json", record, indent=1)
   result = report.analyze(record)
   print(report.table(result), flush=True)

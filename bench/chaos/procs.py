@@ -63,7 +63,7 @@ class Proc:
     return self.popen.returncode
 
 
-def _start(argv: list[str], log: pathlib.Path) -> Proc:
+def start(argv: list[str], log: pathlib.Path) -> Proc:
   with open(log, "ab") as out:
     popen = subprocess.Popen(
       [sys.executable, *argv], cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT
@@ -82,7 +82,7 @@ def start_server(port: int, out: pathlib.Path, timeout_s: float = 600) -> Proc:
     f"--config.ready_file={ready}",
     *SERVE_FLAGS,
   ]
-  proc = _start(argv, out / "server.log")
+  proc = start(argv, out / "server.log")
   deadline = time.monotonic() + timeout_s
   while not ready.exists():
     if not proc.alive() or time.monotonic() > deadline:
@@ -145,4 +145,4 @@ def trainer_flags(out: pathlib.Path, tasks: pathlib.Path, address: str, opts) ->
 
 
 def start_trainer(flags: list[str], out: pathlib.Path, n: int) -> Proc:
-  return _start(flags, out / f"trainer.{n}.log")
+  return start(flags, out / f"trainer.{n}.log")

@@ -19,7 +19,15 @@ CAUSES = {  # process fault -> the failure kinds it can cause in the episodes it
   "stream_drop": {"server"},
   "build_delay": {"build_failed", "sandbox_start"},
   "trainer_kill": set(),  # its episodes die with it: none is ever recorded
+  # node faults of the cluster soak (bench/chaos/cluster.py)
+  "replica_kill": {"server"},
+  "host_kill": {"sandbox_lost", "sandbox_start"},
+  "inference_node_kill": {"server"},
+  "sandbox_node_kill": {"sandbox_lost", "sandbox_start"},
 }
+# the kinds whose episodes die as a lost server's (ServerRestartedError): the others' cut streams
+# are retried on the same instance
+SERVER_LOSSES = ("server_restart", "replica_kill", "inference_node_kill")
 INVARIANTS = (
   "infra_never_scored",
   "exact_position_after_restarts",
@@ -62,7 +70,7 @@ def _attribute(failure: dict, events: list[dict]) -> str:
       continue
     if ev["kind"] == "sandbox_kill" and failure.get("sandbox") not in ("", ev["sandbox"]):
       continue
-    if "ServerRestartedError" in failure["message"] and ev["kind"] != "server_restart":
+    if "ServerRestartedError" in failure["message"] and ev["kind"] not in SERVER_LOSSES:
       continue  # a cut stream is retried on the same instance; only a restart loses requests
     best = ev["kind"]
   return best
@@ -72,7 +80,7 @@ def _check_scoring(soak: dict, records: list[dict]) -> tuple[list, dict]:
   """Violations of "no infrastructure failure is ever scored", and per task kind counts."""
   kinds, bad = soak["task_kinds"], []
   rows = collections.defaultdict(collections.Counter)
-  kills = [e for e in soak["events"] if e["kind"] == "sandbox_kill"]
+  kills = [e for e in soak["events"] if "sandbox" in e or "sandboxes" in e]
   for rec in records:
     kind = kinds.get(rec["task"], "normal")
     mode, allowed = tasks.EXPECTED[kind]
@@ -87,8 +95,11 @@ def _check_scoring(soak: dict, records: list[dict]) -> tuple[list, dict]:
         bad.append(f"{rec['task']} step {rec['step']} sample {ep['sample']} scored: {ep}")
       else:
         rows[kind]["recovered"] += 1
-      for kill in kills:
-        if ep["sandbox"] == kill["sandbox"] and ep["verified_at"] >= kill["at"]:
+      for kill in kills:  # one sandbox, or every sandbox a killed host held (name prefixes)
+        hit = ep["sandbox"] == kill.get("sandbox") or ep["sandbox"].startswith(
+          tuple(kill.get("sandboxes", ()))
+        )
+        if hit and ep["verified_at"] >= kill["at"]:
           bad.append(f"{ep['sandbox']} was killed at {kill['at']:.1f}, scored later: {ep}")
   return bad, rows
 
@@ -123,13 +134,15 @@ def _check_position(soak: dict, timeline: list[dict], lines: list[str]) -> list[
 
 
 def _check_leftovers(soak: dict) -> tuple[list[str], bool]:
+  """After each killed owner (a trainer; the cluster soak's sandbox hosts: `sweeps`) and its
+  successor's start, none of its markers; none of anyone's after the soak."""
   bad, exercised = [], False
   for ev in soak["events"]:
-    if ev["kind"] != "trainer_kill":
+    if ev["kind"] != "trainer_kill" and not ev.get("sweeps"):
       continue
     after = ev.get("leftovers_after_next_start")
     if after is None:
-      bad.append(f"trainer {ev['tag']} killed; the next start never stepped: leftovers unchecked")
+      bad.append(f"{ev['kind']} of {ev['tag']}: its successor never started: leftovers unchecked")
       continue
     exercised = True
     if sum(after.values()):
@@ -150,10 +163,11 @@ def _check_lifetime(soak: dict) -> tuple[list[str], int]:
   return bad, len(seen)
 
 
-def _check_overload(soak: dict, failures: list[dict], server_log: pathlib.Path) -> tuple:
+def _check_overload(soak: dict, failures: list[dict], server_logs: list[pathlib.Path]) -> tuple:
   bad = [u for u in soak["unexpected"] if u.startswith("server")]
-  if "Traceback" in (server_log.read_text(errors="replace") if server_log.exists() else ""):
-    bad.append(f"the server logged a traceback ({server_log})")
+  for log in server_logs:
+    if "Traceback" in (log.read_text(errors="replace") if log.exists() else ""):
+      bad.append(f"the server logged a traceback ({log})")
   for f in failures:
     if f["kind"] == "exception" or (f["kind"] == "server" and not f["cause"]):
       bad.append(f"episode failed without a fault to explain it: {f['message'][:300]}")
@@ -164,18 +178,34 @@ def _check_overload(soak: dict, failures: list[dict], server_log: pathlib.Path) 
 def _process_rows(soak: dict, failures: list[dict]) -> dict:
   rows = {}
   progress = soak["samples"]["progress"]
-  for kind in PROCESS_KINDS:
+  for kind in soak.get("kinds", PROCESS_KINDS):
     evs = [e for e in soak["events"] if e["kind"] == kind]
     recovered = 0
     for ev in evs:  # the loop made a step it had not made before the fault
       later = [s for t, s in progress if t > ev["at"]]
       ok = bool(later) and max(later) > ev["step"]
-      if kind == "trainer_kill":  # ... and the next start reaped the killed run's sandboxes
+      if kind == "trainer_kill" or ev.get("sweeps"):  # ... and the successor reaped its sandboxes
         ok = ok and "leftovers_after_next_start" in ev
+      if ev.get("awaits_restart"):  # ... and what was killed is back (Ray restarted it)
+        ok = ok and "restarted_at" in ev
       recovered += int(ok)
     dropped = sum(1 for f in failures if f["cause"] == kind)
     rows[kind] = {"injected": len(evs), "recovered": recovered, "dropped": dropped, "scored": "-"}
   return rows
+
+
+def _check_replicas(final: dict) -> tuple[list[str], bool]:
+  """{"step": the last step, "replicas": the router's view of each} -> every live replica at that
+  step's version (a restarted one got the current weights), at least one live."""
+  live = [r for r in final["replicas"] if r["live"]]
+  bad = [
+    f"replica {r['address']} at version {r['version']}"
+    for r in live
+    if r["version"] != final["step"]
+  ]
+  if not live:
+    bad.append(f"no live replica at the end: {final['replicas']}")
+  return bad, final["step"] > 0
 
 
 def analyze(soak: dict) -> dict:
@@ -187,7 +217,8 @@ def analyze(soak: dict) -> dict:
   position_bad = _check_position(soak, _timeline(soak, lines), lines)
   leftover_bad, killed = _check_leftovers(soak)
   lifetime_bad, inspected = _check_lifetime(soak)
-  overload_bad, waiting = _check_overload(soak, failures, soak_dir(soak) / "server.log")
+  server_logs = [pathlib.Path(p) for p in soak.get("server_logs", [soak_dir(soak) / "server.log"])]
+  overload_bad, waiting = _check_overload(soak, failures, server_logs)
   survive_bad = [u for u in soak["unexpected"] if u.startswith("trainer")]
   invariants = {
     "infra_never_scored": _verdict(scoring_bad, bool(records)),
@@ -197,6 +228,8 @@ def analyze(soak: dict) -> dict:
     "server_overload": _verdict(overload_bad, waiting > 0),
     "loop_survives": _verdict(survive_bad, max_step(run_dir / "metrics.jsonl") > 0),
   }
+  if "replicas" in soak:  # the cluster soak: every live replica serves the final version
+    invariants["replicas_at_final_version"] = _verdict(*_check_replicas(soak["replicas"]))
   rows = {k: dict(task_rows[k]) for k in tasks.EXPECTED if k in task_rows}
   rows.update(_process_rows(soak, failures))
   window = soak["window"]

@@ -63,16 +63,23 @@ class Run:
   ckpt: int = 0
 
 
-def fault_plan(rng: random.Random, window_s: float, enabled: bool, mean_s: float) -> list:
-  """[(seconds into the window, kind)]: every kind once in its own slot of mean_s (trainer_kill
-  in the first half: it must restart and recover in the window), the slots squeezed into the
-  window when it is short; then Poisson arrivals of any kind, mean_s apart, until the last
-  minute (a long soak repeats every kind, trainer kills included)."""
+def fault_plan(
+  rng: random.Random,
+  window_s: float,
+  enabled: bool,
+  mean_s: float,
+  all_kinds: tuple[str, ...] = PROCESS_KINDS,
+) -> list:
+  """[(seconds into the window, kind)]: every kind of `all_kinds` once in its own slot of mean_s
+  (trainer_kill in the first half: it must restart and recover in the window), the slots
+  squeezed into the window when it is short; then Poisson arrivals of any kind, mean_s apart,
+  until the last minute (a long soak repeats every kind, trainer kills included)."""
   if not enabled:
     return []
-  kinds = [k for k in PROCESS_KINDS if k != "trainer_kill"]
+  kinds = [k for k in all_kinds if k != "trainer_kill"]
   rng.shuffle(kinds)
-  kinds.insert(rng.randrange(len(kinds) // 2 + 1), "trainer_kill")
+  if "trainer_kill" in all_kinds:
+    kinds.insert(rng.randrange(len(kinds) // 2 + 1), "trainer_kill")
   last = max(20.0, window_s - 60.0)
   lo = 10.0
   hi = min(last, lo + len(kinds) * mean_s)
@@ -83,11 +90,11 @@ def fault_plan(rng: random.Random, window_s: float, enabled: bool, mean_s: float
     t += rng.expovariate(1.0 / mean_s)
     if t > last:
       break
-    plan.append((t, rng.choice(PROCESS_KINDS)))
+    plan.append((t, rng.choice(all_kinds)))
   return sorted(plan)
 
 
-def _lines(path: pathlib.Path) -> int:
+def count_lines(path: pathlib.Path) -> int:
   return len(path.read_text().splitlines()) if path.exists() else 0
 
 
@@ -104,6 +111,8 @@ def max_step(metrics: pathlib.Path) -> int:
 class Soak:
   """One soak (see the module docstring); `run()` returns what report.analyze needs."""
 
+  kinds = PROCESS_KINDS  # the fault kinds it injects (bench/chaos/cluster.py: node faults)
+
   def __init__(self, opts: Options):
     self.opts, self.rng = opts, random.Random(opts.seed)
     self.out = opts.out
@@ -117,6 +126,15 @@ class Soak:
 
   # ------------------------------------------------------------------------------ set-up
   def _prepare(self) -> None:
+    self._write_tasks()
+    self.port = free_port()
+    self.server = procs.start_server(self.port, self.out)
+    self.proxy = TcpProxy(f"127.0.0.1:{self.port}")
+    self.flags = procs.trainer_flags(self.out, self.out / "tasks", self.proxy.address, self.opts)
+
+  def _write_tasks(self) -> None:
+    """The soak's tasks in out/tasks (an earlier soak's out cleared first), their image built (a
+    warm cache; its layers held by build_delay)."""
     if self.out.exists() and any(self.out.iterdir()):
       if not (self.out / "soak_config.py").exists():
         raise SystemExit(f"error: --out {self.out} is not empty and holds no earlier soak")
@@ -127,15 +145,11 @@ class Soak:
     first = loader.load_task_dir(self.out / "tasks" / next(iter(self.task_kinds)))
     built = envlib.built_spec(first)  # the image every soak task builds (warm cache, its layers)
     self.layers = list(built.image.layers)
-    self.port = free_port()
-    self.server = procs.start_server(self.port, self.out)
-    self.proxy = TcpProxy(f"127.0.0.1:{self.port}")
-    self.flags = procs.trainer_flags(self.out, self.out / "tasks", self.proxy.address, self.opts)
 
   def _start_trainer(self) -> None:
     n = len(self.runs)
     self.trainer = procs.start_trainer(self.flags, self.out, n)
-    self.runs.append(Run(self.trainer.tag, str(self.trainer.log), _lines(self.rollouts)))
+    self.runs.append(Run(self.trainer.tag, str(self.trainer.log), count_lines(self.rollouts)))
 
   def _wait_for_step(self, after: int, what: str) -> None:
     deadline = time.monotonic() + RESTART_WAIT_S
@@ -180,17 +194,17 @@ class Soak:
     run = self.runs[-1]
     ev = self._event("trainer_kill", tag=run.tag)
     self.trainer.kill()
-    run.end_line, run.killed = _lines(self.rollouts), True
+    run.end_line, run.killed = count_lines(self.rollouts), True
     run.ckpt = ev["ckpt"] = latest_checkpoint(self.run_dir)
     ev["leftovers_before_restart"] = census.take({run.tag}).counts()
-    steps_written = _lines(self.metrics)
+    steps_written = count_lines(self.metrics)
     self._start_trainer()
 
     def after_next_start() -> None:  # the new trainer stepped: its start-up sweep has run
       ev["leftovers_after_next_start"] = census.take({run.tag}).counts()
       ev["restarted_at"] = time.time()
 
-    self._checks.append((lambda: _lines(self.metrics) > steps_written, after_next_start))
+    self._checks.append((lambda: count_lines(self.metrics) > steps_written, after_next_start))
     return ev
 
   def _apply(self, kind: str) -> dict | None:
@@ -221,7 +235,7 @@ class Soak:
   def _watch_processes(self) -> None:
     if not self.trainer.alive():
       self.unexpected.append(f"trainer {self.trainer.tag} exited ({self.trainer.popen.returncode})")
-      self.runs[-1].end_line = _lines(self.rollouts)
+      self.runs[-1].end_line = count_lines(self.rollouts)
       self.runs[-1].ckpt = latest_checkpoint(self.run_dir)
       self._start_trainer()
     if not self.server.alive():
@@ -238,19 +252,15 @@ class Soak:
       window_s = self.opts.minutes * 60.0
       t0 = time.monotonic()
       self.window = (time.time(), None)
-      plan = fault_plan(self.rng, window_s, self.opts.faults, self.opts.mean_interval_s)
+      plan = fault_plan(self.rng, window_s, self.opts.faults, self.opts.mean_interval_s, self.kinds)
       self._loop(t0, window_s, plan)
       self.window = (self.window[0], time.time())
       self._wait_checks()
     finally:
-      code = self.trainer.stop()
-      run = self.runs[-1] if self.runs else None
-      if run is not None:
-        run.end_line, run.ckpt = _lines(self.rollouts), latest_checkpoint(self.run_dir)
-      self.server.stop(30)
-      self.proxy.close()
+      code = self._stop()
     return {
       "options": {k: str(v) for k, v in dataclasses.asdict(self.opts).items()},
+      "kinds": list(self.kinds),
       "task_kinds": self.task_kinds,
       "events": self.events,
       "samples": self.samples,
@@ -259,16 +269,35 @@ class Soak:
       "final_exit_code": code,
       "window": self.window,
       "wall_s": round(time.time() - started, 1),
-      "leftovers_at_end": census.take({r.tag for r in self.runs}).counts(),
+      "leftovers_at_end": census.take(self._owners()).counts(),
       "run_dir": str(self.run_dir),
     }
+
+  def _stop(self) -> int:
+    """Ends the soak's processes (the trainer SIGTERMed: it closes its sandboxes) -> the
+    trainer's exit code."""
+    code = self.trainer.stop()
+    run = self.runs[-1] if self.runs else None
+    if run is not None:
+      run.end_line, run.ckpt = count_lines(self.rollouts), latest_checkpoint(self.run_dir)
+    self.server.stop(30)
+    self.proxy.close()
+    return code
+
+  def _owners(self) -> set[str]:
+    """The owner tags of every process that opened sandboxes in the soak."""
+    return {r.tag for r in self.runs}
+
+  def ended(self) -> bool:
+    """The soak cannot go on (the cluster soak's launcher exited): the loop stops early."""
+    return False
 
   def _loop(self, t0: float, window_s: float, plan: list) -> None:
     """Until the window ends and every planned fault had its turn (one that finds nothing to
     hit, e.g. no live sandbox while the trainer restarts, is tried for RETRY_S)."""
     pending: list = []  # faults that found nothing to hit yet: (first try, kind)
     next_sample = 0.0
-    while time.monotonic() - t0 < window_s or plan or pending:
+    while (time.monotonic() - t0 < window_s or plan or pending) and not self.ended():
       now = time.monotonic() - t0
       while plan and plan[0][0] <= now:
         pending.append((now, plan.pop(0)[1]))

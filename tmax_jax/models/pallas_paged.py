@@ -79,11 +79,11 @@ def attend(q, k, v, cache: dict, scale: float | None = None, interpret: bool = F
   kernel), heads split as splash splits them. interpret: the Pallas TPU interpreter (CPU tests)."""
   if q.shape[1] != 1:
     raise ValueError(f"the paged kernel takes one query token per row, got {q.shape[1]}")
-  scale = jnp.asarray(q.shape[-1] ** -0.5 if scale is None else scale, q.dtype)
+  factor = jnp.asarray(q.shape[-1] ** -0.5 if scale is None else scale, q.dtype)
   k_pages, v_pages, table, cached = (cache[name] for name in paged_attention.PAGED_KEYS)
   plan = splash.shard_plan(q.shape, k.shape[2])
   if plan is None:
-    return _attend_local(q, k, v, k_pages, v_pages, table, cached, scale, interpret)
+    return _attend_local(q, k, v, k_pages, v_pages, table, cached, factor, interpret)
   q_spec, kv_spec, take, free = plan
   n = q.shape[2]
 
@@ -91,7 +91,7 @@ def attend(q, k, v, cache: dict, scale: float | None = None, interpret: bool = F
     if take is not None:  # K/V replicated over the head shards: keep the heads this shard reads
       k, v = splash._local_kv_heads(k, v, n, q.shape[2], take)
       k_pages, v_pages = splash._local_kv_heads(k_pages, v_pages, n, q.shape[2], take)
-    return _attend_local(q, k, v, k_pages, v_pages, table, cached, scale, interpret)
+    return _attend_local(q, k, v, k_pages, v_pages, table, cached, factor, interpret)
 
   pages_spec = PS(None, None, kv_spec[2], None)
   return jax.shard_map(

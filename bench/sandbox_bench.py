@@ -24,8 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402  (bench/report.py)
 
 from tmax_jax import cli
-from tmax_jax.sandbox import open_sandbox  # noqa: E402
-from tmax_jax.sandbox.api import EnvironmentSpec  # noqa: E402
+from tmax_jax.sandbox import EnvironmentSpec, open_sandbox  # noqa: E402
 from tmax_jax.sandbox.images.base_rootfs import ensure_base_rootfs  # noqa: E402
 from tmax_jax.sandbox.pool import SandboxPool  # noqa: E402
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from tmax_jax.agents import shell, terminus
 from tmax_jax.agents.episode import EpisodeConfig, EpisodeResult, GenerateFn, ScriptStep
-from tmax_jax.sandbox.api import Sandbox
+from tmax_jax.sandbox import Sandbox
 
 
 class Harness(Protocol):

@@ -26,7 +26,7 @@ from tmax_jax.agents.episode import (
   reply_text,
   template_kwargs,
 )
-from tmax_jax.sandbox.api import Sandbox
+from tmax_jax.sandbox import Sandbox
 
 SYSTEM_PROMPT = (
   "You are an expert terminal agent working in a Linux sandbox. Solve the task by running one "

@@ -41,7 +41,7 @@ from tmax_jax.agents.episode import (
   reply_text,
   template_kwargs,
 )
-from tmax_jax.sandbox.api import Sandbox, SandboxError
+from tmax_jax.sandbox import Sandbox, SandboxError
 
 PROMPT = """\
 You are an AI assistant solving command-line tasks in a Linux environment. You act through a \

@@ -31,8 +31,7 @@ from harbor.environments.capabilities import (
 from harbor.environments.options import EnvironmentOptions
 
 from tmax_jax.harbor import protocol
-from tmax_jax.sandbox import open_sandbox
-from tmax_jax.sandbox.api import Sandbox
+from tmax_jax.sandbox import Sandbox, open_sandbox
 from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import environment as envlib
 from tmax_jax.tasks.format import load_task

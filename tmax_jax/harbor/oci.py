@@ -24,7 +24,7 @@ import stat
 import tarfile
 
 from tmax_jax import json_io
-from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.sandbox import SandboxError
 from tmax_jax.sandbox.images import base_rootfs, layers, podman_store
 from tmax_jax.sandbox.images.image import Image
 

@@ -42,8 +42,7 @@ import time
 
 from tmax_jax.harbor import protocol, venv
 from tmax_jax.harbor import tasks as harbor_tasks
-from tmax_jax.sandbox import shell, status
-from tmax_jax.sandbox.api import CommandResult, Limits, Sandbox, SandboxError
+from tmax_jax.sandbox import CommandResult, Limits, Sandbox, SandboxError, shell, status
 from tmax_jax.tasks import environment as envlib
 from tmax_jax.tasks.format import Task
 

@@ -22,7 +22,7 @@ import tomllib
 
 from tmax_jax import cli, json_io
 from tmax_jax.harbor import oci
-from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.sandbox import SandboxError
 from tmax_jax.sandbox.images import podman_store
 from tmax_jax.sandbox.images.dockerfile import DockerfileError
 from tmax_jax.tasks import environment as envlib

@@ -26,7 +26,7 @@ from tmax_jax.agents import scripted
 from tmax_jax.agents import worker as worker_lib
 from tmax_jax.agents.episode import EpisodeConfig, GenerateFn
 from tmax_jax.horizon import compose, static
-from tmax_jax.sandbox.api import Sandbox
+from tmax_jax.sandbox import Sandbox
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import runner
 

@@ -37,7 +37,7 @@ from tmax_jax.agents.episode import EpisodeConfig, GenerateFn, template_kwargs
 from tmax_jax.agents.oracle_data import write_jsonl
 from tmax_jax.errors import UserError
 from tmax_jax.horizon import audit, compose, patterns, record
-from tmax_jax.sandbox.api import Sandbox
+from tmax_jax.sandbox import Sandbox
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import runner
 from tmax_jax.tasks.procedural.chains import STEP_MARK

@@ -15,7 +15,7 @@ from typing import Any
 
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.state import DONE, ERROR, REJECTED, Store
-from tmax_jax.sandbox.api import SandboxError
+from tmax_jax.sandbox import SandboxError
 from tmax_jax.sandbox.images.dockerfile import DockerfileError
 from tmax_jax.tasks import difficulty, runner
 from tmax_jax.tasks.format import TaskFormatError, load_task, write_task

@@ -3,6 +3,10 @@
 Backends: "bubblewrap" (namespaces, default here), "podman" (runc containers), "apptainer"
 (clusters); "auto" picks apptainer when its binary is present, else bubblewrap. Several containers
 on one network (a task's multi-service compose file): `open_pod(PodSpec)`, podman only.
+
+The face (`__all__`, checked by tests/test_faces.py): outside `tmax_jax.sandbox`, import the names
+below from here, and the public modules listed in `__all__` whole; api.py, base.py, host.py and
+transfer.py are internal (api's records are re-exported here).
 """
 
 from __future__ import annotations
@@ -78,6 +82,13 @@ def open_pod(spec: PodSpec, backend: str = "podman") -> Sandbox:
 
 
 __all__ = [
+  # starting sandboxes and pods
+  "BACKENDS",
+  "open_pod",
+  "open_sandbox",
+  "pod_unsupported",
+  "resolve_backend",
+  # what a sandbox is given and gives back
   "CommandResult",
   "EnvironmentSpec",
   "HealthCheck",
@@ -87,9 +98,14 @@ __all__ = [
   "Sandbox",
   "SandboxError",
   "ServiceSpec",
-  "open_pod",
-  "open_sandbox",
-  "pod_unsupported",
-  "resolve_backend",
-  "BACKENDS",
+  # public modules: the process's sandbox services and protocols, used whole
+  "backends",  # each backend's own tools (podman's images, the hardened run arguments)
+  "census",  # what sandboxes leave on the host and the sweep of dead owners'
+  "cgroups",  # per-sandbox cgroups (v1 / v2)
+  "pool",  # SandboxPool: a bounded pool for parallel rollouts
+  "runtime",  # process-wide housekeeping: temp roots, cleanup on exit, the stale sweeper
+  "shell",  # the persistent-shell protocol, for other sandbox kinds (Harbor's)
+  "status",  # a command's status from the host's evidence
+  # the other room: building images (its own face)
+  "images",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pathlib
 
-from tmax_jax.sandbox.api import Sandbox, SandboxError
+from tmax_jax.sandbox import Sandbox, SandboxError
 
 # RunResult.artifacts maps these names (the verifier's files under "verifier/") to their text.
 # Each keeps at most ARTIFACT_BYTES, the tail, under a TRUNCATED_NOTE line; a verifier directory

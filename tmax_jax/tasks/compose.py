@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from tmax_jax.sandbox.api import EnvironmentSpec, HealthCheck, Mount, PodSpec, ServiceSpec
+from tmax_jax.sandbox import EnvironmentSpec, HealthCheck, Mount, PodSpec, ServiceSpec
 from tmax_jax.sandbox.images import base_images, builder
 from tmax_jax.sandbox.images import dockerfile as dockerfile_lib
 from tmax_jax.sandbox.images.image import Image

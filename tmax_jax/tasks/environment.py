@@ -18,7 +18,7 @@ import posixpath
 import re
 import shlex
 
-from tmax_jax.sandbox.api import EnvironmentSpec, Limits
+from tmax_jax.sandbox import EnvironmentSpec, Limits
 from tmax_jax.sandbox.images import base_rootfs, builder
 from tmax_jax.sandbox.images import dockerfile as dockerfile_lib
 from tmax_jax.sandbox.images.image import Image

@@ -30,8 +30,18 @@ import time
 from collections.abc import Callable, Mapping
 
 from tmax_jax.errors import UserError
-from tmax_jax.sandbox import BACKENDS, open_pod, open_sandbox, pod_unsupported, runtime
-from tmax_jax.sandbox.api import CommandResult, Limits, PodSpec, Sandbox, SandboxError
+from tmax_jax.sandbox import (
+  BACKENDS,
+  CommandResult,
+  Limits,
+  PodSpec,
+  Sandbox,
+  SandboxError,
+  open_pod,
+  open_sandbox,
+  pod_unsupported,
+  runtime,
+)
 from tmax_jax.sandbox.images.dockerfile import DockerfileError
 from tmax_jax.tasks import artifacts as artifacts_lib
 from tmax_jax.tasks import compose as compose_lib

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from tmax_jax import cli
-from tmax_jax.sandbox.api import Sandbox
+from tmax_jax.sandbox import Sandbox
 from tmax_jax.tasks import compose as compose_lib
 from tmax_jax.tasks import runner
 from tmax_jax.tasks.format import Task, TaskFormatError, write_task

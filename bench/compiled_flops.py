@@ -22,13 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tmax_jax import (
-  cli,
-  hlo_cost,  # noqa: E402
-)
-from tmax_jax.models import registry  # noqa: E402
-from tmax_jax.models.config import ModelConfig  # noqa: E402
-from tmax_jax.models.qwen import presets  # noqa: E402
+from tmax_jax import cli, hlo_cost  # noqa: E402
+from tmax_jax.models import ModelConfig, registry  # noqa: E402
+from tmax_jax.models.qwen import qwen3  # noqa: E402
 from tmax_jax.train import state as state_lib  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
 from tmax_jax.train.config import TrainConfig  # noqa: E402
@@ -48,7 +44,7 @@ TINY = dict(
 def model_config(tiny: bool, remat: str) -> ModelConfig:
   if tiny:
     return ModelConfig(**TINY, remat_policy=remat)
-  cfg = presets.qwen3("1.7b", remat_policy=remat)
+  cfg = qwen3("1.7b", remat_policy=remat)
   return cfg.with_dtypes(param_dtype="float32", compute_dtype="bfloat16", head_dtype="float32")
 
 

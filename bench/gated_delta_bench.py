@@ -24,7 +24,7 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as hf_mod
 
 from tmax_jax import cli
 from tmax_jax.models import from_hf_config
-from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet
+from tmax_jax.models.qwen3_5 import GatedDeltaNet
 
 
 def hf_config(args) -> transformers.Qwen3_5TextConfig:

@@ -21,8 +21,7 @@ from jax.sharding import Mesh
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tmax_jax import cli, json_io
 from tmax_jax.inference import decode, paged, sampling, scheduler
-from tmax_jax.models import registry
-from tmax_jax.models.config import DtypePolicy
+from tmax_jax.models import DtypePolicy, registry
 
 HF_ANCHOR_TOK_S = 960.0  # HF transformers bf16 sdpa generate, same shape, H200 (machine.md)
 H200_HBM_BYTES_S = 4.8e12  # spec; machine.md measured ~2.7e12 for an elementwise copy

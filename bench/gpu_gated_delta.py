@@ -25,8 +25,7 @@ import numpy as np
 import report  # bench/report.py (the script's directory is on sys.path)
 
 from tmax_jax import cli
-from tmax_jax.models.qwen3_5.config import Qwen3_5Config
-from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet
+from tmax_jax.models.qwen3_5 import GatedDeltaNet, Qwen3_5Config
 
 SHAPES_9B = dict(hidden=4096, k_heads=16, v_heads=32, head_dim=128, conv=4)
 SHAPES_TINY = dict(hidden=64, k_heads=2, v_heads=4, head_dim=16, conv=4)

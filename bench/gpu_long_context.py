@@ -30,8 +30,7 @@ import attention_parity  # noqa: E402
 import long_context  # noqa: E402
 
 from tmax_jax import cli
-from tmax_jax.models import qwen, qwen3_5, registry  # noqa: E402
-from tmax_jax.models.config import ModelConfig  # noqa: E402
+from tmax_jax.models import ModelConfig, qwen, qwen3_5, registry  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
 from tmax_jax.train.config import TrainConfig  # noqa: E402
 

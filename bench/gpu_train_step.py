@@ -18,9 +18,8 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from tmax_jax import cli
-from tmax_jax.models import registry  # noqa: E402
-from tmax_jax.models.config import ModelConfig  # noqa: E402
-from tmax_jax.models.qwen import presets  # noqa: E402
+from tmax_jax.models import ModelConfig, registry  # noqa: E402
+from tmax_jax.models.qwen import qwen3  # noqa: E402
 from tmax_jax.train import batch as batch_lib  # noqa: E402
 from tmax_jax.train import state as state_lib  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
@@ -41,7 +40,7 @@ def model_config(args) -> ModelConfig:
       head_dim=16,
       remat_policy=args.remat,
     )
-  cfg = presets.qwen3("1.7b", remat_policy=args.remat)
+  cfg = qwen3("1.7b", remat_policy=args.remat)
   return cfg.with_dtypes(param_dtype="float32", compute_dtype="bfloat16", head_dtype="float32")
 
 

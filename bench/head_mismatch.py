@@ -42,8 +42,7 @@ from tmax_jax.inference.client import ClientConfig, RolloutClient  # noqa: E402
 from tmax_jax.loop.weight_sync import WeightSync, served_target  # noqa: E402
 from tmax_jax.models import ModelConfig, registry  # noqa: E402
 from tmax_jax.models import logprobs as logprobs_lib  # noqa: E402
-from tmax_jax.models.qwen3_5.config import Qwen3_5Config  # noqa: E402
-from tmax_jax.models.qwen3_5.presets import qwen3_5  # noqa: E402
+from tmax_jax.models.qwen3_5 import Qwen3_5Config, qwen3_5  # noqa: E402
 
 SHAPE = dict(
   vocab_size=512,

@@ -30,8 +30,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from tmax_jax import cli
 from tmax_jax import hlo_cost as H  # noqa: E402
-from tmax_jax.models import registry  # noqa: E402
-from tmax_jax.models.config import ModelConfig  # noqa: E402
+from tmax_jax.models import ModelConfig, registry  # noqa: E402
 
 # Module attribution: the first of these names found (right to left) in an op's op_name path.
 MODULES = (

@@ -24,8 +24,7 @@ import torch
 import transformers
 
 from tmax_jax import cli
-from tmax_jax.models import build_model, head_weight, hf_io
-from tmax_jax.models.logprobs import saves_logits, token_logprobs
+from tmax_jax.models import build_model, head_weight, hf_io, saves_logits, token_logprobs
 
 
 def hf_config(args) -> transformers.PretrainedConfig:

@@ -26,8 +26,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tmax_jax import cli
 from tmax_jax.inference import decode, paged
-from tmax_jax.models import registry
-from tmax_jax.models.config import DtypePolicy
+from tmax_jax.models import DtypePolicy, registry
 
 GB = 1e9
 

@@ -20,8 +20,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 
 from tmax_jax import cli
-from tmax_jax.models import registry  # noqa: E402
-from tmax_jax.models.config import ModelConfig  # noqa: E402
+from tmax_jax.models import ModelConfig, registry  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
 from tmax_jax.train.config import OptimizerConfig, TrainConfig  # noqa: E402
 

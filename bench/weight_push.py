@@ -21,8 +21,7 @@ from tmax_jax import cli, json_io
 from tmax_jax.inference import client as client_lib
 from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
-from tmax_jax.models import registry
-from tmax_jax.models.config import DtypePolicy
+from tmax_jax.models import DtypePolicy, registry
 
 TINY = dict(
   vocab_size=256,

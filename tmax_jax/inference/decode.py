@@ -55,9 +55,8 @@ from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from tmax_jax import sharding
 from tmax_jax.inference import sampling
+from tmax_jax.models import ModelConfig, paged_attention, registry
 from tmax_jax.models import logprobs as logprobs_lib
-from tmax_jax.models import paged_attention, registry
-from tmax_jax.models.config import ModelConfig
 
 TOKEN, VALID, LENGTH, LOGPROB, VERSION, TOPK = range(6)  # columns of decode's data (TOPK: first)
 TENSOR = "tensor"

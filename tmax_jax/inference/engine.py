@@ -35,7 +35,7 @@ compat.apply()
 from jetstream.engine import engine_api, tokenizer_api, tokenizer_pb2
 
 from tmax_jax.inference import decode, paged, sampling, scheduler, updates
-from tmax_jax.models.config import ModelConfig
+from tmax_jax.models import ModelConfig
 
 MESH_AXES = ("replica", decode.TENSOR)
 ParamsBox = decode.ParamsBox

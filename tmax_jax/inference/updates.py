@@ -32,8 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tmax_jax.models import hf_io
-from tmax_jax.models.config import ModelConfig
+from tmax_jax.models import ModelConfig, hf_io
 
 CHUNK_BYTES = 2 << 20  # under gRPC's default 4 MiB message limit
 WIRE_DTYPES = {"bfloat16": np.dtype(jnp.bfloat16), "float32": np.dtype(np.float32)}

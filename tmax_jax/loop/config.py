@@ -13,8 +13,7 @@ from tmax_jax.agents.worker import WorkerConfig, episodes_in_flight, request_tim
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.inference.openai_api import OpenAIConfig
 from tmax_jax.loop.rollout_batch import rollout_inputs
-from tmax_jax.models import registry
-from tmax_jax.models.config import check_dtype, load_hf_dict
+from tmax_jax.models import check_dtype, load_hf_dict, registry
 from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train.config import BatchInputs, LossConfig, TrainConfig

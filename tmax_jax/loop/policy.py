@@ -17,13 +17,15 @@ from tmax_jax.inference import engine as engine_lib
 from tmax_jax.inference import server as server_lib
 from tmax_jax.loop import placement
 from tmax_jax.loop.config import ModelSpec, ServingConfig, with_family
-from tmax_jax.models import dummy_weights, hf_io, registry
-from tmax_jax.models.config import (
+from tmax_jax.models import (
   DEFAULT_LOGICAL_AXIS_RULES,
   DtypePolicy,
   ModelConfig,
   UnsupportedConfigError,
+  dummy_weights,
+  hf_io,
   load_hf_dict,
+  registry,
 )
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from tmax_jax.loop import placement as placement_lib
 from tmax_jax.loop.config import ServingConfig
 from tmax_jax.loop.policy import served_config, start_serving
 from tmax_jax.loop.weight_sync import WeightSync, served_target
-from tmax_jax.models.config import ModelConfig
+from tmax_jax.models import ModelConfig
 from tmax_jax.train import distributed
 
 log = logging.getLogger(__name__)

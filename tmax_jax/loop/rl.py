@@ -65,8 +65,7 @@ from tmax_jax.loop.config import RLConfig, with_family
 from tmax_jax.loop.policy import load_policy
 from tmax_jax.loop.policy_server import PolicyServer, open_server
 from tmax_jax.loop.steps import StepDriver, export_hf
-from tmax_jax.models import registry
-from tmax_jax.models.config import ModelConfig
+from tmax_jax.models import ModelConfig, registry
 from tmax_jax.sandbox import census, runtime
 from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer

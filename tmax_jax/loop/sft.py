@@ -26,8 +26,7 @@ from tmax_jax.loop import placement
 from tmax_jax.loop.config import SFTConfig, with_family
 from tmax_jax.loop.policy import load_policy
 from tmax_jax.loop.steps import StepDriver, export_hf
-from tmax_jax.models import registry
-from tmax_jax.models.config import ModelConfig
+from tmax_jax.models import ModelConfig, registry
 from tmax_jax.tasks import sources
 from tmax_jax.tokenizers.builder import load_tokenizer
 from tmax_jax.train import batch as batch_lib

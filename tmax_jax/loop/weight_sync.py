@@ -27,8 +27,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tmax_jax.inference import decode
-from tmax_jax.models import registry
-from tmax_jax.models.config import ModelConfig
+from tmax_jax.models import ModelConfig, registry
 
 
 def served_target(served_cfg: ModelConfig, mesh: Mesh) -> Any:

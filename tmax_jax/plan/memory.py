@@ -48,8 +48,7 @@ from tmax_jax import cli, sharding
 from tmax_jax.inference import decode
 from tmax_jax.loop import placement, policy
 from tmax_jax.loop.weight_sync import served_target
-from tmax_jax.models import decoder, registry
-from tmax_jax.models.config import DEFAULT_LOGICAL_AXIS_RULES, ModelConfig
+from tmax_jax.models import DEFAULT_LOGICAL_AXIS_RULES, ModelConfig, decoder, registry
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import optimizer as opt_lib
 from tmax_jax.train import state as state_lib

@@ -35,9 +35,8 @@ from tmax_jax.aot.chips import Chip
 from tmax_jax.inference import decode
 from tmax_jax.loop import policy
 from tmax_jax.loop.weight_sync import WeightSync, served_target
-from tmax_jax.models import attention, decoder, registry
+from tmax_jax.models import ModelConfig, attention, decoder, registry
 from tmax_jax.models import logprobs as logprobs_lib
-from tmax_jax.models.config import ModelConfig
 from tmax_jax.plan import memory
 from tmax_jax.train import step as step_lib
 

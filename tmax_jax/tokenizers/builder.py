@@ -19,8 +19,7 @@ import tokenizers
 from tokenizers import AddedToken, normalizers
 
 from tmax_jax import cache
-from tmax_jax.models import registry
-from tmax_jax.models.tokenizer_spec import TokenizerSpec
+from tmax_jax.models import TokenizerSpec, registry
 
 BUILDER_VERSION = 1
 CONFIG_FILES = ("tokenizer.json", "tokenizer_config.json")

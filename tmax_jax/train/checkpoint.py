@@ -28,8 +28,7 @@ for _handler in logging.getLogger().handlers[len(_ROOT_HANDLERS) :]:
   logging.getLogger().removeHandler(_handler)
 
 from tmax_jax import errors  # noqa: E402
-from tmax_jax.models import registry  # noqa: E402
-from tmax_jax.models.config import ModelConfig  # noqa: E402
+from tmax_jax.models import ModelConfig, registry  # noqa: E402
 from tmax_jax.train import state as state_lib  # noqa: E402
 from tmax_jax.train.config import CheckpointConfig  # noqa: E402
 

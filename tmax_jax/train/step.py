@@ -31,9 +31,8 @@ from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Float
 
 from tmax_jax import rl, sharding
+from tmax_jax.models import ModelConfig, registry
 from tmax_jax.models import logprobs as logprobs_lib
-from tmax_jax.models import registry
-from tmax_jax.models.config import ModelConfig
 from tmax_jax.rl import aggregation as rl_aggregation
 from tmax_jax.rl import losses as rl_losses
 from tmax_jax.train import batch as batch_lib

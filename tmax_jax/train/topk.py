@@ -4,7 +4,7 @@ models.logprobs.token_logprobs: peak memory O(B x chunk x V), logits remateriali
 import jax
 import jax.numpy as jnp
 
-from tmax_jax.models.logprobs import full_logits
+from tmax_jax.models import full_logits
 
 
 def topk_logprobs(

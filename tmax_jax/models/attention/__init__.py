@@ -101,4 +101,5 @@ __all__ = [
   "resolve",
   "ring",
   "self_attention",
+  "splash",  # the Pallas TPU kernel, reused by the paged decode (models/pallas_paged.py)
 ]

@@ -6,7 +6,7 @@ from tmax_jax.models import config as config_lib
 from tmax_jax.models import registry
 from tmax_jax.models.qwen.model import QwenForCausalLM
 from tmax_jax.models.qwen.presets import PRESETS, qwen2_5, qwen3
-from tmax_jax.models.qwen.tokenizer import QWEN3
+from tmax_jax.models.qwen.tokenizer import ADDED_TOKENS, CHATML, QWEN3
 from tmax_jax.models.qwen.weights import key_map
 
 _ARCH = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -76,4 +76,14 @@ registry.register(
   )
 )
 
-__all__ = ["QwenForCausalLM", "key_map", "parse_hf", "qwen2_5", "qwen3", "to_hf"]
+__all__ = [
+  "QwenForCausalLM",
+  "key_map",
+  "parse_hf",
+  "qwen2_5",
+  "qwen3",
+  "to_hf",
+  # the ChatML tokens and template Qwen3.5's tokenizer reuses
+  "ADDED_TOKENS",
+  "CHATML",
+]

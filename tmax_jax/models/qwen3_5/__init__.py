@@ -16,6 +16,7 @@ from tmax_jax.models.qwen3_5.config import (
   parse_hf,
   to_hf,
 )
+from tmax_jax.models.qwen3_5.gated_deltanet import GatedDeltaNet
 from tmax_jax.models.qwen3_5.model import Qwen3_5ForCausalLM
 from tmax_jax.models.qwen3_5.presets import PRESETS, qwen3_5
 from tmax_jax.models.qwen3_5.tokenizer import QWEN3_5
@@ -35,6 +36,7 @@ registry.register(
 )
 
 __all__ = [
+  "GatedDeltaNet",
   "Qwen3_5Config",
   "Qwen3_5ForCausalLM",
   "default_layer_types",

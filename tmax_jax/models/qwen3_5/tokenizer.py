@@ -6,7 +6,7 @@ thinking on by default, so the generation prompt ends in `<think>\\n`).
 
 import pathlib
 
-from tmax_jax.models.qwen.tokenizer import ADDED_TOKENS, CHATML
+from tmax_jax.models.qwen import ADDED_TOKENS, CHATML
 from tmax_jax.models.tokenizer_spec import TokenizerSpec
 
 # Qwen3.5/3.6: combining marks (\p{M}) stay inside words (e.g. Devanagari viramas).

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.cluster import ray_local  # noqa: E402
 from tmax_jax import cli, json_io  # noqa: E402
-from tmax_jax.train.metrics import read_jsonl  # noqa: E402
+from tmax_jax.train import read_jsonl  # noqa: E402
 
 
 def _args(argv):

@@ -25,9 +25,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tmax_jax import cli, hlo_cost  # noqa: E402
 from tmax_jax.models import ModelConfig, registry  # noqa: E402
 from tmax_jax.models.qwen import qwen3  # noqa: E402
+from tmax_jax.train import TrainConfig  # noqa: E402
 from tmax_jax.train import state as state_lib  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
-from tmax_jax.train.config import TrainConfig  # noqa: E402
 
 RECORDED = pathlib.Path(__file__).resolve().parent / "compiled_flops.json"
 TINY = dict(

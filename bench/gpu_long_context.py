@@ -31,8 +31,8 @@ import long_context  # noqa: E402
 
 from tmax_jax import cli
 from tmax_jax.models import ModelConfig, qwen, qwen3_5, registry  # noqa: E402
+from tmax_jax.train import TrainConfig  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
-from tmax_jax.train.config import TrainConfig  # noqa: E402
 
 
 def model_config(name: str, tiny: bool) -> ModelConfig:

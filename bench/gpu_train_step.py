@@ -20,10 +20,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tmax_jax import cli
 from tmax_jax.models import ModelConfig, registry  # noqa: E402
 from tmax_jax.models.qwen import qwen3  # noqa: E402
+from tmax_jax.train import OptimizerConfig, TrainConfig  # noqa: E402
 from tmax_jax.train import batch as batch_lib  # noqa: E402
 from tmax_jax.train import state as state_lib  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
-from tmax_jax.train.config import OptimizerConfig, TrainConfig  # noqa: E402
 
 ANCHOR_TOKENS_PER_S = 23_500.0  # machine.md: HF/PyTorch on one H200, same shape
 

@@ -242,8 +242,8 @@ def train_step_program(cfg: ModelConfig, batch: int, seq: int, chunk: int):
   import compiled_flops  # noqa: E402
   import gpu_train_step  # noqa: E402
 
+  from tmax_jax.train import TrainConfig
   from tmax_jax.train import step as step_lib
-  from tmax_jax.train.config import TrainConfig
 
   compiled = compiled_flops.compile_train_step(cfg, batch, seq, chunk)
 

@@ -34,16 +34,13 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import report  # noqa: E402  (bench/report.py)
 
-from tmax_jax import (
-  cli,
-  sharding,  # noqa: E402
-)
+from tmax_jax import cli, sharding  # noqa: E402
 from tmax_jax.models import ModelConfig, registry  # noqa: E402
 from tmax_jax.models.qwen3_5 import Qwen3_5Config  # noqa: E402
+from tmax_jax.train import TrainConfig  # noqa: E402
 from tmax_jax.train import batch as batch_lib  # noqa: E402
 from tmax_jax.train import state as state_lib  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
-from tmax_jax.train.config import TrainConfig  # noqa: E402
 
 SEQS = (2048, 8192, 32768)
 TINY_SEQS = (256, 1024)

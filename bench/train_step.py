@@ -21,8 +21,8 @@ import jax  # noqa: E402
 
 from tmax_jax import cli
 from tmax_jax.models import ModelConfig, registry  # noqa: E402
+from tmax_jax.train import OptimizerConfig, TrainConfig  # noqa: E402
 from tmax_jax.train import step as step_lib  # noqa: E402
-from tmax_jax.train.config import OptimizerConfig, TrainConfig  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import report  # noqa: E402  (bench/report.py)

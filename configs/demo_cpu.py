@@ -12,7 +12,7 @@ from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.loop.config import DemoConfig, ModelSpec, ServingConfig
 from tmax_jax.tasks.sources import TaskSource
-from tmax_jax.train.config import LossConfig, OptimizerConfig, TrainConfig
+from tmax_jax.train import LossConfig, OptimizerConfig, TrainConfig
 
 TINY = dict(
   hidden_size=64,

@@ -16,7 +16,7 @@ from tmax_jax.loop.rollout_batch import rollout_inputs
 from tmax_jax.models import check_dtype, load_hf_dict, registry
 from tmax_jax.tasks.runner import RunnerConfig
 from tmax_jax.tasks.sources import TaskSource
-from tmax_jax.train.config import BatchInputs, LossConfig, TrainConfig
+from tmax_jax.train import BatchInputs, LossConfig, TrainConfig
 
 SFT_INPUTS = BatchInputs(source="SFT data (tokens and loss masks only)")
 SFT_TRAIN = TrainConfig(loss=LossConfig(policy_loss="sft"))

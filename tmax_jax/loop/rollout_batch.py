@@ -15,8 +15,8 @@ import numpy as np
 
 from tmax_jax import rl
 from tmax_jax.agents.rollout import Group
+from tmax_jax.train import BatchInputs
 from tmax_jax.train import batch as batch_lib
-from tmax_jax.train.config import BatchInputs
 
 
 def rollout_inputs(top_logprobs: int) -> BatchInputs:

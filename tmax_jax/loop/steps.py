@@ -28,9 +28,8 @@ import jax
 from tmax_jax import cli
 from tmax_jax.models import hf_io
 from tmax_jax.tokenizers.builder import tokenizer_dir
+from tmax_jax.train import CheckpointConfig, MetricsWriter
 from tmax_jax.train.checkpoint import Checkpointer
-from tmax_jax.train.config import CheckpointConfig
-from tmax_jax.train.metrics import MetricsWriter
 from tmax_jax.train.state import TrainState
 
 log = logging.getLogger(__name__)

@@ -49,11 +49,11 @@ from tmax_jax.inference import decode
 from tmax_jax.loop import placement, policy
 from tmax_jax.loop.weight_sync import served_target
 from tmax_jax.models import DEFAULT_LOGICAL_AXIS_RULES, ModelConfig, decoder, registry
+from tmax_jax.train import TrainConfig
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import optimizer as opt_lib
 from tmax_jax.train import state as state_lib
 from tmax_jax.train import step as step_lib
-from tmax_jax.train.config import TrainConfig
 
 GB = 1e9
 

@@ -19,7 +19,7 @@ from tmax_jax.models.attention import resolve as resolve_attention
 from tmax_jax.recipes import MAX_PROMPT
 from tmax_jax.rehearse import DEVICES
 from tmax_jax.tasks.sources import TaskSource
-from tmax_jax.train.config import PackingConfig
+from tmax_jax.train import PackingConfig
 
 STEPS = 2  # optimizer steps of the first RL / SFT run (the resume runs one more)
 # Tiny dims of the same architecture: every head count is a multiple of the largest tensor split

@@ -34,7 +34,6 @@ UNFACED = {
   "cluster": BEING_EDITED,
   "harbor": LATER,
   "horizon": LATER,
-  "inference": LATER,
   "loop": LATER,
   "rehearse": BEING_EDITED,
 }

@@ -34,7 +34,7 @@ from tmax_jax import formats
 from tmax_jax.agents.scripted import ScriptedCompletion
 from tmax_jax.agents.worker import episode_seed
 from tmax_jax.formats.tokens import encode
-from tmax_jax.inference.openai_chat import parse_calls
+from tmax_jax.inference import parse_calls
 from tmax_jax.tasks.generator.llm import ChatClient, ChatReply
 
 _TURN = re.compile(r"<\|im_start\|>(system|user|assistant)\n(.*?)<\|im_end\|>", re.S)

@@ -14,7 +14,9 @@ host), while node-level faults arrive at seeded random times (each kind at least
 Ray restarts what was lost (a replica on the rejoined node, the host where a `sandbox` is free).
 The run is judged by report.py as the single-host soak is, plus every live replica serving the
 final version. The sandbox-side faults hit host 0 only: a failed host cools down for the lease
-policy's 300 s, and with both hosts cooling no episode could start for minutes.
+policy's 300 s, and with both hosts cooling no episode could start for minutes. Each waits up to
+BUSY_WAIT_S for host 0 to hold a sandbox (a host cooling down holds none; a restarted trainer's
+leases forget the cooldown), then hits it idle.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ INFERENCE_NODES = 2
 SANDBOX_NODES = 2
 SLOTS = 2  # decode slots per replica: 4 in all, fewer than the soak's 8 concurrent episodes
 VICTIM_HOST = 0  # the host the sandbox-side faults hit (host 1 keeps taking sandboxes)
+BUSY_WAIT_S = 30.0  # a sandbox-side fault waits so long for its host to hold a sandbox
 TRAINER_RESTARTS = 100  # the launcher's gang restarts: every trainer_kill is one
 SETTLE_S = 300.0  # after the window: for a step past every fault and the replicas' last version
 
@@ -60,6 +63,7 @@ class ClusterSoak(soak.Soak):
     self.host_owners: dict[int, str] = {}  # host index -> its owner tag now
     self.all_owners: set[str] = set()
     self.final = {"step": 0, "replicas": []}
+    self._first_try: dict[str, float] = {}  # fault kind -> when it first waited for a busy host
     record = None
     # the raylets' environment is every actor's: their servers and trainers import the checkout
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -223,8 +227,19 @@ class ClusterSoak(soak.Soak):
 
     self._checks.append((back, note))
 
-  def _host_kill(self) -> dict | None:
+  def _busy_host(self, kind: str):
+    """Host VICTIM_HOST's HostInfo once it holds a sandbox, or once BUSY_WAIT_S passed since
+    `kind` first tried (a host cooling down in the trainer's leases takes none); else None."""
     info = self._host(VICTIM_HOST, timeout_s=5.0)
+    if info is None:
+      return None
+    first = self._first_try.setdefault(kind, time.monotonic())
+    if faults.live_sandboxes(info.owner, self.opts.backend):
+      return info
+    return info if time.monotonic() - first > BUSY_WAIT_S else None
+
+  def _host_kill(self) -> dict | None:
+    info = self._busy_host("host_kill")
     if info is None:
       return None
     ev = self._host_event("host_kill", info)
@@ -234,7 +249,7 @@ class ClusterSoak(soak.Soak):
     return ev
 
   def _sandbox_node_kill(self) -> dict | None:
-    info = self._host(VICTIM_HOST, timeout_s=5.0)
+    info = self._busy_host("sandbox_node_kill")
     node = info and self._node(info.node_id)
     if node is None:
       return None
@@ -246,6 +261,7 @@ class ClusterSoak(soak.Soak):
   def _host_event(self, kind: str, info) -> dict:
     """A fault on `info`'s host: every sandbox it holds is killed (by their names' prefix) and
     its successor must sweep what it left (`sweeps`)."""
+    self._first_try.pop(kind, None)
     return self._event(
       kind,
       host=info.index,

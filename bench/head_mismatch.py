@@ -39,7 +39,7 @@ from tmax_jax.inference import engine as engine_lib  # noqa: E402
 from tmax_jax.inference import sampling  # noqa: E402
 from tmax_jax.inference import server as server_lib  # noqa: E402
 from tmax_jax.inference.client import ClientConfig, RolloutClient  # noqa: E402
-from tmax_jax.loop.weight_sync import WeightSync, served_target  # noqa: E402
+from tmax_jax.loop import WeightSync, served_target  # noqa: E402
 from tmax_jax.models import ModelConfig, registry  # noqa: E402
 from tmax_jax.models import logprobs as logprobs_lib  # noqa: E402
 from tmax_jax.models.qwen3_5 import Qwen3_5Config, qwen3_5  # noqa: E402

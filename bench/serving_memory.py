@@ -83,7 +83,7 @@ def kv_scenarios(slots: int, kv_device: float, a) -> dict[str, float]:
 def shipped(a) -> dict:
   """The statement for --config's serving placement (per device of one of its replicas)."""
   from tmax_jax.config_dict import from_config_dict, load_config_file
-  from tmax_jax.loop.config import RLConfig
+  from tmax_jax.loop import RLConfig
 
   cfg = from_config_dict(RLConfig, load_config_file(a.config))
   s, e = cfg.serving, cfg.serving.engine

@@ -130,7 +130,7 @@ def _trial(kind: str, task, backend: str, protocol: dict) -> dict:
   recorded beside the result."""
   import dataclasses
 
-  from tmax_jax.loop.evaluate.config import EvalConfig
+  from tmax_jax.loop.evaluate import EvalConfig
   from tmax_jax.tasks import runner
 
   cfg = dataclasses.replace(EvalConfig().runner, backend=backend, memory_mb=4096, **protocol)

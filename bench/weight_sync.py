@@ -27,8 +27,7 @@ from bench import report
 from tmax_jax import cli, json_io, sharding
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.inference.engine import EngineConfig
-from tmax_jax.loop import policy
-from tmax_jax.loop.weight_sync import WeightSync, served_target
+from tmax_jax.loop import WeightSync, policy, served_target
 from tmax_jax.models import registry
 
 TINY = dict(

@@ -10,7 +10,7 @@ from tmax_jax.agents.rollout import RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
-from tmax_jax.loop.config import DemoConfig, ModelSpec, ServingConfig
+from tmax_jax.loop import DemoConfig, ModelSpec, ServingConfig
 from tmax_jax.tasks.sources import TaskSource
 from tmax_jax.train import LossConfig, OptimizerConfig, TrainConfig
 

@@ -16,7 +16,7 @@ sequence; one started here is sized for that.
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
-from tmax_jax.loop.config import ModelSpec, ServingConfig
+from tmax_jax.loop import ModelSpec, ServingConfig
 from tmax_jax.loop.math_eval import MathEvalConfig
 from tmax_jax.recipes import MAX_PROMPT
 

@@ -18,7 +18,7 @@ from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
-from tmax_jax.loop.config import ModelSpec, ServingConfig
+from tmax_jax.loop import ModelSpec, ServingConfig
 from tmax_jax.loop.evaluate import EvalConfig
 from tmax_jax.recipes import MAX_PROMPT
 from tmax_jax.tasks.runner import RunnerConfig

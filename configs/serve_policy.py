@@ -8,7 +8,7 @@ python3 launch/serve.py --config=configs/serve_policy.py:configs/tmax_qwen3_5_9b
 from tmax_jax import jobs
 from tmax_jax.config_dict import load_config_file, to_config_dict
 from tmax_jax.errors import UserError
-from tmax_jax.loop.config import node_server_config
+from tmax_jax.loop import node_server_config
 
 
 def get_config(rl_config: str = "configs/tmax_qwen3_5_9b_2x6_h100.py"):

@@ -16,7 +16,7 @@ from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.inference.openai_api import OpenAIConfig
-from tmax_jax.loop.config import ModelSpec, ServeConfig, ServingConfig
+from tmax_jax.loop import ModelSpec, ServeConfig, ServingConfig
 from tmax_jax.recipes import CPU_1, MAX_PROMPT
 
 # Qwen3's shapes shrunk to start in seconds; the vocabulary stays the preset's.

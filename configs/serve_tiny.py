@@ -8,7 +8,7 @@ are longer; configs/serve_random.py serves both. A checkpoint: --config.model.ch
 
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
-from tmax_jax.loop.config import ModelSpec, ServeConfig, ServingConfig
+from tmax_jax.loop import ModelSpec, ServeConfig, ServingConfig
 from tmax_jax.recipes import CPU_1
 
 TINY = dict(

@@ -20,7 +20,7 @@ def main(argv):
   del argv
   # Imported here, not at the top: --help and flag errors answer without loading JAX.
   from tmax_jax import jobs
-  from tmax_jax.loop.demo import run_demo
+  from tmax_jax.loop import run_demo
 
   cfg = jobs.resolve(_CONFIG.value, "demo")
   results = run_demo(cfg)

@@ -18,7 +18,7 @@ def main(argv):
   del argv
   # Imported here, not at the top: --help and flag errors answer without loading JAX.
   from tmax_jax import jobs
-  from tmax_jax.loop.rl import run_rl
+  from tmax_jax.loop import run_rl
   from tmax_jax.train.distributed import initialize
 
   cfg = jobs.resolve(_CONFIG.value, "rl")

@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from tmax_jax import cli, errors, jobs
 from tmax_jax.config_dict import load_config_file, syntax_error
-from tmax_jax.loop.preflight import check_inputs
+from tmax_jax.loop import check_inputs
 
 USAGE = (
   "usage: python3 -m tmax_jax.config show CONFIG_FILE [--config.a.b=VALUE ...] [--changed] "

@@ -22,9 +22,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from tmax_jax import cli, errors, jobs
-from tmax_jax.loop import policy
-from tmax_jax.loop.config import RLConfig, SFTConfig, with_family
-from tmax_jax.loop.steps import checkpoint_config
+from tmax_jax.loop import RLConfig, SFTConfig, checkpoint_config, policy, with_family
 from tmax_jax.models import ModelConfig, hf_io
 from tmax_jax.tokenizers.builder import tokenizer_dir
 from tmax_jax.train import checkpoint as ckpt_lib

@@ -8,10 +8,9 @@ import ml_collections
 
 from tmax_jax.config_dict import from_config_dict
 from tmax_jax.harbor.run import HarborEvalConfig
-from tmax_jax.loop.config import DemoConfig, RLConfig, ServeConfig, SFTConfig
+from tmax_jax.loop import DemoConfig, RLConfig, ServeConfig, SFTConfig, check_inputs
 from tmax_jax.loop.evaluate import EvalConfig
 from tmax_jax.loop.math_eval import MathEvalConfig
-from tmax_jax.loop.preflight import check_inputs
 
 # (job, its config class, its launcher, a top-level field only that class has)
 JOBS = (

@@ -19,8 +19,7 @@ import shutil
 
 from tmax_jax.harbor import jobs
 from tmax_jax.harbor import tasks as harbor_tasks
-from tmax_jax.loop import serve
-from tmax_jax.loop.config import ServeConfig
+from tmax_jax.loop import ServeConfig, serve
 
 log = logging.getLogger(__name__)
 

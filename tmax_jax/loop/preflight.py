@@ -130,7 +130,7 @@ def check_trajectories(field: str, path: str | os.PathLike, seq_len: int = 0) ->
 def check_problems(field: str, path: str, cfg: Any) -> None:
   """The math evaluation's problem file loads (loop/math_eval/problems.py: every row, and the
   integer answers AIME's config asks for)."""
-  from tmax_jax.loop.math_eval.problems import Fields, load_problems  # noqa: PLC0415
+  from tmax_jax.loop.math_eval import Fields, load_problems  # noqa: PLC0415
 
   fields = getattr(cfg, "fields", None)
   integer = getattr(cfg, "integer_answers", False)

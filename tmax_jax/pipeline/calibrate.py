@@ -30,10 +30,8 @@ from collections.abc import Callable
 from tmax_jax.agents.episode import EpisodeConfig
 from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig
 from tmax_jax.horizon.teacher import EndpointPolicy
-from tmax_jax.loop.evaluate.config import EndpointConfig
-from tmax_jax.loop.evaluate.endpoint import usage_record
+from tmax_jax.loop.evaluate import EndpointConfig, trial_record, usage_record
 from tmax_jax.loop.evaluate.report import total_usage
-from tmax_jax.loop.evaluate.trials import trial_record
 from tmax_jax.pipeline.config import PipelineConfig
 from tmax_jax.pipeline.stages import StageResult, done, endpoint_error, rejected
 from tmax_jax.pipeline.state import Store

@@ -26,7 +26,7 @@ from tmax_jax import cli, jobs
 from tmax_jax.aot import chips, targets, toolchain
 from tmax_jax.config_dict import load_config_file
 from tmax_jax.errors import UserError
-from tmax_jax.loop.config import RLConfig, ServeConfig, SFTConfig
+from tmax_jax.loop import RLConfig, ServeConfig, SFTConfig
 from tmax_jax.loop.evaluate import EvalConfig
 from tmax_jax.plan import memory, programs
 

@@ -46,8 +46,7 @@ from jax.sharding import PartitionSpec as P
 
 from tmax_jax import cli, sharding
 from tmax_jax.inference import decode
-from tmax_jax.loop import placement, policy
-from tmax_jax.loop.weight_sync import served_target
+from tmax_jax.loop import placement, policy, served_target
 from tmax_jax.models import DEFAULT_LOGICAL_AXIS_RULES, ModelConfig, decoder, registry
 from tmax_jax.train import TrainConfig
 from tmax_jax.train import batch as batch_lib

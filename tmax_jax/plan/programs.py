@@ -33,8 +33,7 @@ from jax.sharding import PartitionSpec as P
 from tmax_jax import hlo_cost, sharding
 from tmax_jax.aot.chips import Chip
 from tmax_jax.inference import decode
-from tmax_jax.loop import policy
-from tmax_jax.loop.weight_sync import WeightSync, served_target
+from tmax_jax.loop import WeightSync, policy, served_target
 from tmax_jax.models import ModelConfig, attention, decoder, registry
 from tmax_jax.models import logprobs as logprobs_lib
 from tmax_jax.plan import memory

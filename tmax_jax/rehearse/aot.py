@@ -22,7 +22,7 @@ import tempfile
 from tmax_jax import jobs
 from tmax_jax.aot import chips, targets
 from tmax_jax.config_dict import load_config_file
-from tmax_jax.loop.config import ServeConfig
+from tmax_jax.loop import ServeConfig
 from tmax_jax.plan import programs
 from tmax_jax.rehearse import run
 

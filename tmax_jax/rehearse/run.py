@@ -14,9 +14,8 @@ import jax
 import numpy as np
 
 from tmax_jax import jobs, json_io
+from tmax_jax.loop import run_rl, run_sft
 from tmax_jax.loop.evaluate import evaluate
-from tmax_jax.loop.rl import run_rl
-from tmax_jax.loop.sft import run_sft
 from tmax_jax.models import hf_io
 from tmax_jax.rehearse import shrink
 from tmax_jax.rehearse import tasks as tasks_lib

@@ -11,8 +11,7 @@ from typing import Any
 from tmax_jax import config as config_show
 from tmax_jax import plan
 from tmax_jax.agents.worker import request_timeout_s
-from tmax_jax.loop import policy
-from tmax_jax.loop.config import MeshConfig, ModelSpec, RLConfig, ServingConfig, SFTConfig
+from tmax_jax.loop import MeshConfig, ModelSpec, RLConfig, ServingConfig, SFTConfig, policy
 from tmax_jax.loop.evaluate import EvalConfig
 from tmax_jax.models import registry
 from tmax_jax.models.attention import resolve as resolve_attention

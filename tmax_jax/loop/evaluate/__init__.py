@@ -83,14 +83,17 @@ results.json schema (schema_version 1):
 """
 
 from tmax_jax.loop.evaluate.config import POLICIES, EndpointConfig, EvalConfig
+from tmax_jax.loop.evaluate.endpoint import usage_record
 from tmax_jax.loop.evaluate.plots import plot_categories
 from tmax_jax.loop.evaluate.report import (
   SCHEMA_VERSION,
   aggregate,
   category_table,
   check_measured,
+  config_dict,
   mean_stderr,
   summary_text,
+  total_usage,
 )
 from tmax_jax.loop.evaluate.run import evaluate
 from tmax_jax.loop.evaluate.trials import UNCATEGORIZED, category, run_trials, trial_record
@@ -111,4 +114,8 @@ __all__ = [
   "run_trials",
   "summary_text",
   "trial_record",
+  "config_dict",
+  "total_usage",
+  "usage_record",
+  "report",  # public module: the report's schema and tables, shared with math_eval
 ]

@@ -43,8 +43,6 @@ ALLOWED = {
   ("", "tmax_jax.formats"): NOT_MOVED,
   ("", "tmax_jax.pipeline"): NOT_MOVED,
   ("", "tmax_jax.plan"): NOT_MOVED,
-  ("", "tmax_jax.tasks"): NOT_MOVED,
-  ("", "tmax_jax.tasks.verifiers"): NOT_MOVED,
   ("", "tmax_jax.tokenizers"): NOT_MOVED,
   ("tmax_jax/cluster/", "tmax_jax.sandbox"): BEING_EDITED,
   ("tmax_jax/recipes.py", "tmax_jax.loop"): BEING_EDITED,

@@ -254,4 +254,5 @@ __all__ = [
   "adversarial_corpus",
   "fuzz_equivalence",
   "multi_protocol",
+  "knobs",  # public module: each kind's difficulty knob, read and moved (generator, pipeline)
 ]

@@ -158,12 +158,27 @@ _NPM = re.compile(r"(?:^|[;&|(]\s*|\s)npm (?:install|ci|i)\b")
 _PIP_SKIP = {"pip", "setuptools", "wheel"}
 
 
-def prefetch_steps(task: Task) -> tuple[str, ...]:
+def _pip_install(before: str) -> str:
+  """The command a prefetch step installs one requirement with: the image's pip, or, with a
+  cutoff, the harness layer's uv resolving against uploads before it (`--exclude-newer`: pip
+  reads PIP_UPLOADED_PRIOR_TO only from 26.0 on, and the images' pips are older)."""
+  if not before:
+    return "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q"
+  return (
+    "uv pip install -q --system --break-system-packages --python python3 "
+    f"--exclude-newer {shlex.quote(before)}"
+  )
+
+
+def prefetch_steps(task: Task, packages_before: str = "") -> tuple[str, ...]:
   """Build steps that install what the task's test scripts install at grading time (they were
   written for containers with network; the sandboxes are offline): `pip install -r FILE` / `pip
   install PKG` lines -> the same installs at build time (each requirement on its own, failures
   only logged: scripts filter their requirement files before installing), `npm install` -> run
-  once in the workdir at build time. The runner records each step as a rewrite."""
+  once in the workdir at build time. The runner records each step as a rewrite.
+  packages_before: an RFC 3339 cutoff (runner.task_cutoff) the installs resolve against, so a
+  benchmark's test-time installs get the versions of its day, not today's ("" = the newest)."""
+  install = _pip_install(packages_before)
   tests = task.path / "tests" if task.path else None
   texts = (
     [p.read_text(errors="replace") for p in sorted(tests.rglob("*.sh"))]
@@ -179,9 +194,8 @@ def prefetch_steps(task: Task) -> tuple[str, ...]:
           q = shlex.quote(word)
           steps.append(
             f"[ -f {q} ] && grep -v '^[[:space:]]*#' {q} "
-            '| while read -r req; do [ -z "$req" ] || PIP_BREAK_SYSTEM_PACKAGES=1 '
-            'python3 -m pip install -q "$req" || echo "prefetch: $req not '
-            'installed"; done; true'
+            f'| while read -r req; do [ -z "$req" ] || {install} "$req" '
+            '|| echo "prefetch: $req not installed"; done; true'
           )
         elif (
           not word.startswith("-")
@@ -189,10 +203,7 @@ def prefetch_steps(task: Task) -> tuple[str, ...]:
           and (re.split(r"[<>=!~\[ ]", word)[0].lower() not in _PIP_SKIP)
           and not re.search(r"[$/]|^\d*[<>]", word)
         ):
-          steps.append(
-            f"PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q {shlex.quote(word)} "
-            f"|| echo 'prefetch: {word} not installed'"
-          )
+          steps.append(f"{install} {shlex.quote(word)} || echo 'prefetch: {word} not installed'")
     if _NPM.search(text):
       steps.append("[ ! -f package.json ] || npm install --no-audit --no-fund")
   return tuple(dict.fromkeys(steps))
@@ -229,9 +240,12 @@ def built_spec(
   quiet: bool = True,
   context: pathlib.Path | None = None,
   dockerfile: str = "Dockerfile",
+  packages_before: str = "",
 ) -> BuiltEnvironment:
   """Builds (or finds cached) the task's image and returns the spec that starts from it.
   context/dockerfile: another build context than environment/ (a compose main service's).
+  packages_before: the cutoff the test-time installs prefetched at build time resolve against
+  (prefetch_steps; a different cutoff is a different image).
   Raises DockerfileError / SandboxError when the build fails."""
   if task.path is None:
     raise ValueError("built_spec needs a task on disk (load_task or write_task first)")
@@ -253,7 +267,7 @@ def built_spec(
     seeds_default_dir=cfg.workdir or DEFAULT_WORKDIR,
     timeout_s=max(cfg.build_timeout_sec, 600.0),
     quiet=quiet,
-    extra_steps=prefetch_steps(task),
+    extra_steps=prefetch_steps(task, packages_before),
   )
   env = dict(image.env)
   env.update(OFFLINE_ENV)

@@ -184,14 +184,19 @@ def packages_cutoff(value: str) -> str:
   return when.isoformat(timespec="seconds") + "Z"
 
 
+def task_cutoff(task: Task, config: RunnerConfig = RunnerConfig()) -> str:
+  """RunnerConfig.packages_before for `task` as an RFC 3339 timestamp ("" = the newest)."""
+  before = config.packages_before
+  if not before:
+    return ""
+  return packages_cutoff(release_date(task) if before == RELEASE else before)
+
+
 def verifier_env(task: Task, config: RunnerConfig = RunnerConfig()) -> dict[str, str]:
   """The environment test.sh runs with: packages_before's cutoff for uv and pip, then the task's
   own [verifier.env] (which wins)."""
-  env = {}
-  if config.packages_before:
-    before = config.packages_before
-    cutoff = packages_cutoff(release_date(task) if before == RELEASE else before)
-    env = {"UV_EXCLUDE_NEWER": cutoff, "PIP_UPLOADED_PRIOR_TO": cutoff}
+  cutoff = task_cutoff(task, config)
+  env = {"UV_EXCLUDE_NEWER": cutoff, "PIP_UPLOADED_PRIOR_TO": cutoff} if cutoff else {}
   return {**env, **task.config.verifier.env}
 
 
@@ -442,6 +447,7 @@ def task_spec(
     enforce_limits=config.enforce_limits,
     context=context,
     dockerfile=dockerfile,
+    packages_before=task_cutoff(task, config),
   )
   if logs is not None:
     logs["environment.txt"] = built.notes()

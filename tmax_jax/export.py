@@ -24,7 +24,7 @@ from ml_collections import config_flags
 from tmax_jax import cli, errors, jobs
 from tmax_jax.loop import RLConfig, SFTConfig, checkpoint_config, policy, with_family
 from tmax_jax.models import ModelConfig, hf_io
-from tmax_jax.tokenizers.builder import tokenizer_dir
+from tmax_jax.tokenizers import tokenizer_dir
 from tmax_jax.train import checkpoint as ckpt_lib
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from tmax_jax.agents import harnesses
 from tmax_jax.agents.episode import EpisodeConfig
-from tmax_jax.formats.tokens import encode
+from tmax_jax.formats import encode
 
 
 @dataclasses.dataclass

@@ -6,11 +6,16 @@
 - observation: head+tail truncation, `(exit_code=N)`, Terminus byte cap
 - tokens:     token-in/token-out continuation ids and the per-token loss mask
 Every parser raises `FormatError` whose `.feedback` is the text to send back to the model.
+
+The face (`__all__`, checked by tests/test_faces.py): outside `tmax_jax.formats`, import the names
+below from here; tool_calls is also a public module (the OpenAI API renders calls with it).
 """
 
 from tmax_jax.formats.common import (
   SUBMIT_COMMAND,
   SUBMIT_MARKER,
+  THINK_CLOSE,
+  THINK_OPEN,
   FormatError,
   is_submit_command,
   is_submit_output,
@@ -30,6 +35,7 @@ from tmax_jax.formats.tokens import (
   assistant_text,
   continuation_ids,
   continuation_text,
+  encode,
   prompt_ids,
   tool_observation_ids,
   user_observation_ids,
@@ -74,4 +80,8 @@ __all__ = [
   "tool_call_format",
   "truncate_head_tail",
   "user_observation_ids",
+  "THINK_CLOSE",
+  "THINK_OPEN",
+  "encode",
+  "tool_calls",  # public module: the bash tool's call syntaxes
 ]

@@ -29,7 +29,7 @@ from typing import Any
 
 from tmax_jax import cli, errors, formats, json_io
 from tmax_jax.agents.terminus import action_text
-from tmax_jax.tokenizers.builder import load_tokenizer
+from tmax_jax.tokenizers import load_tokenizer
 
 TERMINUS_TOOLS = {"bash_command", "mark_task_complete"}
 

@@ -26,7 +26,7 @@ from tmax_jax.tasks.generator import llm, pipeline
 from tmax_jax.tasks.procedural import chains as chains_lib
 from tmax_jax.tasks.procedural import registry
 from tmax_jax.tasks.runner import RunnerConfig
-from tmax_jax.tokenizers.builder import load_tokenizer
+from tmax_jax.tokenizers import load_tokenizer
 
 
 @dataclasses.dataclass(frozen=True)

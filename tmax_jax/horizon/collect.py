@@ -41,7 +41,7 @@ from tmax_jax.sandbox import Sandbox
 from tmax_jax.tasks import format as fmt
 from tmax_jax.tasks import runner
 from tmax_jax.tasks.procedural.chains import STEP_MARK
-from tmax_jax.tokenizers.builder import load_tokenizer
+from tmax_jax.tokenizers import load_tokenizer
 
 
 class Teacher(Protocol):

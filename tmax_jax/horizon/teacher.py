@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from tmax_jax import formats
 from tmax_jax.agents.scripted import ScriptedCompletion
 from tmax_jax.agents.worker import episode_seed
-from tmax_jax.formats.tokens import encode
+from tmax_jax.formats import encode
 from tmax_jax.inference import parse_calls
 from tmax_jax.tasks.generator.llm import ChatClient, ChatReply
 

@@ -24,8 +24,8 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tmax_jax.formats import THINK_CLOSE, THINK_OPEN, FormatError
 from tmax_jax.formats import tool_calls as tool_calls_lib
-from tmax_jax.formats.common import THINK_CLOSE, THINK_OPEN, FormatError
 from tmax_jax.inference import sampling
 
 TOOL_OPEN = "<tool_call>"

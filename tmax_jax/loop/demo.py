@@ -24,7 +24,7 @@ from tmax_jax.loop.policy import start_serving
 from tmax_jax.loop.rl import run_rl
 from tmax_jax.loop.sft import run_sft, sft_records
 from tmax_jax.tasks import sources
-from tmax_jax.tokenizers.builder import load_tokenizer
+from tmax_jax.tokenizers import load_tokenizer
 
 log = logging.getLogger(__name__)
 

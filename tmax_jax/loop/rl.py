@@ -68,7 +68,7 @@ from tmax_jax.loop.steps import StepDriver, export_hf
 from tmax_jax.models import ModelConfig, registry
 from tmax_jax.sandbox import census, runtime
 from tmax_jax.tasks import sources
-from tmax_jax.tokenizers.builder import load_tokenizer
+from tmax_jax.tokenizers import load_tokenizer
 from tmax_jax.train import distributed
 from tmax_jax.train.checkpoint import model_metadata
 from tmax_jax.train.state import TrainState

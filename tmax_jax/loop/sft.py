@@ -28,7 +28,7 @@ from tmax_jax.loop.policy import load_policy
 from tmax_jax.loop.steps import StepDriver, export_hf
 from tmax_jax.models import ModelConfig, registry
 from tmax_jax.tasks import sources
-from tmax_jax.tokenizers.builder import load_tokenizer
+from tmax_jax.tokenizers import load_tokenizer
 from tmax_jax.train import batch as batch_lib
 from tmax_jax.train import distributed
 from tmax_jax.train.checkpoint import model_metadata

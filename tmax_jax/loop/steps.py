@@ -27,7 +27,7 @@ import jax
 
 from tmax_jax import cli
 from tmax_jax.models import hf_io
-from tmax_jax.tokenizers.builder import tokenizer_dir
+from tmax_jax.tokenizers import tokenizer_dir
 from tmax_jax.train import CheckpointConfig, MetricsWriter
 from tmax_jax.train.checkpoint import Checkpointer
 from tmax_jax.train.state import TrainState

@@ -10,9 +10,17 @@ moved into the band by the verifier knob) -> decontaminate (13-gram overlap with
 -> publish (a task set every job reads; report with kept/rejected and reasons per axis value,
 the domain balance score, calibration histograms). Layout and resume rules: state.py, publish.py;
 concurrency and failure handling: run.py.
+
+The face (`__all__`, checked by tests/test_faces.py): the names below and the scripted module.
 """
 
 from tmax_jax.pipeline.config import STAGES, CalibrationConfig, PipelineConfig
 from tmax_jax.pipeline.run import run
 
-__all__ = ["STAGES", "CalibrationConfig", "PipelineConfig", "run"]
+__all__ = [
+  "STAGES",
+  "CalibrationConfig",
+  "PipelineConfig",
+  "run",
+  "scripted",  # public module: a scripted OpenAI-compatible endpoint on loopback (dry runs, bench)
+]

@@ -1,5 +1,8 @@
 """The plan of a job on a device topology: its memory on fake CPU devices (memory.py) and its
-programs compiled for a real accelerator topology (programs.py); `python3 -m tmax_jax.plan`."""
+programs compiled for a real accelerator topology (programs.py); `python3 -m tmax_jax.plan`.
+
+The face (`__all__`, checked by tests/test_faces.py): the memory plan's names below, and programs.py
+as a public module (the rehearsal compiles with it)."""
 
 from tmax_jax.plan.memory import (
   GB,
@@ -31,4 +34,5 @@ __all__ = [
   "server_memory",
   "trainer_memory",
   "with_layers",
+  "programs",  # public module: a job's programs compiled for a real topology
 ]

@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from tmax_jax import json_io
 from tmax_jax.agents.worker import episode_seed
 from tmax_jax.errors import ConfigError
-from tmax_jax.formats.common import THINK_OPEN, strip_reasoning
-from tmax_jax.formats.tokens import encode
+from tmax_jax.formats import THINK_OPEN, encode, strip_reasoning
 from tmax_jax.inference.client import ClientConfig, RolloutClient, RolloutError
 from tmax_jax.loop.evaluate.report import config_dict
 from tmax_jax.loop.math_eval import answers, report

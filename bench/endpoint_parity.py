@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 
 from tests.inference import scripted_model  # noqa: E402
 from tmax_jax import cli, json_io, tokenizers  # noqa: E402
-from tmax_jax.agents.episode import EpisodeConfig  # noqa: E402
+from tmax_jax.agents import EpisodeConfig  # noqa: E402
 from tmax_jax.agents.worker import WorkerConfig  # noqa: E402
 from tmax_jax.formats import SUBMIT_COMMAND  # noqa: E402
 from tmax_jax.inference import engine as engine_lib  # noqa: E402

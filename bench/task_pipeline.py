@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
   shutil.rmtree(out, ignore_errors=True)
   policy = None
   if args.calibrate:
-    from tmax_jax.agents.episode import EpisodeConfig
+    from tmax_jax.agents import EpisodeConfig
     from tmax_jax.tokenizers import load_tokenizer
 
     policy = scripted.ScriptedPolicy(load_tokenizer("qwen3"), EpisodeConfig())

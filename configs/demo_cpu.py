@@ -5,8 +5,7 @@ through the in-process JetStream server, with held-out evaluations after each ph
 python3 launch/demo.py --config=configs/demo_cpu.py [--config.seeds='(0,1,2)']
 """
 
-from tmax_jax.agents.episode import EpisodeConfig
-from tmax_jax.agents.rollout import RolloutConfig
+from tmax_jax.agents import EpisodeConfig, RolloutConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig

@@ -13,7 +13,7 @@ config's choice (the recipe names none). A running server must hold 2048 + 16384
 sequence; one started here is sized for that.
 """
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.loop import ModelSpec, ServingConfig

@@ -10,7 +10,7 @@ bash tool (sent as a native OpenAI tool), k = 4 runs per task at temperature 1.0
 prompt and token limits counted in the Qwen3 tokenizer the conversation is rendered with.
 """
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.loop.evaluate import EndpointConfig, EvalConfig

@@ -6,7 +6,7 @@ A do-nothing baseline (expect 0): --config.policy=noop
 Each task's own agent and verifier timeouts (Terminal-Bench 2.0's protocol).
 """
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.loop.evaluate import EvalConfig

@@ -14,7 +14,7 @@ episode.family to its tokenizer family. A server started here holds and prefills
 an episode sends (prompt cap + response cap: every turn's request carries the whole context so far).
 """
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig

@@ -17,7 +17,7 @@ python3 launch/eval.py --config=configs/eval_terminal_horizon.py --config.tasks_
     --config.output_dir=runs/eval_terminal_horizon
 """
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig

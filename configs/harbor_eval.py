@@ -10,7 +10,7 @@ Harbor's own podman environment instead: --config.environment=podman --config.en
 """
 
 from tmax_jax.config_dict import to_config_dict
-from tmax_jax.harbor.run import HarborEvalConfig
+from tmax_jax.harbor import HarborEvalConfig
 
 
 def get_config():

@@ -12,7 +12,7 @@ config.json): --config.model.checkpoint=DIR --config.model.random=true. The chec
 --config.model.checkpoint=DIR.
 """
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig
 from tmax_jax.config_dict import to_config_dict
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.inference.openai_api import OpenAIConfig

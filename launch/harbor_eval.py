@@ -30,7 +30,7 @@ def main(argv):
   del argv
   # Imported here, not at the top: --help and flag errors answer without loading JAX.
   from tmax_jax import jobs
-  from tmax_jax.harbor.run import run_harbor_eval
+  from tmax_jax.harbor import run_harbor_eval
 
   serve = jobs.resolve(_SERVE.value, "serve", "serve")
   run_harbor_eval(jobs.resolve(_CONFIG.value, "harbor"), serve)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ml_collections
 
 from tmax_jax.config_dict import from_config_dict
-from tmax_jax.harbor.run import HarborEvalConfig
+from tmax_jax.harbor import HarborEvalConfig
 from tmax_jax.loop import DemoConfig, RLConfig, ServeConfig, SFTConfig, check_inputs
 from tmax_jax.loop.evaluate import EvalConfig
 from tmax_jax.loop.math_eval import MathEvalConfig

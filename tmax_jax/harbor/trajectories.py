@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tmax_jax import cli, errors, formats, json_io
-from tmax_jax.agents.terminus import action_text
+from tmax_jax.agents import action_text
 from tmax_jax.tokenizers import load_tokenizer
 
 TERMINUS_TOOLS = {"bash_command", "mark_task_complete"}

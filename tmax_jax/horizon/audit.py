@@ -22,9 +22,8 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from tmax_jax.agents import scripted
+from tmax_jax.agents import EpisodeConfig, GenerateFn, scripted
 from tmax_jax.agents import worker as worker_lib
-from tmax_jax.agents.episode import EpisodeConfig, GenerateFn
 from tmax_jax.horizon import compose, static
 from tmax_jax.sandbox import Sandbox
 from tmax_jax.tasks import format as fmt

@@ -32,8 +32,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from tmax_jax import cli, formats
-from tmax_jax.agents import harnesses, scripted
-from tmax_jax.agents.episode import EpisodeConfig, GenerateFn, template_kwargs
+from tmax_jax.agents import EpisodeConfig, GenerateFn, harnesses, scripted, template_kwargs
 from tmax_jax.agents.oracle_data import write_jsonl
 from tmax_jax.errors import UserError
 from tmax_jax.horizon import audit, compose, patterns, record

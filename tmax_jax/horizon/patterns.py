@@ -34,8 +34,7 @@ import re
 from collections.abc import Sequence
 
 from tmax_jax import formats
-from tmax_jax.agents import harnesses
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig, harnesses
 
 KINDS = ("Explore", "Diagnose", "Build", "Verify", "Coordinate")
 

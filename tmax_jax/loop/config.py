@@ -7,8 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tmax_jax.agents.episode import EpisodeConfig, stop_token_ids
-from tmax_jax.agents.rollout import RolloutConfig
+from tmax_jax.agents import EpisodeConfig, RolloutConfig, stop_token_ids
 from tmax_jax.agents.worker import WorkerConfig, episodes_in_flight, request_timeout_s
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.inference.openai_api import OpenAIConfig

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from tmax_jax import json_io
-from tmax_jax.agents.episode import stop_token_ids
+from tmax_jax.agents import stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop.config import DemoConfig, RLConfig, SFTConfig

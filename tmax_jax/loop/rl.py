@@ -55,7 +55,7 @@ import grpc
 import jax
 import numpy as np
 
-from tmax_jax.agents.rollout import GroupScheduler, NoUsableGroups
+from tmax_jax.agents import GroupScheduler, NoUsableGroups
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.errors import ConfigError
 from tmax_jax.inference.client import ClientConfig, RolloutClient, RolloutError, check_top_logprobs

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tmax_jax import rl
-from tmax_jax.agents.rollout import Group
+from tmax_jax.agents import Group
 from tmax_jax.train import BatchInputs
 from tmax_jax.train import batch as batch_lib
 

@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
-from tmax_jax.agents.rollout import cycle_tasks
+from tmax_jax.agents import cycle_tasks
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,9 +27,9 @@ import dataclasses
 import json
 from collections.abc import Callable
 
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig
 from tmax_jax.agents.worker import EpisodeWorker, WorkerConfig
-from tmax_jax.horizon.teacher import EndpointPolicy
+from tmax_jax.horizon import EndpointPolicy
 from tmax_jax.loop.evaluate import EndpointConfig, trial_record, usage_record
 from tmax_jax.loop.evaluate.report import total_usage
 from tmax_jax.pipeline.config import PipelineConfig

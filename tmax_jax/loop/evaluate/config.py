@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tmax_jax.agents import harnesses
-from tmax_jax.agents.episode import EpisodeConfig
+from tmax_jax.agents import EpisodeConfig, harnesses
 from tmax_jax.agents.worker import WorkerConfig
 from tmax_jax.loop.config import (
   ModelSpec,
@@ -87,8 +86,11 @@ class EvalConfig:
   max_tasks: int = 0  # 0 = every task found
   episode: EpisodeConfig = EpisodeConfig(wall_time_s=0.0)  # the tasks' own agent timeouts
   worker: WorkerConfig = WorkerConfig(max_parallel_episodes=2)
-  # the tasks' own verifier timeouts
-  runner: runner_lib.RunnerConfig = runner_lib.RunnerConfig(min_verifier_timeout_s=0.0)
+  # the tasks' own verifier timeouts; the tests' installs resolved against packages of each task's
+  # benchmark's release (tasks/runner.py RELEASE), not the day's newest
+  runner: runner_lib.RunnerConfig = runner_lib.RunnerConfig(
+    min_verifier_timeout_s=0.0, packages_before=runner_lib.RELEASE
+  )
   terminus_wait_s: float = 0.5  # scripted policies in the Terminus harness: seconds per wait
   model: ModelSpec = ModelSpec(checkpoint="", preset="")
   serving: ServingConfig = ServingConfig()

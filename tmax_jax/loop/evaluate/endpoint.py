@@ -14,12 +14,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from tmax_jax.agents import harnesses
-from tmax_jax.agents.episode import template_kwargs
+from tmax_jax.agents import harnesses, template_kwargs
 from tmax_jax.agents.worker import request_timeout_s
 from tmax_jax.errors import ConfigError, UserError
 from tmax_jax.formats import tool_call_format
-from tmax_jax.horizon.teacher import EndpointPolicy, ToolSpec, Usage
+from tmax_jax.horizon import EndpointPolicy, ToolSpec, Usage
 from tmax_jax.loop.evaluate.config import EndpointConfig, EvalConfig
 from tmax_jax.tasks.format import Task
 from tmax_jax.tasks.generator.llm import ChatClient, ChatConfig, EndpointError

@@ -10,11 +10,10 @@ import shutil
 import time
 
 from tmax_jax import json_io
-from tmax_jax.agents import scripted
-from tmax_jax.agents.episode import stop_token_ids
+from tmax_jax.agents import scripted, stop_token_ids
 from tmax_jax.agents.worker import EpisodeWorker
 from tmax_jax.errors import ConfigError
-from tmax_jax.horizon.teacher import EndpointPolicy
+from tmax_jax.horizon import EndpointPolicy
 from tmax_jax.inference.client import RolloutClient
 from tmax_jax.loop.evaluate import endpoint, plots, report
 from tmax_jax.loop.evaluate.config import EvalConfig

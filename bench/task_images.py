@@ -1,8 +1,8 @@
 """Builds every task of a task set from its Dockerfile and runs the oracle and a no-op agent on each
 backend: the correctness table of BENCHMARKS.md "Task images" (task, language, build s, cached
 build s, oracle, no-op). Trials run under the evaluation's protocol (Terminal-Bench 2.0's): each
-task's own agent and verifier timeouts, x --timeout_multiplier; --packages_before=release dates
-the tests' package installs by the benchmark's release.
+task's own agent and verifier timeouts, x --timeout_multiplier, and the tests' package installs
+dated by the benchmark's release (--packages_before; '' for the newest).
 
   python3 bench/task_images.py --tb1 ../shared/data/tb1-public-sample \
       --tb2 ../shared/data/tb2-public-envs --backends bubblewrap,podman --out runs/task_images
@@ -103,14 +103,19 @@ def _from_git(git_dir: str, name: str, out: pathlib.Path) -> pathlib.Path:
   return task_dir
 
 
-def _build_times(task) -> dict:
-  from tmax_jax.tasks import environment
+def _build_times(task, protocol: dict) -> dict:
+  """The task's image built twice (the second from the cache), as its trials build it."""
+  import dataclasses
 
+  from tmax_jax.loop.evaluate.config import EvalConfig
+  from tmax_jax.tasks import environment, runner
+
+  cutoff = runner.task_cutoff(task, dataclasses.replace(EvalConfig().runner, **protocol))
   start = time.monotonic()
-  built = environment.built_spec(task)
+  built = environment.built_spec(task, packages_before=cutoff)
   first = time.monotonic() - start
   start = time.monotonic()
-  again = environment.built_spec(task)
+  again = environment.built_spec(task, packages_before=cutoff)
   cached = time.monotonic() - start
   return {
     "build_s": round(first, 2),
@@ -218,8 +223,9 @@ def main(argv=None) -> int:
   )
   parser.add_argument(
     "--packages_before",
-    default="",
-    help="tests' package installs resolve before this date ('release': the benchmark's)",
+    default="release",
+    help="tests' package installs resolve before this date ('release': the benchmark's, as "
+    "evaluation does; '': the newest)",
   )
   args = parser.parse_args(argv)
   protocol = {
@@ -256,7 +262,9 @@ def main(argv=None) -> int:
       "language": _language(name, task),
     }
     try:
-      rec.update(_build_times(task) if kind == "build" else _trial(kind, task, backend, protocol))
+      rec.update(
+        _build_times(task, protocol) if kind == "build" else _trial(kind, task, backend, protocol)
+      )
     except Exception as err:
       rec.update(
         {

@@ -1,5 +1,6 @@
-"""TMAX-9B on the paper's cluster: 2 training nodes + 6 inference nodes of 8 x H100 on Ray
-(tmax_jax/recipes.py). Start the cluster (README "Scaling out"), then on the head:
+"""TMAX-9B on the paper's cluster: 2 training nodes + 6 inference nodes of 8 x H100 on Ray, the
+episodes' sandboxes on the cluster's sandbox hosts (tmax_jax/recipes.py). Start the cluster with
+its sandbox nodes (README "Scaling out"), then on the head:
 
 python3 launch/cluster.py --address=auto --rl_config=configs/tmax_qwen3_5_9b_2x6_h100.py \\
     --gpus_per_replica=8 --trainer_gpus=8 \\

@@ -1,6 +1,7 @@
 """The rehearsal's pure parts (no device work): the mesh and serving scaling rules, and what each
 shipped config keeps and shrinks. The runs themselves are tests/test_rehearse_configs.py (slow)."""
 
+import dataclasses
 import math
 import pathlib
 
@@ -147,6 +148,8 @@ def test_rl_rehearsal_keeps_the_recipe(path, tmp_path):
     want = shrink.get_path(shipped, field)
     if field == "serving.placement" and want == "nodes":  # no Ray in a rehearsal: in process
       want = "colocated"
+    if field == "runner" and want.sandbox_hosts:  # likewise its sandboxes, nothing else
+      want = dataclasses.replace(want, sandbox_hosts="")
     assert shrink.get_path(cfg, field) == want, field
   assert cfg.seq_len - cfg.episode.max_response_tokens == (
     shipped.seq_len - shipped.episode.max_response_tokens

@@ -361,7 +361,9 @@ def tmax_qwen3_5_9b_2x6_h100() -> RLConfig:
   the 16 GPUs of the two training nodes (one jax.distributed process per node); multi-process RL
   takes fixed rows: 128 micro-batches of 2 rows of 67,584 tokens (8,448 per GPU, as on 8 x H200).
   Each inference node: one server of 2 replicas x tensor 4, 32 slots over 12,500 pages each (the
-  H200 layout's pages per slot): 6 x 2 x 32 = 384 episodes in flight behind the router."""
+  H200 layout's pages per slot): 6 x 2 x 32 = 384 episodes in flight behind the router. Sandboxes
+  on the cluster's sandbox hosts (runner.sandbox_hosts 'ray': the paper's podman hosts, leased
+  least-loaded, a failed host cooled down 300 s), not beside the trainer."""
   cfg = sized(
     rl("qwen3.5-9b"),
     H100_2X8,
@@ -370,4 +372,5 @@ def tmax_qwen3_5_9b_2x6_h100() -> RLConfig:
     2,
   )
   train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=128)
-  return dataclasses.replace(cfg, train=train)
+  runner = dataclasses.replace(cfg.runner, sandbox_hosts="ray")
+  return dataclasses.replace(cfg, train=train, runner=runner)

@@ -60,6 +60,8 @@ def test_runner_config_names_sandbox_hosts_without_loading_ray():
   [
     (dict(sandbox_hosts="k8s"), "RunnerConfig.sandbox_hosts='k8s'; expected '' (this process's "),
     (dict(sandbox_hosts="ray", backend="harbor:docker"), "backend='harbor:docker' is another"),
+    (dict(host_max_starting=0), "RunnerConfig.host_max_starting=0, host_cooldown_s=300.0"),
+    (dict(host_cooldown_s=-1.0), "host_cooldown_s=-1.0, host_lease_wait_s=600.0; expected >= 1"),
   ],
 )
 def test_bad_sandbox_hosts_settings_are_one_line_errors(fields, error):

@@ -263,19 +263,20 @@ _shared: dict[str, SandboxHosts] = {}  # by the Ray cluster's address
 _shared_lock = threading.Lock()
 
 
-def shared_hosts() -> SandboxHosts:
+def shared_hosts(policy: LeasePolicy = DEFAULT_POLICY) -> SandboxHosts:
   """This process's SandboxHosts over the hosts placed on its Ray cluster, joining the cluster
   first when it has not (RAY_ADDRESS, set for the trainer processes by
-  tmax_jax/cluster/trainer.py, else "auto")."""
+  tmax_jax/cluster/trainer.py, else "auto"); `policy` leases them (the first call's counts)."""
   with _shared_lock:
     if not ray.is_initialized():
       roles.connect(os.environ.get("RAY_ADDRESS", "auto"))
     address = ray.get_runtime_context().gcs_address
     if address not in _shared:
-      _shared[address] = SandboxHosts(find_hosts())
+      _shared[address] = SandboxHosts(find_hosts(), policy)
     return _shared[address]
 
 
-def open_hosted(spec, backend: str = "auto") -> Sandbox:
-  """The runner's opener for RunnerConfig.sandbox_hosts = "ray"."""
-  return shared_hosts().open(spec, backend)
+def open_hosted(spec, backend: str = "auto", lease: tuple = ()) -> Sandbox:
+  """The runner's opener for RunnerConfig.sandbox_hosts = "ray"; `lease`: LeasePolicy's
+  (max_starting, cooldown_s, wait_s) from the RunnerConfig (empty: the defaults)."""
+  return shared_hosts(LeasePolicy(*lease)).open(spec, backend)

@@ -203,6 +203,13 @@ def _in_process(serving: ServingConfig) -> list:
   return [("serving.placement", "colocated", why), ("serving.nodes", 0, why)]
 
 
+def _local_sandboxes(runner) -> list:
+  """A job whose sandboxes run on a Ray cluster's sandbox hosts rehearses with them in process."""
+  if not runner.sandbox_hosts:
+    return []
+  return [("runner.sandbox_hosts", "", "one host, no Ray: the sandboxes run in process")]
+
+
 def trainer_devices(serving: ServingConfig | None, devices: int, processes: int = 1) -> int:
   if serving is None or serving.placement == "colocated":
     return devices
@@ -413,6 +420,7 @@ def shrink_rl(
     ("serving.tensor", serving.tensor, "scaled onto one 8-device host"),
     ("serving.devices", serving.devices, "scaled onto one 8-device host"),
     *_in_process(shipped.serving),
+    *_local_sandboxes(shipped.runner),
     *_engine_rows(shipped.serving.engine, seq_len, SERVER_SLOTS),
     ("tasks", TaskSource(source=tasks_dir, num_eval=1), "random-verifier rehearsal tasks"),
     ("rollout.prompts_per_batch", RL_PROMPTS, "batch"),

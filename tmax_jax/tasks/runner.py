@@ -129,6 +129,12 @@ class RunnerConfig:
   # the Ray cluster's `sandbox` nodes, one sandbox host each, leased least-loaded
   # (tmax_jax/cluster/sandbox_hosts.py; launch/cluster.py places the hosts).
   sandbox_hosts: str = ""
+  # Leasing on the sandbox hosts (sandbox_hosts set; cluster/leases.LeasePolicy): sandboxes one
+  # host may be starting at once, how long a failed host takes none (the paper's 300 s), how long
+  # an open waits for a host before it fails.
+  host_max_starting: int = 4
+  host_cooldown_s: float = 300.0
+  host_lease_wait_s: float = 600.0
 
   def __post_init__(self):
     known = self.backend in (None, "", "auto", *BACKENDS) or self.backend.startswith("harbor:")
@@ -141,6 +147,12 @@ class RunnerConfig:
       raise UserError(
         f"RunnerConfig.sandbox_hosts={self.sandbox_hosts!r}; expected '' (this process's "
         f"sandboxes) or one of {sorted(SANDBOX_HOSTS)}"
+      )
+    if self.host_max_starting < 1 or self.host_cooldown_s < 0 or self.host_lease_wait_s < 0:
+      raise UserError(
+        f"RunnerConfig.host_max_starting={self.host_max_starting}, host_cooldown_s="
+        f"{self.host_cooldown_s}, host_lease_wait_s={self.host_lease_wait_s}; expected >= 1, "
+        ">= 0 and >= 0"
       )
     if self.sandbox_hosts and ":" in (self.backend or ""):
       raise UserError(
@@ -411,7 +423,8 @@ def _open(spec, config: RunnerConfig) -> Sandbox:
   backend = config.backend or "auto"
   if config.sandbox_hosts:
     hosts = importlib.import_module(SANDBOX_HOSTS[config.sandbox_hosts])
-    return hosts.open_hosted(spec, backend)
+    lease = (config.host_max_starting, config.host_cooldown_s, config.host_lease_wait_s)
+    return hosts.open_hosted(spec, backend, lease)
   return open_pod(spec, backend) if isinstance(spec, PodSpec) else open_sandbox(spec, backend)
 
 

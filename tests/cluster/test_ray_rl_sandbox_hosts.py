@@ -25,8 +25,8 @@ from tests.conftest import require_base_rootfs  # noqa: E402
 from tmax_jax.cluster import sandbox_hosts as hosts_lib  # noqa: E402
 from tmax_jax.sandbox import census  # noqa: E402
 
-# `full` (out of CI): the cluster soak (tests/cluster/test_chaos_cluster_soak.py) kills a sandbox host
-# through the same launcher in CI with the same invariants; this one stays for a focused run.
+# `full` (out of CI): the cluster soak (tests/cluster/test_chaos_cluster_soak.py) kills a sandbox
+# host through the same launcher in CI with the same invariants; this one stays for a focused run.
 pytestmark = [pytest.mark.slow, pytest.mark.full]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS = 3

@@ -111,6 +111,10 @@ def test_applies_where_programs_run_on_xla_cpu(monkeypatch):
 IMPORT_ALL = """
 import json, logging, os, pkgutil, importlib, signal, sys, threading, warnings
 import jax  # its own import sets TF_CPP_MIN_LOG_LEVEL and TPU_SKIP_MDS_QUERY: not ours to judge
+try:  # likewise ray's sets RAY_CLIENT_MODE=0 (tmax_jax/cluster imports it); the test inherited it
+  import ray  # from its worker whenever an earlier test there had imported ray: order-dependent
+except ImportError:
+  pass
 before = dict(
   env=dict(os.environ), root=logging.getLogger().level, handlers=len(logging.getLogger().handlers),
   signals={s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)},

@@ -37,6 +37,15 @@ def _inputs(seed: int = 0):
   return q, k, v, cache
 
 
+BLOCK = paged_attention.BLOCK_TOKENS
+
+
+def _kernel(q, k, v, cache):
+  """The kernel in the TPU interpreter over the cache's pages, as paged_attention calls it."""
+  pages = tuple(cache[name] for name in paged_attention.PAGED_KEYS)
+  return pallas_paged.attend(q, k, v, pages, BLOCK, interpret=True)
+
+
 def _reference(q, k, v, cache):
   mask = jnp.ones((B, 1, 1), bool)  # every slot's own token is live
   return jax.jit(paged_attention.attend)(q, k, v, mask, cache)[0]
@@ -44,7 +53,7 @@ def _reference(q, k, v, cache):
 
 def test_kernel_in_the_interpreter_equals_the_pure_jax_paged_attention():
   q, k, v, cache = _inputs()
-  out = jax.jit(lambda *a: pallas_paged.attend(*a, interpret=True))(q, k, v, cache)
+  out = jax.jit(_kernel)(q, k, v, cache)
   assert out.shape == (B, 1, N, H)
   np.testing.assert_allclose(np.asarray(out), np.asarray(_reference(q, k, v, cache)), atol=1e-5)
 
@@ -54,15 +63,17 @@ def test_kernel_per_shard_under_a_tensor_mesh(tensor):
   q, k, v, cache = _inputs(1)
   mesh = sharding.make_mesh(data=1, fsdp=1, tensor=tensor, devices=jax.devices()[:tensor])
   with sharding.use_mesh(mesh, DEFAULT_LOGICAL_AXIS_RULES):
-    out = jax.jit(lambda *a: pallas_paged.attend(*a, interpret=True))(q, k, v, cache)
+    out = jax.jit(_kernel)(q, k, v, cache)
   np.testing.assert_allclose(np.asarray(out), np.asarray(_reference(q, k, v, cache)), atol=1e-5)
 
 
 def test_pages_per_block_divides_the_table():
-  assert pallas_paged.pages_per_block(32, 16) == 32  # 512 keys
-  assert pallas_paged.pages_per_block(64, 16) == 32
-  assert pallas_paged.pages_per_block(24, 16) == 24
-  assert pallas_paged.pages_per_block(40, 16) == 20  # the largest divisor of 40 within 32 pages
+  assert pallas_paged.pages_per_block(32, 16, BLOCK) == 32  # 512 keys
+  assert pallas_paged.pages_per_block(64, 16, BLOCK) == 32
+  assert pallas_paged.pages_per_block(24, 16, BLOCK) == 24
+  assert (
+    pallas_paged.pages_per_block(40, 16, BLOCK) == 20
+  )  # the largest divisor of 40 within 32 pages
 
 
 @pytest.mark.parametrize(

@@ -119,7 +119,8 @@ def attend(
   if kernel_for(t) == "pallas":
     from tmax_jax.models import pallas_paged  # noqa: PLC0415  (Pallas TPU kernels: TPU only)
 
-    return pallas_paged.attend(q, k, v, cache, scale), {"k": k, "v": v}
+    pages = tuple(cache[name] for name in PAGED_KEYS)
+    return pallas_paged.attend(q, k, v, pages, BLOCK_TOKENS, scale), {"k": k, "v": v}
   kv = k.shape[2]
   g = n // kv
   scale = h**-0.5 if scale is None else scale

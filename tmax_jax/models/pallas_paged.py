@@ -35,14 +35,13 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention_kernel as kernel_lib
 from jax.sharding import PartitionSpec as PS
 
-from tmax_jax.models import paged_attention
 from tmax_jax.models.attention import splash
 
 
-def pages_per_block(table_pages: int, page_size: int) -> int:
-  """The largest divisor of the table's width whose pages hold at most the pure-JAX path's block
-  of keys (paged_attention.BLOCK_TOKENS): the kernel needs one that divides it."""
-  most = max(1, paged_attention.BLOCK_TOKENS // page_size)
+def pages_per_block(table_pages: int, page_size: int, block_tokens: int) -> int:
+  """The largest divisor of the table's width whose pages hold at most `block_tokens` keys (the
+  pure-JAX path's block, paged_attention.BLOCK_TOKENS): the kernel needs one that divides it."""
+  most = max(1, block_tokens // page_size)
   return max(d for d in range(1, min(most, table_pages) + 1) if table_pages % d == 0)
 
 
@@ -57,14 +56,14 @@ def _kernel_pages(pages, table, new, length):
   return rows.at[:, page_of, offset].set(jnp.swapaxes(new, 0, 1).astype(pages.dtype))
 
 
-def _attend_local(q, k, v, k_pages, v_pages, table, cached, scale, interpret):
+def _attend_local(q, k, v, k_pages, v_pages, table, cached, scale, interpret, block_tokens):
   """One shard's kernel call: q [B,1,n,H], k/v [B,1,k,H], pages [NP,P,k,H] -> [B,1,n,H]."""
   b, _, n, h = q.shape
   nb, page = table.shape[1], k_pages.shape[1]
   length = jnp.minimum(cached + 1, nb * page).astype(jnp.int32)  # idle slots: clipped junk
   kp, vp = (_kernel_pages(x, table, y[:, 0], length) for x, y in ((k_pages, k), (v_pages, v)))
   indices = jnp.arange(b * nb, dtype=jnp.int32).reshape(b, nb)
-  ppb = pages_per_block(nb, page)
+  ppb = pages_per_block(nb, page, block_tokens)
   q1 = q[:, 0] * scale  # [B,n,H]
   # interpret: the TPU interpreter (simulated DMAs and semaphores on the host), for CPU tests
   with pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext():
@@ -72,7 +71,9 @@ def _attend_local(q, k, v, k_pages, v_pages, table, cached, scale, interpret):
   return out.reshape(b, 1, n, h)
 
 
-def attend(q, k, v, cache: dict, scale: float | None = None, interpret: bool = False) -> jax.Array:
+def attend(
+  q, k, v, pages: tuple, block_tokens: int, scale: float | None = None, interpret: bool = False
+) -> jax.Array:
   """q [B,1,N,H], k/v [B,1,K,H] (the step's token, rotary applied), cache: a paged layer cache
   (models/paged_attention.py) -> [B,1,N,H] in q's dtype: each row attends to its `cached` tokens
   and its own. Under a mesh the kernel runs per shard in shard_map (XLA cannot partition a Mosaic
@@ -80,10 +81,10 @@ def attend(q, k, v, cache: dict, scale: float | None = None, interpret: bool = F
   if q.shape[1] != 1:
     raise ValueError(f"the paged kernel takes one query token per row, got {q.shape[1]}")
   factor = jnp.asarray(q.shape[-1] ** -0.5 if scale is None else scale, q.dtype)
-  k_pages, v_pages, table, cached = (cache[name] for name in paged_attention.PAGED_KEYS)
+  k_pages, v_pages, table, cached = pages
   plan = splash.shard_plan(q.shape, k.shape[2])
   if plan is None:
-    return _attend_local(q, k, v, k_pages, v_pages, table, cached, factor, interpret)
+    return _attend_local(q, k, v, k_pages, v_pages, table, cached, factor, interpret, block_tokens)
   q_spec, kv_spec, take, free = plan
   n = q.shape[2]
 
@@ -91,7 +92,7 @@ def attend(q, k, v, cache: dict, scale: float | None = None, interpret: bool = F
     if take is not None:  # K/V replicated over the head shards: keep the heads this shard reads
       k, v = splash._local_kv_heads(k, v, n, q.shape[2], take)
       k_pages, v_pages = splash._local_kv_heads(k_pages, v_pages, n, q.shape[2], take)
-    return _attend_local(q, k, v, k_pages, v_pages, table, cached, factor, interpret)
+    return _attend_local(q, k, v, k_pages, v_pages, table, cached, factor, interpret, block_tokens)
 
   pages_spec = PS(None, None, kv_spec[2], None)
   return jax.shard_map(

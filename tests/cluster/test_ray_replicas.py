@@ -1,6 +1,6 @@
 """Inference replicas placed by Ray (tmax_jax/cluster) on a local cluster of real raylets (a head
 offering `trainer`, three nodes offering `inference`, one of them spare): two
-configs/serve_random.py servers behind the router, a multi-turn session kept on one replica with
+configs/serve_random.py servers behind the router, a 20-turn session kept on one replica with
 prefix hits in the router's Status, a killed server and a removed node each restarted by Ray and
 routed to again, the errors said in one line, the launcher stopped by SIGTERM, and nothing of
 Ray's or the servers' left running afterwards."""
@@ -103,7 +103,7 @@ def test_replicas_keep_sessions_and_come_back_after_a_killed_server_or_node(clus
   try:
     first = fleet.replicas()
     assert len({r.node_id for r in first}) == 2 and all(ray_local.alive(r.pid) for r in first)
-    served, hits, prompt = asyncio.run(_turns(fleet, "episode-1", list(range(1, 25)), 6))
+    served, hits, prompt = asyncio.run(_turns(fleet, "episode-1", list(range(1, 25)), 20))
     assert len(served) == 1
     assert hits[0] == 0 and all(h >= PAGE for h in hits[1:]), hits
     (home,) = served

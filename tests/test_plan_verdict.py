@@ -66,3 +66,17 @@ def test_without_a_sync_the_sides_decide():
     PROGRAMS, chips.parse_node("h200"), programs.verdict(_job("colocated"), PROGRAMS, H200), 1
   )
   assert "at a weight push 140.00 GB: 140.00 GB of 141: FITS" in table, table
+
+
+def test_a_sync_of_several_programs_holds_all_outputs_and_the_largest_temp():
+  """The sync runs one program per group of leaves, one after another (loop/weight_sync.py):
+  their outputs accumulate, only one temp is live."""
+  parts = [_program("sync", 4, 30, output=5), _program("sync", 6, 80, output=9)]
+  merged = programs.merged_sync(parts)
+  assert merged.side == "sync" and "2 programs" in merged.name
+  m = merged.memory
+  assert (m["argument"], m["temp"], m["output"]) == (10 * GB, 80 * GB, 14 * GB)
+  assert m["total"] == 104 * GB
+  v = programs.verdict(_job("colocated"), [*PROGRAMS[:2], merged], H200)
+  assert v["sync_peak"] == pytest.approx((10 + 6 + 30 + 80 + 14) * GB)  # as PROGRAMS' one sync
+  assert programs.merged_sync(parts[:1]).name == "weight sync (cast + reshard)"

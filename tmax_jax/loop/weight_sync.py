@@ -5,20 +5,28 @@ tree an engine serves (the server's param dtype, `TmaxEngine.param_shardings()` 
 ("replica", "tensor") mesh) without a host copy; `TmaxEngine.swap` then takes each replica's shards
 as they are and prepares the head [D, V] in the head dtype on device (decode.PagedCore.prepare):
   * the cast runs on the trainer's devices under jit (so a bf16 server moves half the bytes);
-  * same devices in the same order (colocated, one process): the jit writes straight into the
+  * same devices in the same order (colocated, one process): one jit writes straight into the
     server's shardings;
-  * otherwise the jit writes a staging copy, replicated per process and split over that process's
-    trainer devices so that each staged shard holds whole server blocks (one collective over the
+  * otherwise jits write a staging copy, replicated per process and split over that process's
+    trainer devices so that each staged shard holds whole server blocks (collectives over the
     trainer mesh); then every server block is sliced on the trainer device that holds it and
     copied device to device onto its serving device. Multi-controller JAX cannot `device_put`
     across processes between different device sets, and within a process `device_put` between
     different layouts falls back to a host copy; this path avoids both.
-Every process calls it at the same point (the jit is a collective in multi-process runs).
+    The staging reshard can be one the SPMD partitioner has no collective for (the 27B on 32 x
+    H200: fsdp over all 32 devices -> each host's own split), and then it gathers every leaf
+    whole on every device: in one program, ~15 fp32 leaves at once (82.65 GB of temp). So the
+    leaves go in groups of at most `group_bytes` (by default the largest served leaf), one
+    program per group run one after another (one group's gathers live at a time), and each
+    group takes the cast pinned to the trainer's sharding where that needs less temp (the
+    gathers then move served-dtype bytes: GroupedCast).
+Every process calls it at the same point (the jits are collectives in multi-process runs).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -113,17 +121,106 @@ def staging_axes(layout, split: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
   return tuple(shape), tuple(names)
 
 
-class WeightSync:
-  """Callable: trainer params (on `trainer_mesh`) -> served params placed as `target`."""
+def byte_groups(sizes: Sequence[int], bound: int) -> list[tuple[int, ...]]:
+  """Consecutive leaf indices packed into groups of at most `bound` bytes (a leaf larger than
+  `bound` alone): fewer programs to dispatch, none gathering more than `bound` at once."""
+  groups: list[list[int]] = []
+  total = bound + 1  # the first leaf opens a group
+  for i, size in enumerate(sizes):
+    if total + size > bound:
+      groups.append([])
+      total = 0
+    groups[-1].append(i)
+    total += size
+  return [tuple(g) for g in groups]
 
-  def __init__(self, trainer_mesh: Mesh, target: Any):
+
+class _Lowered(list):
+  """A GroupedCast's lowered programs, one per group; `compile()` compiles each (jit-like)."""
+
+  def compile(self) -> list:
+    return [lowered.compile() for lowered in self]
+
+
+class GroupedCast:
+  """Jit-like: trainer params -> the served dtypes placed as `out_shardings`, run as one program
+  per group of leaves (`groups`: leaf indices in tree order), one group after another.
+  `try_pin`: each group is compiled twice, as traced and with every cast pinned to its input's
+  sharding (the reshard after it then moves the cast values), and runs the one with less temp:
+  where the SPMD partitioner has no collective for the reshard it gathers each leaf whole before
+  the cast (the pin halves that for bf16), where it has one (an all-to-all) it casts first
+  anyway and the pin would force a whole gather. Every process compiles the same programs and
+  picks the same. `lower(params)` (abstract params with their shardings) -> the programs a push
+  runs, lowered, as the plan compiles them."""
+
+  def __init__(self, target: Any, out_shardings: Any, groups: list[tuple[int, ...]], try_pin: bool):
+    self._treedef = jax.tree.structure(target)
+    self._dtypes = [t.dtype for t in jax.tree.leaves(target)]
+    self._out = jax.tree.leaves(out_shardings)
+    self.groups = groups
+    self._try_pin = try_pin
+    self._chosen: dict[tuple, tuple] = {}  # (group, inputs' shardings) -> (lowered, compiled)
+
+  def _lowered(self, group: tuple[int, ...], xs: list, pin: bool):
+    dtypes = [self._dtypes[i] for i in group]
+    shardings = [x.sharding for x in xs]
+
+    def cast(xs):
+      ys = [x.astype(d) for x, d in zip(xs, dtypes, strict=True)]
+      if pin:
+        ys = [jax.lax.with_sharding_constraint(y, s) for y, s in zip(ys, shardings, strict=True)]
+      return ys
+
+    return jax.jit(cast, out_shardings=[self._out[i] for i in group]).lower(xs)
+
+  def _program(self, group: tuple[int, ...], xs: list) -> tuple:
+    """(lowered, compiled) of the group's program with the least temp (first: unpinned)."""
+    key = (group, tuple(x.sharding for x in xs))
+    if key not in self._chosen:
+      pins = (False, True) if self._try_pin else (False,)
+      built = [
+        (lowered, lowered.compile()) for lowered in (self._lowered(group, xs, p) for p in pins)
+      ]
+      self._chosen[key] = min(built, key=lambda lc: _temp_bytes(lc[1]))
+    return self._chosen[key]
+
+  def _programs(self, params: Any):
+    """(lowered, compiled, leaf indices, input leaves) per group, in the order a push runs them."""
+    leaves = jax.tree.leaves(params)
+    for group in self.groups:
+      xs = [leaves[i] for i in group]
+      yield *self._program(group, xs), group, xs
+
+  def lower(self, params: Any) -> _Lowered:
+    return _Lowered(lowered for lowered, *_ in self._programs(params))
+
+  def __call__(self, params: Any) -> Any:
+    out: list[Any] = [None] * len(self._dtypes)
+    for _, compiled, group, xs in self._programs(params):
+      for i, y in zip(group, compiled(xs), strict=True):
+        out[i] = y
+    return jax.tree.unflatten(self._treedef, out)
+
+
+def _temp_bytes(compiled) -> int:
+  """The compiled program's temp allocation (0 where the backend reports none)."""
+  analysis = compiled.memory_analysis()
+  return analysis.temp_size_in_bytes if analysis is not None else 0
+
+
+class WeightSync:
+  """Callable: trainer params (on `trainer_mesh`) -> served params placed as `target`;
+  `group_bytes` bounds the served bytes one staging program moves (module docstring; None: the
+  largest served leaf, the bound a leaf-by-leaf sync has anyway)."""
+
+  def __init__(self, trainer_mesh: Mesh, target: Any, group_bytes: int | None = None):
     self.target = target
     self._targets = jax.tree.map(lambda t: t.sharding, target)
     # One jit's arguments and outputs must share a device order, and a TPU mesh orders its
     # devices by the chips' topology: the staging copy keeps the trainer mesh's own flat order.
     self._order = list(np.asarray(trainer_mesh.devices).flat)
     self._direct = _device_order(target) == self._order and jax.process_count() == 1
-    out = self._targets
+    out, groups = self._targets, [tuple(range(len(jax.tree.leaves(target))))]
     if not self._direct:
       self._hosts = len({d.process_index for d in self._order})
       self._n_local = len(self._order) // self._hosts
@@ -135,7 +232,10 @@ class WeightSync:
           "of that order into host axes and local axes"
         )
       out = jax.tree.map(self._staging, target)
-    self._cast = jax.jit(self._cast_impl, out_shardings=out)
+      sizes = [math.prod(t.shape) * t.dtype.itemsize for t in jax.tree.leaves(target)]
+      groups = byte_groups(sizes, group_bytes or max(sizes))
+    # direct: one program as it always was (no reshard between meshes to bound)
+    self._cast = GroupedCast(target, out, groups, try_pin=not self._direct)
 
   def _staging(self, t: jax.ShapeDtypeStruct) -> NamedSharding:
     """Replicated over hosts, split over each host's own trainer devices, on a mesh whose flat
@@ -147,9 +247,6 @@ class WeightSync:
     if dim >= 0:
       spec[dim] = tuple(n for n in names if n.startswith("split")) or None
     return NamedSharding(mesh, P(*spec))
-
-  def _cast_impl(self, params):
-    return jax.tree.map(lambda x, t: x.astype(t.dtype), params, self.target)
 
   @staticmethod
   def _to_server(staged: jax.Array, target: NamedSharding) -> jax.Array:
@@ -171,6 +268,11 @@ class WeightSync:
       else:
         raise AssertionError(f"no staged shard holds server block {idx}")
     return jax.make_array_from_single_device_arrays(staged.shape, target, blocks)
+
+  def lower(self, params: Any) -> list:
+    """Each of the sync's device programs lowered for abstract `params` (their shardings the
+    trainer's), in the order a push runs them: what the plan compiles."""
+    return self._cast.lower(params)
 
   def __call__(self, params: Any) -> Any:
     """-> the served params placed for the server (blocks until the copies are done)."""

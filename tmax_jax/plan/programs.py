@@ -9,7 +9,8 @@ the job places them, then compiled by the target's compiler:
             models/logprobs.token_logprobs at the trainer's micro-batch) on its own.
   server    the engine's prefill (prefill_batch x prefill_chunk over every page of a slot) and
             decode (decode_steps steps of every slot) on one replica's tensor mesh.
-  sync      the weight sync's cast-and-reshard from the trainer's shardings to the server's.
+  sync      the weight sync's cast-and-reshard from the trainer's shardings to the server's: its
+            programs (one per group of leaves, run one after another) reported as one.
 Memory per device comes from `compiled.memory_analysis()`. FLOPs and bytes come from the project's
 HLO counter (hlo_cost: matmul FLOPs, loops times their trip count; XLA:TPU's own cost analysis
 counts a scanned layer stack once), plus, for a Mosaic attention kernel (one opaque custom call),
@@ -247,13 +248,39 @@ def server_programs(served_cfg: ModelConfig, serving, replica: Mesh, report) -> 
 
 def sync_program(model_cfg: ModelConfig, served_cfg: ModelConfig, trainer: Mesh, server: Mesh):
   """The weight sync's cast and reshard (loop/weight_sync.WeightSync's jitted half) from the
-  trainer's param shardings to the server's."""
+  trainer's param shardings to the server's: each of its programs (one per group of leaves)
+  compiled, reported as one (`merged_sync`)."""
   params = memory._with(
     registry.abstract_params(model_cfg), registry.param_shardings(model_cfg, trainer)
   )
+  start = time.perf_counter()
   sync = WeightSync(trainer, served_target(served_cfg, server))
-  lowered = sync._cast.lower(params)
-  return compile_program("weight sync (cast + reshard)", "sync", lowered, trainer.devices.size)
+  n = trainer.devices.size
+  parts = [compile_program("weight sync", "sync", lowered, n) for lowered in sync.lower(params)]
+  # the sync compiles each group's candidates itself (weight_sync.GroupedCast): time them all
+  return dataclasses.replace(merged_sync(parts), compile_s=time.perf_counter() - start)
+
+
+def merged_sync(parts: list[Program]) -> Program:
+  """The sync's programs, run one after another, as one Program: the outputs (the staging copy
+  or the served params) accumulate and stay; only one program's temp is live at a time, so the
+  temp is the largest; arguments (disjoint groups of the trainer's params), FLOPs, bytes and
+  compile time add up."""
+  total = {k: sum(p.memory[k] for p in parts) for k in ("argument", "output", "alias")}
+  total["temp"] = max(p.memory["temp"] for p in parts)
+  total["total"] = total["argument"] + total["temp"] + total["output"] - total["alias"]
+  name = "weight sync (cast + reshard)"
+  if len(parts) > 1:
+    name = f"weight sync (cast + reshard, {len(parts)} programs)"
+  return Program(
+    name,
+    "sync",
+    total,
+    sum(p.flops for p in parts),
+    sum(p.bytes_accessed for p in parts),
+    sum(p.compile_s for p in parts),
+    parts[0].devices,
+  )
 
 
 def job_programs(job, devices: list, processes: int, report=lambda p: p) -> list[Program]:

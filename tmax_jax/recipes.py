@@ -54,6 +54,10 @@ V5P_8 = TopologyConfig(name="v5p-8 (4 chips, 95 GB), one host", devices=4, devic
 V5P_64 = TopologyConfig(
   name="v5p-64 (32 chips, 95 GB), eight hosts of 4", devices=32, device_memory_gb=95.0, processes=8
 )
+# v6e (Trillium) slices count chips; libtpu describes them as hosts of 4 chips (2x2).
+V6E_16 = TopologyConfig(
+  name="v6e-16 (16 chips, 32 GB), four hosts of 4", devices=16, device_memory_gb=32.0, processes=4
+)
 H200_X32 = TopologyConfig(
   name="32 x H200 (141 GB), four hosts of 8", devices=32, device_memory_gb=141.0, processes=4
 )
@@ -374,3 +378,13 @@ def tmax_qwen3_5_9b_2x6_h100() -> RLConfig:
   train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=128)
   runner = dataclasses.replace(cfg.runner, sandbox_hosts="ray")
   return dataclasses.replace(cfg, train=train, runner=runner)
+
+
+def sft_tmax_qwen3_8b_v6e16() -> SFTConfig:
+  """sft_tmax_qwen3_8b on a v6e-16 slice (16 chips of 32 GB, four hosts of 4): fsdp 2 x sequence
+  8, packed micro-batches of two 64k rows (8,192 tokens per chip), 16k / 32k / 64k rows.
+  XLA:TPU at full size (BENCHMARKS "Accelerator compiles"): 20.5 of 32 GB per chip. v6e-8
+  (sequence 8, one 64k row) does not fit: 33.2 GB (8.2 of fp32 params and gradient accumulator,
+  8.2 of Adam state, 16.9 of micro-step temp)."""
+  cfg = sized(sft_tmax_qwen3_8b(), V6E_16, MeshConfig(fsdp=2, sequence=8), None, 2)
+  return dataclasses.replace(cfg, train=_three_buckets(cfg.train, 2))

@@ -15,7 +15,7 @@ DEVICES = 8  # the fake CPU devices a rehearsal's meshes use
 # whose devices reach two independent collectives in different orders can then hold every worker
 # with no participant left to arrive: the 27B rehearsal's train step (fsdp 2 x sequence 4) hung
 # with 6 workers in a sequence-group all-gather and 2 in a collective-permute of the same run
-# (BUILD_NOTES "Rehearsal"). 32 workers leave room for that and for the colocated server's
+# (issue 30's rehearsal). 32 workers leave room for that and for the colocated server's
 # programs beside it; the meshes use the first 8 devices, the others stay idle.
 HOST_DEVICES = 32
 # XLA:CPU flags of the rehearsal; a collective waits up to 15 minutes for its device threads (the

@@ -129,12 +129,10 @@ class RunnerConfig:
   # the Ray cluster's `sandbox` nodes, one sandbox host each, leased least-loaded
   # (tmax_jax/cluster/sandbox_hosts.py; launch/cluster.py places the hosts).
   sandbox_hosts: str = ""
-  # Leasing on the sandbox hosts (sandbox_hosts set; cluster/leases.LeasePolicy): sandboxes one
-  # host may be starting at once, how long a failed host takes none (the paper's 300 s), how long
-  # an open waits for a host before it fails.
-  host_max_starting: int = 4
-  host_cooldown_s: float = 300.0
-  host_lease_wait_s: float = 600.0
+  # Leasing on the sandbox hosts (sandbox_hosts set; cluster/leases.LeasePolicy):
+  host_max_starting: int = 4  # sandboxes one host may be starting at once
+  host_cooldown_s: float = 300.0  # how long a failed host takes none (the paper's 300 s)
+  host_lease_wait_s: float = 600.0  # how long an open waits for a host before it fails
 
   def __post_init__(self):
     known = self.backend in (None, "", "auto", *BACKENDS) or self.backend.startswith("harbor:")

@@ -8,7 +8,9 @@ the job places them, then compiled by the target's compiler:
             rows: the whole step. The fp32-head logprob chunk (forward and backward of
             models/logprobs.token_logprobs at the trainer's micro-batch) on its own.
   server    the engine's prefill (prefill_batch x prefill_chunk over every page of a slot) and
-            decode (decode_steps steps of every slot) on one replica's tensor mesh.
+            decode (decode_steps steps of every slot) on one replica's tensor mesh: host 0's
+            first chips, or on a TPU slice whose host holds chip ids past its chip count (v6e
+            wider than 2 chips) the same chips of a one-host slice (aot/targets.one_host_chips).
   sync      the weight sync's cast-and-reshard from the trainer's shardings to the server's: its
             programs (one per group of leaves, run one after another) reported as one.
 Memory per device comes from `compiled.memory_analysis()`. FLOPs and bytes come from the project's
@@ -32,6 +34,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tmax_jax import hlo_cost, sharding
+from tmax_jax.aot import targets
 from tmax_jax.aot.chips import Chip
 from tmax_jax.inference import decode
 from tmax_jax.loop import WeightSync, policy, served_target
@@ -287,16 +290,16 @@ def job_programs(job, devices: list, processes: int, report=lambda p: p) -> list
   """Every program of `job` (RL, SFT, eval with a served policy, serve) on `devices`; `report`
   is called with each as it compiles (progress)."""
   model_cfg = compilable_here(policy.model_config(job.model), devices[0].platform)
-  out = []
   if hasattr(job, "train"):
     job = dataclasses.replace(job, train=job.train.for_run(job.steps or 1))
-    trainer, server = memory._meshes(job, devices, processes)
-    out += trainer_programs(job, model_cfg, trainer, report)
-  else:
-    trainer, server = None, memory.server_only_mesh(job.serving, devices)
+  trainer, server = memory._meshes(job, devices, processes)  # the server on host 0
+  out = trainer_programs(job, model_cfg, trainer, report) if trainer is not None else []
   if server is not None:
     served_cfg = policy.served_config(model_cfg, job.serving)
-    replica = Mesh(np.asarray(server.devices)[0], (decode.TENSOR,))
+    chips = list(np.asarray(server.devices)[0])
+    if chips[0].platform == "tpu":  # XLA:TPU refuses a v6e host's own ids (targets.py)
+      chips = targets.one_host_chips(chips)
+    replica = Mesh(np.asarray(chips), (decode.TENSOR,))
     out += server_programs(served_cfg, job.serving, replica, report)
     if trainer is not None and job.serving.placement != "nodes":  # nodes: pushed over the network
       out.append(report(sync_program(model_cfg, served_cfg, trainer, server)))

@@ -4,7 +4,8 @@ On v6e:4x4 libtpu numbers host 0's four chips 0, 1, 4, 5, and XLA:TPU refuses a 
 ("Unexpected device_id 4 [0:2] in replica group (0,1,2,3) :: target has 4 device_id"): found by
 `python3 -m tmax_jax.plan --tpu=v6e-64` on the 9B RL, whose colocated server's prefill failed after
 the trainer compiled. The plan compiles the server's programs on the same chips of a one-host slice
-(v6e:2x2, ids 0..3: aot/targets.one_host_chips). Runs in the compiler venv (aot/toolchain.py), in a
+(v6e:2x2, ids 0..3: aot/targets.one_host_chips); the weight sync, one program over every
+trainer chip, still writes into host 0's own chips, which XLA:TPU takes. Runs in the compiler venv (aot/toolchain.py), in a
 subprocess, on compile-only devices; no TPU is needed.
 """
 
@@ -13,6 +14,8 @@ import pathlib
 import subprocess
 
 import pytest
+
+from tests.test_weight_sync_tpu import SCRIPT as SYNC_SCRIPT
 
 toolchain = pytest.importorskip("tmax_jax.aot.toolchain")
 
@@ -63,3 +66,26 @@ def test_server_programs_compile_over_a_v6e_host_with_non_consecutive_ids():
   for p in report["programs"]:
     assert p["side"] == "server" and p["devices"] == 4, p
     assert 0 < p["memory"]["total"] < 32e9 and p["flops"] > 0, p
+
+
+@pytest.mark.slow  # ~11 s: an XLA:TPU compile over 64 chips
+def test_weight_sync_compiles_to_a_v6e_host_with_non_consecutive_ids():
+  """The sync stays compiled over the trainer's chips into host 0's own (0, 1, 8, 9 on v6e:8x8):
+  one program over all 64 chips, which XLA:TPU takes. The 9B's v6e-64 layout, fsdp 4 x sequence
+  16, lists the chips host by host."""
+  reason = toolchain.unavailable("tpu")
+  if reason:
+    pytest.skip(reason)
+  proc = subprocess.run(
+    [str(toolchain.python()), "-c", SYNC_SCRIPT, "v6e:8x8", "4", "16"],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    env=toolchain.environ(),
+    timeout=600,
+    check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert not report["direct"] and report["hosts"] == [h for h in range(16) for _ in range(4)]
+  assert report["layout"] == [[16, 4], [True, False]], report["layout"]

@@ -5,8 +5,8 @@ On v6e:4x4 libtpu numbers host 0's four chips 0, 1, 4, 5, and XLA:TPU refuses a 
 `python3 -m tmax_jax.plan --tpu=v6e-64` on the 9B RL, whose colocated server's prefill failed after
 the trainer compiled. The plan compiles the server's programs on the same chips of a one-host slice
 (v6e:2x2, ids 0..3: aot/targets.one_host_chips); the weight sync, one program over every
-trainer chip, still writes into host 0's own chips, which XLA:TPU takes. Runs in the compiler venv (aot/toolchain.py), in a
-subprocess, on compile-only devices; no TPU is needed.
+trainer chip, still writes into host 0's own chips, which XLA:TPU takes. Runs in the compiler
+venv (aot/toolchain.py), in a subprocess, on compile-only devices; no TPU is needed.
 """
 
 import json

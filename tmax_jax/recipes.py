@@ -58,6 +58,12 @@ V5P_64 = TopologyConfig(
 V6E_16 = TopologyConfig(
   name="v6e-16 (16 chips, 32 GB), four hosts of 4", devices=16, device_memory_gb=32.0, processes=4
 )
+V6E_64 = TopologyConfig(
+  name="v6e-64 (64 chips, 32 GB), sixteen hosts of 4",
+  devices=64,
+  device_memory_gb=32.0,
+  processes=16,
+)
 H200_X32 = TopologyConfig(
   name="32 x H200 (141 GB), four hosts of 8", devices=32, device_memory_gb=141.0, processes=4
 )
@@ -244,6 +250,20 @@ def tmax_qwen3_5_9b_v5p32() -> RLConfig:
   serve = serving(1, 4, 64, 25000, "bfloat16")
   cfg = sized(tmax_qwen3_5_9b(), V5P_32, MeshConfig(fsdp=2, sequence=8), serve, 2)
   train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=128)
+  return dataclasses.replace(cfg, train=train)
+
+
+def tmax_qwen3_5_9b_v6e64() -> RLConfig:
+  """tmax_qwen3_5_9b laid out on a v6e-64 slice (64 chips of 32 GB, 16 hosts of 4), colocated.
+  Trainer: fsdp 4 x sequence 16; multi-process RL takes fixed rows: 64 micro-batches of 4 rows
+  of 67,584 tokens (4,224 tokens per chip). Server per host: 1 x tensor 4, 16 slots over 6,250
+  pages (the v5p-32 layout's pages per slot), bf16 params with the fp32 head (16 replicas x 16 =
+  the 256 episodes). XLA:TPU at full size (BENCHMARKS "Accelerator compiles"; the server's
+  programs on a one-host v6e:2x2, aot/targets.one_host_chips): 14.5 GB trainer + 13.9 GB server
+  = 28.5 of 32 GB per chip, 22.4 at a weight push."""
+  serve = serving(1, 4, 16, 6250, "bfloat16")
+  cfg = sized(tmax_qwen3_5_9b(), V6E_64, MeshConfig(fsdp=4, sequence=16), serve, 4)
+  train = dataclasses.replace(cfg.train, packing=PackingConfig(), micro_batches=64)
   return dataclasses.replace(cfg, train=train)
 
 

@@ -34,7 +34,11 @@ devices = targets.tpu_devices(chips.parse_slice("v6e:4x4"))
 host0 = [d for d in devices if d.process_index == 0]
 twins = targets.one_host_chips(host0)
 progs = programs.job_programs(cfg, devices, targets.hosts(devices))
+host0_of = lambda t: [d for d in targets.tpu_devices(chips.parse_slice(t)) if d.process_index == 0]
+v5p, v6e_8x8 = host0_of("v5p:2x2x4"), host0_of("v6e:8x8")
 print(json.dumps({
+  "v5p_kept": targets.one_host_chips(v5p) == v5p,  # ids 0..3: compiled where they are
+  "v6e_8x8": [[d.id for d in v6e_8x8], [d.id for d in targets.one_host_chips(v6e_8x8)]],
   "host0": [d.id for d in host0],
   "twins": [d.id for d in twins],
   "same_places": [list(a.coords) for a in host0] == [list(b.coords) for b in twins],
@@ -61,6 +65,7 @@ def test_server_programs_compile_over_a_v6e_host_with_non_consecutive_ids():
   report = json.loads(proc.stdout.strip().splitlines()[-1])
   assert report["host0"] == [0, 1, 4, 5]  # the case the test is for
   assert sorted(report["twins"]) == [0, 1, 2, 3] and report["same_places"], report
+  assert report["v6e_8x8"] == [[0, 1, 8, 9], [0, 1, 2, 3]] and report["v5p_kept"], report
   names = [p["name"] for p in report["programs"]]
   assert names[0].startswith("prefill") and names[1].startswith("decode"), names
   for p in report["programs"]:

@@ -20,7 +20,6 @@ import io
 import itertools
 import os
 import pathlib
-import shutil
 import tarfile
 import threading
 
@@ -69,15 +68,6 @@ def unpack(data: bytes, into: pathlib.Path) -> None:
   """Extracts a `pack` tar into the directory `into` (links out of it and devices refused)."""
   with tarfile.open(fileobj=io.BytesIO(data)) as tar:
     tar.extractall(into, filter="data")
-
-
-def place(src: pathlib.Path, dest: pathlib.Path) -> None:
-  """Copies an unpacked file or directory to `dest` (a directory merges, as Sandbox.download)."""
-  if src.is_dir():
-    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-  else:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dest, follow_symlinks=False)
 
 
 def with_local_files(spec, files: bytes, into: pathlib.Path):

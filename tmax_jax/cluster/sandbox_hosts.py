@@ -33,11 +33,10 @@ from tmax_jax.cluster.sandbox_host import (
   Opened,
   SandboxHost,
   pack,
-  place,
   unpack,
 )
 from tmax_jax.errors import UserError
-from tmax_jax.sandbox import runtime
+from tmax_jax.sandbox import place, runtime
 from tmax_jax.sandbox.api import CommandResult, PodSpec, Sandbox, SandboxError
 from tmax_jax.tasks.runner import RunnerConfig
 

@@ -24,6 +24,7 @@ from tmax_jax.sandbox.api import (
   SandboxError,
   ServiceSpec,
 )
+from tmax_jax.sandbox.transfer import place
 
 BACKENDS = ("bubblewrap", "podman", "apptainer")
 
@@ -98,6 +99,7 @@ __all__ = [
   "Sandbox",
   "SandboxError",
   "ServiceSpec",
+  "place",  # a file or directory copied to where Sandbox.download puts it (remote sandboxes)
   # public modules: the process's sandbox services and protocols, used whole
   "backends",  # each backend's own tools (podman's images, the hardened run arguments)
   "census",  # what sandboxes leave on the host and the sweep of dead owners'

@@ -78,11 +78,7 @@ class FileTransfer:
     sandbox_path = self._absolute(sandbox_path)
     src = self._host_path(sandbox_path)
     if src is not None and src.exists():
-      if src.is_dir():
-        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-      else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest, follow_symlinks=False)
+      place(src, dest)
       return
     if src is not None:
       raise SandboxError(f"download: {sandbox_path} does not exist in the sandbox")
@@ -116,9 +112,15 @@ def extract(tar_path: pathlib.Path, name: str, dest: pathlib.Path) -> None:
     staging = dest.parent / f".{dest.name}.tmax-staging"
     shutil.rmtree(staging, ignore_errors=True)
     tar.extractall(staging, filter="data")
-    got = staging / name
-    if got.is_dir():
-      shutil.copytree(got, dest, symlinks=True, dirs_exist_ok=True)
-    else:
-      shutil.copyfile(got, dest, follow_symlinks=False)
+    place(staging / name, dest)
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def place(src: pathlib.Path, dest: pathlib.Path) -> None:
+  """Copies a file or directory to `dest` as Sandbox.download places it: a directory merges into
+  `dest`, links are copied as links, never followed."""
+  if src.is_dir():
+    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+  else:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest, follow_symlinks=False)

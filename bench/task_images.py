@@ -103,14 +103,12 @@ def _from_git(git_dir: str, name: str, out: pathlib.Path) -> pathlib.Path:
   return task_dir
 
 
-def _build_times(task, protocol: dict) -> dict:
-  """The task's image built twice (the second from the cache), as its trials build it."""
-  import dataclasses
-
-  from tmax_jax.loop.evaluate.config import EvalConfig
+def _build_times(task, cfg) -> dict:
+  """The task's image built twice (the second from the cache), as its trials under `cfg` build
+  it (the same package cutoff)."""
   from tmax_jax.tasks import environment, runner
 
-  cutoff = runner.task_cutoff(task, dataclasses.replace(EvalConfig().runner, **protocol))
+  cutoff = runner.task_cutoff(task, cfg)
   start = time.monotonic()
   built = environment.built_spec(task, packages_before=cutoff)
   first = time.monotonic() - start
@@ -129,16 +127,11 @@ def _build_times(task, protocol: dict) -> dict:
   }
 
 
-def _trial(kind: str, task, backend: str, protocol: dict) -> dict:
-  """One oracle / no-op trial under the evaluation's protocol: each task's own agent and verifier
-  timeouts (x --timeout_multiplier; EvalConfig's runner, no RL minimum), with the limits used
-  recorded beside the result."""
-  import dataclasses
-
-  from tmax_jax.loop.evaluate import EvalConfig
+def _trial(kind: str, task, cfg) -> dict:
+  """One oracle / no-op trial under `cfg` (_protocol), with the limits used recorded beside the
+  result."""
   from tmax_jax.tasks import runner
 
-  cfg = dataclasses.replace(EvalConfig().runner, backend=backend, memory_mb=4096, **protocol)
   start = time.monotonic()
   res = (runner.run_oracle if kind == "oracle" else runner.run_noop)(task, cfg)
   return {
@@ -150,6 +143,23 @@ def _trial(kind: str, task, backend: str, protocol: dict) -> dict:
     "verifier_tail": res.logs.get("test-stdout.txt", "")[-3000:],
     "environment": res.logs.get("environment.txt", ""),
   }
+
+
+def _protocol(args, backend: str | None):
+  """The RunnerConfig of the trials on `backend`: the evaluation's (EvalConfig's runner: each
+  task's own agent and verifier timeouts, no RL minimum) x --timeout_multiplier, the tests'
+  installs dated by --packages_before, 4 GB sandboxes."""
+  import dataclasses
+
+  from tmax_jax.loop.evaluate import EvalConfig
+
+  return dataclasses.replace(
+    EvalConfig().runner,
+    backend=backend,
+    memory_mb=4096,
+    timeout_multiplier=args.timeout_multiplier,
+    packages_before=args.packages_before,
+  )
 
 
 def _record(path: pathlib.Path, rec: dict) -> None:
@@ -228,10 +238,6 @@ def main(argv=None) -> int:
     "evaluation does; '': the newest)",
   )
   args = parser.parse_args(argv)
-  protocol = {
-    "timeout_multiplier": args.timeout_multiplier,
-    "packages_before": args.packages_before,
-  }
   if args.cache:
     os.environ["TMAX_JAX_CACHE"] = args.cache
   out = pathlib.Path(args.out)
@@ -262,9 +268,8 @@ def main(argv=None) -> int:
       "language": _language(name, task),
     }
     try:
-      rec.update(
-        _build_times(task, protocol) if kind == "build" else _trial(kind, task, backend, protocol)
-      )
+      cfg = _protocol(args, backend)
+      rec.update(_build_times(task, cfg) if kind == "build" else _trial(kind, task, cfg))
     except Exception as err:
       rec.update(
         {

@@ -8,18 +8,15 @@ the target protos against the chip table, the GEMM counter on GPU HLO text, and 
 errors.
 """
 
-import json
-import pathlib
 import re
-import subprocess
 
 import pytest
 
+from tests.compiler_venv import compile_report
 from tests.test_plan import _plan_error as plan_error
 from tmax_jax import hlo_cost
-from tmax_jax.aot import chips, targets, toolchain
+from tmax_jax.aot import chips, targets
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = "configs/tmax_qwen3_8b.py"
 SCRIPT = """
 import json, sys
@@ -35,20 +32,7 @@ def test_shipped_rl_config_compiles_for_an_h100_node():
   H100: per-GPU memory from the compiler, FLOPs from the cuBLAS GEMMs (XLA:GPU leaves no `dot`),
   no TPU kernel, and cuDNN attention (what "auto" picks for bf16 on a GPU) replaced by blockwise,
   which the verdict says."""
-  why = toolchain.unavailable("gpu")
-  if why:
-    pytest.skip(why)
-  res = subprocess.run(
-    [str(toolchain.python()), "-c", SCRIPT, CONFIG, "h100"],
-    cwd=ROOT,
-    env=toolchain.environ(),
-    capture_output=True,
-    text=True,
-    timeout=1200,
-    check=False,
-  )
-  assert res.returncode == 0, res.stderr[-4000:]
-  report = json.loads(res.stdout.strip().splitlines()[-1])
+  report = compile_report("gpu", SCRIPT, CONFIG, "h100", timeout_s=1200)
   assert report["job"] == "rl" and not report["skipped"], report
   hbm = chips.CHIPS["h100"].hbm_bytes
   for prefix in ("train micro-step", "decode"):

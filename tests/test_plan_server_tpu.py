@@ -9,17 +9,11 @@ trainer chip, still writes into host 0's own chips, which XLA:TPU takes. Runs in
 venv (aot/toolchain.py), in a subprocess, on compile-only devices; no TPU is needed.
 """
 
-import json
-import pathlib
-import subprocess
-
 import pytest
 
+from tests.compiler_venv import compile_report
 from tests.test_weight_sync_tpu import SCRIPT as SYNC_SCRIPT
 
-toolchain = pytest.importorskip("tmax_jax.aot.toolchain")
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = r"""
 import dataclasses, json
 from tmax_jax import jobs
@@ -49,20 +43,7 @@ print(json.dumps({
 
 @pytest.mark.slow  # ~10 s alone, 30 s on a loaded box: two XLA:TPU compiles
 def test_server_programs_compile_over_a_v6e_host_with_non_consecutive_ids():
-  reason = toolchain.unavailable("tpu")
-  if reason:
-    pytest.skip(reason)
-  proc = subprocess.run(
-    [str(toolchain.python()), "-c", SCRIPT],
-    cwd=ROOT,
-    capture_output=True,
-    text=True,
-    env=toolchain.environ(),
-    timeout=600,
-    check=False,
-  )
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  report = compile_report("tpu", SCRIPT)
   assert report["host0"] == [0, 1, 4, 5]  # the case the test is for
   assert sorted(report["twins"]) == [0, 1, 2, 3] and report["same_places"], report
   assert report["v6e_8x8"] == [[0, 1, 8, 9], [0, 1, 2, 3]] and report["v5p_kept"], report
@@ -78,19 +59,6 @@ def test_weight_sync_compiles_to_a_v6e_host_with_non_consecutive_ids():
   """The sync stays compiled over the trainer's chips into host 0's own (0, 1, 8, 9 on v6e:8x8):
   one program over all 64 chips, which XLA:TPU takes. The 9B's v6e-64 layout, fsdp 4 x sequence
   16, lists the chips host by host."""
-  reason = toolchain.unavailable("tpu")
-  if reason:
-    pytest.skip(reason)
-  proc = subprocess.run(
-    [str(toolchain.python()), "-c", SYNC_SCRIPT, "v6e:8x8", "4", "16"],
-    cwd=ROOT,
-    capture_output=True,
-    text=True,
-    env=toolchain.environ(),
-    timeout=600,
-    check=False,
-  )
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  report = compile_report("tpu", SYNC_SCRIPT, "v6e:8x8", "4", "16")
   assert not report["direct"] and report["hosts"] == [h for h in range(16) for _ in range(4)]
   assert report["layout"] == [[16, 4], [True, False]], report["layout"]

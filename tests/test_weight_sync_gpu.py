@@ -11,12 +11,9 @@ The compile runs in the compiler venv (aot/toolchain.py), in a subprocess, on co
 devices; no GPU is needed.
 """
 
-import json
-import subprocess
-
 import pytest
 
-toolchain = pytest.importorskip("tmax_jax.aot.toolchain")
+from tests.compiler_venv import compile_report
 
 SCRIPT = r"""
 import json, math, sys
@@ -63,19 +60,7 @@ print(json.dumps(report))
 
 
 def _compile(layout: str) -> dict:
-  reason = toolchain.unavailable("gpu")
-  if reason:
-    pytest.skip(reason)
-  proc = subprocess.run(
-    [str(toolchain.python()), "-c", SCRIPT, layout],
-    capture_output=True,
-    text=True,
-    env=toolchain.environ(),
-    timeout=600,
-    check=False,
-  )
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  return compile_report("gpu", SCRIPT, layout)
 
 
 @pytest.mark.slow

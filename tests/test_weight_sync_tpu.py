@@ -11,12 +11,9 @@ where a real run would have failed at its first weight push. The compile runs in
 venv (aot/toolchain.py), in a subprocess, on compile-only devices; no TPU is needed.
 """
 
-import json
-import subprocess
-
 import pytest
 
-toolchain = pytest.importorskip("tmax_jax.aot.toolchain")
+from tests.compiler_venv import compile_report
 
 SCRIPT = r"""
 import json, sys
@@ -58,19 +55,7 @@ print(json.dumps({"hosts": order, "layout": host_layout(order), "direct": sync._
 def test_weight_sync_compiles_for_a_multi_host_trainer_mesh(
   topology, fsdp, sequence, hosts, layout
 ):
-  reason = toolchain.unavailable("tpu")
-  if reason:
-    pytest.skip(reason)
-  proc = subprocess.run(
-    [str(toolchain.python()), "-c", SCRIPT, topology, str(fsdp), str(sequence)],
-    capture_output=True,
-    text=True,
-    env=toolchain.environ(),
-    timeout=600,
-    check=False,
-  )
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  report = compile_report("tpu", SCRIPT, topology, str(fsdp), str(sequence))
   assert not report["direct"]  # the server is one host's chips: the staging path
   n = len(report["hosts"])
   assert sorted(report["hosts"]) == sorted(list(range(hosts)) * (n // hosts))

@@ -9,9 +9,6 @@ tests/models/test_splash_tpu.py does for splash. The kernel is picked by the mes
 jax.default_backend() says "cpu" in both halves.
 """
 
-import json
-import pathlib
-import subprocess
 import types
 
 import jax
@@ -19,12 +16,11 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
+from tests.compiler_venv import compile_report
 from tmax_jax.inference import decode
 from tmax_jax.inference.engine import EngineConfig
 from tmax_jax.models import ModelConfig
 from tmax_jax.plan import programs
-
-toolchain = pytest.importorskip("tmax_jax.aot.toolchain")
 
 # A tiny bf16 model (head_dim 128: the kernel's lane width) served by 4 slots on 2 chips.
 MODEL = dict(
@@ -67,20 +63,7 @@ print(json.dumps(dict(report, default_backend=jax.default_backend())))
 
 @pytest.mark.slow  # ~14 s on the loaded 2-core box (two XLA:TPU compiles of prefill + decode)
 def test_decode_holds_the_pallas_paged_kernel_under_a_tpu_topology_compile():
-  reason = toolchain.unavailable("tpu")
-  if reason:
-    pytest.skip(reason)
-  proc = subprocess.run(
-    [str(toolchain.python()), "-c", SCRIPT],
-    cwd=pathlib.Path(__file__).parents[2],  # the repository root: `tests` imports from there
-    capture_output=True,
-    text=True,
-    env=toolchain.environ(),
-    timeout=600,
-    check=False,
-  )
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  report = compile_report("tpu", SCRIPT)
   assert report["default_backend"] == "cpu"  # the host; the kernel choice follows the mesh
   pallas, plain = report["pallas"], report["jax"]
   assert pallas["mosaic_calls"] >= 1, report  # the kernel, in the scanned layer's body

@@ -320,22 +320,14 @@ class ClusterSoak(soak.Soak):
     return ev
 
   # ------------------------------------------------------------------------------ sampling
-  def _sample(self) -> None:
-    status = faults.server_status(self.router)
-    if status is not None:
-      self.samples["status"].append(
-        {"at": time.time(), "active": status.active_requests, "waiting": status.waiting_requests}
-      )
-    self.samples["progress"].append((time.time(), soak.max_step(self.metrics)))
+  def _server_address(self) -> str:
+    return self.router
+
+  def _sandbox_owners(self) -> list[str]:
+    """The hosts' owner tags, as each host says now (a restarted host has a new one)."""
     for i in range(SANDBOX_NODES):
       self._host(i)
-    live = [
-      name
-      for owner in sorted(self.host_owners.values())
-      for name in faults.live_sandboxes(owner, self.opts.backend)
-    ]
-    if live:
-      self._sample_lifetime(self.rng.choice(live))
+    return sorted(self.host_owners.values())
 
   def _watch_processes(self) -> None:
     if not self.trainer.alive() and not self.ended():

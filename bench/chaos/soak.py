@@ -221,14 +221,26 @@ class Soak:
       time.sleep(0.5)
     self.samples["lifetime"].append({"sandbox": name, "at": time.time(), "lifetime_s": given})
 
+  def _server_address(self) -> str:
+    """Where the episodes' server answers Status (the cluster soak: its router)."""
+    return f"127.0.0.1:{self.port}"
+
+  def _sandbox_owners(self) -> list[str]:
+    """The owner tags whose live sandboxes are sampled now (the cluster soak: its hosts')."""
+    return [self.trainer.tag]
+
   def _sample(self) -> None:
-    st = faults.server_status(f"127.0.0.1:{self.port}")
+    st = faults.server_status(self._server_address())
     if st is not None:
       self.samples["status"].append(
         {"at": time.time(), "active": st.active_requests, "waiting": st.waiting_requests}
       )
     self.samples["progress"].append((time.time(), max_step(self.metrics)))
-    live = faults.live_sandboxes(self.trainer.tag, self.opts.backend)
+    live = [
+      name
+      for owner in self._sandbox_owners()
+      for name in faults.live_sandboxes(owner, self.opts.backend)
+    ]
     if live:
       self._sample_lifetime(self.rng.choice(live))
 
